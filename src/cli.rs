@@ -1,0 +1,257 @@
+//! Command line: `serve`, `check-policy`, `replay`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use arc_swap::ArcSwap;
+use clap::{Parser, Subcommand};
+
+use crate::cluster::{self, Objects, View, ViewCell};
+use crate::http::{self, AppState, Limits, ViewSource};
+use crate::pipeline::{self, Verb};
+use crate::policy::Policy;
+use crate::tls::{self, TlsAcceptorCell, TlsFiles};
+
+#[derive(Parser)]
+#[command(name = "coloc-extender", version, about = "kube-scheduler extender for co-located online/offline clusters")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Serve filter, prioritize and preempt over HTTP(S).
+    Serve(ServeArgs),
+    /// Validate a policy file and print its classes.
+    CheckPolicy {
+        file: PathBuf,
+    },
+    /// Answer one recorded request without a server: the wire answer on stdout, the
+    /// explanation on stderr.
+    Replay {
+        #[arg(long)]
+        verb: Verb,
+        payload: PathBuf,
+        /// Policy file (default: the shipped default policy).
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// Cluster snapshot (`kubectl get nodes,pods,pdb,priorityclasses -A -o json`)
+        /// for full victim re-selection.
+        #[arg(long)]
+        snapshot: Option<PathBuf>,
+        /// The decision time, RFC 3339 or Unix seconds (default: now).
+        #[arg(long)]
+        now: Option<String>,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    #[arg(long, default_value = "127.0.0.1:8888")]
+    pub listen: SocketAddr,
+    /// Policy file, reloaded when it changes (default: the shipped default policy).
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// URL prefix before /filter, /prioritize, /preempt (e.g. /scheduler).
+    #[arg(long, default_value = "")]
+    pub path_prefix: String,
+    /// Cluster view from a snapshot file instead of the Kubernetes API.
+    #[arg(long, conflicts_with = "kube")]
+    pub snapshot: Option<PathBuf>,
+    /// Cluster view from the Kubernetes API (in-cluster config or KUBECONFIG).
+    #[arg(long)]
+    pub kube: bool,
+    #[arg(long, default_value_t = 128 << 20)]
+    pub max_body_bytes: usize,
+    /// Whole-request time limit, e.g. 4s (kube-scheduler gives up at its httpTimeout, 5s by default).
+    #[arg(long, default_value = "4s", value_parser = parse_secs)]
+    pub request_timeout: Duration,
+    /// Requests in flight before new ones get 503.
+    #[arg(long, default_value_t = 256)]
+    pub max_concurrency: usize,
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (only kube-scheduler may call).
+    #[arg(long, requires = "tls_cert")]
+    pub client_ca: Option<PathBuf>,
+    /// Plain-HTTP listener for /healthz, /readyz and /metrics (probes carry no client certificate).
+    #[arg(long)]
+    pub health_listen: Option<SocketAddr>,
+    /// Log lines as JSON (for log pipelines) instead of text.
+    #[arg(long)]
+    pub log_json: bool,
+}
+
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    crate::policy::parse_duration(s).map(|s| Duration::from_secs(s as u64))
+}
+
+pub fn load_policy(path: Option<&Path>) -> anyhow::Result<Policy> {
+    match path {
+        Some(p) => Ok(Policy::load(p)?),
+        None => Ok(Policy::builtin_default()),
+    }
+}
+
+fn parse_now(s: Option<&str>) -> anyhow::Result<i64> {
+    match s {
+        None => Ok(http::system_now()),
+        Some(t) => match t.parse::<i64>() {
+            Ok(secs) => Ok(secs),
+            Err(_) => Ok(t.parse::<jiff::Timestamp>().with_context(|| format!("--now {t:?}: expected RFC 3339 or Unix seconds"))?.as_second()),
+        },
+    }
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::CheckPolicy { file } => {
+            let policy = Policy::load(&file)?;
+            println!("{}: valid, {} classes (default class: {})", file.display(), policy.classes.len(), policy.default_class);
+            for c in &policy.classes {
+                println!(
+                    "  {:<14} preempts [{}]; victim: {}",
+                    c.name,
+                    c.preempts.join(", "),
+                    if c.victim.allowed {
+                        format!("yes (pdb {:?}, recreatableOnly {}, minRuntime {}s)", c.victim.pdb, c.victim.recreatable_only, c.victim.min_runtime)
+                    } else {
+                        "never".into()
+                    }
+                );
+            }
+            Ok(())
+        }
+        Command::Replay { verb, payload, policy, snapshot, now } => {
+            let policy = load_policy(policy.as_deref())?;
+            let view = match snapshot {
+                Some(s) => Some(View::build(cluster::snapshot::load(&s)?, &policy)),
+                None => None,
+            };
+            let body = std::fs::read(&payload).with_context(|| format!("cannot read {}", payload.display()))?;
+            let answer = pipeline::answer(verb, &body, &policy, view.as_ref(), parse_now(now.as_deref())?)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", payload.display()))?;
+            eprintln!("{} {} ({})", verb.as_str(), answer.pod, if view.is_some() { "with cluster view" } else { "request only" });
+            for e in &answer.explanations {
+                eprintln!("  {e}");
+            }
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            out.write_all(&answer.body)?;
+            out.write_all(b"\n")?;
+            Ok(())
+        }
+        Command::Serve(args) => {
+            init_logging(args.log_json);
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            runtime.block_on(serve(args))
+        }
+    }
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().flatten_event(true).init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    if !args.path_prefix.is_empty() && !args.path_prefix.starts_with('/') {
+        bail!("--path-prefix {:?} must start with '/'", args.path_prefix);
+    }
+    let policy = load_policy(args.policy.as_deref())?;
+    let view = Arc::new(ViewCell::default());
+    let (source, snapshot) = match (&args.snapshot, args.kube) {
+        (Some(path), _) => {
+            let objects = cluster::snapshot::load(path)?;
+            tracing::info!(snapshot = %path.display(), nodes = objects.nodes.len(), pods = objects.pods.len(), "cluster view from snapshot");
+            view.publish(View::build(objects.clone(), &policy));
+            (ViewSource::Snapshot, Some(objects))
+        }
+        (None, true) => (ViewSource::Kubernetes, None),
+        (None, false) => {
+            tracing::warn!("no cluster view (--snapshot or --kube): preempt judges kube-scheduler's victims only");
+            (ViewSource::None, None)
+        }
+    };
+    let mut state = AppState::new(policy, view.clone(), source);
+    state.limits = Limits {
+        max_body_bytes: args.max_body_bytes,
+        request_timeout: args.request_timeout,
+        max_concurrency: args.max_concurrency,
+        ..Limits::default()
+    };
+    if let Some(path) = args.policy.clone() {
+        tokio::spawn(reload_policy(path, state.policy.clone(), view.clone(), snapshot));
+    }
+    if source == ViewSource::Kubernetes {
+        let client = kube::Client::try_default().await.context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
+        let fresh = Arc::new(cluster::watch::Freshness::default());
+        tokio::spawn(cluster::watch::run(client, view.clone(), state.policy.clone(), fresh, Duration::from_millis(500)));
+    }
+
+    let app = http::router(state.clone(), &args.path_prefix);
+    let mut opts = http::server::ServeOptions::default();
+    if let (Some(cert), Some(key)) = (args.tls_cert, args.tls_key) {
+        let files = TlsFiles { cert, key, client_ca: args.client_ca };
+        let cell = Arc::new(TlsAcceptorCell::new(files.load()?));
+        tokio::spawn(tls::watch(files, cell.clone(), Duration::from_secs(5)));
+        opts.tls = Some(cell);
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    if let Some(addr) = args.health_listen {
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+        let health = http::router(state.clone(), "/-unused-");
+        let mut rx = stop_rx.clone();
+        tokio::spawn(http::server::serve(listener, health, Default::default(), async move {
+            let _ = rx.changed().await;
+        }));
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(listen = %args.listen, prefix = %args.path_prefix, tls = opts.tls.is_some(), view = ?source, "serving");
+    http::server::serve(listener, app, opts, async move {
+        http::server::shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    })
+    .await;
+    drop(stop_rx);
+    Ok(())
+}
+
+/// Re-reads the policy file every 2 s (mounted ConfigMaps change by symlink swap, which
+/// file-event watchers easily miss); an invalid file keeps the old policy.
+async fn reload_policy(path: PathBuf, policy: Arc<ArcSwap<Policy>>, view: Arc<ViewCell>, snapshot: Option<Objects>) {
+    let mut last = std::fs::read(&path).unwrap_or_default();
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let Ok(now) = std::fs::read(&path) else { continue };
+        if now == last {
+            continue;
+        }
+        last = now;
+        match Policy::load(&path) {
+            Ok(p) => {
+                if let Some(objects) = &snapshot {
+                    view.publish(View::build(objects.clone(), &p));
+                }
+                policy.store(Arc::new(p));
+                http::metrics::record_policy_reload(true);
+                tracing::info!(policy = %path.display(), "policy reloaded");
+            }
+            Err(e) => {
+                http::metrics::record_policy_reload(false);
+                tracing::error!(policy = %path.display(), error = %e, "policy reload failed; keeping the previous policy");
+            }
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! Reasons for every decision, shared by logs, metrics and `replay`.
+
+use serde::Serialize;
+
+/// One decision about a node or a pod, with a stable `code` (a metrics label) and a
+/// sentence for people.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Explanation {
+    /// `node` or `pod` or `request`.
+    pub subject: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// What happened: kept, dropped, unresolvable, victim, spared, score, refused, degraded.
+    pub verdict: &'static str,
+    /// Why, as a stable identifier.
+    pub code: &'static str,
+    pub detail: String,
+}
+
+impl Explanation {
+    pub fn request(verdict: &'static str, code: &'static str, detail: impl Into<String>) -> Self {
+        Explanation { subject: "request", node: None, pod: None, verdict, code, detail: detail.into() }
+    }
+
+    pub fn node(node: &str, verdict: &'static str, code: &'static str, detail: impl Into<String>) -> Self {
+        Explanation { subject: "node", node: Some(node.to_string()), pod: None, verdict, code, detail: detail.into() }
+    }
+
+    pub fn pod(node: &str, pod: &str, verdict: &'static str, code: &'static str, detail: impl Into<String>) -> Self {
+        Explanation {
+            subject: "pod",
+            node: Some(node.to_string()),
+            pod: Some(pod.to_string()),
+            verdict,
+            code,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Explanation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.node, &self.pod) {
+            (Some(n), Some(p)) => write!(f, "{:<12} node={n} pod={p} [{}] {}", self.verdict, self.code, self.detail),
+            (Some(n), None) => write!(f, "{:<12} node={n} [{}] {}", self.verdict, self.code, self.detail),
+            _ => write!(f, "{:<12} [{}] {}", self.verdict, self.code, self.detail),
+        }
+    }
+}

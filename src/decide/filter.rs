@@ -1,0 +1,60 @@
+//! filter: nodes a pod may never use under the policy go to FailedAndUnresolvableNodes
+//! (kube-scheduler then skips them in preemption too); the rest are kept.
+
+use std::collections::BTreeMap;
+
+use super::fit::exceeds_allocatable;
+use super::{Context, Explanation};
+use crate::model::Node;
+use crate::wire::{ExtenderArgs, NodeSet};
+
+#[derive(Debug, Default)]
+pub struct FilterOutcome {
+    /// Indexes into the request's node list, in request order.
+    pub kept: Vec<usize>,
+    /// Nodes preemption might fix (none of our rules produce these today: resource
+    /// shortages are already reported by kube-scheduler's own filters).
+    pub failed: BTreeMap<String, String>,
+    pub unresolvable: BTreeMap<String, String>,
+    pub explanations: Vec<Explanation>,
+}
+
+pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
+    let class_id = ctx.class_of(&args.pod);
+    let class = ctx.policy.class(class_id);
+    let mut out = FilterOutcome::default();
+    let names = args.nodes.names();
+    if matches!(args.nodes, NodeSet::Names(_)) && ctx.view.is_none() {
+        out.explanations.push(Explanation::request(
+            "degraded",
+            "no_node_data",
+            "NodeNames only and no cluster view: placement rules need node labels, every node is kept",
+        ));
+    }
+    for (i, name) in names.iter().enumerate() {
+        let node: Option<&Node> = match &args.nodes {
+            NodeSet::Objects(nodes) => Some(&nodes[i].node),
+            NodeSet::Names(_) => ctx.view_node(name),
+        };
+        let Some(node) = node else {
+            out.kept.push(i);
+            out.explanations.push(Explanation::node(name, "kept", "unknown_node", "node not in the cluster view: kept unjudged"));
+            continue;
+        };
+        if let Some(reason) = class.placement.rejects(&node.labels) {
+            let reason = format!("class {}: {reason}", class.name);
+            out.explanations.push(Explanation::node(name, "unresolvable", "placement", reason.clone()));
+            out.unresolvable.insert(name.to_string(), reason);
+            continue;
+        }
+        if let Some(reason) = exceeds_allocatable(&args.pod, node) {
+            let reason = format!("pod can never fit, even on the empty node: {reason}");
+            out.explanations.push(Explanation::node(name, "unresolvable", "exceeds_allocatable", reason.clone()));
+            out.unresolvable.insert(name.to_string(), reason);
+            continue;
+        }
+        out.kept.push(i);
+        out.explanations.push(Explanation::node(name, "kept", "allowed", format!("class {} may use this node", class.name)));
+    }
+    out
+}

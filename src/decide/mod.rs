@@ -1,0 +1,44 @@
+//! Decisions: pure functions over a request, the cluster view and the policy. No I/O, no
+//! clock: `now` is an input. Every rule leaves an `Explanation`.
+
+mod eligibility;
+mod explain;
+pub mod filter;
+pub mod fit;
+pub mod preempt;
+pub mod prioritize;
+
+pub use explain::Explanation;
+pub use filter::{filter, FilterOutcome};
+pub use preempt::{preempt, PreemptOutcome};
+pub use prioritize::{prioritize, PrioritizeOutcome};
+
+use crate::cluster::View;
+use crate::model::{Node, Pod, Timestamp};
+use crate::policy::{ClassId, Policy};
+
+/// Everything a decision may read besides the request.
+#[derive(Clone, Copy)]
+pub struct Context<'a> {
+    pub policy: &'a Policy,
+    /// `None` when no view is configured or it has not synced yet.
+    pub view: Option<&'a View>,
+    pub now: Timestamp,
+}
+
+impl Context<'_> {
+    pub fn priority_of(&self, pod: &Pod) -> i32 {
+        match self.view {
+            Some(v) => v.priority_of(pod),
+            None => pod.priority.unwrap_or(0),
+        }
+    }
+
+    pub fn class_of(&self, pod: &Pod) -> ClassId {
+        self.policy.classify(pod, self.priority_of(pod))
+    }
+
+    pub fn view_node(&self, name: &str) -> Option<&Node> {
+        self.view.and_then(|v| v.node(name))
+    }
+}

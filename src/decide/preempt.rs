@@ -1,0 +1,428 @@
+//! preempt: re-select victims on every candidate node under the policy, then return the
+//! best candidate(s).
+//!
+//! With a cluster view that knows the node, victims are chosen afresh (DESIGN §3):
+//! remove every pod the policy lets us evict, check the preemptor fits, then reprieve
+//! pods most valuable first (PDB-violating ones before the others, gang members before
+//! loners), keeping each whose return still lets the preemptor fit. Without one, kube's
+//! own victims are kept only if every one of them is allowed; we never add a victim we
+//! cannot see on the node.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+
+use super::eligibility::{self, Preemptor};
+use super::fit::{fits, NodeUsage};
+use super::{Context, Explanation};
+use crate::cluster::View;
+use crate::model::{Pod, Timestamp};
+use crate::policy::{ClassId, PdbMode};
+use crate::wire::request::{MetaVictims, Victims};
+use crate::wire::{self, Candidates, PreemptArgs, PreemptionResult};
+
+#[derive(Debug, Default)]
+pub struct PreemptOutcome {
+    pub result: PreemptionResult,
+    pub explanations: Vec<Explanation>,
+}
+
+/// What evicting a victim set costs; compared field by field, lower is better.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Cost {
+    /// Members of gangs left below their minimum (the whole gang is charged).
+    pub broken_gang_members: i64,
+    pub pdb_violations: i64,
+    /// Victims that nothing recreates (allowed only where the policy says so).
+    pub lost_pods: i64,
+    /// How valuable the most valuable victim's class is (0: no victims).
+    pub top_class_value: i64,
+    pub max_priority: i64,
+    pub priority_sum: i64,
+    pub victims: i64,
+    /// Seconds of run time thrown away.
+    pub lost_runtime: i64,
+    /// Prefer taking from tenants with a high weighted share: minus the lowest share
+    /// among victims' tenants, in millionths.
+    pub tenant_penalty: i64,
+}
+
+/// One victim as decisions rank it.
+#[derive(Debug, Clone)]
+struct Victim<'a> {
+    pod: &'a Pod,
+    class: ClassId,
+    priority: i32,
+    running_since: Option<Timestamp>,
+    tenant_share: f64,
+    gang: Option<String>,
+}
+
+impl Victim<'_> {
+    /// Most valuable first: class order, priority, longer running, lower tenant share.
+    fn value_order(&self, other: &Self) -> Ordering {
+        self.class
+            .cmp(&other.class)
+            .then(other.priority.cmp(&self.priority))
+            .then(self.running_since.unwrap_or(i64::MAX).cmp(&other.running_since.unwrap_or(i64::MAX)))
+            .then(self.tenant_share.total_cmp(&other.tenant_share))
+            .then_with(|| (&self.pod.namespace, &self.pod.name).cmp(&(&other.pod.namespace, &other.pod.name)))
+    }
+}
+
+/// A candidate node that survived, with its victims.
+struct Plan {
+    node: String,
+    /// UIDs in answer order (descending priority).
+    uids: Vec<String>,
+    pdb_violations: i64,
+    cost: Cost,
+}
+
+pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
+    let mut out = PreemptOutcome::default();
+    let pod = &args.pod;
+    let class_id = ctx.class_of(pod);
+    let class_name = &ctx.policy.class(class_id).name;
+    if pod.preemption_never {
+        out.explanations.push(Explanation::request("refused", "preemption_never", "the pod's preemptionPolicy is Never"));
+        return out;
+    }
+    if !ctx.policy.preempts_anything(class_id) {
+        out.explanations.push(Explanation::request(
+            "refused",
+            "class_may_not_preempt",
+            format!("class {class_name} may not preempt any class"),
+        ));
+        return out;
+    }
+    out.explanations.push(Explanation::request(
+        "preemptor",
+        "classified",
+        format!("{} is class {class_name}, priority {}", pod.key(), ctx.priority_of(pod)),
+    ));
+    let preemptor = Preemptor { priority: ctx.priority_of(pod), class: class_id };
+    let view = ctx.view;
+    if view.is_none() {
+        out.explanations.push(Explanation::request(
+            "degraded",
+            "no_view",
+            "no cluster view: judging kube-scheduler's victims, not re-selecting them",
+        ));
+    }
+
+    let mut plans = Vec::new();
+    let ex = &mut out.explanations;
+    match &args.candidates {
+        Candidates::Full(map) => {
+            for (node, v) in map {
+                let plan = if v.pods.is_empty() {
+                    Some(placeholder(node, v.num_pdb_violations, ex))
+                } else if let Some(view) = view.filter(|vw| vw.node(node).is_some()) {
+                    match reselect(ctx, view, preemptor, pod, node, ex) {
+                        Reselected::Plan(p) => Some(p),
+                        Reselected::Vetoed => None,
+                        Reselected::NoVictimsNeeded => {
+                            ex.push(Explanation::node(node, "degraded", "view_disagrees",
+                                "the view says the pod fits without evicting anything; judging kube-scheduler's victims instead"));
+                            judge_request_victims(ctx, preemptor, node, v, ex)
+                        }
+                    }
+                } else {
+                    if view.is_some() {
+                        ex.push(Explanation::node(node, "degraded", "node_not_in_view",
+                            "node unknown to the cluster view: judging kube-scheduler's victims"));
+                    }
+                    judge_request_victims(ctx, preemptor, node, v, ex)
+                };
+                plans.extend(plan);
+            }
+        }
+        Candidates::Meta(map) => {
+            for (node, v) in map {
+                let plan = if v.uids.is_empty() {
+                    Some(placeholder(node, v.num_pdb_violations, ex))
+                } else {
+                    match view {
+                        None => {
+                            ex.push(Explanation::node(node, "dropped", "no_view_uids_only",
+                                "victims arrived as UIDs only and there is no cluster view: none can be checked against the policy"));
+                            None
+                        }
+                        Some(view) if view.node(node).is_none() => {
+                            ex.push(Explanation::node(node, "dropped", "node_not_in_view",
+                                "node unknown to the cluster view: its victims cannot be checked"));
+                            None
+                        }
+                        Some(view) => {
+                            note_misplaced_uids(view, node, v, ex);
+                            match reselect(ctx, view, preemptor, pod, node, ex) {
+                                Reselected::Plan(p) => Some(p),
+                                Reselected::Vetoed => None,
+                                Reselected::NoVictimsNeeded => {
+                                    ex.push(Explanation::node(node, "dropped", "view_disagrees",
+                                        "the view says the pod fits without evicting anything, kube-scheduler says not: the view may be stale"));
+                                    None
+                                }
+                            }
+                        }
+                    }
+                };
+                plans.extend(plan);
+            }
+        }
+    }
+
+    out.result = rank(plans, ctx.policy.max_candidates, ex);
+    out
+}
+
+fn placeholder(node: &str, num_pdb_violations: i64, ex: &mut Vec<Explanation>) -> Plan {
+    ex.push(Explanation::node(node, "kept", "no_victims", "candidate without victims: returned as is"));
+    Plan { node: node.to_string(), uids: Vec::new(), pdb_violations: num_pdb_violations, cost: Cost::default() }
+}
+
+fn note_misplaced_uids(view: &View, node: &str, v: &MetaVictims, ex: &mut Vec<Explanation>) {
+    for uid in &v.uids {
+        match view.pod_by_uid(uid) {
+            None => ex.push(Explanation::pod(node, uid, "ignored", "unknown_uid",
+                "kube-scheduler proposed a pod the view does not know; it will not be returned")),
+            Some(p) if p.node_name.as_deref() != Some(node) => ex.push(Explanation::pod(node, &p.key(), "ignored", "victim_elsewhere",
+                format!("kube-scheduler proposed it here, the view has it on {}", p.node_name.as_deref().unwrap_or("no node")))),
+            Some(_) => {}
+        }
+    }
+}
+
+/// Without node state: keep kube-scheduler's victims only if every one is allowed.
+fn judge_request_victims(ctx: &Context, preemptor: Preemptor, node: &str, v: &Victims, ex: &mut Vec<Explanation>) -> Option<Plan> {
+    let mut victims = Vec::new();
+    for pod in &v.pods {
+        let class = match eligibility::check(ctx, preemptor, pod) {
+            Ok(c) => c,
+            Err(p) => {
+                ex.push(Explanation::pod(node, &pod.key(), "protected", p.code, p.detail.clone()));
+                ex.push(Explanation::node(node, "dropped", p.code, format!("proposed victim {} is protected: {}", pod.key(), p.detail)));
+                return None;
+            }
+        };
+        if let Some(g) = ctx.policy.gangs.group_of(pod) {
+            ex.push(Explanation::node(node, "dropped", "gang_unknown",
+                format!("proposed victim {} belongs to gang {g}; without a cluster view we cannot tell whether evicting it breaks the gang", pod.key())));
+            return None;
+        }
+        victims.push(victim(ctx, pod, class, None));
+    }
+    if v.num_pdb_violations > 0 {
+        if let Some(strict) = victims.iter().find(|x| ctx.policy.class(x.class).victim.pdb == PdbMode::Strict) {
+            ex.push(Explanation::node(node, "dropped", "pdb_strict",
+                format!("kube-scheduler counts {} PDB violation(s) and class {} is strict; without PDB data we cannot tell which victim violates",
+                    v.num_pdb_violations, ctx.policy.class(strict.class).name)));
+            return None;
+        }
+    }
+    let mut cost = cost_of(ctx, &victims);
+    cost.pdb_violations = v.num_pdb_violations;
+    Some(finish(node, victims, v.num_pdb_violations, cost, "kube's victims, all allowed", ex))
+}
+
+enum Reselected {
+    Plan(Plan),
+    Vetoed,
+    NoVictimsNeeded,
+}
+
+fn victim<'a>(ctx: &Context, pod: &'a Pod, class: ClassId, view: Option<&View>) -> Victim<'a> {
+    Victim {
+        pod,
+        class,
+        priority: ctx.priority_of(pod),
+        running_since: pod.running_since(),
+        tenant_share: view.map(|v| v.tenant_share(&ctx.policy.tenants.tenant_of(pod))).unwrap_or(0.0),
+        gang: ctx.policy.gangs.group_of(pod),
+    }
+}
+
+/// Full re-selection on a node the view knows.
+fn reselect(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, node_name: &str, ex: &mut Vec<Explanation>) -> Reselected {
+    let node = view.node(node_name).expect("caller checked the node is in the view");
+    let pods: Vec<&Pod> = view.pods_on(node_name).iter().map(|p| &**p).filter(|p| p.uid != pod.uid).collect();
+    let mut usage = NodeUsage::of(pods.iter().copied());
+    if fits(pod, node, &usage).is_ok() {
+        return Reselected::NoVictimsNeeded;
+    }
+    let mut candidates = Vec::new();
+    for p in &pods {
+        if ctx.priority_of(p) >= preemptor.priority {
+            continue; // not a potential victim for kube-scheduler either
+        }
+        match eligibility::check(ctx, preemptor, p) {
+            Ok(class) => candidates.push(victim(ctx, p, class, Some(view))),
+            Err(prot) => ex.push(Explanation::pod(node_name, &p.key(), "spared", prot.code, prot.detail)),
+        }
+    }
+    for c in &candidates {
+        usage.remove(c.pod);
+    }
+    if let Err(why) = fits(pod, node, &usage) {
+        ex.push(Explanation::node(node_name, "dropped", "does_not_fit",
+            format!("does not fit even after evicting all {} evictable pod(s): {why}", candidates.len())));
+        return Reselected::Vetoed;
+    }
+
+    // Like kube-scheduler: find which candidates would violate a PDB if all were evicted
+    // (most valuable consume the budget first), and try to reprieve those first.
+    candidates.sort_by(|a, b| a.value_order(b));
+    let mut budgets = Budgets::new(view);
+    let violating: Vec<bool> = candidates.iter().map(|c| budgets.take(c.pod)).collect();
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    order.sort_by_key(|&i| (!violating[i], candidates[i].gang.is_none(), i));
+
+    let mut chosen = Vec::new();
+    for i in order {
+        let c = &candidates[i];
+        usage.add(c.pod);
+        if fits(pod, node, &usage).is_ok() {
+            ex.push(Explanation::pod(node_name, &c.pod.key(), "spared", "reprieved", "the preemptor still fits with it in place"));
+        } else {
+            usage.remove(c.pod);
+            chosen.push(c.clone());
+        }
+    }
+    chosen.sort_by(|a, b| a.value_order(b));
+
+    // Exact PDB accounting on the final set.
+    let mut budgets = Budgets::new(view);
+    let mut violations = 0;
+    for c in &chosen {
+        if let Some(pdb) = budgets.take_named(c.pod) {
+            let class = ctx.policy.class(c.class);
+            if class.victim.pdb == PdbMode::Strict {
+                ex.push(Explanation::node(node_name, "dropped", "pdb_strict",
+                    format!("the preemptor needs {} evicted, which exceeds PDB {pdb} (class {} is strict)", c.pod.key(), class.name)));
+                return Reselected::Vetoed;
+            }
+            ex.push(Explanation::pod(node_name, &c.pod.key(), "victim", "pdb_violation", format!("violates PDB {pdb} (class {} is best-effort)", class.name)));
+            violations += 1;
+        }
+    }
+
+    let mut cost = cost_of(ctx, &chosen);
+    cost.pdb_violations = violations;
+    // Gangs left below their minimum are charged whole.
+    let mut evicted: HashMap<&str, (usize, &Pod)> = HashMap::new();
+    for c in &chosen {
+        if let Some(g) = &c.gang {
+            evicted.entry(g.as_str()).or_insert((0, c.pod)).0 += 1;
+        }
+    }
+    for (group, (n, member)) in evicted {
+        let size = view.gang_size(group);
+        let min = ctx.policy.gangs.min_member(member).unwrap_or(size);
+        if size.saturating_sub(n) < min {
+            cost.broken_gang_members += size as i64;
+            ex.push(Explanation::node(node_name, "charged", "gang_broken",
+                format!("evicting {n} of {size} member(s) leaves gang {group} below its minimum {min}: the whole gang is charged")));
+        } else {
+            ex.push(Explanation::node(node_name, "charged", "gang_surplus",
+                format!("evicting {n} surplus member(s) of gang {group} ({size} members, minimum {min})")));
+        }
+    }
+    Reselected::Plan(finish(node_name, chosen, violations, cost, "re-selected under the policy", ex))
+}
+
+/// Remaining disruptions per PDB while a victim set is built.
+struct Budgets<'a> {
+    view: &'a View,
+    left: HashMap<String, i32>,
+}
+
+impl<'a> Budgets<'a> {
+    fn new(view: &'a View) -> Self {
+        Budgets { view, left: HashMap::new() }
+    }
+
+    /// Counts `pod`'s eviction; returns the first PDB it pushes past its budget.
+    fn take_named(&mut self, pod: &Pod) -> Option<String> {
+        let mut violated = None;
+        for pdb in self.view.pdbs_covering(pod) {
+            // Pods already disrupted were counted by the disruption controller.
+            if pdb.disrupted_pods.iter().any(|d| d == &pod.name) {
+                continue;
+            }
+            let left = self.left.entry(pdb.key()).or_insert(pdb.disruptions_allowed);
+            *left -= 1;
+            if *left < 0 && violated.is_none() {
+                violated = Some(format!("{} (disruptionsAllowed {})", pdb.key(), pdb.disruptions_allowed));
+            }
+        }
+        violated
+    }
+
+    fn take(&mut self, pod: &Pod) -> bool {
+        self.take_named(pod).is_some()
+    }
+}
+
+fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
+    let classes = ctx.policy.classes.len() as i64;
+    let mut cost = Cost { victims: victims.len() as i64, ..Cost::default() };
+    let mut min_share = f64::INFINITY;
+    for v in victims {
+        cost.top_class_value = cost.top_class_value.max(classes - v.class as i64);
+        cost.max_priority = cost.max_priority.max(v.priority as i64);
+        cost.priority_sum += v.priority as i64;
+        cost.lost_runtime += v.running_since.map(|t| (ctx.now - t).max(0)).unwrap_or(0);
+        if v.pod.controller.is_none() {
+            cost.lost_pods += 1;
+        }
+        min_share = min_share.min(v.tenant_share);
+    }
+    if min_share.is_finite() {
+        cost.tenant_penalty = -(min_share * 1e6) as i64;
+    }
+    cost
+}
+
+fn finish(node: &str, mut victims: Vec<Victim>, pdb_violations: i64, cost: Cost, how: &str, ex: &mut Vec<Explanation>) -> Plan {
+    // kube-scheduler reads Pods[0] as the highest-priority victim.
+    victims.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.value_order(b)));
+    for v in &victims {
+        ex.push(Explanation::pod(node, &v.pod.key(), "victim", "chosen",
+            format!("priority {}, class #{}, needed for the preemptor to fit", v.priority, v.class)));
+    }
+    ex.push(Explanation::node(node, "candidate", "candidate",
+        format!("{how}: {} victim(s), {pdb_violations} PDB violation(s), cost {cost:?}", victims.len())));
+    Plan { node: node.to_string(), uids: victims.iter().map(|v| v.pod.uid.clone()).collect(), pdb_violations, cost }
+}
+
+/// Keeps the best `k` plans; never a gang-breaking plan while another avoids it.
+fn rank(mut plans: Vec<Plan>, k: usize, ex: &mut Vec<Explanation>) -> PreemptionResult {
+    if plans.iter().any(|p| p.cost.broken_gang_members == 0) {
+        plans.retain(|p| {
+            let keep = p.cost.broken_gang_members == 0;
+            if !keep {
+                ex.push(Explanation::node(&p.node, "dropped", "gang_broken", "breaks a gang while another candidate does not"));
+            }
+            keep
+        });
+    }
+    plans.sort_by(|a, b| a.cost.cmp(&b.cost).then_with(|| a.node.cmp(&b.node)));
+    let mut result = PreemptionResult::default();
+    let best = plans.first().map(|p| p.node.clone());
+    for (i, p) in plans.into_iter().enumerate() {
+        if i >= k {
+            ex.push(Explanation::node(&p.node, "dropped", "outranked",
+                format!("a cheaper candidate ({}) was chosen; maxCandidates is {k}", best.as_deref().unwrap_or("-"))));
+            continue;
+        }
+        ex.push(Explanation::node(&p.node, "kept", "selected", format!("rank {} of the candidates", i + 1)));
+        result.node_name_to_meta_victims.insert(
+            p.node,
+            wire::MetaVictims {
+                pods: p.uids.into_iter().map(|uid| wire::MetaPod { uid }).collect(),
+                num_pdb_violations: p.pdb_violations,
+            },
+        );
+    }
+    result
+}

@@ -1,0 +1,101 @@
+//! Request handlers: thin wrappers around `pipeline::answer`.
+
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use super::metrics;
+use super::state::AppState;
+use crate::pipeline::{self, Answer, Verb};
+
+pub async fn filter(state: State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+    handle(Verb::Filter, state, body).await
+}
+
+pub async fn prioritize(state: State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+    handle(Verb::Prioritize, state, body).await
+}
+
+pub async fn preempt(state: State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+    handle(Verb::Preempt, state, body).await
+}
+
+async fn handle(verb: Verb, State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+    let started = Instant::now();
+    let result = match body {
+        Ok(body) => run(verb, &state, body).await,
+        Err(rejection) => Err(body_error(rejection, state.limits.max_body_bytes)),
+    };
+    let response = match result {
+        Ok(answer) => {
+            log_answer(verb, &answer, started);
+            metrics::record_decisions(verb.as_str(), &answer.explanations);
+            ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response()
+        }
+        Err(e) => {
+            tracing::warn!(verb = verb.as_str(), status = e.status.as_u16(), code = e.code, error = %e.message, "request rejected");
+            e.into_response()
+        }
+    };
+    metrics::record_request(verb.as_str(), response.status().as_u16(), started.elapsed().as_secs_f64());
+    response
+}
+
+async fn run(verb: Verb, state: &AppState, body: Bytes) -> Result<Answer, ApiError> {
+    let policy = state.policy.load_full();
+    let view = state.view.load();
+    let now = (state.clock)();
+    let inline = body.len() <= state.limits.inline_decode_bytes;
+    let work = move || pipeline::answer(verb, &body, &policy, view.as_deref(), now);
+    let answer = if inline {
+        work()
+    } else {
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("decision task failed: {e}")))?
+    };
+    answer.map_err(ApiError::from)
+}
+
+fn body_error(rejection: BytesRejection, limit: usize) -> ApiError {
+    let status = rejection.status();
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(status, "body_too_large", format!("request body exceeds the limit of {limit} bytes (--max-body-bytes)"))
+    } else {
+        ApiError::new(status, "unreadable_body", rejection.body_text())
+    }
+}
+
+fn log_answer(verb: Verb, answer: &Answer, started: Instant) {
+    let micros = started.elapsed().as_micros() as u64;
+    tracing::info!(verb = verb.as_str(), pod = %answer.pod, micros, decisions = answer.explanations.len(), "answered");
+    for e in &answer.explanations {
+        let routine = e.verdict == "score" || (e.verdict == "kept" && e.code == "allowed");
+        if routine {
+            tracing::debug!(verb = verb.as_str(), pod = %answer.pod, node = e.node.as_deref(), victim = e.pod.as_deref(), verdict = e.verdict, reason = e.code, detail = %e.detail, "decision");
+        } else {
+            tracing::info!(verb = verb.as_str(), pod = %answer.pod, node = e.node.as_deref(), victim = e.pod.as_deref(), verdict = e.verdict, reason = e.code, detail = %e.detail, "decision");
+        }
+    }
+}
+
+pub async fn healthz() -> &'static str {
+    "ok"
+}
+
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    if state.is_ready() {
+        (StatusCode::OK, "ready").into_response()
+    } else {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "cluster view has not synced yet").into_response()
+    }
+}
+
+pub async fn metrics_text() -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::handle().render()).into_response()
+}

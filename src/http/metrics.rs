@@ -1,0 +1,58 @@
+//! Prometheus metrics. The recorder is process-global (the `metrics` crate's design), so
+//! it is installed once and shared by every router.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use crate::decide::Explanation;
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+pub fn handle() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets(&[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0])
+                .expect("static buckets are valid")
+                .build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may already be installed (e.g. by an embedding program);
+            // the handle still renders ours.
+            let _ = metrics::set_global_recorder(recorder);
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    metrics::describe_histogram!("coloc_request_duration_seconds", "Time to answer a request, by verb");
+    metrics::describe_counter!("coloc_requests_total", "Requests by verb and HTTP status");
+    metrics::describe_counter!("coloc_decisions_total", "Decisions by verb, verdict and reason code");
+    metrics::describe_counter!("coloc_pdb_violations_total", "PDB violations in preempt answers");
+    metrics::describe_counter!("coloc_policy_reloads_total", "Policy reloads by result");
+    metrics::describe_gauge!("coloc_view_ready", "1 when the cluster view has synced");
+    metrics::describe_gauge!("coloc_view_age_seconds", "Seconds since the cluster view was last rebuilt");
+}
+
+pub fn record_request(verb: &'static str, status: u16, seconds: f64) {
+    metrics::histogram!("coloc_request_duration_seconds", "verb" => verb).record(seconds);
+    metrics::counter!("coloc_requests_total", "verb" => verb, "status" => status.to_string()).increment(1);
+}
+
+/// Counts every decision except per-node "kept"/"score" lines, which would only
+/// restate the request size.
+pub fn record_decisions(verb: &'static str, explanations: &[Explanation]) {
+    for e in explanations {
+        if matches!(e.verdict, "score") || (e.verdict == "kept" && e.code == "allowed") {
+            continue;
+        }
+        metrics::counter!("coloc_decisions_total", "verb" => verb, "verdict" => e.verdict, "reason" => e.code)
+            .increment(1);
+    }
+}
+
+pub fn record_policy_reload(ok: bool) {
+    metrics::counter!("coloc_policy_reloads_total", "result" => if ok { "ok" } else { "error" }).increment(1);
+}

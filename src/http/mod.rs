@@ -1,0 +1,75 @@
+//! The HTTP edge: routing, limits, errors, metrics.
+
+mod error;
+mod handlers;
+pub mod metrics;
+pub mod server;
+mod state;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::sync::Semaphore;
+
+pub use error::ApiError;
+pub use state::{system_now, AppState, Limits, ViewSource};
+
+/// The service's routes: `POST {prefix}/{filter,prioritize,preempt}`, `GET /healthz`,
+/// `/readyz`, `/metrics`. `prefix` is "" or starts with '/'.
+pub fn router(state: AppState, prefix: &str) -> Router {
+    let prefix = prefix.trim_end_matches('/');
+    let permits = Arc::new(Semaphore::new(state.limits.max_concurrency));
+    let timeout = state.limits.request_timeout;
+    let verbs = Router::new()
+        .route(&format!("{prefix}/filter"), post(handlers::filter))
+        .route(&format!("{prefix}/prioritize"), post(handlers::prioritize))
+        .route(&format!("{prefix}/preempt"), post(handlers::preempt))
+        .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
+        .layer(middleware::from_fn_with_state(timeout, time_limit))
+        .layer(middleware::from_fn_with_state(permits, concurrency_limit));
+    let expected = format!("POST {prefix}/filter, {prefix}/prioritize or {prefix}/preempt; GET /healthz, /readyz, /metrics");
+    let not_allowed = expected.clone();
+    Router::new()
+        .merge(verbs)
+        .route("/healthz", get(handlers::healthz))
+        .route("/readyz", get(handlers::readyz))
+        .route("/metrics", get(handlers::metrics_text))
+        .fallback(move |req: Request| async move {
+            ApiError::new(StatusCode::NOT_FOUND, "unknown_path", format!("no route for {} {}: expected {expected}", req.method(), req.uri().path()))
+        })
+        .method_not_allowed_fallback(move |req: Request| async move {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                format!("{} is not allowed on {}: expected {not_allowed}", req.method(), req.uri().path()),
+            )
+        })
+        .with_state(state)
+}
+
+/// Answers 503 instead of queueing when too many requests are in flight: kube-scheduler
+/// retries, a queue would only make every answer late.
+async fn concurrency_limit(State(permits): State<Arc<Semaphore>>, req: Request, next: Next) -> Response {
+    match permits.try_acquire() {
+        Ok(_permit) => next.run(req).await,
+        Err(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", "too many requests in flight; retry").into_response(),
+    }
+}
+
+/// Bounds the whole request, body upload included (slow clients).
+async fn time_limit(State(limit): State<std::time::Duration>, req: Request, next: Next) -> Response {
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "timeout",
+            format!("request not answered within {} ms (--request-timeout)", limit.as_millis()),
+        )
+        .into_response(),
+    }
+}

@@ -1,0 +1,16 @@
+//! coloc-extender: a kube-scheduler extender for clusters that co-locate online services
+//! with offline batch work.
+//!
+//! Layout: `wire` (extender JSON) → `decide` (pure decisions over `model`, `policy` and the
+//! `cluster` view) → `wire` again; `http`, `cli` and `tls` are the edges.
+
+pub mod cli;
+pub mod cluster;
+pub mod decide;
+pub mod http;
+pub mod model;
+pub mod pipeline;
+pub mod policy;
+pub mod quantity;
+pub mod tls;
+pub mod wire;

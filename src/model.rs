@@ -1,0 +1,205 @@
+//! Plain domain types that decisions read: no HTTP, no Kubernetes client types.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub type Labels = BTreeMap<String, String>;
+/// Seconds since the Unix epoch; decisions take `now` in the same unit.
+pub type Timestamp = i64;
+
+/// Resource amounts as kube-scheduler's NodeResourcesFit compares them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resources {
+    pub milli_cpu: i64,
+    pub memory: i64,
+    pub ephemeral_storage: i64,
+    /// Extended and hugepages resources, by name, in whole units.
+    pub scalar: BTreeMap<String, i64>,
+}
+
+impl Resources {
+    pub fn add(&mut self, other: &Resources) {
+        self.milli_cpu += other.milli_cpu;
+        self.memory += other.memory;
+        self.ephemeral_storage += other.ephemeral_storage;
+        for (k, v) in &other.scalar {
+            *self.scalar.entry(k.clone()).or_insert(0) += v;
+        }
+    }
+
+    pub fn sub(&mut self, other: &Resources) {
+        self.milli_cpu -= other.milli_cpu;
+        self.memory -= other.memory;
+        self.ephemeral_storage -= other.ephemeral_storage;
+        for (k, v) in &other.scalar {
+            *self.scalar.entry(k.clone()).or_insert(0) -= v;
+        }
+    }
+
+    /// Component-wise maximum (init containers run one at a time).
+    pub fn max_with(&mut self, other: &Resources) {
+        self.milli_cpu = self.milli_cpu.max(other.milli_cpu);
+        self.memory = self.memory.max(other.memory);
+        self.ephemeral_storage = self.ephemeral_storage.max(other.ephemeral_storage);
+        for (k, v) in &other.scalar {
+            let e = self.scalar.entry(k.clone()).or_insert(0);
+            *e = (*e).max(*v);
+        }
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.milli_cpu == 0
+            && self.memory == 0
+            && self.ephemeral_storage == 0
+            && self.scalar.values().all(|v| *v == 0)
+    }
+
+    pub fn scalar(&self, name: &str) -> i64 {
+        self.scalar.get(name).copied().unwrap_or(0)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPort {
+    pub port: i32,
+    pub protocol: String,
+    /// "0.0.0.0" when unset: conflicts with every address.
+    pub ip: String,
+}
+
+impl HostPort {
+    pub fn conflicts(&self, other: &HostPort) -> bool {
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (self.ip == other.ip || is_wildcard(&self.ip) || is_wildcard(&other.ip))
+    }
+}
+
+fn is_wildcard(ip: &str) -> bool {
+    ip.is_empty() || ip == "0.0.0.0" || ip == "::"
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerRef {
+    pub kind: String,
+    pub name: String,
+}
+
+/// What decisions need of a Pod.
+#[derive(Debug, Clone, Default)]
+pub struct Pod {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub labels: Labels,
+    /// Annotations, minus the bulky `last-applied-configuration`.
+    pub annotations: Labels,
+    /// The managing controller (ownerReference with `controller: true`), if any.
+    pub controller: Option<OwnerRef>,
+    pub creation_time: Option<Timestamp>,
+    pub start_time: Option<Timestamp>,
+    pub deletion_time: Option<Timestamp>,
+    pub priority: Option<i32>,
+    pub priority_class_name: Option<String>,
+    /// `Never` means the pod may not preempt.
+    pub preemption_never: bool,
+    pub node_name: Option<String>,
+    pub phase: Option<String>,
+    /// Effective requests: max(init, sum(app)) + sidecars + overhead.
+    pub requests: Resources,
+    pub host_ports: Vec<HostPort>,
+}
+
+impl Pod {
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// When the pod began to run (or was created, if it never started).
+    pub fn running_since(&self) -> Option<Timestamp> {
+        self.start_time.or(self.creation_time)
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.phase.as_deref(), Some("Succeeded") | Some("Failed"))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    pub key: String,
+    pub value: String,
+    pub effect: String,
+}
+
+/// What decisions need of a Node.
+#[derive(Debug, Clone, Default)]
+pub struct Node {
+    pub name: String,
+    pub labels: Labels,
+    pub taints: Vec<Taint>,
+    pub unschedulable: bool,
+    pub allocatable: Resources,
+    pub allocatable_pods: i64,
+}
+
+/// A label selector (matchLabels + matchExpressions).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selector {
+    pub match_labels: Labels,
+    pub match_expressions: Vec<SelectorRequirement>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectorRequirement {
+    pub key: String,
+    pub operator: String,
+    pub values: Vec<String>,
+}
+
+impl Selector {
+    pub fn matches(&self, labels: &Labels) -> bool {
+        self.match_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|r| {
+                let got = labels.get(&r.key);
+                match r.operator.as_str() {
+                    "In" => got.is_some_and(|v| r.values.contains(v)),
+                    "NotIn" => got.is_none_or(|v| !r.values.contains(v)),
+                    "Exists" => got.is_some(),
+                    "DoesNotExist" => got.is_none(),
+                    // Unknown operators match nothing, as the API server would reject them.
+                    _ => false,
+                }
+            })
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Pdb {
+    pub name: String,
+    pub namespace: String,
+    /// `None` (a null selector) selects no pods; an empty selector selects all in the namespace.
+    pub selector: Option<Selector>,
+    pub disruptions_allowed: i32,
+    /// Pods already being disrupted: the controller has counted them already.
+    pub disrupted_pods: Vec<String>,
+}
+
+impl Pdb {
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    pub fn covers(&self, pod: &Pod) -> bool {
+        pod.namespace == self.namespace
+            && self.selector.as_ref().is_some_and(|s| s.matches(&pod.labels))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct PriorityClass {
+    pub name: String,
+    pub value: i32,
+}
+
+pub type PodRef = Arc<Pod>;

@@ -1,0 +1,79 @@
+//! The one data path every verb takes, in `serve` and in `replay` alike:
+//! bytes → decode → decide → encode, plus the explanation.
+
+use std::str::FromStr;
+
+use crate::cluster::View;
+use crate::decide::{self, Context, Explanation};
+use crate::model::Timestamp;
+use crate::policy::Policy;
+use crate::wire::{self, response::to_json, DecodeError, FilterResult, NodeSet};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Filter,
+    Prioritize,
+    Preempt,
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Filter => "filter",
+            Verb::Prioritize => "prioritize",
+            Verb::Preempt => "preempt",
+        }
+    }
+}
+
+impl FromStr for Verb {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "filter" => Ok(Verb::Filter),
+            "prioritize" => Ok(Verb::Prioritize),
+            "preempt" => Ok(Verb::Preempt),
+            other => Err(format!("unknown verb {other:?}: expected filter, prioritize or preempt")),
+        }
+    }
+}
+
+/// The wire answer and why it is what it is.
+pub struct Answer {
+    pub body: Vec<u8>,
+    pub pod: String,
+    pub explanations: Vec<Explanation>,
+}
+
+pub fn answer(verb: Verb, body: &[u8], policy: &Policy, view: Option<&View>, now: Timestamp) -> Result<Answer, DecodeError> {
+    let ctx = Context { policy, view, now };
+    match verb {
+        Verb::Filter => {
+            let args = wire::decode_extender_args(body)?;
+            let out = decide::filter(&args, &ctx);
+            let body = match &args.nodes {
+                NodeSet::Objects(nodes) => to_json(&FilterResult::objects(
+                    out.kept.iter().map(|&i| nodes[i].raw).collect(),
+                    &out.failed,
+                    &out.unresolvable,
+                )),
+                NodeSet::Names(names) => to_json(&FilterResult::names(
+                    out.kept.iter().map(|&i| names[i].as_str()).collect(),
+                    &out.failed,
+                    &out.unresolvable,
+                )),
+            };
+            Ok(Answer { body, pod: args.pod.key(), explanations: out.explanations })
+        }
+        Verb::Prioritize => {
+            let args = wire::decode_extender_args(body)?;
+            let out = decide::prioritize(&args, &ctx);
+            Ok(Answer { body: to_json(&out.scores), pod: args.pod.key(), explanations: out.explanations })
+        }
+        Verb::Preempt => {
+            let args = wire::decode_preempt_args(body)?;
+            let out = decide::preempt(&args, &ctx);
+            Ok(Answer { body: to_json(&out.result), pod: args.pod.key(), explanations: out.explanations })
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Workload classes: loading, validation and classification of pods.
+
+mod model;
+
+use std::path::Path;
+
+pub use model::{parse_duration, Class, GangConfig, PdbMode, Placement, Policy, Scoring, Selector, TenantConfig, VictimRules};
+
+use crate::model::Pod;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("cannot read policy {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    /// Syntax and type errors: serde names the field, line and column.
+    #[error("{0}")]
+    Yaml(String),
+    #[error("{field}: {message}{}", line.map(|l| format!(" (line {l})")).unwrap_or_default())]
+    Invalid { field: String, message: String, line: Option<usize> },
+}
+
+/// Index of a class in the policy: lower means listed earlier, i.e. more valuable.
+pub type ClassId = usize;
+
+impl Policy {
+    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| PolicyError::Read { path: path.display().to_string(), source })?;
+        Policy::from_yaml(&text)
+    }
+
+    pub fn from_yaml(text: &str) -> Result<Policy, PolicyError> {
+        let mut policy: Policy = serde_yaml_ng::from_str(text).map_err(|e| PolicyError::Yaml(e.to_string()))?;
+        policy.validate(text)?;
+        Ok(policy)
+    }
+
+    /// The shipped default policy, compiled in so `serve` works with no files.
+    pub fn builtin_default() -> Policy {
+        Policy::from_yaml(include_str!("../../policy/default.yaml")).expect("shipped default policy is valid")
+    }
+
+    fn validate(&mut self, text: &str) -> Result<(), PolicyError> {
+        let invalid = |field: String, message: String, needle: Option<&str>| PolicyError::Invalid {
+            line: needle.and_then(|n| line_of(text, n)),
+            field,
+            message,
+        };
+        if self.classes.is_empty() {
+            return Err(invalid("classes".into(), "at least one class is required".into(), None));
+        }
+        if self.max_candidates == 0 {
+            return Err(invalid("maxCandidates".into(), "must be at least 1".into(), Some("maxCandidates")));
+        }
+        for (i, c) in self.classes.iter().enumerate() {
+            let field = |f: &str| format!("classes[{i}]{f}");
+            if c.name.is_empty() || !c.name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_') {
+                return Err(invalid(field(".name"), format!("{:?} must be non-empty letters, digits, - or _", c.name), None));
+            }
+            if self.classes[..i].iter().any(|o| o.name == c.name) {
+                return Err(invalid(field(".name"), format!("duplicate class name {:?}", c.name), Some(&c.name)));
+            }
+            for (j, s) in c.r#match.iter().enumerate() {
+                if let Some(r) = s.priority {
+                    if r.min > r.max {
+                        return Err(invalid(
+                            field(&format!(".match[{j}].priority")),
+                            format!("min {} is greater than max {}", r.min, r.max),
+                            Some(&format!("min: {}", r.min)),
+                        ));
+                    }
+                }
+            }
+            if c.victim.min_runtime < 0 {
+                return Err(invalid(field(".victim.minRuntime"), "must not be negative".into(), None));
+            }
+        }
+        let index = |name: &str| self.classes.iter().position(|c| c.name == name);
+        let mut matrix = vec![vec![false; self.classes.len()]; self.classes.len()];
+        for (i, c) in self.classes.iter().enumerate() {
+            for (j, target) in c.preempts.iter().enumerate() {
+                let t = index(target).ok_or_else(|| {
+                    invalid(
+                        format!("classes[{i}].preempts[{j}]"),
+                        format!("unknown class {target:?} (classes: {})", self.class_names().join(", ")),
+                        Some(target),
+                    )
+                })?;
+                if !self.classes[t].victim.allowed {
+                    return Err(invalid(
+                        format!("classes[{i}].preempts[{j}]"),
+                        format!("class {target:?} may preempt nothing of {target:?}: its victim.allowed is false"),
+                        Some(target),
+                    ));
+                }
+                matrix[i][t] = true;
+            }
+        }
+        self.default_index = index(&self.default_class).ok_or_else(|| {
+            invalid(
+                "defaultClass".into(),
+                format!("unknown class {:?} (classes: {})", self.default_class, self.class_names().join(", ")),
+                Some("defaultClass"),
+            )
+        })?;
+        for (t, w) in &self.tenants.weights {
+            if !(w.is_finite() && *w > 0.0) {
+                return Err(invalid(format!("tenants.weights.{t}"), format!("weight {w} must be positive"), Some(t)));
+            }
+        }
+        self.may_preempt = matrix;
+        Ok(())
+    }
+
+    fn class_names(&self) -> Vec<&str> {
+        self.classes.iter().map(|c| c.name.as_str()).collect()
+    }
+
+    /// The first class whose match fits, else the default class.
+    pub fn classify(&self, pod: &Pod, priority: i32) -> ClassId {
+        self.classes
+            .iter()
+            .position(|c| c.r#match.iter().any(|s| s.matches(pod, priority)))
+            .unwrap_or(self.default_index)
+    }
+
+    pub fn class(&self, id: ClassId) -> &Class {
+        &self.classes[id]
+    }
+
+    pub fn may_preempt(&self, preemptor: ClassId, victim: ClassId) -> bool {
+        self.may_preempt[preemptor][victim]
+    }
+
+    pub fn preempts_anything(&self, preemptor: ClassId) -> bool {
+        self.may_preempt[preemptor].iter().any(|b| *b)
+    }
+}
+
+/// 1-based line of the first line containing `needle` (for semantic errors serde can't place).
+fn line_of(text: &str, needle: &str) -> Option<usize> {
+    text.lines().position(|l| l.contains(needle)).map(|i| i + 1)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,276 @@
+//! The workload-class policy as loaded from YAML (see README "Policy reference").
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::model::{Labels, Pod};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Policy {
+    /// Class for pods no class matches.
+    pub default_class: String,
+    /// How many candidate nodes preempt returns (best first); kube-scheduler picks among them.
+    #[serde(default = "one")]
+    pub max_candidates: usize,
+    #[serde(default)]
+    pub gangs: GangConfig,
+    #[serde(default)]
+    pub tenants: TenantConfig,
+    pub classes: Vec<Class>,
+    /// `may_preempt[a][b]`: class `a` may evict pods of class `b` (filled by validation).
+    #[serde(skip)]
+    pub(crate) may_preempt: Vec<Vec<bool>>,
+    #[serde(skip)]
+    pub(crate) default_index: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Class {
+    pub name: String,
+    /// Any one selector matching puts the pod in this class (first class wins).
+    #[serde(default)]
+    pub r#match: Vec<Selector>,
+    /// Classes whose pods this class may evict.
+    #[serde(default)]
+    pub preempts: Vec<String>,
+    #[serde(default)]
+    pub victim: VictimRules,
+    #[serde(default)]
+    pub placement: Placement,
+    #[serde(default)]
+    pub scoring: Scoring,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Selector {
+    #[serde(default)]
+    pub priority_class_names: Vec<String>,
+    #[serde(default)]
+    pub priority: Option<PriorityRange>,
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    #[serde(default)]
+    pub labels: Labels,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriorityRange {
+    #[serde(default = "i32_min")]
+    pub min: i32,
+    #[serde(default = "i32_max")]
+    pub max: i32,
+}
+
+fn i32_min() -> i32 {
+    i32::MIN
+}
+fn i32_max() -> i32 {
+    i32::MAX
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PdbMode {
+    /// Never evict a pod if that would exceed its PDB's disruptionsAllowed.
+    #[default]
+    Strict,
+    /// kube-scheduler's best effort: prefer nodes and victims that violate no PDB.
+    Prefer,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VictimRules {
+    /// May pods of this class be evicted at all?
+    #[serde(default)]
+    pub allowed: bool,
+    #[serde(default)]
+    pub pdb: PdbMode,
+    /// Only pods with a controller owner (they come back through their controller).
+    #[serde(default = "yes")]
+    pub recreatable_only: bool,
+    /// Time a pod must have run before it may be evicted (anti-thrash), e.g. "10m".
+    #[serde(default, with = "duration")]
+    pub min_runtime: i64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for VictimRules {
+    fn default() -> Self {
+        VictimRules { allowed: false, pdb: PdbMode::Strict, recreatable_only: true, min_runtime: 0 }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Placement {
+    /// Nodes must carry all of these labels (else: unresolvable for this class).
+    #[serde(default)]
+    pub require_node_labels: Labels,
+    /// Nodes carrying any of these labels are off limits.
+    #[serde(default)]
+    pub forbid_node_labels: Labels,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scoring {
+    /// Prefer fuller nodes (bin packing) instead of emptier ones.
+    #[serde(default)]
+    pub pack: bool,
+    /// Nodes with all these labels score higher.
+    #[serde(default)]
+    pub prefer_node_labels: Labels,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GangConfig {
+    /// Labels whose value names a pod's group.
+    #[serde(default = "default_group_labels")]
+    pub group_labels: Vec<String>,
+    /// Annotations holding the group's minimum member count.
+    #[serde(default = "default_min_annotations")]
+    pub min_member_annotations: Vec<String>,
+}
+
+fn default_group_labels() -> Vec<String> {
+    vec!["scheduling.x-k8s.io/pod-group".into(), "pod-group.scheduling.sigs.k8s.io/name".into()]
+}
+
+fn default_min_annotations() -> Vec<String> {
+    vec![
+        "pod-group.scheduling.sigs.k8s.io/min-available".into(),
+        "scheduling.x-k8s.io/min-member".into(),
+    ]
+}
+
+impl Default for GangConfig {
+    fn default() -> Self {
+        GangConfig { group_labels: default_group_labels(), min_member_annotations: default_min_annotations() }
+    }
+}
+
+impl GangConfig {
+    /// The pod's group name, namespaced.
+    pub fn group_of(&self, pod: &Pod) -> Option<String> {
+        self.group_labels
+            .iter()
+            .find_map(|l| pod.labels.get(l))
+            .map(|g| format!("{}/{}", pod.namespace, g))
+    }
+
+    pub fn min_member(&self, pod: &Pod) -> Option<usize> {
+        self.min_member_annotations.iter().find_map(|a| pod.annotations.get(a)?.trim().parse().ok())
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Label naming a pod's tenant (e.g. `kueue.x-k8s.io/queue-name`); the namespace if unset
+    /// or absent on the pod.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Weight per tenant (default 1): a tenant's share is its usage divided by its weight.
+    #[serde(default)]
+    pub weights: BTreeMap<String, f64>,
+}
+
+impl TenantConfig {
+    pub fn tenant_of(&self, pod: &Pod) -> String {
+        self.label
+            .as_ref()
+            .and_then(|l| pod.labels.get(l))
+            .cloned()
+            .unwrap_or_else(|| pod.namespace.clone())
+    }
+
+    pub fn weight(&self, tenant: &str) -> f64 {
+        self.weights.get(tenant).copied().unwrap_or(1.0)
+    }
+}
+
+/// Durations as "90s", "10m", "1h30m", "0".
+mod duration {
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+        let s = String::deserialize(d)?;
+        super::parse_duration(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+pub fn parse_duration(s: &str) -> Result<i64, String> {
+    let t = s.trim();
+    if t == "0" {
+        return Ok(0);
+    }
+    let bad = || format!("invalid duration {s:?}: use e.g. 30s, 10m, 1h30m");
+    let (mut total, mut num) = (0i64, String::new());
+    if t.is_empty() {
+        return Err(bad());
+    }
+    for c in t.chars() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let unit = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3600,
+            'd' => 86400,
+            _ => return Err(bad()),
+        };
+        let n: i64 = num.parse().map_err(|_| bad())?;
+        total = total.checked_add(n.checked_mul(unit).ok_or_else(bad)?).ok_or_else(bad)?;
+        num.clear();
+    }
+    if !num.is_empty() {
+        return Err(bad());
+    }
+    Ok(total)
+}
+
+impl Selector {
+    pub fn matches(&self, pod: &Pod, priority: i32) -> bool {
+        (self.priority_class_names.is_empty()
+            || pod.priority_class_name.as_ref().is_some_and(|n| self.priority_class_names.contains(n)))
+            && self.priority.is_none_or(|r| r.min <= priority && priority <= r.max)
+            && (self.namespaces.is_empty() || self.namespaces.contains(&pod.namespace))
+            && self.labels.iter().all(|(k, v)| pod.labels.get(k) == Some(v))
+    }
+}
+
+impl Placement {
+    /// Why a node with `labels` is off limits, if it is.
+    pub fn rejects(&self, labels: &Labels) -> Option<String> {
+        for (k, v) in &self.require_node_labels {
+            if labels.get(k) != Some(v) {
+                return Some(match labels.get(k) {
+                    Some(got) => format!("node label {k}={got}, class requires {k}={v}"),
+                    None => format!("node lacks label {k}={v} required by the class"),
+                });
+            }
+        }
+        for (k, v) in &self.forbid_node_labels {
+            if labels.get(k) == Some(v) {
+                return Some(format!("node label {k}={v} is forbidden for the class"));
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,367 @@
+//! Lean serde views of Kubernetes objects as they appear in extender requests and
+//! snapshots (camelCase JSON, `null` for absent values). Only the fields decisions read
+//! are decoded; everything else is skipped without being built.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::model::{self, HostPort, OwnerRef, Resources, Selector, SelectorRequirement, Taint};
+use crate::quantity;
+
+/// `null` and missing both mean "default".
+pub fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    #[serde(default, deserialize_with = "nullable")]
+    pub name: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub namespace: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub uid: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, deserialize_with = "lean_annotations")]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub owner_references: Vec<OwnerReference>,
+    #[serde(default)]
+    pub creation_timestamp: Option<String>,
+    #[serde(default)]
+    pub deletion_timestamp: Option<String>,
+}
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Annotations without the (often several KB) last-applied configuration.
+fn lean_annotations<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    let mut all: BTreeMap<String, String> = nullable(d)?;
+    all.remove(LAST_APPLIED);
+    Ok(all)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    #[serde(default, deserialize_with = "nullable")]
+    pub kind: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub name: String,
+    #[serde(default)]
+    pub controller: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceRequirements {
+    #[serde(default, deserialize_with = "nullable")]
+    pub requests: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerPort {
+    #[serde(default)]
+    pub host_port: Option<i32>,
+    #[serde(default)]
+    pub protocol: Option<String>,
+    #[serde(default, rename = "hostIP")]
+    pub host_ip: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Container {
+    #[serde(default, deserialize_with = "nullable")]
+    pub resources: ResourceRequirements,
+    #[serde(default, deserialize_with = "nullable")]
+    pub ports: Vec<ContainerPort>,
+    /// `Always` on an init container makes it a sidecar that keeps running.
+    #[serde(default)]
+    pub restart_policy: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSpec {
+    #[serde(default, deserialize_with = "nullable")]
+    pub containers: Vec<Container>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub init_containers: Vec<Container>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub overhead: BTreeMap<String, String>,
+    #[serde(default)]
+    pub priority: Option<i32>,
+    #[serde(default)]
+    pub priority_class_name: Option<String>,
+    #[serde(default)]
+    pub preemption_policy: Option<String>,
+    #[serde(default)]
+    pub node_name: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStatus {
+    #[serde(default)]
+    pub phase: Option<String>,
+    #[serde(default)]
+    pub start_time: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct Pod {
+    #[serde(default, deserialize_with = "nullable")]
+    pub metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "nullable")]
+    pub spec: PodSpec,
+    #[serde(default, deserialize_with = "nullable")]
+    pub status: PodStatus,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSpec {
+    #[serde(default, deserialize_with = "nullable")]
+    pub taints: Vec<TaintJson>,
+    #[serde(default)]
+    pub unschedulable: Option<bool>,
+}
+
+#[derive(Deserialize)]
+pub struct TaintJson {
+    #[serde(default, deserialize_with = "nullable")]
+    pub key: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub value: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub effect: String,
+}
+
+#[derive(Deserialize, Default)]
+pub struct NodeStatus {
+    #[serde(default, deserialize_with = "nullable")]
+    pub allocatable: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct Node {
+    #[serde(default, deserialize_with = "nullable")]
+    pub metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "nullable")]
+    pub spec: NodeSpec,
+    #[serde(default, deserialize_with = "nullable")]
+    pub status: NodeStatus,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelectorJson {
+    #[serde(default, deserialize_with = "nullable")]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub match_expressions: Vec<RequirementJson>,
+}
+
+#[derive(Deserialize)]
+pub struct RequirementJson {
+    #[serde(default, deserialize_with = "nullable")]
+    pub key: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub operator: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub values: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct PdbSpec {
+    #[serde(default)]
+    pub selector: Option<LabelSelectorJson>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PdbStatus {
+    #[serde(default)]
+    pub disruptions_allowed: Option<i32>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub disrupted_pods: BTreeMap<String, serde::de::IgnoredAny>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct Pdb {
+    #[serde(default, deserialize_with = "nullable")]
+    pub metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "nullable")]
+    pub spec: PdbSpec,
+    #[serde(default, deserialize_with = "nullable")]
+    pub status: PdbStatus,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PriorityClassJson {
+    #[serde(default, deserialize_with = "nullable")]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub value: i32,
+}
+
+/// A field whose value could not be understood, named so a person can find it.
+#[derive(Debug, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+pub fn parse_time(field: &str, s: &Option<String>) -> Result<Option<model::Timestamp>, FieldError> {
+    match s.as_deref() {
+        None | Some("") => Ok(None),
+        Some(t) => t
+            .parse::<jiff::Timestamp>()
+            .map(|ts| Some(ts.as_second()))
+            .map_err(|e| FieldError { field: field.into(), message: format!("invalid time {t:?}: {e}") }),
+    }
+}
+
+/// Converts a `ResourceList` the way NodeResourcesFit reads it.
+pub fn resources(field: &str, list: &BTreeMap<String, String>) -> Result<(Resources, i64), FieldError> {
+    let mut r = Resources::default();
+    let mut pods = 0;
+    for (name, raw) in list {
+        let q = quantity::parse(raw)
+            .map_err(|e| FieldError { field: format!("{field}.{name}"), message: e.to_string() })?;
+        match name.as_str() {
+            "cpu" => r.milli_cpu = q.milli_ceil(),
+            "memory" => r.memory = q.value_ceil(),
+            "ephemeral-storage" => r.ephemeral_storage = q.value_ceil(),
+            "pods" => pods = q.value_ceil(),
+            // Extended resources (vendor.com/x) and hugepages are counted as whole units;
+            // other native names (storage, ...) are not checked by NodeResourcesFit.
+            n if n.contains('/') || n.starts_with("hugepages-") => {
+                r.scalar.insert(n.to_string(), q.value_ceil());
+            }
+            _ => {}
+        }
+    }
+    Ok((r, pods))
+}
+
+impl Pod {
+    pub fn into_model(self) -> Result<model::Pod, FieldError> {
+        let m = self.metadata;
+        let spec = self.spec;
+        // kube-scheduler's computePodResourceRequest: app containers and sidecars run
+        // together; each ordinary init container runs alone beside the sidecars started
+        // before it; the pod needs the larger of the two, plus overhead.
+        let mut running = Resources::default();
+        for (i, c) in spec.containers.iter().enumerate() {
+            running.add(&resources(&format!("spec.containers[{i}].resources.requests"), &c.resources.requests)?.0);
+        }
+        let mut sidecars = Resources::default();
+        let mut init_peak = Resources::default();
+        for (i, c) in spec.init_containers.iter().enumerate() {
+            let (req, _) = resources(&format!("spec.initContainers[{i}].resources.requests"), &c.resources.requests)?;
+            if c.restart_policy.as_deref() == Some("Always") {
+                sidecars.add(&req);
+                running.add(&req);
+            } else {
+                let mut peak = req;
+                peak.add(&sidecars);
+                init_peak.max_with(&peak);
+            }
+        }
+        running.max_with(&init_peak);
+        running.add(&resources("spec.overhead", &spec.overhead)?.0);
+
+        let host_ports = spec
+            .containers
+            .iter()
+            .flat_map(|c| c.ports.iter())
+            .filter_map(|p| {
+                let port = p.host_port.filter(|p| *p > 0)?;
+                Some(HostPort {
+                    port,
+                    protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                    ip: p.host_ip.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "0.0.0.0".into()),
+                })
+            })
+            .collect();
+
+        Ok(model::Pod {
+            creation_time: parse_time("metadata.creationTimestamp", &m.creation_timestamp)?,
+            deletion_time: parse_time("metadata.deletionTimestamp", &m.deletion_timestamp)?,
+            start_time: parse_time("status.startTime", &self.status.start_time)?,
+            controller: m
+                .owner_references
+                .into_iter()
+                .find(|o| o.controller == Some(true))
+                .map(|o| OwnerRef { kind: o.kind, name: o.name }),
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            labels: m.labels,
+            annotations: m.annotations,
+            priority: spec.priority,
+            priority_class_name: spec.priority_class_name.filter(|s| !s.is_empty()),
+            preemption_never: spec.preemption_policy.as_deref() == Some("Never"),
+            node_name: spec.node_name.filter(|s| !s.is_empty()),
+            phase: self.status.phase,
+            requests: running,
+            host_ports,
+        })
+    }
+}
+
+impl Node {
+    pub fn into_model(self) -> Result<model::Node, FieldError> {
+        let (allocatable, pods) = resources("status.allocatable", &self.status.allocatable)?;
+        Ok(model::Node {
+            name: self.metadata.name,
+            labels: self.metadata.labels,
+            taints: self
+                .spec
+                .taints
+                .into_iter()
+                .map(|t| Taint { key: t.key, value: t.value, effect: t.effect })
+                .collect(),
+            unschedulable: self.spec.unschedulable.unwrap_or(false),
+            allocatable,
+            allocatable_pods: pods,
+        })
+    }
+}
+
+impl LabelSelectorJson {
+    pub fn into_model(self) -> Selector {
+        Selector {
+            match_labels: self.match_labels,
+            match_expressions: self
+                .match_expressions
+                .into_iter()
+                .map(|r| SelectorRequirement { key: r.key, operator: r.operator, values: r.values })
+                .collect(),
+        }
+    }
+}
+
+impl Pdb {
+    pub fn into_model(self) -> model::Pdb {
+        model::Pdb {
+            name: self.metadata.name,
+            namespace: self.metadata.namespace,
+            selector: self.spec.selector.map(LabelSelectorJson::into_model),
+            disruptions_allowed: self.status.disruptions_allowed.unwrap_or(0),
+            disrupted_pods: self.status.disrupted_pods.into_keys().collect(),
+        }
+    }
+}
