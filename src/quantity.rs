@@ -122,7 +122,7 @@ pub fn parse(input: &str) -> Result<Quantity, QuantityError> {
         div_ceil(base, div)
     };
     // Kubernetes quantities are bounded well below this; refuse absurd values early.
-    if nanos > 1_000_000_000_000_000_000_000_000_000i128 {
+    if nanos > 10i128.pow(30) {
         return Err(range());
     }
     Ok(Quantity { nanos: if negative { -nanos } else { nanos } })

@@ -1,0 +1,121 @@
+use rstest::rstest;
+
+use super::*;
+use crate::model::Pod;
+
+fn pod(pc: Option<&str>, ns: &str, labels: &[(&str, &str)]) -> Pod {
+    Pod {
+        namespace: ns.into(),
+        priority_class_name: pc.map(Into::into),
+        labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        ..Pod::default()
+    }
+}
+
+#[test]
+fn shipped_policies_are_valid() {
+    for file in ["default.yaml", "koordinator.yaml", "custom-priority-classes.yaml"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policy").join(file);
+        Policy::load(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+    }
+}
+
+#[test]
+fn manifests_ship_the_default_policy() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert_eq!(
+        std::fs::read_to_string(root.join("policy/default.yaml")).unwrap(),
+        std::fs::read_to_string(root.join("manifests/policy.yaml")).unwrap(),
+        "manifests/policy.yaml must be a copy of policy/default.yaml (cp policy/default.yaml manifests/policy.yaml)"
+    );
+}
+
+#[rstest]
+#[case::system_by_priority(None, 2_000_000_000, "system")]
+#[case::online_by_name(Some("online-prod"), 10_000, "online")]
+#[case::koord_prod_band(None, 9_500, "online")]
+#[case::mid_band(None, 7_050, "mid")]
+#[case::batch_by_name(Some("offline-batch"), 100, "batch")]
+#[case::koord_batch_band(None, 6_500, "batch")]
+#[case::free_by_name(Some("free"), 10, "free")]
+#[case::koord_free_band(None, 3_500, "free")]
+#[case::plain_priority_zero(None, 0, "unclassified")]
+fn default_policy_classifies(#[case] pc: Option<&str>, #[case] priority: i32, #[case] class: &str) {
+    let p = Policy::builtin_default();
+    let id = p.classify(&pod(pc, "default", &[]), priority);
+    assert_eq!(p.class(id).name, class);
+}
+
+#[test]
+fn first_matching_class_wins_and_selectors_combine_fields() {
+    let p = Policy::from_yaml(
+        r#"
+defaultClass: other
+classes:
+  - name: tenant-a-batch
+    match: [{namespaces: [tenant-a], labels: {tier: batch}}]
+  - name: any-batch
+    match: [{labels: {tier: batch}}]
+  - name: other
+"#,
+    )
+    .unwrap();
+    let name = |pd: &Pod| p.class(p.classify(pd, 0)).name.clone();
+    assert_eq!(name(&pod(None, "tenant-a", &[("tier", "batch")])), "tenant-a-batch");
+    assert_eq!(name(&pod(None, "tenant-b", &[("tier", "batch")])), "any-batch");
+    assert_eq!(name(&pod(None, "tenant-a", &[])), "other");
+}
+
+#[test]
+fn preemption_matrix_follows_preempts() {
+    let p = Policy::builtin_default();
+    let id = |n: &str| p.classes.iter().position(|c| c.name == n).unwrap();
+    assert!(p.may_preempt(id("online"), id("batch")));
+    assert!(p.may_preempt(id("online"), id("free")));
+    assert!(p.may_preempt(id("batch"), id("free")));
+    assert!(!p.may_preempt(id("batch"), id("batch")));
+    assert!(!p.may_preempt(id("batch"), id("online")));
+    assert!(!p.preempts_anything(id("free")));
+    assert!(!p.preempts_anything(id("unclassified")));
+}
+
+#[rstest]
+#[case::unknown_field("defaultClass: a\nclasses:\n  - name: a\n    victim: {alowed: true}\n", "unknown field `alowed`", "line 4")]
+#[case::wrong_type("defaultClass: a\nmaxCandidates: many\nclasses: [{name: a}]\n", "maxCandidates", "line 2")]
+#[case::unknown_preempt_target("defaultClass: a\nclasses:\n  - name: a\n    preempts: [batchh]\n", "classes[0].preempts[0]: unknown class \"batchh\"", "line 4")]
+#[case::target_not_a_victim("defaultClass: a\nclasses:\n  - name: a\n    preempts: [b]\n  - name: b\n", "victim.allowed is false", "line 4")]
+#[case::unknown_default("defaultClass: nope\nclasses: [{name: a}]\n", "defaultClass: unknown class \"nope\"", "line 1")]
+#[case::duplicate_name("defaultClass: a\nclasses:\n  - name: a\n  - name: a\n", "duplicate class name", "")]
+#[case::inverted_range("defaultClass: a\nclasses:\n  - name: a\n    match: [{priority: {min: 10, max: 5}}]\n", "classes[0].match[0].priority: min 10 is greater than max 5", "line 4")]
+#[case::bad_duration("defaultClass: a\nclasses:\n  - name: a\n    victim: {allowed: true, minRuntime: soon}\n", "invalid duration \"soon\"", "line 4")]
+#[case::bad_pdb_mode("defaultClass: a\nclasses:\n  - name: a\n    victim: {allowed: true, pdb: maybe}\n", "unknown variant `maybe`", "line 4")]
+#[case::no_classes("defaultClass: a\nclasses: []\n", "at least one class", "")]
+#[case::zero_candidates("defaultClass: a\nmaxCandidates: 0\nclasses: [{name: a}]\n", "maxCandidates: must be at least 1", "line 2")]
+#[case::bad_weight("defaultClass: a\ntenants: {weights: {t1: 0}}\nclasses: [{name: a}]\n", "tenants.weights.t1", "line 2")]
+fn invalid_policies_name_the_field(#[case] yaml: &str, #[case] message: &str, #[case] line: &str) {
+    let err = Policy::from_yaml(yaml).expect_err("must be rejected").to_string();
+    assert!(err.contains(message), "{err:?} should contain {message:?}");
+    assert!(err.contains(line), "{err:?} should name {line:?}");
+}
+
+#[rstest]
+#[case("0", 0)]
+#[case("30s", 30)]
+#[case("10m", 600)]
+#[case("1h30m", 5400)]
+#[case("2d", 172800)]
+fn durations(#[case] s: &str, #[case] secs: i64) {
+    assert_eq!(parse_duration(s).unwrap(), secs);
+}
+
+#[test]
+fn placement_reasons_name_the_label() {
+    let p = Policy::builtin_default();
+    let batch = p.classes.iter().find(|c| c.name == "batch").unwrap();
+    let labels = |v: &str| [("colocation.example.com/offline-allowed".to_string(), v.to_string())].into_iter().collect();
+    assert_eq!(batch.placement.rejects(&labels("true")), None);
+    let why = batch.placement.rejects(&labels("false")).unwrap();
+    assert!(why.contains("colocation.example.com/offline-allowed=false"), "{why}");
+    let why = batch.placement.rejects(&Default::default()).unwrap();
+    assert!(why.contains("lacks label"), "{why}");
+}

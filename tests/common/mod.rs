@@ -1,0 +1,245 @@
+//! Small builders for scenario tests: the smallest cluster that shows a rule.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use coloc_extender::cluster::{Objects, View};
+use coloc_extender::decide::{self, Context, Explanation};
+use coloc_extender::model::{HostPort, Node, OwnerRef, Pdb, Pod, Resources, Selector};
+use coloc_extender::policy::Policy;
+use coloc_extender::wire::request::{MetaVictims, Victims};
+use coloc_extender::wire::{Candidates, PreemptArgs, PreemptionResult};
+
+pub const NOW: i64 = 1_800_000_000;
+
+/// online (10000) preempts batch (100) and free (10); batch preempts free.
+pub fn policy(batch_pdb: &str, extra: &str) -> Policy {
+    let max = if extra.contains("maxCandidates") { "" } else { "maxCandidates: 1" };
+    Policy::from_yaml(&format!(
+        r#"
+defaultClass: unclassified
+{max}
+{extra}
+classes:
+  - name: online
+    match: [{{priorityClassNames: [online]}}]
+    preempts: [batch, free]
+  - name: batch
+    match: [{{priorityClassNames: [batch]}}]
+    preempts: [free]
+    victim: {{allowed: true, pdb: {batch_pdb}, recreatableOnly: true, minRuntime: 10m}}
+  - name: free
+    match: [{{priorityClassNames: [free]}}]
+    victim: {{allowed: true, pdb: prefer, recreatableOnly: true}}
+  - name: unclassified
+"#
+    ))
+    .expect("test policy is valid")
+}
+
+pub fn node(name: &str, milli_cpu: i64, mem_gi: i64) -> Node {
+    Node {
+        name: name.into(),
+        allocatable: Resources { milli_cpu, memory: mem_gi << 30, ephemeral_storage: 100 << 30, ..Default::default() },
+        allocatable_pods: 110,
+        ..Default::default()
+    }
+}
+
+/// A running pod owned by a ReplicaSet, started an hour before NOW.
+pub fn pod(name: &str, class: &str, node: Option<&str>, milli_cpu: i64) -> Pod {
+    let priority = match class {
+        "online" => 10_000,
+        "batch" => 100,
+        "free" => 10,
+        _ => 0,
+    };
+    Pod {
+        name: name.into(),
+        namespace: "default".into(),
+        uid: format!("uid-{name}"),
+        labels: BTreeMap::from([("app".to_string(), name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '-').to_string())]),
+        controller: Some(OwnerRef { kind: "ReplicaSet".into(), name: "rs".into() }),
+        creation_time: Some(NOW - 3600),
+        start_time: Some(NOW - 3600),
+        priority: Some(priority),
+        priority_class_name: Some(class.into()),
+        node_name: node.map(Into::into),
+        phase: Some("Running".into()),
+        requests: Resources { milli_cpu, memory: 1 << 20, ..Default::default() },
+        ..Default::default()
+    }
+}
+
+pub trait PodExt {
+    fn bare(self) -> Self;
+    fn ns(self, ns: &str) -> Self;
+    fn label(self, k: &str, v: &str) -> Self;
+    fn annotate(self, k: &str, v: &str) -> Self;
+    fn started(self, secs_before_now: i64) -> Self;
+    fn host_port(self, port: i32) -> Self;
+    fn scalar(self, name: &str, n: i64) -> Self;
+    fn never(self) -> Self;
+}
+
+impl PodExt for Pod {
+    fn bare(mut self) -> Self {
+        self.controller = None;
+        self
+    }
+    fn ns(mut self, ns: &str) -> Self {
+        self.namespace = ns.into();
+        self
+    }
+    fn label(mut self, k: &str, v: &str) -> Self {
+        self.labels.insert(k.into(), v.into());
+        self
+    }
+    fn annotate(mut self, k: &str, v: &str) -> Self {
+        self.annotations.insert(k.into(), v.into());
+        self
+    }
+    fn started(mut self, secs_before_now: i64) -> Self {
+        self.start_time = Some(NOW - secs_before_now);
+        self.creation_time = Some(NOW - secs_before_now);
+        self
+    }
+    fn host_port(mut self, port: i32) -> Self {
+        self.host_ports.push(HostPort { port, protocol: "TCP".into(), ip: "0.0.0.0".into() });
+        self
+    }
+    fn scalar(mut self, name: &str, n: i64) -> Self {
+        self.requests.scalar.insert(name.into(), n);
+        self
+    }
+    fn never(mut self) -> Self {
+        self.preemption_never = true;
+        self
+    }
+}
+
+pub fn pdb(name: &str, app: &str, allowed: i32) -> Pdb {
+    Pdb {
+        name: name.into(),
+        namespace: "default".into(),
+        selector: Some(Selector { match_labels: BTreeMap::from([("app".to_string(), app.to_string())]), ..Default::default() }),
+        disruptions_allowed: allowed,
+        disrupted_pods: vec![],
+    }
+}
+
+pub struct Scenario {
+    pub policy: Policy,
+    pub objects: Objects,
+}
+
+pub struct Outcome {
+    pub result: PreemptionResult,
+    pub explanations: Vec<Explanation>,
+}
+
+impl Outcome {
+    /// node → victim UIDs in answer order.
+    pub fn victims(&self) -> BTreeMap<String, Vec<String>> {
+        self.result
+            .node_name_to_meta_victims
+            .iter()
+            .map(|(n, v)| (n.clone(), v.pods.iter().map(|p| p.uid.clone()).collect()))
+            .collect()
+    }
+
+    pub fn violations(&self, node: &str) -> i64 {
+        self.result.node_name_to_meta_victims[node].num_pdb_violations
+    }
+
+    pub fn has(&self, verdict: &str, code: &str) -> bool {
+        self.explanations.iter().any(|e| e.verdict == verdict && e.code == code)
+    }
+
+    pub fn explain(&self) -> String {
+        self.explanations.iter().map(|e| format!("{e}\n")).collect()
+    }
+}
+
+pub fn uids(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| format!("uid-{n}")).collect()
+}
+
+impl Scenario {
+    pub fn new(policy: Policy) -> Self {
+        Scenario { policy, objects: Objects::default() }
+    }
+
+    pub fn node(mut self, n: Node) -> Self {
+        self.objects.nodes.push(n);
+        self
+    }
+
+    pub fn pods(mut self, pods: impl IntoIterator<Item = Pod>) -> Self {
+        self.objects.pods.extend(pods);
+        self
+    }
+
+    pub fn pdb(mut self, p: Pdb) -> Self {
+        self.objects.pdbs.push(p);
+        self
+    }
+
+    pub fn view(&self) -> View {
+        View::build(self.objects.clone(), &self.policy)
+    }
+
+    /// Candidates as kube-scheduler would send them with nodeCacheCapable: true: every
+    /// lower-priority pod on each named node.
+    pub fn meta_candidates(&self, preemptor: &Pod, nodes: &[&str]) -> Candidates {
+        let prio = preemptor.priority.unwrap_or(0);
+        Candidates::Meta(
+            nodes
+                .iter()
+                .map(|n| {
+                    let uids = self
+                        .objects
+                        .pods
+                        .iter()
+                        .filter(|p| p.node_name.as_deref() == Some(*n) && p.priority.unwrap_or(0) < prio)
+                        .map(|p| p.uid.clone())
+                        .collect();
+                    (n.to_string(), MetaVictims { uids, num_pdb_violations: 0 })
+                })
+                .collect(),
+        )
+    }
+
+    /// The same in nodeCacheCapable: false form (full pods).
+    pub fn full_candidates(&self, preemptor: &Pod, nodes: &[&str]) -> Candidates {
+        let prio = preemptor.priority.unwrap_or(0);
+        Candidates::Full(
+            nodes
+                .iter()
+                .map(|n| {
+                    let pods = self
+                        .objects
+                        .pods
+                        .iter()
+                        .filter(|p| p.node_name.as_deref() == Some(*n) && p.priority.unwrap_or(0) < prio)
+                        .cloned()
+                        .collect();
+                    (n.to_string(), Victims { pods, num_pdb_violations: 0 })
+                })
+                .collect(),
+        )
+    }
+
+    pub fn preempt_with(&self, preemptor: Pod, candidates: Candidates, view: Option<&View>) -> Outcome {
+        let ctx = Context { policy: &self.policy, view, now: NOW };
+        let out = decide::preempt(&PreemptArgs { pod: preemptor, candidates }, &ctx);
+        Outcome { result: out.result, explanations: out.explanations }
+    }
+
+    /// Preempt with the cluster view, candidates in UID form for `nodes`.
+    pub fn preempt(&self, preemptor: Pod, nodes: &[&str]) -> Outcome {
+        let view = self.view();
+        let candidates = self.meta_candidates(&preemptor, nodes);
+        self.preempt_with(preemptor, candidates, Some(&view))
+    }
+}

@@ -1,0 +1,414 @@
+//! Preemption rules, each shown on the smallest cluster that exhibits it, with the
+//! right answer worked out by hand.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use coloc_extender::model::Resources;
+
+fn online(cpu: i64) -> coloc_extender::model::Pod {
+    pod("preemptor", "online", None, cpu)
+}
+
+#[test]
+fn evicts_only_what_the_preemptor_needs_newest_first() {
+    // 4 CPU node full of 1-CPU batch pods; the preemptor needs 2 CPU. The two pods that
+    // ran least are the cheapest to lose.
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 4000, 8))
+        .pods([
+            pod("b-1", "batch", Some("n1"), 1000).started(4000),
+            pod("b-2", "batch", Some("n1"), 1000).started(3000),
+            pod("b-3", "batch", Some("n1"), 1000).started(2000),
+            pod("b-4", "batch", Some("n1"), 1000).started(1000),
+        ]);
+    let out = s.preempt(online(2000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["b-3", "b-4"]))]), "{}", out.explain());
+    assert_eq!(out.violations("n1"), 0);
+    assert!(out.has("spared", "reprieved"));
+}
+
+#[test]
+fn a_bare_offline_pod_is_never_a_victim() {
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 4000, 8))
+        .pods([pod("bare", "batch", Some("n1"), 3000).bare(), pod("owned", "batch", Some("n1"), 1000)]);
+    let out = s.preempt(online(2000), &["n1"]);
+    assert!(out.victims().is_empty(), "{}", out.explain());
+    assert!(out.has("spared", "not_recreatable"));
+    assert!(out.has("dropped", "does_not_fit"));
+}
+
+#[test]
+fn lower_classes_go_first_whatever_their_numbers() {
+    // n1 can be freed by evicting a free pod, n2 only by evicting a batch pod.
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 2000, 8))
+        .node(node("n2", 2000, 8))
+        .pods([pod("f", "free", Some("n1"), 2000), pod("b", "batch", Some("n2"), 2000)]);
+    let out = s.preempt(online(2000), &["n1", "n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["f"]))]), "{}", out.explain());
+    assert!(out.has("dropped", "outranked"));
+}
+
+#[test]
+fn max_candidates_returns_the_best_k() {
+    let s = Scenario::new(policy("strict", "maxCandidates: 2"))
+        .node(node("n1", 2000, 8))
+        .node(node("n2", 2000, 8))
+        .node(node("n3", 2000, 8))
+        .pods([
+            pod("f1", "free", Some("n1"), 2000),
+            pod("b2", "batch", Some("n2"), 2000),
+            pod("f3", "free", Some("n3"), 1000),
+            pod("g3", "free", Some("n3"), 1000),
+        ]);
+    let out = s.preempt(online(2000), &["n1", "n2", "n3"]);
+    // n1: one free victim; n3: two free victims; n2: a batch victim (most expensive).
+    assert_eq!(out.victims().keys().cloned().collect::<Vec<_>>(), vec!["n1", "n3"], "{}", out.explain());
+}
+
+#[test]
+fn batch_may_only_preempt_free() {
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 2000, 8))
+        .pods([pod("b", "batch", Some("n1"), 1000), pod("f", "free", Some("n1"), 1000)]);
+    let out = s.preempt(pod("preemptor", "batch", None, 1000).label("x", "y"), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["f"]))]), "{}", out.explain());
+    // ... and free preempts nothing at all.
+    let out = s.preempt(pod("preemptor", "free", None, 1000), &["n1"]);
+    assert!(out.victims().is_empty());
+    assert!(out.has("refused", "class_may_not_preempt"));
+}
+
+#[test]
+fn preemption_policy_never_always_wins() {
+    let s = Scenario::new(policy("strict", "")).node(node("n1", 1000, 8)).pods([pod("f", "free", Some("n1"), 1000)]);
+    let out = s.preempt(online(1000).never(), &["n1"]);
+    assert!(out.victims().is_empty());
+    assert!(out.has("refused", "preemption_never"));
+}
+
+#[test]
+fn minimum_runtime_protects_fresh_pods() {
+    // batch has minRuntime 10m: a pod started 60 s ago is protected.
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 2000, 8))
+        .pods([pod("fresh", "batch", Some("n1"), 1000).started(60), pod("old", "batch", Some("n1"), 1000).started(7200)]);
+    let out = s.preempt(online(1000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["old"]))]), "{}", out.explain());
+    assert!(out.has("spared", "min_runtime"));
+}
+
+#[test]
+fn strict_pdb_is_never_violated() {
+    // Three pods under a PDB that allows one disruption; the preemptor needs two.
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 3000, 8))
+        .pods([pod("w-1", "batch", Some("n1"), 1000), pod("w-2", "batch", Some("n1"), 1000), pod("w-3", "batch", Some("n1"), 1000)])
+        .pdb(pdb("w-pdb", "w", 1));
+    let out = s.preempt(online(2000), &["n1"]);
+    assert!(out.victims().is_empty(), "{}", out.explain());
+    assert!(out.has("dropped", "pdb_strict"));
+}
+
+#[test]
+fn best_effort_pdb_is_violated_only_as_needed_and_counted() {
+    let s = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 3000, 8))
+        .pods([pod("w-1", "batch", Some("n1"), 1000), pod("w-2", "batch", Some("n1"), 1000), pod("w-3", "batch", Some("n1"), 1000)])
+        .pdb(pdb("w-pdb", "w", 1));
+    let out = s.preempt(online(2000), &["n1"]);
+    assert_eq!(out.victims()["n1"].len(), 2, "{}", out.explain());
+    assert_eq!(out.violations("n1"), 1);
+}
+
+#[test]
+fn pods_already_disrupted_do_not_count_again() {
+    let mut budget = pdb("w-pdb", "w", 0);
+    budget.disrupted_pods = vec!["w-1".into()];
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 1000, 8))
+        .pods([pod("w-1", "batch", Some("n1"), 1000)])
+        .pdb(budget);
+    let out = s.preempt(online(1000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["w-1"]))]), "{}", out.explain());
+    assert_eq!(out.violations("n1"), 0);
+}
+
+#[test]
+fn pdb_protected_pods_are_reprieved_before_others() {
+    // Either pod frees enough; the one whose PDB has no budget left stays even though it
+    // is worth less (lower priority class).
+    let s = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 2000, 8))
+        .pods([pod("guarded", "free", Some("n1"), 1000), pod("loose", "batch", Some("n1"), 1000)])
+        .pdb(pdb("g", "guarded", 0));
+    let out = s.preempt(online(1000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["loose"]))]), "{}", out.explain());
+    assert_eq!(out.violations("n1"), 0);
+}
+
+#[test]
+fn nodes_without_pdb_violations_win() {
+    let s = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 1000, 8))
+        .node(node("n2", 1000, 8))
+        .pods([pod("guarded", "free", Some("n1"), 1000), pod("loose", "batch", Some("n2"), 1000)])
+        .pdb(pdb("g", "guarded", 0));
+    let out = s.preempt(online(1000), &["n1", "n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["loose"]))]), "{}", out.explain());
+}
+
+const GANG: &str = "pod-group.scheduling.sigs.k8s.io/name";
+const MIN: &str = "pod-group.scheduling.sigs.k8s.io/min-available";
+
+fn member(name: &str, node: &str, min: &str) -> coloc_extender::model::Pod {
+    pod(name, "batch", Some(node), 1000).label(GANG, "g").annotate(MIN, min)
+}
+
+#[test]
+fn gang_surplus_members_may_go() {
+    // 4 members, minimum 2: evicting two on n1 leaves the gang whole.
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 2000, 8))
+        .node(node("n2", 2000, 8))
+        .pods([member("m-1", "n1", "2"), member("m-2", "n1", "2"), member("m-3", "n2", "2"), member("m-4", "n2", "2")]);
+    let out = s.preempt(online(2000), &["n1"]);
+    assert_eq!(out.victims()["n1"].len(), 2, "{}", out.explain());
+    assert!(out.has("charged", "gang_surplus"));
+}
+
+#[test]
+fn a_gang_is_not_broken_when_another_node_avoids_it() {
+    // Gang of 3 needing all 3; n1 holds a member, n2 a plain batch pod that costs more
+    // by the usual measures (it ran longer) but breaks nothing.
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 1000, 8))
+        .node(node("n2", 1000, 8))
+        .node(node("n3", 2000, 8))
+        .pods([
+            member("m-1", "n1", "3").started(700),
+            member("m-2", "n3", "3"),
+            member("m-3", "n3", "3"),
+            pod("plain", "batch", Some("n2"), 1000).started(99_999),
+        ]);
+    let out = s.preempt(online(1000), &["n1", "n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["plain"]))]), "{}", out.explain());
+    assert!(out.has("charged", "gang_broken"));
+}
+
+#[test]
+fn a_gang_broken_for_lack_of_choice_is_charged_whole() {
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 1000, 8))
+        .node(node("n3", 2000, 8))
+        .pods([member("m-1", "n1", "3"), member("m-2", "n3", "3"), member("m-3", "n3", "3")]);
+    let out = s.preempt(online(1000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["m-1"]))]), "{}", out.explain());
+    let charged = out.explanations.iter().find(|e| e.code == "gang_broken").expect("gang charged");
+    assert!(charged.detail.contains("1 of 3"), "{}", charged.detail);
+}
+
+#[test]
+fn the_tenant_with_the_highest_share_gives_first() {
+    // Tenant "big" holds 5 CPU elsewhere, "small" 1 CPU: on n1 each has one equal pod.
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 2000, 8))
+        .node(node("n2", 8000, 8))
+        .pods([
+            pod("a", "batch", Some("n1"), 1000).ns("big"),
+            pod("b", "batch", Some("n1"), 1000).ns("small"),
+            pod("big-elsewhere", "batch", Some("n2"), 4000).ns("big"),
+        ]);
+    let out = s.preempt(online(1000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["a"]))]), "{}", out.explain());
+}
+
+#[test]
+fn tenant_weights_scale_shares() {
+    // Same usage as above, but "big" has weight 10: its weighted share is now smaller.
+    let s = Scenario::new(policy("strict", "tenants: {weights: {big: 10}}"))
+        .node(node("n1", 2000, 8))
+        .node(node("n2", 8000, 8))
+        .pods([
+            pod("a", "batch", Some("n1"), 1000).ns("big"),
+            pod("b", "batch", Some("n1"), 1000).ns("small"),
+            pod("big-elsewhere", "batch", Some("n2"), 4000).ns("big"),
+        ]);
+    let out = s.preempt(online(1000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["b"]))]), "{}", out.explain());
+}
+
+#[test]
+fn host_port_conflicts_are_resolved_by_evicting_the_holder() {
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 4000, 8))
+        .pods([pod("port-holder", "batch", Some("n1"), 100).host_port(9100), pod("big", "batch", Some("n1"), 1000)]);
+    let out = s.preempt(online(100).host_port(9100), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["port-holder"]))]), "{}", out.explain());
+}
+
+#[test]
+fn extended_resources_count() {
+    let mut n = node("gpu", 8000, 8);
+    n.allocatable.scalar.insert("example.com/gpu".into(), 2);
+    let s = Scenario::new(policy("strict", ""))
+        .node(n)
+        .pods([pod("cpu-only", "batch", Some("gpu"), 1000), pod("gpu-user", "batch", Some("gpu"), 500).scalar("example.com/gpu", 2)]);
+    let out = s.preempt(online(500).scalar("example.com/gpu", 1), &["gpu"]);
+    assert_eq!(out.victims(), BTreeMap::from([("gpu".into(), uids(&["gpu-user"]))]), "{}", out.explain());
+}
+
+#[test]
+fn init_containers_and_overhead_are_counted() {
+    // The preemptor's effective request comes from the wire decoder:
+    // max(init 3 CPU, app 1 CPU) + 250m overhead = 3.25 CPU.
+    let raw = serde_json::json!({
+        "metadata": {"name": "p", "namespace": "default", "uid": "uid-p"},
+        "spec": {
+            "priorityClassName": "online", "priority": 10000,
+            "initContainers": [{"name": "i", "resources": {"requests": {"cpu": "3"}}}],
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}],
+            "overhead": {"cpu": "250m"}
+        }
+    });
+    let k8s: coloc_extender::wire::k8s::Pod = serde_json::from_value(raw).unwrap();
+    let preemptor = k8s.into_model().unwrap();
+    assert_eq!(preemptor.requests, Resources { milli_cpu: 3250, ..Default::default() });
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 4000, 8))
+        .pods([pod("b-1", "batch", Some("n1"), 1000), pod("b-2", "batch", Some("n1"), 1000), pod("b-3", "batch", Some("n1"), 1000), pod("b-4", "batch", Some("n1"), 1000)]);
+    let out = s.preempt(preemptor, &["n1"]);
+    assert_eq!(out.victims()["n1"].len(), 4, "3.25 CPU needs all four: {}", out.explain());
+}
+
+#[test]
+fn sidecar_init_containers_add_to_the_app() {
+    let raw = serde_json::json!({
+        "metadata": {"name": "p"},
+        "spec": {
+            "initContainers": [
+                {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}},
+                {"name": "setup", "resources": {"requests": {"cpu": "2"}}}
+            ],
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]
+        }
+    });
+    let p = serde_json::from_value::<coloc_extender::wire::k8s::Pod>(raw).unwrap().into_model().unwrap();
+    // running: app 1 + sidecar 0.5 = 1.5; init peak: setup 2 + sidecar 0.5 = 2.5.
+    assert_eq!(p.requests.milli_cpu, 2500);
+    assert_eq!(p.requests.memory, 1 << 30);
+}
+
+#[test]
+fn victims_are_returned_highest_priority_first() {
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 2000, 8))
+        .pods([pod("f", "free", Some("n1"), 1000), pod("b", "batch", Some("n1"), 1000)]);
+    let out = s.preempt(online(2000), &["n1"]);
+    assert_eq!(out.victims()["n1"], uids(&["b", "f"]), "{}", out.explain());
+}
+
+#[test]
+fn uid_and_full_modes_agree() {
+    let s = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 3000, 8))
+        .node(node("n2", 3000, 8))
+        .pods([
+            pod("w-1", "batch", Some("n1"), 1000),
+            pod("w-2", "batch", Some("n1"), 2000),
+            pod("f-1", "free", Some("n2"), 1500),
+            pod("w-3", "batch", Some("n2"), 1500),
+        ])
+        .pdb(pdb("w", "w", 0));
+    let view = s.view();
+    let p = online(2000);
+    let meta = s.preempt_with(p.clone(), s.meta_candidates(&p, &["n1", "n2"]), Some(&view));
+    let full = s.preempt_with(p.clone(), s.full_candidates(&p, &["n1", "n2"]), Some(&view));
+    assert_eq!(meta.result, full.result);
+    assert!(!meta.result.node_name_to_meta_victims.is_empty());
+}
+
+#[test]
+fn a_candidate_without_victims_is_returned_as_is() {
+    let s = Scenario::new(policy("strict", "")).node(node("n1", 1000, 8));
+    let p = online(1000);
+    let candidates = s.meta_candidates(&p, &["n1"]);
+    let out = s.preempt_with(p, candidates, Some(&s.view()));
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), vec![])]));
+    assert!(out.has("kept", "no_victims"));
+}
+
+#[test]
+fn without_a_view_uids_cannot_be_judged() {
+    let s = Scenario::new(policy("strict", "")).node(node("n1", 1000, 8)).pods([pod("f", "free", Some("n1"), 1000)]);
+    let p = online(1000);
+    let out = s.preempt_with(p.clone(), s.meta_candidates(&p, &["n1"]), None);
+    assert!(out.victims().is_empty());
+    assert!(out.has("dropped", "no_view_uids_only"));
+}
+
+#[test]
+fn without_a_view_kube_victims_are_kept_only_if_all_allowed() {
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 2000, 8))
+        .node(node("n2", 2000, 8))
+        .pods([
+            pod("ok-1", "free", Some("n1"), 1000),
+            pod("ok-2", "batch", Some("n1"), 1000),
+            pod("ok-3", "batch", Some("n2"), 1000),
+            pod("bare", "free", Some("n2"), 1000).bare(),
+        ]);
+    let p = online(2000);
+    let out = s.preempt_with(p.clone(), s.full_candidates(&p, &["n1", "n2"]), None);
+    // n1 kept with kube's own victims, re-sorted by descending priority; n2 vetoed.
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["ok-2", "ok-1"]))]), "{}", out.explain());
+    assert!(out.has("dropped", "not_recreatable"));
+    assert!(out.has("degraded", "no_view"));
+}
+
+#[test]
+fn without_a_view_a_strict_class_with_kube_reported_violations_is_vetoed() {
+    let s = Scenario::new(policy("strict", "")).node(node("n1", 1000, 8)).pods([pod("w", "batch", Some("n1"), 1000)]);
+    let p = online(1000);
+    let mut candidates = s.full_candidates(&p, &["n1"]);
+    if let coloc_extender::wire::Candidates::Full(m) = &mut candidates {
+        m.get_mut("n1").unwrap().num_pdb_violations = 1;
+    }
+    let out = s.preempt_with(p, candidates, None);
+    assert!(out.victims().is_empty());
+    assert!(out.has("dropped", "pdb_strict"));
+}
+
+#[test]
+fn a_node_unknown_to_the_view_falls_back_to_kube_victims() {
+    let s = Scenario::new(policy("strict", "")).node(node("n1", 1000, 8)).pods([pod("f", "free", Some("ghost"), 1000)]);
+    let p = online(1000);
+    let out = s.preempt_with(p.clone(), s.full_candidates(&p, &["ghost"]), Some(&s.view()));
+    assert_eq!(out.victims(), BTreeMap::from([("ghost".into(), uids(&["f"]))]));
+    assert!(out.has("degraded", "node_not_in_view"));
+    // In UID form there is nothing to judge: the node is dropped.
+    let out = s.preempt_with(p.clone(), s.meta_candidates(&p, &["ghost"]), Some(&s.view()));
+    assert!(out.victims().is_empty());
+    assert!(out.has("dropped", "node_not_in_view"));
+}
+
+#[test]
+fn uids_proposed_on_another_node_are_never_returned_there() {
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 1000, 8))
+        .node(node("n2", 1000, 8))
+        .pods([pod("here", "free", Some("n1"), 1000), pod("there", "free", Some("n2"), 1000)]);
+    let p = online(1000);
+    let candidates = coloc_extender::wire::Candidates::Meta(BTreeMap::from([(
+        "n1".to_string(),
+        coloc_extender::wire::request::MetaVictims { uids: uids(&["there", "nobody"]), num_pdb_violations: 0 },
+    )]));
+    let out = s.preempt_with(p, candidates, Some(&s.view()));
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["here"]))]), "{}", out.explain());
+    assert!(out.has("ignored", "victim_elsewhere"));
+    assert!(out.has("ignored", "unknown_uid"));
+}
