@@ -52,19 +52,23 @@ struct Victim<'a> {
     pod: &'a Pod,
     class: ClassId,
     priority: i32,
+    /// `status.startTime`: `None` for pods that never started.
     running_since: Option<Timestamp>,
     tenant_share: f64,
     gang: Option<String>,
 }
 
 impl Victim<'_> {
-    /// Most valuable first: class order, priority, longer running, lower tenant share.
+    /// Most valuable first: class order, priority, longer running, lower tenant share,
+    /// then smaller (evicting the bigger of two equals frees more with fewer victims).
     fn value_order(&self, other: &Self) -> Ordering {
+        let size = |v: &Victim| (v.pod.requests.milli_cpu, v.pod.requests.memory);
         self.class
             .cmp(&other.class)
             .then(other.priority.cmp(&self.priority))
             .then(self.running_since.unwrap_or(i64::MAX).cmp(&other.running_since.unwrap_or(i64::MAX)))
             .then(self.tenant_share.total_cmp(&other.tenant_share))
+            .then(size(self).cmp(&size(other)))
             .then_with(|| (&self.pod.namespace, &self.pod.name).cmp(&(&other.pod.namespace, &other.pod.name)))
     }
 }
@@ -236,7 +240,8 @@ fn victim<'a>(ctx: &Context, pod: &'a Pod, class: ClassId, view: Option<&View>) 
         pod,
         class,
         priority: ctx.priority_of(pod),
-        running_since: pod.running_since(),
+        // Like kube-scheduler, a pod that never started has run for no time at all.
+        running_since: pod.start_time,
         tenant_share: view.map(|v| v.tenant_share(&ctx.policy.tenants.tenant_of(pod))).unwrap_or(0.0),
         gang: ctx.policy.gangs.group_of(pod),
     }

@@ -1,0 +1,300 @@
+//! The payloads a real kube-scheduler v1.35 sent (tests/fixtures/payloads, both
+//! nodeCacheCapable modes), answered through the same data path `serve` and `replay`
+//! use, against answers worked out by hand for each policy.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use coloc_extender::cluster::{snapshot, View};
+use coloc_extender::pipeline::{answer, Verb};
+use coloc_extender::policy::Policy;
+use rstest::rstest;
+use serde_json::Value;
+
+/// Shortly after the recording; every recorded pod is older than the default's 2m minimum.
+const NOW: &str = "2026-11-21T19:00:00Z";
+
+fn now() -> i64 {
+    NOW.parse::<jiff::Timestamp>().unwrap().as_second()
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/payloads")
+}
+
+fn policy(name: &str) -> Policy {
+    match name {
+        "default" => Policy::builtin_default(),
+        other => Policy::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join(other)).unwrap(),
+    }
+}
+
+struct Recorded {
+    request: Vec<u8>,
+    snapshot: PathBuf,
+}
+
+fn preempt_request(round: &str, seq: &str) -> Recorded {
+    let dir = fixtures().join(round);
+    Recorded {
+        request: std::fs::read(dir.join(format!("{seq}-preempt.json"))).unwrap(),
+        snapshot: dir.join(format!("{seq}-preempt.snapshot.json")),
+    }
+}
+
+/// Pod names by UID, from the snapshot taken with the request.
+fn names(snapshot_path: &Path) -> HashMap<String, String> {
+    let v: Value = serde_json::from_slice(&std::fs::read(snapshot_path).unwrap()).unwrap();
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["kind"] == "Pod")
+        .map(|p| (p["metadata"]["uid"].as_str().unwrap().to_string(), p["metadata"]["name"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+type Victims = BTreeMap<String, (Vec<String>, i64)>;
+
+/// Runs preempt and returns node → (victim names in answer order, NumPDBViolations),
+/// plus the (verdict, node, code) triples of the explanation.
+fn run_preempt(rec: &Recorded, policy: &Policy, with_view: bool) -> (Victims, Vec<(String, String, String)>) {
+    let view = with_view.then(|| View::build(snapshot::load(&rec.snapshot).unwrap(), policy));
+    let a = answer(Verb::Preempt, &rec.request, policy, view.as_ref(), now()).unwrap();
+    let body: Value = serde_json::from_slice(&a.body).unwrap();
+    let names = names(&rec.snapshot);
+    let victims = body["NodeNameToMetaVictims"]
+        .as_object()
+        .expect("preempt always answers NodeNameToMetaVictims")
+        .iter()
+        .map(|(node, v)| {
+            let pods = v["Pods"].as_array().unwrap().iter().map(|p| names[p["UID"].as_str().unwrap()].clone()).collect();
+            (node.clone(), (pods, v["NumPDBViolations"].as_i64().unwrap()))
+        })
+        .collect();
+    let reasons = a
+        .explanations
+        .iter()
+        .map(|e| (e.verdict.to_string(), e.node.clone().unwrap_or_default(), e.code.to_string()))
+        .collect();
+    (victims, reasons)
+}
+
+fn dropped(reasons: &[(String, String, String)]) -> BTreeMap<String, String> {
+    reasons.iter().filter(|(v, _, _)| v == "dropped").map(|(_, n, c)| (n.clone(), c.clone())).collect()
+}
+
+fn map(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
+    entries.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+}
+
+// ---- default policy (batch: strict PDBs, recreatable only) -----------------------------
+
+#[rstest]
+fn default_policy_without_view_vetoes_every_recorded_candidate(#[values("0037", "0039", "0041", "0043")] seq: &str) {
+    // r1 carries kube's own victims. Every candidate either proposes a bare pod (lost
+    // for good: gang-a-*, gpu-batch-*, hostport-batch, free-*), or, on node-c1, a PDB
+    // violation that a strict class never accepts.
+    let rec = preempt_request("r1-nodecache-false", seq);
+    let (victims, reasons) = run_preempt(&rec, &policy("default"), false);
+    assert!(victims.is_empty(), "{victims:?}");
+    let expected = match seq {
+        "0037" => map(&[("node-a1", "not_recreatable"), ("node-a2", "not_recreatable"), ("node-c1", "pdb_strict"), ("node-gpu1", "not_recreatable")]),
+        "0039" => map(&[("node-a1", "not_recreatable"), ("node-a2", "not_recreatable"), ("node-c1", "pdb_strict")]),
+        _ => map(&[("node-gpu1", "not_recreatable")]),
+    };
+    assert_eq!(dropped(&reasons), expected);
+}
+
+#[rstest]
+fn uids_without_a_view_are_never_passed_through(#[values("0037", "0039", "0041", "0043")] seq: &str) {
+    let rec = preempt_request("r2-nodecache-true", seq);
+    let (victims, reasons) = run_preempt(&rec, &policy("default"), false);
+    assert!(victims.is_empty());
+    assert!(dropped(&reasons).values().all(|c| c == "no_view_uids_only"), "{reasons:?}");
+}
+
+#[rstest]
+fn default_policy_with_view_finds_no_node_that_keeps_every_promise(
+    #[values("r1-nodecache-false", "r2-nodecache-true")] round: &str,
+    #[values("0037", "0039", "0041", "0043")] seq: &str,
+) {
+    // With full knowledge: node-a1 and node-gpu1 hold too many protected (bare) pods to
+    // free 3 CPUs; node-a2 and node-c1 could, but only past a PDB budget (strict).
+    // online-gpu and online-hostport need a bare pod gone: nothing may be evicted.
+    let rec = preempt_request(round, seq);
+    let (victims, reasons) = run_preempt(&rec, &policy("default"), true);
+    assert!(victims.is_empty(), "{victims:?}");
+    let expected = match seq {
+        "0037" => map(&[("node-a1", "does_not_fit"), ("node-a2", "pdb_strict"), ("node-c1", "pdb_strict"), ("node-gpu1", "does_not_fit")]),
+        "0039" => map(&[("node-a1", "does_not_fit"), ("node-a2", "pdb_strict"), ("node-c1", "pdb_strict")]),
+        _ => map(&[("node-gpu1", "does_not_fit")]),
+    };
+    assert_eq!(dropped(&reasons), expected);
+}
+
+// ---- custom PriorityClass names, best-effort PDBs, free pods may be lost ---------------
+
+#[rstest]
+fn custom_policy_with_view_takes_recreatable_workers_not_bare_pods(
+    #[values("r1-nodecache-false", "r2-nodecache-true")] round: &str,
+    #[values("0037", "0039")] seq: &str,
+) {
+    // Where kube-scheduler took gpu-batch-1 + free-3 (lost forever) or broke gang-a,
+    // the policy takes three ReplicaSet workers on node-a2: they come back, the gang
+    // stays whole, one PDB violation is the least any candidate needs (best-effort).
+    let rec = preempt_request(round, seq);
+    let (victims, reasons) = run_preempt(&rec, &policy("policy/custom-priority-classes.yaml"), true);
+    let expected: Victims = BTreeMap::from([(
+        "node-a2".to_string(),
+        (vec!["worker-1".to_string(), "worker-4".to_string(), "worker-5".to_string()], 1),
+    )]);
+    assert_eq!(victims, expected);
+    let d = dropped(&reasons);
+    assert_eq!(d.get("node-c1").map(String::as_str), Some("outranked"));
+    assert_eq!(d.get("node-a1").map(String::as_str), Some("outranked"));
+    if seq == "0037" {
+        assert_eq!(d.get("node-gpu1").map(String::as_str), Some("does_not_fit"));
+    }
+}
+
+#[rstest]
+fn custom_policy_never_evicts_bare_gpu_or_hostport_pods(
+    #[values("r1-nodecache-false", "r2-nodecache-true")] round: &str,
+    #[values("0041", "0043")] seq: &str,
+) {
+    let rec = preempt_request(round, seq);
+    let (victims, reasons) = run_preempt(&rec, &policy("policy/custom-priority-classes.yaml"), true);
+    assert!(victims.is_empty());
+    assert_eq!(dropped(&reasons), map(&[("node-gpu1", "does_not_fit")]));
+    let spared: Vec<_> = reasons.iter().filter(|(v, _, c)| v == "spared" && c == "not_recreatable").collect();
+    assert!(!spared.is_empty());
+}
+
+// ---- differential: a plain-priority policy agrees with kube-scheduler ------------------
+
+/// kube-scheduler compares candidate victim sets by PDB violations, highest priority,
+/// priority sum and count. Among equal-priority pods that never started its order is
+/// arbitrary (GetPodStartTime returns time.Now() for each call), so identical sets are
+/// only required where the choice is forced.
+#[rstest]
+fn plain_priority_policy_matches_kube_schedulers_choices(
+    #[values("r1-nodecache-false", "r2-nodecache-true")] round: &str,
+    #[values("0037", "0039", "0041", "0043")] seq: &str,
+) {
+    let rec = preempt_request(round, seq);
+    let policy = Policy::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/plain-priority.yaml")).unwrap();
+    let (ours, _) = run_preempt(&rec, &policy, true);
+    let names = names(&rec.snapshot);
+    let request: Value = serde_json::from_slice(&rec.request).unwrap();
+    let prio: HashMap<String, i64> = {
+        let v: Value = serde_json::from_slice(&std::fs::read(&rec.snapshot).unwrap()).unwrap();
+        v["items"].as_array().unwrap().iter().filter(|i| i["kind"] == "Pod")
+            .map(|p| (p["metadata"]["name"].as_str().unwrap().to_string(), p["spec"]["priority"].as_i64().unwrap()))
+            .collect()
+    };
+    let kube: Victims = match (request["NodeNameToVictims"].as_object(), request["NodeNameToMetaVictims"].as_object()) {
+        (Some(full), _) => full
+            .iter()
+            .map(|(n, v)| {
+                let pods = v["Pods"].as_array().unwrap().iter().map(|p| p["metadata"]["name"].as_str().unwrap().to_string()).collect();
+                (n.clone(), (pods, v["NumPDBViolations"].as_i64().unwrap()))
+            })
+            .collect(),
+        (None, Some(meta)) => meta
+            .iter()
+            .map(|(n, v)| {
+                let pods = v["Pods"].as_array().unwrap().iter().map(|p| names[p["UID"].as_str().unwrap()].clone()).collect();
+                (n.clone(), (pods, v["NumPDBViolations"].as_i64().unwrap()))
+            })
+            .collect(),
+        _ => unreachable!(),
+    };
+    assert_eq!(ours.keys().collect::<Vec<_>>(), kube.keys().collect::<Vec<_>>(), "same candidate nodes survive");
+    for (node, (kube_pods, kube_violations)) in &kube {
+        let (our_pods, our_violations) = &ours[node];
+        let shape = |pods: &[String]| {
+            let mut p: Vec<i64> = pods.iter().map(|n| prio[n]).collect();
+            p.sort_unstable_by(|a, b| b.cmp(a));
+            p
+        };
+        assert_eq!(our_violations, kube_violations, "{node}: PDB violations");
+        assert_eq!(shape(our_pods), shape(kube_pods), "{node}: victim priorities ours {our_pods:?} kube {kube_pods:?}");
+        let forced = matches!((seq, node.as_str()), ("0041", _) | ("0043", _) | (_, "node-a1"));
+        if forced {
+            let (mut a, mut b) = (our_pods.clone(), kube_pods.clone());
+            a.sort();
+            b.sort();
+            assert_eq!(a, b, "{node}: the only possible victims");
+        }
+    }
+}
+
+// ---- filter and prioritize -------------------------------------------------------------
+
+fn index(round: &str) -> Vec<Value> {
+    std::fs::read_to_string(fixtures().join(round).join("index.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[rstest]
+fn filter_answers_follow_placement_rules(#[values("r1-nodecache-false", "r2-nodecache-true")] round: &str) {
+    let policy = policy("default");
+    let snap = snapshot::load(&fixtures().join(round).join("0037-preempt.snapshot.json")).unwrap();
+    let view = View::build(snap, &policy);
+    let mut checked = 0;
+    for entry in index(round).iter().filter(|e| e["verb"] == "filter") {
+        let seq = format!("{:04}", entry["seq"].as_u64().unwrap());
+        let body = std::fs::read(fixtures().join(round).join(format!("{seq}-filter.json"))).unwrap();
+        let pod = entry["pod"].as_str().unwrap();
+        let a = answer(Verb::Filter, &body, &policy, Some(&view), now()).unwrap();
+        let out: Value = serde_json::from_slice(&a.body).unwrap();
+        let unresolvable: Vec<&String> = out["FailedAndUnresolvableNodes"].as_object().unwrap().keys().collect();
+        let input: Value = serde_json::from_slice(&body).unwrap();
+        let input_names: Vec<String> = match input["NodeNames"].as_array() {
+            Some(n) => n.iter().map(|x| x.as_str().unwrap().to_string()).collect(),
+            None => input["Nodes"]["items"].as_array().unwrap().iter().map(|n| n["metadata"]["name"].as_str().unwrap().to_string()).collect(),
+        };
+        let expected: Vec<&str> = if pod == "online/online-toobig" {
+            // 5 CPUs on 4-CPU nodes: no preemption can help anywhere.
+            input_names.iter().map(String::as_str).collect()
+        } else if pod.starts_with("batch/") {
+            input_names.iter().map(String::as_str).filter(|n| *n == "node-b1").collect()
+        } else {
+            vec![]
+        };
+        assert_eq!(unresolvable, expected, "{round} {seq} {pod}");
+        let kept = out["Nodes"]["items"].as_array().map(|i| i.len()).or(out["NodeNames"].as_array().map(|n| n.len())).unwrap();
+        assert_eq!(kept + unresolvable.len(), input_names.len(), "{round} {seq}: every node is kept or failed");
+        assert!(out["FailedNodes"].as_object().unwrap().is_empty());
+        checked += 1;
+    }
+    assert!(checked >= 20, "only {checked} filter payloads");
+}
+
+#[rstest]
+fn prioritize_scores_stay_in_range_and_prefer_colocation_nodes_for_batch(#[values("r1-nodecache-false", "r2-nodecache-true")] round: &str) {
+    let policy = policy("default");
+    let snap = snapshot::load(&fixtures().join(round).join("0037-preempt.snapshot.json")).unwrap();
+    let view = View::build(snap, &policy);
+    let mut checked = 0;
+    for entry in index(round).iter().filter(|e| e["verb"] == "prioritize") {
+        let seq = format!("{:04}", entry["seq"].as_u64().unwrap());
+        let body = std::fs::read(fixtures().join(round).join(format!("{seq}-prioritize.json"))).unwrap();
+        for v in [None, Some(&view)] {
+            let a = answer(Verb::Prioritize, &body, &policy, v, now()).unwrap();
+            let scores: Vec<Value> = serde_json::from_slice(&a.body).unwrap();
+            assert!(!scores.is_empty());
+            for s in &scores {
+                let score = s["Score"].as_i64().unwrap();
+                assert!((0..=10).contains(&score), "{seq}: {s}");
+                assert!(s["Host"].is_string());
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 10);
+}
