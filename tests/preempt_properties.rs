@@ -1,0 +1,150 @@
+//! Properties of every preempt answer, over generated clusters.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+use coloc_extender::decide::fit::{fits, NodeUsage};
+use coloc_extender::model::Pod;
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+struct GenPod {
+    class: &'static str,
+    cpu: i64,
+    bare: bool,
+    age: i64,
+    port: bool,
+    app: u8,
+}
+
+fn gen_pod() -> impl Strategy<Value = GenPod> {
+    (
+        prop_oneof![Just("batch"), Just("free"), Just("online")],
+        1i64..=30,
+        prop::bool::weighted(0.2),
+        prop_oneof![Just(60i64), Just(7200i64)],
+        prop::bool::weighted(0.1),
+        0u8..3,
+    )
+        .prop_map(|(class, cpu, bare, age, port, app)| GenPod { class, cpu: cpu * 100, bare, age, port, app })
+}
+
+fn gen_cluster() -> impl Strategy<Value = (Vec<(i64, Vec<GenPod>)>, Vec<i32>, i64, bool, &'static str)> {
+    (
+        prop::collection::vec((10i64..=80, prop::collection::vec(gen_pod(), 0..10)), 1..5),
+        prop::collection::vec(0i32..3, 3),
+        1i64..=40,
+        prop::bool::weighted(0.2),
+        prop_oneof![Just("strict"), Just("prefer")],
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_answer_is_sound_and_minimal((nodes, budgets, want, want_port, pdb_mode) in gen_cluster()) {
+        let mut s = Scenario::new(policy(pdb_mode, "maxCandidates: 100"));
+        let mut names = Vec::new();
+        for (i, (cpu, pods)) in nodes.iter().enumerate() {
+            let name = format!("n{i}");
+            s = s.node(node(&name, cpu * 100, 64));
+            let mut used = 0;
+            for (j, g) in pods.iter().enumerate() {
+                if used + g.cpu > cpu * 100 {
+                    continue; // kube-scheduler never overcommits a node
+                }
+                used += g.cpu;
+                let mut p = pod(&format!("p{i}x{j}"), g.class, Some(&name), g.cpu).started(g.age).label("app", &format!("app{}", g.app));
+                if g.bare {
+                    p = p.bare();
+                }
+                if g.port {
+                    p = p.host_port(9100);
+                }
+                s = s.pods([p]);
+            }
+            names.push(name);
+        }
+        for (app, allowed) in budgets.iter().enumerate() {
+            s = s.pdb(pdb(&format!("pdb{app}"), &format!("app{app}"), *allowed));
+        }
+        let mut preemptor = pod("preemptor", "online", None, want * 100);
+        if want_port {
+            preemptor = preemptor.host_port(9100);
+        }
+        // kube-scheduler proposes only nodes with lower-priority pods (an empty victim list
+        // is a placeholder returned as is, tested elsewhere).
+        let node_refs: Vec<&str> = names
+            .iter()
+            .map(String::as_str)
+            .filter(|n| s.objects.pods.iter().any(|p| p.node_name.as_deref() == Some(*n) && p.priority_class_name.as_deref() != Some("online")))
+            .collect();
+        prop_assume!(!node_refs.is_empty());
+        let out = s.preempt(preemptor.clone(), &node_refs);
+
+        let by_uid: HashMap<&str, &Pod> = s.objects.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
+        for (node_name, victims) in out.victims() {
+            let node = s.objects.nodes.iter().find(|n| n.name == node_name).unwrap();
+            let on_node: Vec<&Pod> = s.objects.pods.iter().filter(|p| p.node_name.as_deref() == Some(&node_name)).collect();
+            let victims: Vec<&Pod> = victims.iter().map(|u| by_uid[u.as_str()]).collect();
+            for v in &victims {
+                // Only pods on that node, never protected ones.
+                prop_assert_eq!(v.node_name.as_deref(), Some(node_name.as_str()));
+                prop_assert!(v.class_name() != "online", "online pod {} returned", v.name);
+                prop_assert!(v.controller.is_some(), "bare pod {} returned", v.name);
+                prop_assert!(!(v.class_name() == "batch" && v.start_time == Some(NOW - 60)), "fresh batch pod {} returned", v.name);
+            }
+            // The preemptor fits once they are gone...
+            let remaining = on_node.iter().copied().filter(|p| !victims.iter().any(|v| v.uid == p.uid));
+            let usage = NodeUsage::of(remaining);
+            prop_assert!(fits(&preemptor, node, &usage).is_ok(), "does not fit on {} after evicting {:?}", node_name, victims.iter().map(|v| &v.name).collect::<Vec<_>>());
+            // ...and no single victim could have been spared.
+            for v in &victims {
+                let mut with_v = usage.clone();
+                with_v.add(v);
+                prop_assert!(fits(&preemptor, node, &with_v).is_err(), "{} could be spared on {}", v.name, node_name);
+            }
+            // Highest priority first.
+            let prios: Vec<i32> = victims.iter().map(|v| v.priority.unwrap()).collect();
+            prop_assert!(prios.windows(2).all(|w| w[0] >= w[1]), "order {:?}", prios);
+            // NumPDBViolations is exact; strict classes never violate.
+            let mut counted: HashMap<String, i32> = HashMap::new();
+            let mut violations = 0;
+            for v in &victims {
+                let mut violated = false;
+                for p in s.objects.pdbs.iter().filter(|p| p.covers(v)) {
+                    let left = counted.entry(p.name.clone()).or_insert(p.disruptions_allowed);
+                    *left -= 1;
+                    violated |= *left < 0;
+                }
+                if violated {
+                    violations += 1;
+                }
+            }
+            prop_assert_eq!(out.violations(&node_name), violations as i64);
+            if pdb_mode == "strict" {
+                // A budget that only strict (batch) victims draw on is never exceeded.
+                for p in &s.objects.pdbs {
+                    let covered: Vec<&&Pod> = victims.iter().filter(|v| p.covers(v)).collect();
+                    if covered.iter().all(|v| v.class_name() == "batch") {
+                        prop_assert!(covered.len() as i32 <= p.disruptions_allowed.max(0),
+                            "strict batch pods pushed past {} on {}", p.name, node_name);
+                    }
+                }
+            }
+        }
+    }
+}
+
+trait ClassName {
+    fn class_name(&self) -> &str;
+}
+
+impl ClassName for Pod {
+    fn class_name(&self) -> &str {
+        self.priority_class_name.as_deref().unwrap_or("")
+    }
+}
