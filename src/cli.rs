@@ -157,7 +157,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 
 fn init_logging(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     if json {
         builder.json().flatten_event(true).init();
     } else {
@@ -211,7 +215,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     if let Some(addr) = args.health_listen {
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
-        let health = http::router(state.clone(), "/-unused-");
+        let health = http::health_router(state.clone());
         let mut rx = stop_rx.clone();
         tokio::spawn(http::server::serve(listener, health, Default::default(), async move {
             let _ = rx.changed().await;

@@ -22,6 +22,8 @@ pub use state::{system_now, AppState, Limits, ViewSource};
 /// The service's routes: `POST {prefix}/{filter,prioritize,preempt}`, `GET /healthz`,
 /// `/readyz`, `/metrics`. `prefix` is "" or starts with '/'.
 pub fn router(state: AppState, prefix: &str) -> Router {
+    // Install the recorder before the first request records anything.
+    metrics::handle();
     let prefix = prefix.trim_end_matches('/');
     let permits = Arc::new(Semaphore::new(state.limits.max_concurrency));
     let timeout = state.limits.request_timeout;
@@ -48,6 +50,19 @@ pub fn router(state: AppState, prefix: &str) -> Router {
                 "method_not_allowed",
                 format!("{} is not allowed on {}: expected {not_allowed}", req.method(), req.uri().path()),
             )
+        })
+        .with_state(state)
+}
+
+/// Only `/healthz`, `/readyz` and `/metrics`: for a plain-HTTP port that probes and
+/// Prometheus can reach without the client certificate the verbs require.
+pub fn health_router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(handlers::healthz))
+        .route("/readyz", get(handlers::readyz))
+        .route("/metrics", get(handlers::metrics_text))
+        .fallback(|req: Request| async move {
+            ApiError::new(StatusCode::NOT_FOUND, "unknown_path", format!("no route for {}: this port serves /healthz, /readyz, /metrics", req.uri().path()))
         })
         .with_state(state)
 }

@@ -1,0 +1,162 @@
+//! The whole data path per verb — parse + decide + encode, exactly what `serve` and
+//! `replay` run — via `coloc_extender::pipeline::answer`, on synthetic payloads shaped like
+//! real kube-scheduler requests.
+//!
+//!     cargo bench --bench verbs                 # everything (~5-8 min on 2 cores)
+//!     cargo bench --bench verbs -- filter       # only benchmarks whose name matches
+//!
+//! Inputs are generated on first use by `python3 tools/gen-payloads ...` into
+//! `target/bench-payloads/` and reused afterwards (cached by file name; delete the
+//! directory to regenerate). Figures and targets: docs/performance.md.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+use coloc_extender::cluster::{snapshot, View};
+use coloc_extender::pipeline::{self, Verb};
+use coloc_extender::policy::Policy;
+use divan::{black_box, Bencher};
+
+/// A fixed decision time, so runs compare (pods in the payloads start in 2026).
+const NOW: i64 = 1_800_000_000;
+const VICTIMS: usize = 30;
+
+fn main() {
+    divan::main();
+}
+
+fn policy() -> &'static Policy {
+    static P: OnceLock<Policy> = OnceLock::new();
+    P.get_or_init(Policy::builtin_default)
+}
+
+fn payload_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("bench-payloads")
+}
+
+/// `gen-payloads <args>` output, generated once into target/bench-payloads/ and kept in
+/// memory for the rest of the run.
+fn payload(args: &[&str]) -> &'static [u8] {
+    static CACHE: OnceLock<Mutex<HashMap<String, &'static [u8]>>> = OnceLock::new();
+    let name = format!("{}.json", args.join("").replace("--", "-").trim_start_matches('-'));
+    let mut cache = CACHE.get_or_init(Default::default).lock().unwrap();
+    if let Some(bytes) = cache.get(&name) {
+        return bytes;
+    }
+    let dir = payload_dir();
+    let path = dir.join(&name);
+    if !path.exists() {
+        std::fs::create_dir_all(&dir).expect("create target/bench-payloads");
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools/gen-payloads");
+        let out = Command::new("python3").arg(&script).args(args).output().expect("run python3 tools/gen-payloads");
+        assert!(out.status.success(), "gen-payloads {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        // Write then rename, so an interrupted run never leaves a truncated cache file.
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, &out.stdout).expect("write payload");
+        std::fs::rename(&tmp, &path).expect("rename payload");
+    }
+    let bytes: &'static [u8] = Vec::leak(std::fs::read(&path).expect("read payload"));
+    cache.insert(name, bytes);
+    bytes
+}
+
+fn filter_body(nodes: usize, mode: &str) -> &'static [u8] {
+    payload(&["filter", "--nodes", &nodes.to_string(), "--mode", mode])
+}
+
+fn preempt_body(nodes: usize, mode: &str) -> &'static [u8] {
+    payload(&["preempt", "--nodes", &nodes.to_string(), "--victims", &VICTIMS.to_string(), "--mode", mode])
+}
+
+/// The cluster view matching `preempt --nodes N --victims 30` (same seed).
+fn view(nodes: usize) -> &'static View {
+    static VIEWS: OnceLock<Mutex<HashMap<usize, &'static View>>> = OnceLock::new();
+    let mut views = VIEWS.get_or_init(Default::default).lock().unwrap();
+    views.entry(nodes).or_insert_with(|| {
+        let bytes = payload(&["snapshot", "--nodes", &nodes.to_string(), "--victims", &VICTIMS.to_string()]);
+        let objects = snapshot::parse(bytes).expect("generated snapshot parses");
+        Box::leak(Box::new(View::build(objects, policy())))
+    })
+}
+
+fn run(bencher: Bencher, verb: Verb, body: &'static [u8], view: Option<&'static View>) {
+    // Fail loudly (once, untimed) if the payload is rejected: a benchmark of an error
+    // path would look wonderfully fast.
+    let first = pipeline::answer(verb, body, policy(), view, NOW).unwrap_or_else(|e| panic!("{verb:?} rejected its payload: {e}"));
+    assert!(!first.body.is_empty());
+    bencher
+        .counter(divan::counter::BytesCount::new(body.len()))
+        .bench(|| pipeline::answer(verb, black_box(body), policy(), view, NOW).map(|a| a.body.len()).unwrap());
+}
+
+// Heavy cases (40 MB bodies) take ~0.1-0.5 s per call: a handful of samples each, and a
+// time cap per benchmark keeps the whole run under ~10 minutes on 2 cores.
+const SIZES: [usize; 3] = [100, 1_000, 5_000];
+
+mod filter {
+    use super::*;
+
+    /// `nodeCacheCapable: false`: full Node objects in, kept raw Node objects out.
+    #[divan::bench(args = SIZES, sample_count = 30, max_time = 8)]
+    fn full(bencher: Bencher, nodes: usize) {
+        run(bencher, Verb::Filter, filter_body(nodes, "full"), None);
+    }
+
+    /// `nodeCacheCapable: true`: node names in and out.
+    #[divan::bench(args = SIZES, sample_count = 100, max_time = 3)]
+    fn names(bencher: Bencher, nodes: usize) {
+        run(bencher, Verb::Filter, filter_body(nodes, "names"), None);
+    }
+}
+
+mod prioritize {
+    use super::*;
+
+    #[divan::bench(args = SIZES, sample_count = 30, max_time = 8)]
+    fn full(bencher: Bencher, nodes: usize) {
+        run(bencher, Verb::Prioritize, filter_body(nodes, "full"), None);
+    }
+
+    #[divan::bench(args = SIZES, sample_count = 100, max_time = 3)]
+    fn names(bencher: Bencher, nodes: usize) {
+        run(bencher, Verb::Prioritize, filter_body(nodes, "names"), None);
+    }
+}
+
+/// Candidate nodes × 30 victims each.
+mod preempt {
+    use super::*;
+
+    const CANDIDATES: [usize; 2] = [10, 100];
+
+    /// Full victim Pods, no cluster view: judge kube-scheduler's victims only.
+    #[divan::bench(args = CANDIDATES, sample_count = 50, max_time = 5)]
+    fn full(bencher: Bencher, nodes: usize) {
+        run(bencher, Verb::Preempt, preempt_body(nodes, "full"), None);
+    }
+
+    /// Victim UIDs only, no cluster view.
+    #[divan::bench(args = CANDIDATES, sample_count = 50, max_time = 5)]
+    fn meta(bencher: Bencher, nodes: usize) {
+        run(bencher, Verb::Preempt, preempt_body(nodes, "meta"), None);
+    }
+
+    /// Full victim Pods with the matching cluster view: full re-selection.
+    #[divan::bench(args = CANDIDATES, sample_count = 50, max_time = 5)]
+    fn full_view(bencher: Bencher, nodes: usize) {
+        let view = view(nodes);
+        run(bencher, Verb::Preempt, preempt_body(nodes, "full"), Some(view));
+    }
+
+    /// Victim UIDs with the matching cluster view.
+    #[divan::bench(args = CANDIDATES, sample_count = 50, max_time = 5)]
+    fn meta_view(bencher: Bencher, nodes: usize) {
+        let view = view(nodes);
+        run(bencher, Verb::Preempt, preempt_body(nodes, "meta"), Some(view));
+    }
+}
