@@ -45,8 +45,13 @@ pub struct Answer {
     pub explanations: Vec<Explanation>,
 }
 
+/// Answers with `view` as the whole truth (replay, tests, benchmarks).
 pub fn answer(verb: Verb, body: &[u8], policy: &Policy, view: Option<&View>, now: Timestamp) -> Result<Answer, DecodeError> {
-    let ctx = Context { policy, view, now };
+    answer_in(verb, body, &Context { policy, view, view_expected: view.is_some(), now })
+}
+
+pub fn answer_in(verb: Verb, body: &[u8], ctx: &Context) -> Result<Answer, DecodeError> {
+    let ctx = *ctx;
     match verb {
         Verb::Filter => {
             let args = wire::decode_extender_args(body)?;

@@ -412,3 +412,23 @@ fn uids_proposed_on_another_node_are_never_returned_there() {
     assert!(out.has("ignored", "victim_elsewhere"));
     assert!(out.has("ignored", "unknown_uid"));
 }
+
+#[test]
+fn an_unusable_view_degrades_or_refuses_per_class() {
+    let yaml = |mode: &str| {
+        coloc_extender::policy::Policy::from_yaml(&format!(
+            "defaultClass: online\nclasses:\n  - name: online\n    preempts: [free]\n    withoutView: {mode}\n  - name: free\n    match: [{{priorityClassNames: [free]}}]\n    victim: {{allowed: true}}\n"
+        ))
+        .unwrap()
+    };
+    for (mode, expect_victims) in [("degrade", true), ("refuse", false)] {
+        let mut s = Scenario::new(yaml(mode)).node(node("n1", 1000, 8)).pods([pod("f", "free", Some("n1"), 1000)]);
+        s.view_expected = true;
+        let p = online(1000);
+        let out = s.preempt_with(p.clone(), s.full_candidates(&p, &["n1"]), None);
+        assert_eq!(!out.victims().is_empty(), expect_victims, "{mode}: {}", out.explain());
+        if !expect_victims {
+            assert!(out.has("refused", "view_not_ready"));
+        }
+    }
+}

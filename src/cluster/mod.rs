@@ -5,6 +5,7 @@ pub mod snapshot;
 mod view;
 pub mod watch;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
@@ -15,10 +16,16 @@ pub use view::{Objects, View};
 #[derive(Default)]
 pub struct ViewCell {
     current: ArcSwapOption<View>,
+    /// The source has been failing long enough that the view can no longer be trusted.
+    stale: AtomicBool,
 }
 
 impl ViewCell {
+    /// The view decisions may use: `None` until the first sync, and while stale.
     pub fn load(&self) -> Option<Arc<View>> {
+        if self.stale.load(Ordering::Relaxed) {
+            return None;
+        }
         self.current.load_full()
     }
 
@@ -26,7 +33,11 @@ impl ViewCell {
         self.current.store(Some(Arc::new(view)));
     }
 
+    pub fn set_stale(&self, stale: bool) {
+        self.stale.store(stale, Ordering::Relaxed);
+    }
+
     pub fn is_ready(&self) -> bool {
-        self.current.load().is_some()
+        self.current.load().is_some() && !self.stale.load(Ordering::Relaxed)
     }
 }

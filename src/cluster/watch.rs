@@ -29,8 +29,26 @@ use crate::wire::k8s;
 pub struct Freshness {
     /// Unix seconds of the last successful watch event of any kind.
     pub last_event: AtomicI64,
-    /// A watch is failing right now (API server unreachable, RBAC, ...).
-    pub failing: AtomicBool,
+    /// Unix seconds since which a watch has been failing (API server unreachable, RBAC,
+    /// ...); 0 while all is well.
+    pub failing_since: AtomicI64,
+}
+
+impl Freshness {
+    fn failed(&self, now: i64) {
+        let _ = self.failing_since.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    fn succeeded(&self, now: i64) {
+        self.failing_since.store(0, Ordering::Relaxed);
+        self.last_event.store(now, Ordering::Relaxed);
+    }
+
+    /// Failing for longer than `limit` seconds at `now`?
+    pub fn is_stale(&self, now: i64, limit: i64) -> bool {
+        let since = self.failing_since.load(Ordering::Relaxed);
+        since != 0 && now - since > limit
+    }
 }
 
 /// Objects of one kind, keyed by namespace/name, as the model sees them.
@@ -86,14 +104,13 @@ async fn follow<K, T>(
         let event = match event {
             Ok(e) => e,
             Err(e) => {
-                fresh.failing.store(true, Ordering::Relaxed);
+                fresh.failed(crate::http::system_now());
                 metrics::counter!("coloc_watch_errors_total", "kind" => kind.clone()).increment(1);
                 tracing::warn!(kind = %kind, error = %e, "watch failed; retrying with backoff");
                 continue;
             }
         };
-        fresh.failing.store(false, Ordering::Relaxed);
-        fresh.last_event.store(crate::http::system_now(), Ordering::Relaxed);
+        fresh.succeeded(crate::http::system_now());
         let key = |o: &K| format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
         let mut s = store.lock().await;
         match event {
@@ -125,6 +142,10 @@ async fn follow<K, T>(
     }
 }
 
+/// Seconds a watch may fail before the view counts as stale: `/readyz` turns 503 and
+/// decisions fall back to each class's `withoutView` behaviour.
+pub const STALE_AFTER_SECS: i64 = 30;
+
 /// Runs the watches and republishes the view at most every `debounce` while changes
 /// arrive. The first view is published only once every kind has synced.
 pub async fn run(client: Client, cell: Arc<ViewCell>, policy: Arc<ArcSwap<Policy>>, fresh: Arc<Freshness>, debounce: Duration) {
@@ -143,6 +164,9 @@ pub async fn run(client: Client, cell: Arc<ViewCell>, policy: Arc<ArcSwap<Policy
     let mut policy_seen = policy.load_full();
     loop {
         tokio::time::sleep(debounce).await;
+        let stale = fresh.is_stale(crate::http::system_now(), STALE_AFTER_SECS);
+        cell.set_stale(stale);
+        metrics::gauge!("coloc_view_ready").set(if cell.is_ready() { 1.0 } else { 0.0 });
         let current_policy = policy.load_full();
         let policy_changed = !Arc::ptr_eq(&current_policy, &policy_seen);
         if !dirty.swap(false, Ordering::Relaxed) && !policy_changed {
@@ -163,6 +187,5 @@ pub async fn run(client: Client, cell: Arc<ViewCell>, policy: Arc<ArcSwap<Policy
         let view = View::build(objects, &current_policy);
         tracing::debug!(nodes = view.node_count(), pods = view.pod_count(), "cluster view rebuilt");
         cell.publish(view);
-        metrics::gauge!("coloc_view_ready").set(1.0);
     }
 }

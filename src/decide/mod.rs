@@ -21,8 +21,10 @@ use crate::policy::{ClassId, Policy};
 #[derive(Clone, Copy)]
 pub struct Context<'a> {
     pub policy: &'a Policy,
-    /// `None` when no view is configured or it has not synced yet.
+    /// `None` when no view is configured, it has not synced yet, or it is stale.
     pub view: Option<&'a View>,
+    /// A view is configured (`--kube`/`--snapshot`), so its absence is a fault.
+    pub view_expected: bool,
     pub now: Timestamp,
 }
 

@@ -16,7 +16,7 @@ use super::fit::{fits, NodeUsage};
 use super::{Context, Explanation};
 use crate::cluster::View;
 use crate::model::{Pod, Timestamp};
-use crate::policy::{ClassId, PdbMode};
+use crate::policy::{ClassId, PdbMode, WithoutView};
 use crate::wire::request::{MetaVictims, Victims};
 use crate::wire::{self, Candidates, PreemptArgs, PreemptionResult};
 
@@ -106,6 +106,14 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     ));
     let preemptor = Preemptor { priority: ctx.priority_of(pod), class: class_id };
     let view = ctx.view;
+    if view.is_none() && ctx.view_expected && ctx.policy.class(class_id).without_view == WithoutView::Refuse {
+        out.explanations.push(Explanation::request(
+            "refused",
+            "view_not_ready",
+            format!("the cluster view is not usable (not synced or stale) and class {class_name} is withoutView: refuse"),
+        ));
+        return out;
+    }
     if view.is_none() {
         out.explanations.push(Explanation::request(
             "degraded",

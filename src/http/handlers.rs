@@ -10,7 +10,8 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::metrics;
-use super::state::AppState;
+use super::state::{AppState, ViewSource};
+use crate::decide::Context;
 use crate::pipeline::{self, Answer, Verb};
 
 pub async fn filter(state: State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
@@ -51,7 +52,11 @@ async fn run(verb: Verb, state: &AppState, body: Bytes) -> Result<Answer, ApiErr
     let view = state.view.load();
     let now = (state.clock)();
     let inline = body.len() <= state.limits.inline_decode_bytes;
-    let work = move || pipeline::answer(verb, &body, &policy, view.as_deref(), now);
+    let view_expected = state.view_source != ViewSource::None;
+    let work = move || {
+        let ctx = Context { policy: &policy, view: view.as_deref(), view_expected, now };
+        pipeline::answer_in(verb, &body, &ctx)
+    };
     let answer = if inline {
         work()
     } else {

@@ -46,6 +46,19 @@ pub struct Class {
     pub placement: Placement,
     #[serde(default)]
     pub scoring: Scoring,
+    /// What a preemptor of this class gets while the cluster view is expected but not
+    /// usable (not synced yet, or its watches failing): `degrade` judges kube-scheduler's
+    /// own victims (fail-open), `refuse` answers no candidates (fail-closed).
+    #[serde(default)]
+    pub without_view: WithoutView,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum WithoutView {
+    #[default]
+    Degrade,
+    Refuse,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

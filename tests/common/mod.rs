@@ -131,6 +131,8 @@ pub fn pdb(name: &str, app: &str, allowed: i32) -> Pdb {
 pub struct Scenario {
     pub policy: Policy,
     pub objects: Objects,
+    /// A view is configured but may be missing (not synced, stale).
+    pub view_expected: bool,
 }
 
 pub struct Outcome {
@@ -167,7 +169,7 @@ pub fn uids(names: &[&str]) -> Vec<String> {
 
 impl Scenario {
     pub fn new(policy: Policy) -> Self {
-        Scenario { policy, objects: Objects::default() }
+        Scenario { policy, objects: Objects::default(), view_expected: false }
     }
 
     pub fn node(mut self, n: Node) -> Self {
@@ -231,7 +233,7 @@ impl Scenario {
     }
 
     pub fn preempt_with(&self, preemptor: Pod, candidates: Candidates, view: Option<&View>) -> Outcome {
-        let ctx = Context { policy: &self.policy, view, now: NOW };
+        let ctx = Context { policy: &self.policy, view, view_expected: self.view_expected, now: NOW };
         let out = decide::preempt(&PreemptArgs { pod: preemptor, candidates }, &ctx);
         Outcome { result: out.result, explanations: out.explanations }
     }
