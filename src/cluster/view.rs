@@ -63,6 +63,10 @@ impl View {
             view.pods_on_node.entry(node).or_default().push(pod);
             view.pod_count += 1;
         }
+        // A stable order, whichever source listed the pods: explanations stay reproducible.
+        for pods in view.pods_on_node.values_mut() {
+            pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        }
         for (tenant, used) in usage {
             let share = dominant_share(&used, &capacity) / policy.tenants.weight(&tenant);
             view.tenant_shares.insert(tenant, share);

@@ -1,0 +1,130 @@
+//! The cluster view from a Kubernetes API server: a fake one on loopback that serves
+//! lists from a recorded snapshot and holds watches open, and one that is not there.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use coloc_extender::cluster::watch::{self, Freshness};
+use coloc_extender::cluster::{snapshot, View, ViewCell};
+use coloc_extender::pipeline::{answer, Verb};
+use coloc_extender::policy::Policy;
+use serde_json::{json, Value};
+
+const ROUND: &str = "tests/fixtures/payloads/r2-nodecache-true";
+
+fn items_of(kind: &str) -> Vec<Value> {
+    let snap: Value = serde_json::from_slice(&std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join("0037-preempt.snapshot.json")).unwrap()).unwrap();
+    snap["items"].as_array().unwrap().iter().filter(|i| i["kind"] == kind).cloned().collect()
+}
+
+async fn list_or_watch(State(kind): State<&'static str>, Query(q): Query<std::collections::HashMap<String, String>>) -> Response {
+    if q.get("watch").map(String::as_str) == Some("true") {
+        // A watch with no changes: the stream stays open.
+        return Body::from_stream(futures::stream::pending::<Result<Vec<u8>, std::io::Error>>()).into_response();
+    }
+    axum::Json(json!({
+        "apiVersion": "v1",
+        "kind": format!("{kind}List"),
+        "metadata": {"resourceVersion": "1000"},
+        "items": items_of(kind),
+    }))
+    .into_response()
+}
+
+async fn fake_apiserver() -> SocketAddr {
+    let app = Router::new()
+        .route("/api/v1/nodes", get(list_or_watch).with_state("Node"))
+        .route("/api/v1/pods", get(list_or_watch).with_state("Pod"))
+        .route("/apis/policy/v1/poddisruptionbudgets", get(list_or_watch).with_state("PodDisruptionBudget"))
+        .route("/apis/scheduling.k8s.io/v1/priorityclasses", get(list_or_watch).with_state("PriorityClass"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+fn client(url: &str) -> kube::Client {
+    kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap()
+}
+
+async fn wait_until(mut ok: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if ok() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn watches_build_the_same_view_as_the_snapshot() {
+    let addr = fake_apiserver().await;
+    let policy = Policy::builtin_default();
+    let cell = Arc::new(ViewCell::default());
+    let fresh = Arc::new(Freshness::default());
+    assert!(!cell.is_ready(), "not ready before the first sync");
+    tokio::spawn(watch::run(
+        client(&format!("http://{addr}")),
+        cell.clone(),
+        Arc::new(ArcSwap::from_pointee(policy.clone())),
+        fresh.clone(),
+        Duration::from_millis(20),
+    ));
+    assert!(wait_until(|| cell.is_ready()).await, "view never synced");
+    let live = cell.load().unwrap();
+    let snap = View::build(snapshot::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join("0037-preempt.snapshot.json")).unwrap(), &policy);
+    assert_eq!(live.node_count(), 5);
+    assert_eq!(live.pod_count(), snap.pod_count());
+
+    // The same decisions, whichever source built the view.
+    let body = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join("0037-preempt.json")).unwrap();
+    let now = 1_800_000_000;
+    let from_watch = answer(Verb::Preempt, &body, &policy, Some(&live), now).unwrap();
+    let from_snapshot = answer(Verb::Preempt, &body, &policy, Some(&snap), now).unwrap();
+    assert_eq!(from_watch.body, from_snapshot.body);
+    assert_eq!(from_watch.explanations, from_snapshot.explanations);
+    // A policy that lets online pods through finds the same victims on the live view.
+    let custom = Policy::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policy/custom-priority-classes.yaml")).unwrap();
+    let with_custom = answer(Verb::Preempt, &body, &custom, Some(&live), now).unwrap();
+    assert!(String::from_utf8_lossy(&with_custom.body).contains("node-a2"), "{}", String::from_utf8_lossy(&with_custom.body));
+}
+
+#[tokio::test]
+async fn an_unreachable_api_server_leaves_the_view_unready_and_retries() {
+    // Port 9 on loopback: nothing listens, connections are refused.
+    let cell = Arc::new(ViewCell::default());
+    let fresh = Arc::new(Freshness::default());
+    tokio::spawn(watch::run(
+        client("http://127.0.0.1:9"),
+        cell.clone(),
+        Arc::new(ArcSwap::from_pointee(Policy::builtin_default())),
+        fresh.clone(),
+        Duration::from_millis(20),
+    ));
+    assert!(wait_until(|| fresh.failing_since.load(std::sync::atomic::Ordering::Relaxed) != 0).await, "watch errors not noticed");
+    assert!(!cell.is_ready());
+    assert!(cell.load().is_none(), "decisions see no view: they degrade per class");
+    let since = fresh.failing_since.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(!fresh.is_stale(since + 10, watch::STALE_AFTER_SECS));
+    assert!(fresh.is_stale(since + watch::STALE_AFTER_SECS + 1, watch::STALE_AFTER_SECS));
+}
+
+#[test]
+fn a_stale_view_is_withheld_and_not_ready() {
+    let cell = ViewCell::default();
+    cell.publish(View::default());
+    assert!(cell.is_ready() && cell.load().is_some());
+    cell.set_stale(true);
+    assert!(!cell.is_ready() && cell.load().is_none());
+    cell.set_stale(false);
+    assert!(cell.is_ready());
+}
