@@ -1,0 +1,121 @@
+//! Corrupted and adversarial bodies: every one is answered or rejected, none panics.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use coloc_extender::cluster::{snapshot, View};
+use coloc_extender::pipeline::{answer, Verb};
+use coloc_extender::policy::Policy;
+use proptest::prelude::*;
+
+const ROUND: &str = "tests/fixtures/payloads/r1-nodecache-false";
+
+fn read(name: &str) -> Vec<u8> {
+    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join(name)).unwrap()
+}
+
+fn fixtures() -> &'static (Policy, View, Vec<(Verb, Vec<u8>)>) {
+    static F: OnceLock<(Policy, View, Vec<(Verb, Vec<u8>)>)> = OnceLock::new();
+    F.get_or_init(|| {
+        let policy = Policy::builtin_default();
+        let view = View::build(snapshot::parse(&read("0037-preempt.snapshot.json")).unwrap(), &policy);
+        let bodies = vec![
+            (Verb::Filter, read("0001-filter.json")),
+            (Verb::Prioritize, read("0002-prioritize.json")),
+            (Verb::Preempt, read("0037-preempt.json")),
+            (Verb::Preempt, read("0041-preempt.json")),
+        ];
+        (policy, view, bodies)
+    })
+}
+
+fn all_verbs(body: &[u8]) {
+    let (policy, view, _) = fixtures();
+    for verb in [Verb::Filter, Verb::Prioritize, Verb::Preempt] {
+        let _ = answer(verb, body, policy, None, 1_800_000_000);
+        let _ = answer(verb, body, policy, Some(view), 1_800_000_000);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn flipped_bytes_never_panic(which in 0usize..4, flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8)) {
+        let (_, _, bodies) = fixtures();
+        let mut body = bodies[which].1.clone();
+        for (at, byte) in flips {
+            let i = at.index(body.len());
+            body[i] = byte;
+        }
+        all_verbs(&body);
+    }
+
+    #[test]
+    fn truncated_bodies_are_rejected(which in 0usize..4, keep in 0.0f64..0.999) {
+        let (policy, _, bodies) = fixtures();
+        let (verb, body) = &bodies[which];
+        let cut = &body[..(body.len() as f64 * keep) as usize];
+        prop_assert!(answer(*verb, cut, policy, None, 0).is_err());
+    }
+
+    #[test]
+    fn any_json_value_in_any_top_level_key_never_panics(key in prop_oneof![Just("Pod"), Just("Nodes"), Just("NodeNames"), Just("NodeNameToVictims"), Just("NodeNameToMetaVictims")], value in arb_json()) {
+        let (_, _, bodies) = fixtures();
+        for (_, body) in bodies {
+            let mut v: serde_json::Value = serde_json::from_slice(body).unwrap();
+            v[key] = value.clone();
+            all_verbs(&serde_json::to_vec(&v).unwrap());
+        }
+    }
+}
+
+fn arb_json() -> impl Strategy<Value = serde_json::Value> {
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        "[a-zA-Z0-9 ./-]{0,12}".prop_map(serde_json::Value::from),
+    ];
+    leaf.prop_recursive(4, 32, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::from),
+            prop::collection::btree_map("[A-Za-z]{1,10}", inner, 0..6)
+                .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+#[test]
+fn deep_nesting_is_rejected_not_overflowed() {
+    let (policy, _, _) = fixtures();
+    for depth in [200usize, 100_000] {
+        let body = format!("{{\"Pod\":{}{}}}", "[".repeat(depth), "]".repeat(depth));
+        assert!(answer(Verb::Filter, body.as_bytes(), policy, None, 0).is_err());
+        let body = format!("{{\"Pod\":{{\"metadata\":{{\"labels\":{}}}}}}}", "{\"a\":".repeat(depth) + "1" + &"}".repeat(depth));
+        assert!(answer(Verb::Preempt, body.as_bytes(), policy, None, 0).is_err());
+    }
+}
+
+#[test]
+fn a_million_node_names_are_answered() {
+    let (policy, _, _) = fixtures();
+    let names: Vec<String> = (0..1_000_000).map(|i| format!("node-{i}")).collect();
+    let body = serde_json::to_vec(&serde_json::json!({"Pod": {"metadata": {"name": "p"}}, "NodeNames": names})).unwrap();
+    let a = answer(Verb::Filter, &body, policy, None, 0).unwrap();
+    let out: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+    assert_eq!(out["NodeNames"].as_array().unwrap().len(), 1_000_000);
+}
+
+#[test]
+fn huge_victim_lists_are_answered() {
+    let (policy, view, _) = fixtures();
+    let uids: Vec<serde_json::Value> = (0..200_000).map(|i| serde_json::json!({"UID": format!("u{i}")})).collect();
+    let body = serde_json::to_vec(&serde_json::json!({
+        "Pod": {"metadata": {"name": "p"}, "spec": {"priorityClassName": "online-prod", "priority": 10000}},
+        "NodeNameToMetaVictims": {"node-a1": {"Pods": uids, "NumPDBViolations": 0}}
+    }))
+    .unwrap();
+    let a = answer(Verb::Preempt, &body, policy, Some(view), 0).unwrap();
+    assert!(String::from_utf8_lossy(&a.body).starts_with("{\"NodeNameToMetaVictims\""));
+}
