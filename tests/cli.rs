@@ -1,0 +1,120 @@
+//! The binary as a user runs it: check-policy, replay, serve and SIGTERM.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_coloc-extender");
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn check_policy_accepts_the_shipped_policies() {
+    for f in ["policy/default.yaml", "policy/koordinator.yaml", "policy/custom-priority-classes.yaml"] {
+        let out = Command::new(BIN).arg("check-policy").arg(root().join(f)).output().unwrap();
+        assert!(out.status.success(), "{f}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));
+    }
+}
+
+#[test]
+fn check_policy_names_the_bad_field_and_line() {
+    let dir = std::env::temp_dir().join(format!("coloc-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, "defaultClass: a\nclasses:\n  - name: a\n    preempts: [ghost]\n").unwrap();
+    let out = Command::new(BIN).arg("check-policy").arg(&bad).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("classes[0].preempts[0]") && err.contains("ghost") && err.contains("line 4"), "{err}");
+}
+
+#[test]
+fn replay_prints_the_answer_and_the_reasons() {
+    let p = root().join("tests/fixtures/payloads/r1-nodecache-false");
+    let out = Command::new(BIN)
+        .args(["replay", "--verb", "preempt", "--now", "2026-11-21T19:00:00Z", "--policy"])
+        .arg(root().join("policy/custom-priority-classes.yaml"))
+        .arg("--snapshot")
+        .arg(p.join("0037-preempt.snapshot.json"))
+        .arg(p.join("0037-preempt.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["NodeNameToMetaVictims"].as_object().unwrap().keys().collect::<Vec<_>>(), vec!["node-a2"]);
+    let why = String::from_utf8_lossy(&out.stderr);
+    for expected in ["[selected]", "[outranked]", "[does_not_fit]", "[not_recreatable]", "[pdb_violation]"] {
+        assert!(why.contains(expected), "missing {expected} in:\n{why}");
+    }
+}
+
+#[test]
+fn replay_rejects_a_malformed_payload_with_its_name() {
+    let dir = std::env::temp_dir().join(format!("coloc-cli-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("broken.json");
+    std::fs::write(&bad, "{\"Pod\": ").unwrap();
+    let out = Command::new(BIN).args(["replay", "--verb", "filter"]).arg(&bad).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("broken.json") && err.contains("JSON"), "{err}");
+}
+
+fn http(addr: &str, request: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+#[cfg(unix)]
+#[test]
+fn serve_answers_and_stops_cleanly_on_sigterm() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", &addr, "--path-prefix", "/scheduler", "--snapshot"])
+        .arg(root().join("tests/fixtures/payloads/r1-nodecache-false/0037-preempt.snapshot.json"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while TcpStream::connect(&addr).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(20), "server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(http(&addr, "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 200"));
+    let body = std::fs::read_to_string(root().join("tests/fixtures/payloads/r1-nodecache-false/0001-filter.json")).unwrap();
+    let reply = http(
+        &addr,
+        &format!("POST /scheduler/filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()),
+    );
+    assert!(reply.starts_with("HTTP/1.1 200"), "{}", &reply[..reply.len().min(300)]);
+    assert!(reply.contains("\"FailedAndUnresolvableNodes\""));
+
+    // SIGTERM: stop accepting, drain, exit 0.
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let started = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "server did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    let mut log = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+    assert!(log.contains("draining"), "{log}");
+}
