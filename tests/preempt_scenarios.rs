@@ -432,3 +432,37 @@ fn an_unusable_view_degrades_or_refuses_per_class() {
         }
     }
 }
+
+#[test]
+fn between_offline_tenants_fair_share_decides_who_may_be_preempted() {
+    // Cluster: 10 CPUs. Tenant "rich" holds 5 (share 0.5), "poor" 1 (0.1), the
+    // preemptor's tenant "mid" 1 (0.1, 0.2 after admission).
+    let cluster = |poor_only: bool| {
+        let mut s = Scenario::new(policy("strict", "tenants: {fairSharing: true}"))
+            .node(node("n1", 2000, 8))
+            .node(node("n2", 8000, 8))
+            .pods([
+                pod("rich-big", "batch", Some("n2"), 4000).ns("rich"),
+                pod("mid-1", "batch", Some("n2"), 1000).ns("mid"),
+                pod("poor-1", "free", Some("n1"), 1000).ns("poor"),
+            ]);
+        s = if poor_only {
+            s.pods([pod("rich-1", "free", Some("n2"), 1000).ns("rich"), pod("mid-2", "batch", Some("n1"), 1000).ns("mid").started(60)])
+        } else {
+            s.pods([pod("rich-1", "free", Some("n1"), 1000).ns("rich")])
+        };
+        s
+    };
+    let preemptor = || pod("preemptor", "batch", None, 1000).ns("mid");
+
+    // Both tenants have a pod on n1: the one whose share stays above ours pays.
+    let out = cluster(false).preempt(preemptor(), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["rich-1"]))]), "{}", out.explain());
+
+    // Only the poor tenant could make room: its share is below ours, so it is spared
+    // and the node does not work out.
+    let out = cluster(true).preempt(preemptor(), &["n1"]);
+    assert!(out.victims().is_empty(), "{}", out.explain());
+    assert!(out.has("spared", "fair_share"));
+    assert!(out.has("dropped", "does_not_fit"));
+}

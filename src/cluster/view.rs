@@ -28,6 +28,8 @@ pub struct View {
     gang_sizes: HashMap<String, usize>,
     /// Weighted dominant share per tenant of the resources held by evictable classes.
     tenant_shares: HashMap<String, f64>,
+    /// Sum of node allocatable: the denominator of shares.
+    capacity: Resources,
     pod_count: usize,
 }
 
@@ -71,6 +73,7 @@ impl View {
             let share = dominant_share(&used, &capacity) / policy.tenants.weight(&tenant);
             view.tenant_shares.insert(tenant, share);
         }
+        view.capacity = capacity;
         for pdb in objects.pdbs {
             view.pdbs_by_namespace.entry(pdb.namespace.clone()).or_default().push(pdb);
         }
@@ -111,6 +114,11 @@ impl View {
 
     pub fn tenant_share(&self, tenant: &str) -> f64 {
         self.tenant_shares.get(tenant).copied().unwrap_or(0.0)
+    }
+
+    /// The weighted share `requests` adds to `tenant` (what one pod moves the needle).
+    pub fn share_of(&self, requests: &Resources, weight: f64) -> f64 {
+        dominant_share(requests, &self.capacity) / weight
     }
 
     pub fn node_count(&self) -> usize {

@@ -263,7 +263,7 @@ fn reselect(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, node_na
     if fits(pod, node, &usage).is_ok() {
         return Reselected::NoVictimsNeeded;
     }
-    let mut candidates = Vec::new();
+    let mut candidates: Vec<Victim> = Vec::new();
     for p in &pods {
         if ctx.priority_of(p) >= preemptor.priority {
             continue; // not a potential victim for kube-scheduler either
@@ -272,6 +272,9 @@ fn reselect(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, node_na
             Ok(class) => candidates.push(victim(ctx, p, class, Some(view))),
             Err(prot) => ex.push(Explanation::pod(node_name, &p.key(), "spared", prot.code, prot.detail)),
         }
+    }
+    if ctx.policy.tenants.fair_sharing && ctx.policy.class(preemptor.class).victim.allowed {
+        candidates = fair_share(ctx, view, pod, node, &usage, candidates, ex);
     }
     for c in &candidates {
         usage.remove(c.pod);
@@ -341,6 +344,51 @@ fn reselect(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, node_na
         }
     }
     Reselected::Plan(finish(node_name, chosen, violations, cost, "re-selected under the policy", ex))
+}
+
+/// Between offline tenants (the preemptor's class is itself evictable), Kueue's fair
+/// sharing: first only victims whose tenant would still hold at least the preemptor
+/// tenant's share after the eviction (LessThanOrEqualToFinalShare); if that is not
+/// enough room, also those whose tenant holds more than it before the eviction
+/// (LessThanInitialShare). A tenant's own pods are always candidates.
+fn fair_share<'a>(
+    ctx: &Context,
+    view: &View,
+    pod: &Pod,
+    node: &crate::model::Node,
+    usage: &NodeUsage,
+    candidates: Vec<Victim<'a>>,
+    ex: &mut Vec<Explanation>,
+) -> Vec<Victim<'a>> {
+    let tenants = &ctx.policy.tenants;
+    let mine = tenants.tenant_of(pod);
+    let mine_after = view.tenant_share(&mine) + view.share_of(&pod.requests, tenants.weight(&mine));
+    let allowed = |c: &Victim, final_share: bool| {
+        let theirs = tenants.tenant_of(c.pod);
+        if theirs == mine {
+            return true;
+        }
+        if final_share {
+            mine_after <= c.tenant_share - view.share_of(&c.pod.requests, tenants.weight(&theirs))
+        } else {
+            mine_after < c.tenant_share
+        }
+    };
+    let fits_without = |set: &[&Victim]| {
+        let mut u = usage.clone();
+        for c in set {
+            u.remove(c.pod);
+        }
+        fits(pod, node, &u).is_ok()
+    };
+    let strict: Vec<&Victim> = candidates.iter().filter(|c| allowed(c, true)).collect();
+    let final_share = fits_without(&strict);
+    let (keep, spare): (Vec<_>, Vec<_>) = candidates.into_iter().partition(|c| allowed(c, final_share));
+    for c in &spare {
+        ex.push(Explanation::pod(&node.name, &c.pod.key(), "spared", "fair_share",
+            format!("tenant {} holds a share of {:.3}, not above tenant {mine}'s {:.3} after admission", tenants.tenant_of(c.pod), c.tenant_share, mine_after)));
+    }
+    keep
 }
 
 /// Remaining disruptions per PDB while a victim set is built.

@@ -193,6 +193,10 @@ impl GangConfig {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TenantConfig {
+    /// When an offline (evictable-class) pod preempts, apply Kueue's fair-sharing rules
+    /// between its tenant and the victims' tenants.
+    #[serde(default)]
+    pub fair_sharing: bool,
     /// Label naming a pod's tenant (e.g. `kueue.x-k8s.io/queue-name`); the namespace if unset
     /// or absent on the pod.
     #[serde(default)]
