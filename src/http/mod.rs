@@ -23,7 +23,7 @@ pub use state::{system_now, AppState, Limits, ViewSource};
 /// `/readyz`, `/metrics`. `prefix` is "" or starts with '/'.
 pub fn router(state: AppState, prefix: &str) -> Router {
     // Install the recorder before the first request records anything.
-    //metrics::handle();
+    metrics::handle();
     let prefix = prefix.trim_end_matches('/');
     let permits = Arc::new(Semaphore::new(state.limits.max_concurrency));
     let timeout = state.limits.request_timeout;
