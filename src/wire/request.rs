@@ -13,7 +13,7 @@ use crate::model;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
-    #[error("{}: {0}", if .0.is_data() { "request JSON has a value of the wrong type" } else { "malformed request JSON" })]
+    #[error("{kind}: {0}", kind = if .0.is_data() { "request JSON has a value of the wrong type" } else { "malformed request JSON" })]
     Json(#[from] serde_json::Error),
     #[error("request has no Pod (missing or null)")]
     MissingPod,
