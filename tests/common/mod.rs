@@ -191,21 +191,19 @@ impl Scenario {
         View::build(self.objects.clone(), &self.policy)
     }
 
-    /// Candidates as kube-scheduler would send them with nodeCacheCapable: true: every
-    /// lower-priority pod on each named node.
-    pub fn meta_candidates(&self, preemptor: &Pod, nodes: &[&str]) -> Candidates {
+    /// Pods kube-scheduler would propose as victims on `node`: every lower-priority pod.
+    fn lower_priority_on<'a>(&'a self, preemptor: &Pod, node: &'a str) -> impl Iterator<Item = &'a Pod> + 'a {
         let prio = preemptor.priority.unwrap_or(0);
+        self.objects.pods.iter().filter(move |p| p.node_name.as_deref() == Some(node) && p.priority.unwrap_or(0) < prio)
+    }
+
+    /// Candidates as kube-scheduler would send them with nodeCacheCapable: true.
+    pub fn meta_candidates(&self, preemptor: &Pod, nodes: &[&str]) -> Candidates {
         Candidates::Meta(
             nodes
                 .iter()
                 .map(|n| {
-                    let uids = self
-                        .objects
-                        .pods
-                        .iter()
-                        .filter(|p| p.node_name.as_deref() == Some(*n) && p.priority.unwrap_or(0) < prio)
-                        .map(|p| p.uid.clone())
-                        .collect();
+                    let uids = self.lower_priority_on(preemptor, n).map(|p| p.uid.clone()).collect();
                     (n.to_string(), MetaVictims { uids, num_pdb_violations: 0 })
                 })
                 .collect(),
@@ -214,18 +212,11 @@ impl Scenario {
 
     /// The same in nodeCacheCapable: false form (full pods).
     pub fn full_candidates(&self, preemptor: &Pod, nodes: &[&str]) -> Candidates {
-        let prio = preemptor.priority.unwrap_or(0);
         Candidates::Full(
             nodes
                 .iter()
                 .map(|n| {
-                    let pods = self
-                        .objects
-                        .pods
-                        .iter()
-                        .filter(|p| p.node_name.as_deref() == Some(*n) && p.priority.unwrap_or(0) < prio)
-                        .cloned()
-                        .collect();
+                    let pods = self.lower_priority_on(preemptor, n).cloned().collect();
                     (n.to_string(), Victims { pods, num_pdb_violations: 0 })
                 })
                 .collect(),
