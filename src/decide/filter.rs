@@ -54,7 +54,12 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
             continue;
         }
         out.kept.push(i);
-        out.explanations.push(Explanation::node(name, "kept", "allowed", format!("class {} may use this node", class.name)));
     }
+    // Kept nodes are the rule, not news: one line for all of them.
+    out.explanations.push(Explanation::request(
+        "kept",
+        "allowed",
+        format!("{} of {} node(s) kept for class {}", out.kept.len(), names.len(), class.name),
+    ));
     out
 }

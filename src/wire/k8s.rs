@@ -41,11 +41,37 @@ pub struct ObjectMeta {
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// Annotations without the (often several KB) last-applied configuration.
+/// Annotations without the (often several KB) last-applied configuration, which is
+/// skipped without being copied.
 fn lean_annotations<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
-    let mut all: BTreeMap<String, String> = nullable(d)?;
-    all.remove(LAST_APPLIED);
-    Ok(all)
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = BTreeMap<String, String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a map of annotations")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(BTreeMap::new())
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(BTreeMap::new())
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_map(self)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if k == LAST_APPLIED {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                } else {
+                    out.insert(k.into_owned(), map.next_value()?);
+                }
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_option(V)
 }
 
 #[derive(Deserialize)]
@@ -152,10 +178,19 @@ pub struct NodeStatus {
     pub allocatable: BTreeMap<String, String>,
 }
 
+/// Node metadata: only what placement reads (nodes carry large annotations we skip).
+#[derive(Deserialize, Default)]
+pub struct NodeMeta {
+    #[serde(default, deserialize_with = "nullable")]
+    pub name: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub labels: BTreeMap<String, String>,
+}
+
 #[derive(Deserialize, Default)]
 pub struct Node {
     #[serde(default, deserialize_with = "nullable")]
-    pub metadata: ObjectMeta,
+    pub metadata: NodeMeta,
     #[serde(default, deserialize_with = "nullable")]
     pub spec: NodeSpec,
     #[serde(default, deserialize_with = "nullable")]
