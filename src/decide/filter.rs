@@ -38,7 +38,10 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
         };
         let Some(node) = node else {
             out.kept.push(i);
-            out.explanations.push(Explanation::node(name, "kept", "unknown_node", "node not in the cluster view: kept unjudged"));
+            // Without any view the request-level line above already says why.
+            if ctx.view.is_some() {
+                out.explanations.push(Explanation::node(name, "kept", "unknown_node", "node not in the cluster view: kept unjudged"));
+            }
             continue;
         };
         if let Some(reason) = class.placement.rejects(&node.labels) {

@@ -78,7 +78,9 @@ fn body_error(rejection: BytesRejection, limit: usize) -> ApiError {
 
 fn log_answer(verb: Verb, answer: &Answer, started: Instant) {
     let micros = started.elapsed().as_micros() as u64;
-    tracing::info!(verb = verb.as_str(), pod = %answer.pod, micros, decisions = answer.explanations.len(), "answered");
+    // Per-request lines are debug: at thousands of requests per second they would cost
+    // more than the answers. Decisions that change something are logged at info below.
+    tracing::debug!(verb = verb.as_str(), pod = %answer.pod, micros, decisions = answer.explanations.len(), "answered");
     for e in &answer.explanations {
         let routine = e.verdict == "score" || (e.verdict == "kept" && e.code == "allowed");
         if routine {
