@@ -76,7 +76,8 @@ pub fn answer_in(verb: Verb, body: &[u8], ctx: &Context) -> Result<Answer, Decod
             Ok(Answer { body: to_json(&out.scores), pod: args.pod.key(), explanations: out.explanations })
         }
         Verb::Preempt => {
-            let args = wire::decode_preempt_args(body)?;
+            // Nodes the view knows are re-selected from its pods: skip decoding kube's.
+            let args = wire::decode_preempt_args_for(body, |node| ctx.view.is_none_or(|v| v.node(node).is_none()))?;
             let out = decide::preempt(&args, &ctx);
             Ok(Answer { body: to_json(&out.result), pod: args.pod.key(), explanations: out.explanations })
         }

@@ -270,6 +270,15 @@ fn read_mem(pid: u32) -> Option<Mem> {
     Some(Mem { rss_kb: field("VmRSS:")?, hwm_kb: field("VmHWM:")? })
 }
 
+/// utime + stime of a process in clock ticks (USER_HZ, 100 on Linux), from /proc/PID/stat.
+fn cpu_ticks(pid: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count fields after its closing ')'.
+    let rest = &text[text.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
 fn percentile(sorted: &[u64], p: f64) -> u64 {
     // Nearest rank: the smallest sample with at least p of all samples at or below it.
     let rank = ((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
@@ -284,7 +293,17 @@ fn mib(kb: u64) -> String {
     format!("{:.1} MiB", kb as f64 / 1024.0)
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match try_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("coloc-load: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn try_main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.concurrency == 0 {
         bail!("--concurrency must be at least 1");
@@ -337,6 +356,16 @@ async fn run(args: Args, path: Uri, addr: SocketAddr, host: String, body: Bytes)
         })
     });
 
+    // CPU time of this client and of the server over the measured window: on a small
+    // machine they share the cores, and the split tells who the bottleneck is.
+    let server_pid = args.rss_pid.map(|p| p.to_string());
+    let cpu_at_start = {
+        let server_pid = server_pid.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep_until(measure_from).await;
+            (cpu_ticks("self"), server_pid.as_deref().and_then(cpu_ticks))
+        })
+    };
     let workers: Vec<_> = (0..args.concurrency).map(|_| tokio::spawn(worker(shared.clone()))).collect();
     let mut samples = Vec::new();
     let mut last_done: Option<Instant> = None;
@@ -356,6 +385,8 @@ async fn run(args: Args, path: Uri, addr: SocketAddr, host: String, body: Bytes)
         }
     }
 
+    let cpu_at_end = (cpu_ticks("self"), server_pid.as_deref().and_then(cpu_ticks));
+    let cpu_at_start = cpu_at_start.await?;
     let errors = shared.errors.load(Ordering::Relaxed);
     let elapsed = last_done.map_or(Duration::ZERO, |t| t.saturating_duration_since(measure_from));
     samples.sort_unstable();
@@ -380,6 +411,15 @@ async fn run(args: Args, path: Uri, addr: SocketAddr, host: String, body: Bytes)
             ms(samples.iter().sum::<u64>() / samples.len() as u64),
         );
     }
+    let cpu_line = |who: &str, a: Option<u64>, b: Option<u64>| {
+        if let (Some(a), Some(b)) = (a, b) {
+            let secs = b.saturating_sub(a) as f64 / 100.0;
+            let per_req = if samples.is_empty() { 0.0 } else { secs * 1e6 / samples.len() as f64 };
+            println!("cpu {who:<8} {secs:.2} s ({:.0}% of one core, {per_req:.1} us/request)", 100.0 * secs / elapsed.as_secs_f64().max(1e-9));
+        }
+    };
+    cpu_line("client", cpu_at_start.0, cpu_at_end.0);
+    cpu_line("server", cpu_at_start.1, cpu_at_end.1);
     if let Some(pid) = args.rss_pid {
         let m = mem_samples.lock().unwrap();
         if let (Some(first), Some(last)) = (m.first(), m.last()) {

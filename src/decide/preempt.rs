@@ -127,18 +127,10 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     match &args.candidates {
         Candidates::Full(map) => {
             for (node, v) in map {
-                let plan = if v.pods.is_empty() {
+                let plan = if v.count == 0 {
                     Some(placeholder(node, v.num_pdb_violations, ex))
                 } else if let Some(view) = view.filter(|vw| vw.node(node).is_some()) {
-                    match reselect(ctx, view, preemptor, pod, node, ex) {
-                        Reselected::Plan(p) => Some(p),
-                        Reselected::Vetoed => None,
-                        Reselected::NoVictimsNeeded => {
-                            ex.push(Explanation::node(node, "degraded", "view_disagrees",
-                                "the view says the pod fits without evicting anything; judging kube-scheduler's victims instead"));
-                            judge_request_victims(ctx, preemptor, node, v, ex)
-                        }
-                    }
+                    reselect_or_drop(ctx, view, preemptor, pod, node, ex)
                 } else {
                     if view.is_some() {
                         ex.push(Explanation::node(node, "degraded", "node_not_in_view",
@@ -167,15 +159,7 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
                         }
                         Some(view) => {
                             note_misplaced_uids(view, node, v, ex);
-                            match reselect(ctx, view, preemptor, pod, node, ex) {
-                                Reselected::Plan(p) => Some(p),
-                                Reselected::Vetoed => None,
-                                Reselected::NoVictimsNeeded => {
-                                    ex.push(Explanation::node(node, "dropped", "view_disagrees",
-                                        "the view says the pod fits without evicting anything, kube-scheduler says not: the view may be stale"));
-                                    None
-                                }
-                            }
+                            reselect_or_drop(ctx, view, preemptor, pod, node, ex)
                         }
                     }
                 };
@@ -186,6 +170,21 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
 
     out.result = rank(plans, ctx.policy.max_candidates, ex);
     out
+}
+
+/// Re-selection on a node the view knows. If the view says the pod already fits, the
+/// view and kube-scheduler's cache disagree (one of them is stale): never answer an
+/// empty victim list for a candidate that had victims (v1.35 rejects it), drop the node.
+fn reselect_or_drop(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, node: &str, ex: &mut Vec<Explanation>) -> Option<Plan> {
+    match reselect(ctx, view, preemptor, pod, node, ex) {
+        Reselected::Plan(p) => Some(p),
+        Reselected::Vetoed => None,
+        Reselected::NoVictimsNeeded => {
+            ex.push(Explanation::node(node, "dropped", "view_disagrees",
+                "the view says the pod fits without evicting anything, kube-scheduler says not: one of them is stale"));
+            None
+        }
+    }
 }
 
 fn placeholder(node: &str, num_pdb_violations: i64, ex: &mut Vec<Explanation>) -> Plan {

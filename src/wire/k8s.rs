@@ -268,13 +268,14 @@ pub fn parse_time(field: &str, s: &Option<String>) -> Result<Option<model::Times
     }
 }
 
-/// Converts a `ResourceList` the way NodeResourcesFit reads it.
-pub fn resources(field: &str, list: &BTreeMap<String, String>) -> Result<(Resources, i64), FieldError> {
+/// Converts a `ResourceList` the way NodeResourcesFit reads it. `field` names the list
+/// in errors; it is only built when there is one.
+pub fn resources(field: impl Fn() -> String, list: &BTreeMap<String, String>) -> Result<(Resources, i64), FieldError> {
     let mut r = Resources::default();
     let mut pods = 0;
     for (name, raw) in list {
         let q = quantity::parse(raw)
-            .map_err(|e| FieldError { field: format!("{field}.{name}"), message: e.to_string() })?;
+            .map_err(|e| FieldError { field: format!("{}.{name}", field()), message: e.to_string() })?;
         match name.as_str() {
             "cpu" => r.milli_cpu = q.milli_ceil(),
             "memory" => r.memory = q.value_ceil(),
@@ -300,12 +301,12 @@ impl Pod {
         // before it; the pod needs the larger of the two, plus overhead.
         let mut running = Resources::default();
         for (i, c) in spec.containers.iter().enumerate() {
-            running.add(&resources(&format!("spec.containers[{i}].resources.requests"), &c.resources.requests)?.0);
+            running.add(&resources(|| format!("spec.containers[{i}].resources.requests"), &c.resources.requests)?.0);
         }
         let mut sidecars = Resources::default();
         let mut init_peak = Resources::default();
         for (i, c) in spec.init_containers.iter().enumerate() {
-            let (req, _) = resources(&format!("spec.initContainers[{i}].resources.requests"), &c.resources.requests)?;
+            let (req, _) = resources(|| format!("spec.initContainers[{i}].resources.requests"), &c.resources.requests)?;
             if c.restart_policy.as_deref() == Some("Always") {
                 sidecars.add(&req);
                 running.add(&req);
@@ -316,7 +317,7 @@ impl Pod {
             }
         }
         running.max_with(&init_peak);
-        running.add(&resources("spec.overhead", &spec.overhead)?.0);
+        running.add(&resources(|| "spec.overhead".into(), &spec.overhead)?.0);
 
         let host_ports = spec
             .containers
@@ -359,7 +360,7 @@ impl Pod {
 
 impl Node {
     pub fn into_model(self) -> Result<model::Node, FieldError> {
-        let (allocatable, pods) = resources("status.allocatable", &self.status.allocatable)?;
+        let (allocatable, pods) = resources(|| "status.allocatable".into(), &self.status.allocatable)?;
         Ok(model::Node {
             name: self.metadata.name,
             labels: self.metadata.labels,

@@ -73,7 +73,10 @@ pub struct ExtenderArgs<'a> {
 }
 
 pub struct Victims {
+    /// Decoded victims; left empty when the caller said it would not read them.
     pub pods: Vec<model::Pod>,
+    /// How many victims the request proposed (0: a placeholder candidate).
+    pub count: usize,
     pub num_pdb_violations: i64,
 }
 
@@ -191,14 +194,15 @@ pub fn decode_extender_args(body: &[u8]) -> Result<ExtenderArgs<'_>, DecodeError
 
 // ---- preempt --------------------------------------------------------------------------
 
-struct RawPreemptArgs {
+struct RawPreemptArgs<'a> {
     pod: Option<k8s::Pod>,
-    full: Option<BTreeMap<String, RawVictims>>,
+    full: Option<BTreeMap<String, RawVictims<'a>>>,
     meta: Option<BTreeMap<String, RawMetaVictims>>,
 }
 
-struct RawVictims {
-    pods: Vec<k8s::Pod>,
+/// Victim pods kept as raw JSON until someone needs them.
+struct RawVictims<'a> {
+    pods: Vec<&'a RawValue>,
     num_pdb_violations: i64,
 }
 
@@ -209,11 +213,11 @@ struct RawMetaVictims {
 
 struct MetaPod(String);
 
-impl<'de> Deserialize<'de> for RawPreemptArgs {
+impl<'de: 'a, 'a> Deserialize<'de> for RawPreemptArgs<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = RawPreemptArgs;
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = RawPreemptArgs<'a>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("an ExtenderPreemptionArgs object {Pod, NodeNameToVictims, NodeNameToMetaVictims}")
             }
@@ -233,7 +237,7 @@ impl<'de> Deserialize<'de> for RawPreemptArgs {
                 Ok(out)
             }
         }
-        d.deserialize_map(V)
+        d.deserialize_map(V(std::marker::PhantomData))
     }
 }
 
@@ -267,9 +271,9 @@ impl<'de, P: Deserialize<'de>> DeserializeSeed<'de> for VictimsSeed<P> {
     }
 }
 
-impl<'de> Deserialize<'de> for RawVictims {
+impl<'de: 'a, 'a> Deserialize<'de> for RawVictims<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (pods, num_pdb_violations) = VictimsSeed::<k8s::Pod>(std::marker::PhantomData).deserialize(d)?;
+        let (pods, num_pdb_violations) = VictimsSeed::<&'a RawValue>(std::marker::PhantomData).deserialize(d)?;
         Ok(RawVictims { pods, num_pdb_violations })
     }
 }
@@ -308,6 +312,12 @@ impl<'de> Deserialize<'de> for MetaPod {
 }
 
 pub fn decode_preempt_args(body: &[u8]) -> Result<PreemptArgs, DecodeError> {
+    decode_preempt_args_for(body, |_| true)
+}
+
+/// Like `decode_preempt_args`, but full victim pods are decoded only for nodes where
+/// `needs_pods(node)` (the cluster view re-selects the others from its own pods).
+pub fn decode_preempt_args_for(body: &[u8], needs_pods: impl Fn(&str) -> bool) -> Result<PreemptArgs, DecodeError> {
     let raw: RawPreemptArgs = serde_json::from_slice(body)?;
     let pod = raw.pod.ok_or(DecodeError::MissingPod)?.into_model().map_err(DecodeError::PodField)?;
     // Full victims win when both are present: they carry everything UIDs do.
@@ -315,12 +325,13 @@ pub fn decode_preempt_args(body: &[u8]) -> Result<PreemptArgs, DecodeError> {
         (Some(full), _) => Candidates::Full(
             full.into_iter()
                 .map(|(node, v)| {
-                    let pods = v
-                        .pods
+                    let count = v.pods.len();
+                    let wanted = if needs_pods(&node) { v.pods } else { Vec::new() };
+                    let pods = wanted
                         .into_iter()
                         .enumerate()
-                        .map(|(index, p)| {
-                            let pod = p
+                        .map(|(index, raw)| {
+                            let pod = serde_json::from_str::<k8s::Pod>(raw.get())?
                                 .into_model()
                                 .map_err(|error| DecodeError::VictimField { node: node.clone(), index, error })?;
                             match &pod.node_name {
@@ -334,7 +345,7 @@ pub fn decode_preempt_args(body: &[u8]) -> Result<PreemptArgs, DecodeError> {
                             }
                         })
                         .collect::<Result<_, _>>()?;
-                    Ok((node, Victims { pods, num_pdb_violations: v.num_pdb_violations }))
+                    Ok((node, Victims { pods, count, num_pdb_violations: v.num_pdb_violations }))
                 })
                 .collect::<Result<_, DecodeError>>()?,
         ),

@@ -216,8 +216,8 @@ impl Scenario {
             nodes
                 .iter()
                 .map(|n| {
-                    let pods = self.lower_priority_on(preemptor, n).cloned().collect();
-                    (n.to_string(), Victims { pods, num_pdb_violations: 0 })
+                    let pods: Vec<Pod> = self.lower_priority_on(preemptor, n).cloned().collect();
+                    (n.to_string(), Victims { count: pods.len(), pods, num_pdb_violations: 0 })
                 })
                 .collect(),
         )
