@@ -7,7 +7,7 @@ use crate::cluster::View;
 use crate::decide::{self, Context, Explanation};
 use crate::model::Timestamp;
 use crate::policy::Policy;
-use crate::wire::{self, response::to_json, DecodeError, FilterResult, NodeSet};
+use crate::wire::{self, response::to_json, response::to_json_sized, DecodeError, FilterResult, NodeSet};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
@@ -57,11 +57,11 @@ pub fn answer_in(verb: Verb, body: &[u8], ctx: &Context) -> Result<Answer, Decod
             let args = wire::decode_extender_args(body)?;
             let out = decide::filter(&args, &ctx);
             let body = match &args.nodes {
-                NodeSet::Objects(nodes) => to_json(&FilterResult::objects(
-                    out.kept.iter().map(|&i| nodes[i].raw).collect(),
-                    &out.failed,
-                    &out.unresolvable,
-                )),
+                NodeSet::Objects(nodes) => {
+                    let kept: Vec<_> = out.kept.iter().map(|&i| nodes[i].raw).collect();
+                    let size = kept.iter().map(|r| r.get().len() + 1).sum::<usize>() + 256 + 128 * (out.failed.len() + out.unresolvable.len());
+                    to_json_sized(&FilterResult::objects(kept, &out.failed, &out.unresolvable), size)
+                }
                 NodeSet::Names(names) => to_json(&FilterResult::names(
                     out.kept.iter().map(|&i| names[i].as_str()).collect(),
                     &out.failed,

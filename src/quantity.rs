@@ -106,12 +106,14 @@ pub fn parse(input: &str) -> Result<Quantity, QuantityError> {
     };
 
     // mantissa = int_part.frac_part; nanos = mantissa * mult * 10^(exp10 + 9)
-    let digits = format!("{int_part}{frac_part}");
-    let digits = digits.trim_start_matches('0');
-    if digits.len() > 30 {
-        return Err(range());
+    let digits = int_part.bytes().chain(frac_part.bytes()).skip_while(|b| *b == b'0');
+    let mut mantissa: i128 = 0;
+    for (n, b) in digits.enumerate() {
+        if n >= 30 {
+            return Err(range());
+        }
+        mantissa = mantissa * 10 + i128::from(b - b'0');
     }
-    let mantissa: i128 = if digits.is_empty() { 0 } else { digits.parse().map_err(|_| syntax())? };
     let scale = exp10 + 9 - frac_part.len() as i32;
     let base = mantissa.checked_mul(mult).ok_or_else(range)?;
     let nanos = if scale >= 0 {

@@ -38,6 +38,7 @@ impl From<DecodeError> for ApiError {
             DecodeError::Json(j) if j.is_data() => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
             DecodeError::Json(j) if j.is_eof() => (StatusCode::BAD_REQUEST, "truncated_json"),
             DecodeError::Json(_) => (StatusCode::BAD_REQUEST, "malformed_json"),
+            DecodeError::NotUtf8(_) => (StatusCode::BAD_REQUEST, "malformed_json"),
             DecodeError::MissingPod => (StatusCode::UNPROCESSABLE_ENTITY, "missing_pod"),
             DecodeError::NoNodes => (StatusCode::UNPROCESSABLE_ENTITY, "missing_nodes"),
             DecodeError::VictimElsewhere { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "victim_not_on_node"),

@@ -89,6 +89,14 @@ pub struct PreemptionResult {
 }
 
 pub fn to_json<T: Serialize>(value: &T) -> Vec<u8> {
+    to_json_sized(value, 128)
+}
+
+/// `to_json` into a buffer of the expected size: a 40 MB filter answer is written once
+/// instead of being re-grown (and re-faulted) by doubling.
+pub fn to_json_sized<T: Serialize>(value: &T, expected: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(expected);
     // Serializing these plain structs cannot fail: no maps with non-string keys, no I/O.
-    serde_json::to_vec(value).expect("extender answers serialize")
+    serde_json::to_writer(&mut out, value).expect("extender answers serialize");
+    out
 }
