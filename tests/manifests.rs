@@ -1,0 +1,49 @@
+//! The deployment manifests keep the promises the README makes about them.
+
+use std::path::Path;
+
+use serde_yaml_ng::Value;
+
+fn load(file: &str) -> Value {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests").join(file)).unwrap();
+    serde_yaml_ng::from_str(&text).unwrap()
+}
+
+#[test]
+fn the_cluster_role_only_reads_what_the_view_watches() {
+    let role = load("clusterrole.yaml");
+    let mut granted = Vec::new();
+    for rule in role["rules"].as_sequence().unwrap() {
+        let verbs: Vec<&str> = rule["verbs"].as_sequence().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+        assert_eq!(verbs, ["get", "list", "watch"], "read-only verbs only");
+        for group in rule["apiGroups"].as_sequence().unwrap() {
+            for res in rule["resources"].as_sequence().unwrap() {
+                granted.push(format!("{}/{}", group.as_str().unwrap(), res.as_str().unwrap()));
+            }
+        }
+    }
+    granted.sort();
+    assert_eq!(granted, ["/nodes", "/pods", "policy/poddisruptionbudgets", "scheduling.k8s.io/priorityclasses"]);
+}
+
+#[test]
+fn the_deployment_is_hardened_and_probed() {
+    let d = load("deployment.yaml");
+    let spec = &d["spec"]["template"]["spec"];
+    assert!(d["spec"]["replicas"].as_i64().unwrap() >= 2);
+    assert!(spec["priorityClassName"].as_str().unwrap().starts_with("system-"), "never the one preempted");
+    let c = &spec["containers"][0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"], Value::Bool(true));
+    assert_eq!(sc["allowPrivilegeEscalation"], Value::Bool(false));
+    let non_root = sc["runAsNonRoot"].as_bool().or(spec["securityContext"]["runAsNonRoot"].as_bool());
+    assert_eq!(non_root, Some(true));
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], Value::from("/readyz"));
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], Value::from("/healthz"));
+    assert!(c["resources"]["limits"]["memory"].is_string() && c["resources"]["requests"]["cpu"].is_string());
+    let args: Vec<&str> = c["args"].as_sequence().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    for flag in ["--kube", "--tls-cert", "--client-ca", "--health-listen", "--policy"] {
+        assert!(args.contains(&flag), "missing {flag}");
+    }
+    assert!(!spec["affinity"]["podAntiAffinity"].is_null());
+}
