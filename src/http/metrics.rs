@@ -21,6 +21,14 @@ pub fn handle() -> PrometheusHandle {
             // the handle still renders ours.
             let _ = metrics::set_global_recorder(recorder);
             describe();
+            // Histogram samples queue up until drained into their buckets; without a
+            // scrape they would grow without bound (found by the soak run), so drain
+            // them on a timer.
+            let upkeep = handle.clone();
+            let _ = std::thread::Builder::new().name("metrics-upkeep".into()).spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_secs(5));
+                upkeep.run_upkeep();
+            });
             handle
         })
         .clone()
