@@ -233,7 +233,7 @@ fn judge_request_victims(ctx: &Context, preemptor: Preemptor, node: &str, v: &Vi
     }
     let mut cost = cost_of(ctx, &victims);
     cost.pdb_violations = v.num_pdb_violations;
-    Some(finish(node, victims, v.num_pdb_violations, cost, "kube's victims, all allowed", ex))
+    Some(finish(ctx, node, victims, v.num_pdb_violations, cost, "kube's victims, all allowed", ex))
 }
 
 enum Reselected {
@@ -342,7 +342,7 @@ fn reselect(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, node_na
                 format!("evicting {n} surplus member(s) of gang {group} ({size} members, minimum {min})")));
         }
     }
-    Reselected::Plan(finish(node_name, chosen, violations, cost, "re-selected under the policy", ex))
+    Reselected::Plan(finish(ctx, node_name, chosen, violations, cost, "re-selected under the policy", ex))
 }
 
 /// Between offline tenants (the preemptor's class is itself evictable), Kueue's fair
@@ -443,12 +443,12 @@ fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
     cost
 }
 
-fn finish(node: &str, mut victims: Vec<Victim>, pdb_violations: i64, cost: Cost, how: &str, ex: &mut Vec<Explanation>) -> Plan {
+fn finish(ctx: &Context, node: &str, mut victims: Vec<Victim>, pdb_violations: i64, cost: Cost, how: &str, ex: &mut Vec<Explanation>) -> Plan {
     // kube-scheduler reads Pods[0] as the highest-priority victim.
     victims.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.value_order(b)));
     for v in &victims {
         ex.push(Explanation::pod(node, &v.pod.key(), "victim", "chosen",
-            format!("priority {}, class #{}, needed for the preemptor to fit", v.priority, v.class)));
+            format!("priority {}, class {}, needed for the preemptor to fit", v.priority, ctx.policy.class(v.class).name)));
     }
     ex.push(Explanation::node(node, "candidate", "candidate",
         format!("{how}: {} victim(s), {pdb_violations} PDB violation(s), cost {cost:?}", victims.len())));
