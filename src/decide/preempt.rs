@@ -99,12 +99,12 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
         ));
         return out;
     }
+    let preemptor = Preemptor { priority: ctx.priority_of(pod), class: class_id };
     out.explanations.push(Explanation::request(
         "preemptor",
         "classified",
-        format!("{} is class {class_name}, priority {}", pod.key(), ctx.priority_of(pod)),
+        format!("{} is class {class_name}, priority {}", pod.key(), preemptor.priority),
     ));
-    let preemptor = Preemptor { priority: ctx.priority_of(pod), class: class_id };
     let view = ctx.view;
     if view.is_none() && ctx.view_expected && ctx.policy.class(class_id).without_view == WithoutView::Refuse {
         out.explanations.push(Explanation::request(

@@ -11,8 +11,7 @@
 use super::eligibility::{self, Preemptor};
 use super::fit::{fits, NodeUsage};
 use super::{Context, Explanation};
-use crate::cluster::View;
-use crate::model::{Node, Pod};
+use crate::model::{Node, Pod, PodRef};
 use crate::wire::{ExtenderArgs, HostPriority, NodeSet};
 
 pub const MAX_SCORE: i64 = 10;
@@ -33,9 +32,13 @@ pub fn prioritize(args: &ExtenderArgs, ctx: &Context) -> PrioritizeOutcome {
             NodeSet::Objects(nodes) => Some(&nodes[i].node),
             NodeSet::Names(_) => ctx.view_node(name),
         };
-        let on_node = ctx.view.filter(|v| v.node(name).is_some());
-        let (fit, fit_why) = match (node, on_node) {
-            (Some(node), Some(view)) => fit_score(ctx, view, preemptor, &args.pod, node),
+        // What the view says is on the node, computed once for fit and packing.
+        let on_node = ctx.view.filter(|v| v.node(name).is_some()).map(|v| {
+            let pods = v.pods_on(name);
+            (pods, NodeUsage::of(pods.iter().map(|p| &**p)))
+        });
+        let (fit, fit_why) = match (node, &on_node) {
+            (Some(node), Some((pods, usage))) => fit_score(ctx, pods, usage.clone(), preemptor, &args.pod, node),
             _ => (3, "fit unknown without a cluster view"),
         };
         let prefer = &class.scoring.prefer_node_labels;
@@ -45,9 +48,9 @@ pub fn prioritize(args: &ExtenderArgs, ctx: &Context) -> PrioritizeOutcome {
             Some(_) => 0,
             None => 1,
         };
-        let packing = match (node, on_node) {
-            (Some(node), Some(view)) => {
-                let util = utilisation_after(node, &NodeUsage::of(view.pods_on(name).iter().map(|p| &**p)), &args.pod);
+        let packing = match (node, &on_node) {
+            (Some(node), Some((_, usage))) => {
+                let util = utilisation_after(node, usage, &args.pod);
                 let u = if class.scoring.pack { util } else { 1.0 - util };
                 (2.0 * u).round() as i64
             }
@@ -65,9 +68,7 @@ pub fn prioritize(args: &ExtenderArgs, ctx: &Context) -> PrioritizeOutcome {
     out
 }
 
-fn fit_score(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, node: &Node) -> (i64, &'static str) {
-    let pods = view.pods_on(&node.name);
-    let mut usage = NodeUsage::of(pods.iter().map(|p| &**p));
+fn fit_score(ctx: &Context, pods: &[PodRef], mut usage: NodeUsage, preemptor: Preemptor, pod: &Pod, node: &Node) -> (i64, &'static str) {
     if fits(pod, node, &usage).is_ok() {
         return (6, "fits without preemption");
     }
