@@ -20,6 +20,12 @@ pub struct Explanation {
 }
 
 impl Explanation {
+    /// Lines that restate the request (a node's score, nodes kept as expected): logged
+    /// at debug and left out of the decision metrics.
+    pub fn is_routine(&self) -> bool {
+        self.verdict == "score" || (self.verdict == "kept" && self.code == "allowed")
+    }
+
     pub fn request(verdict: &'static str, code: &'static str, detail: impl Into<String>) -> Self {
         Explanation { subject: "request", node: None, pod: None, verdict, code, detail: detail.into() }
     }

@@ -82,8 +82,7 @@ fn log_answer(verb: Verb, answer: &Answer, started: Instant) {
     // more than the answers. Decisions that change something are logged at info below.
     tracing::debug!(verb = verb.as_str(), pod = %answer.pod, micros, decisions = answer.explanations.len(), "answered");
     for e in &answer.explanations {
-        let routine = e.verdict == "score" || (e.verdict == "kept" && e.code == "allowed");
-        if routine {
+        if e.is_routine() {
             tracing::debug!(verb = verb.as_str(), pod = %answer.pod, node = e.node.as_deref(), victim = e.pod.as_deref(), verdict = e.verdict, reason = e.code, detail = %e.detail, "decision");
         } else {
             tracing::info!(verb = verb.as_str(), pod = %answer.pod, node = e.node.as_deref(), victim = e.pod.as_deref(), verdict = e.verdict, reason = e.code, detail = %e.detail, "decision");

@@ -56,7 +56,7 @@ pub fn record_decisions(verb: &'static str, explanations: &[Explanation]) {
     // has thousands of lines but only a handful of distinct reasons.
     let mut counts: Vec<((&'static str, &'static str), u64)> = Vec::new();
     for e in explanations {
-        if matches!(e.verdict, "score") || (e.verdict == "kept" && e.code == "allowed") {
+        if e.is_routine() {
             continue;
         }
         match counts.iter_mut().find(|(k, _)| *k == (e.verdict, e.code)) {
