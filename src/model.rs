@@ -18,21 +18,24 @@ pub struct Resources {
 }
 
 impl Resources {
+    /// Sums saturate: absurd requests (`cpu: 1e18` twice) must not wrap into room.
     pub fn add(&mut self, other: &Resources) {
-        self.milli_cpu += other.milli_cpu;
-        self.memory += other.memory;
-        self.ephemeral_storage += other.ephemeral_storage;
+        self.milli_cpu = self.milli_cpu.saturating_add(other.milli_cpu);
+        self.memory = self.memory.saturating_add(other.memory);
+        self.ephemeral_storage = self.ephemeral_storage.saturating_add(other.ephemeral_storage);
         for (k, v) in &other.scalar {
-            *self.scalar.entry(k.clone()).or_insert(0) += v;
+            let e = self.scalar.entry(k.clone()).or_insert(0);
+            *e = e.saturating_add(*v);
         }
     }
 
     pub fn sub(&mut self, other: &Resources) {
-        self.milli_cpu -= other.milli_cpu;
-        self.memory -= other.memory;
-        self.ephemeral_storage -= other.ephemeral_storage;
+        self.milli_cpu = self.milli_cpu.saturating_sub(other.milli_cpu);
+        self.memory = self.memory.saturating_sub(other.memory);
+        self.ephemeral_storage = self.ephemeral_storage.saturating_sub(other.ephemeral_storage);
         for (k, v) in &other.scalar {
-            *self.scalar.entry(k.clone()).or_insert(0) -= v;
+            let e = self.scalar.entry(k.clone()).or_insert(0);
+            *e = e.saturating_sub(*v);
         }
     }
 
@@ -104,6 +107,10 @@ pub struct Pod {
     /// `Never` means the pod may not preempt.
     pub preemption_never: bool,
     pub node_name: Option<String>,
+    /// `status.nominatedNodeName` of a pending pod: kube-scheduler holds room for it there.
+    pub nominated_node_name: Option<String>,
+    /// Names of `spec.schedulingGates`: a gated pod is not scheduled until they are removed.
+    pub scheduling_gates: Vec<String>,
     pub phase: Option<String>,
     /// Effective requests: max(init, sum(app)) + sidecars + overhead.
     pub requests: Resources,

@@ -110,10 +110,10 @@ async fn an_unreachable_api_server_leaves_the_view_unready_and_retries() {
         fresh.clone(),
         Duration::from_millis(20),
     ));
-    assert!(wait_until(|| fresh.failing_since.load(std::sync::atomic::Ordering::Relaxed) != 0).await, "watch errors not noticed");
+    assert!(wait_until(|| fresh.failing_since("Pod") != 0).await, "watch errors not noticed");
     assert!(!cell.is_ready());
     assert!(cell.load().is_none(), "decisions see no view: they degrade per class");
-    let since = fresh.failing_since.load(std::sync::atomic::Ordering::Relaxed);
+    let since = fresh.failing_since("Pod");
     assert!(!fresh.is_stale(since + 10, watch::STALE_AFTER_SECS));
     assert!(fresh.is_stale(since + watch::STALE_AFTER_SECS + 1, watch::STALE_AFTER_SECS));
 }

@@ -1,6 +1,7 @@
 //! The cluster view and its sources: a snapshot file or Kubernetes watches. Decisions
 //! only see `View` and never know which source built it.
 
+pub mod lean;
 pub mod snapshot;
 mod view;
 pub mod watch;
@@ -10,7 +11,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 
-pub use view::{Objects, View};
+pub use view::{NodeInfo, Objects, View};
 
 /// Where the current view lives; empty until the source has synced.
 #[derive(Default)]

@@ -1,9 +1,15 @@
-//! The cluster view: an immutable, indexed snapshot of what decisions read. Sources
-//! (snapshot file, Kubernetes watches) build a new one on change; readers share it via
-//! `Arc` and never lock.
+//! The cluster view: what decisions read, kept current one object at a time.
+//!
+//! Like kube-scheduler's cache, the view is per-node state with generation numbers. Its
+//! maps are persistent (structurally shared) so a change costs O(log n) plus the touched
+//! node's pod list, and a clone, which is what readers get, costs O(1): sources apply each
+//! event to their own copy and publish a clone; readers share it through `Arc` and never
+//! lock. Snapshot files and watches go through the same `apply_*` methods.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use imbl::HashMap as PMap;
 
 use crate::model::{Node, Pdb, Pod, PodRef, PriorityClass, Resources};
 use crate::policy::Policy;
@@ -17,79 +23,314 @@ pub struct Objects {
     pub priority_classes: Vec<PriorityClass>,
 }
 
-#[derive(Debug, Default)]
+/// One node's state: the Node object (if the view has seen it), the pods bound to it and
+/// the pending pods nominated to it.
+#[derive(Debug, Clone, Default)]
+pub struct NodeInfo {
+    /// `None` while pods name a node the view has not seen, or after it was deleted.
+    pub node: Option<Node>,
+    /// Bound, non-terminal pods, sorted by namespace/name so explanations are stable.
+    pods: Vec<PodRef>,
+    /// Pending pods with `status.nominatedNodeName` = this node.
+    nominated: Vec<PodRef>,
+    /// The view generation of the last change to this node's state.
+    pub generation: u64,
+}
+
+impl NodeInfo {
+    fn is_empty(&self) -> bool {
+        self.node.is_none() && self.pods.is_empty() && self.nominated.is_empty()
+    }
+}
+
+/// Where a pod sits in the view.
+enum Slot<'a> {
+    Bound(&'a str),
+    Nominated(&'a str),
+    /// Pending with no nomination (e.g. scheduling-gated): known by UID and key only.
+    Pending,
+}
+
+fn slot(pod: &Pod) -> Slot<'_> {
+    match (&pod.node_name, &pod.nominated_node_name) {
+        (Some(n), _) => Slot::Bound(n),
+        (None, Some(n)) => Slot::Nominated(n),
+        (None, None) => Slot::Pending,
+    }
+}
+
+#[derive(Debug, Clone, Default)]
 pub struct View {
-    nodes: HashMap<String, Node>,
-    pods_on_node: HashMap<String, Vec<PodRef>>,
-    pods_by_uid: HashMap<String, PodRef>,
-    pdbs_by_namespace: HashMap<String, Vec<Pdb>>,
-    priority_classes: HashMap<String, i32>,
-    /// Members per gang ("namespace/group"), using the policy's group labels.
-    gang_sizes: HashMap<String, usize>,
-    /// Weighted dominant share per tenant of the resources held by evictable classes.
-    tenant_shares: HashMap<String, f64>,
+    nodes: PMap<String, Arc<NodeInfo>>,
+    /// Every non-terminal pod, bound or pending, by namespace/name (watch keys).
+    pods: PMap<String, PodRef>,
+    pods_by_uid: PMap<String, PodRef>,
+    pdbs_by_namespace: PMap<String, Arc<Vec<Pdb>>>,
+    priority_classes: PMap<String, i32>,
+    /// Bound members per gang ("namespace/group"), using the policy's group labels.
+    gang_sizes: PMap<String, usize>,
+    /// Requests held by evictable classes, per tenant (fair sharing).
+    tenant_usage: PMap<String, Resources>,
+    tenant_weights: Arc<BTreeMap<String, f64>>,
     /// Sum of node allocatable: the denominator of shares.
     capacity: Resources,
-    pod_count: usize,
+    node_count: usize,
+    bound_pods: usize,
+    generation: u64,
 }
 
 impl View {
-    /// Indexes `objects` for decisions under `policy` (gang labels, tenants and classes
-    /// come from it: rebuild the view when the policy changes).
+    /// An empty view for `policy` (gang labels, tenants and classes come from it: rebuild
+    /// the view when the policy changes).
+    pub fn empty(policy: &Policy) -> View {
+        View { tenant_weights: Arc::new(policy.tenants.weights.clone()), ..View::default() }
+    }
+
+    /// Indexes `objects` for decisions under `policy`.
     pub fn build(objects: Objects, policy: &Policy) -> View {
-        let mut view = View {
-            priority_classes: objects.priority_classes.iter().map(|p| (p.name.clone(), p.value)).collect(),
-            ..View::default()
-        };
-        let mut capacity = Resources::default();
+        let mut view = View::empty(policy);
+        // Priority classes first: pods without `spec.priority` are classified through them.
+        for pc in objects.priority_classes {
+            view.apply_priority_class(pc);
+        }
         for node in objects.nodes {
-            capacity.add(&node.allocatable);
-            view.nodes.insert(node.name.clone(), node);
+            view.apply_node(node);
         }
-        let mut usage: HashMap<String, Resources> = HashMap::new();
-        for pod in objects.pods {
-            // kube-scheduler's cache holds only bound, non-terminal pods.
-            let Some(node) = pod.node_name.clone() else { continue };
-            if pod.is_terminal() {
-                continue;
-            }
-            if let Some(group) = policy.gangs.group_of(&pod) {
-                *view.gang_sizes.entry(group).or_default() += 1;
-            }
-            let class = policy.classify(&pod, view.priority_of(&pod));
-            if policy.class(class).victim.allowed {
-                usage.entry(policy.tenants.tenant_of(&pod)).or_default().add(&pod.requests);
-            }
-            let pod = Arc::new(pod);
-            view.pods_by_uid.insert(pod.uid.clone(), pod.clone());
-            view.pods_on_node.entry(node).or_default().push(pod);
-            view.pod_count += 1;
-        }
-        // A stable order, whichever source listed the pods: explanations stay reproducible.
-        for pods in view.pods_on_node.values_mut() {
-            pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-        }
-        for (tenant, used) in usage {
-            let share = dominant_share(&used, &capacity) / policy.tenants.weight(&tenant);
-            view.tenant_shares.insert(tenant, share);
-        }
-        view.capacity = capacity;
         for pdb in objects.pdbs {
-            view.pdbs_by_namespace.entry(pdb.namespace.clone()).or_default().push(pdb);
+            view.apply_pdb(pdb);
+        }
+        for pod in objects.pods {
+            view.apply_pod(Arc::new(pod), policy);
         }
         view
     }
 
+    /// The same objects indexed under another policy (O(cluster); pods are shared, not copied).
+    pub fn rebuild(&self, policy: &Policy) -> View {
+        let mut view = View::empty(policy);
+        view.priority_classes = self.priority_classes.clone();
+        view.pdbs_by_namespace = self.pdbs_by_namespace.clone();
+        for info in self.nodes.values() {
+            if let Some(n) = &info.node {
+                view.apply_node(n.clone());
+            }
+        }
+        for pod in self.pods.values() {
+            view.apply_pod(pod.clone(), policy);
+        }
+        view.generation = self.generation + 1;
+        view
+    }
+
+    // ---- changes ------------------------------------------------------------------------
+
+    fn bump(&mut self) -> u64 {
+        self.generation += 1;
+        self.generation
+    }
+
+    fn node_mut(&mut self, name: &str) -> &mut NodeInfo {
+        let generation = self.bump();
+        let info = Arc::make_mut(self.nodes.entry(name.to_string()).or_default());
+        info.generation = generation;
+        info
+    }
+
+    fn drop_if_empty(&mut self, name: &str) {
+        if self.nodes.get(name).is_some_and(|i| i.is_empty()) {
+            self.nodes.remove(name);
+        }
+    }
+
+    /// Adds or replaces a pod (matched by namespace/name). Terminal pods leave the view:
+    /// kube-scheduler's cache holds only bound, non-terminal pods.
+    pub fn apply_pod(&mut self, pod: PodRef, policy: &Policy) {
+        let key = pod.key();
+        if let Some(old) = self.pods.get(&key).cloned() {
+            self.detach(&old, policy);
+        }
+        if !pod.is_terminal() {
+            self.attach(pod, key, policy);
+        }
+    }
+
+    /// Removes the pod `namespace/name`; returns it if it was there.
+    pub fn remove_pod(&mut self, key: &str, policy: &Policy) -> Option<PodRef> {
+        let old = self.pods.get(key).cloned()?;
+        self.detach(&old, policy);
+        Some(old)
+    }
+
+    fn attach(&mut self, pod: PodRef, key: String, policy: &Policy) {
+        self.pods.insert(key, pod.clone());
+        self.pods_by_uid.insert(pod.uid.clone(), pod.clone());
+        match slot(&pod) {
+            Slot::Bound(node) => {
+                let info = self.node_mut(node);
+                let at = info.pods.partition_point(|p| (&p.namespace, &p.name) < (&pod.namespace, &pod.name));
+                info.pods.insert(at, pod.clone());
+                self.bound_pods += 1;
+                if let Some(group) = policy.gangs.group_of(&pod) {
+                    *self.gang_sizes.entry(group).or_default() += 1;
+                }
+                if let Some(tenant) = self.tenant_counted(&pod, policy) {
+                    self.tenant_usage.entry(tenant).or_default().add(&pod.requests);
+                }
+            }
+            Slot::Nominated(node) => self.node_mut(node).nominated.push(pod.clone()),
+            Slot::Pending => {}
+        }
+    }
+
+    fn detach(&mut self, pod: &PodRef, policy: &Policy) {
+        let key = pod.key();
+        if self.pods.get(&key).is_some_and(|p| Arc::ptr_eq(p, pod)) {
+            self.pods.remove(&key);
+        }
+        if self.pods_by_uid.get(&pod.uid).is_some_and(|p| Arc::ptr_eq(p, pod)) {
+            self.pods_by_uid.remove(&pod.uid);
+        }
+        match slot(pod) {
+            Slot::Bound(node) => {
+                let info = self.node_mut(node);
+                info.pods.retain(|p| !Arc::ptr_eq(p, pod));
+                self.drop_if_empty(node);
+                self.bound_pods -= 1;
+                if let Some(group) = policy.gangs.group_of(pod) {
+                    if let Some(n) = self.gang_sizes.get_mut(&group) {
+                        *n -= 1;
+                        if *n == 0 {
+                            self.gang_sizes.remove(&group);
+                        }
+                    }
+                }
+                if let Some(tenant) = self.tenant_counted(pod, policy) {
+                    if let Some(u) = self.tenant_usage.get_mut(&tenant) {
+                        u.sub(&pod.requests);
+                    }
+                }
+            }
+            Slot::Nominated(node) => {
+                self.node_mut(node).nominated.retain(|p| !Arc::ptr_eq(p, pod));
+                self.drop_if_empty(node);
+            }
+            Slot::Pending => {}
+        }
+    }
+
+    /// The tenant whose share this pod counts toward: only pods of evictable classes.
+    fn tenant_counted(&self, pod: &Pod, policy: &Policy) -> Option<String> {
+        let class = policy.classify(pod, self.priority_of(pod));
+        policy.class(class).victim.allowed.then(|| policy.tenants.tenant_of(pod))
+    }
+
+    pub fn apply_node(&mut self, node: Node) {
+        let name = node.name.clone();
+        let info = self.node_mut(&name);
+        let old = info.node.replace(node);
+        let new_alloc = info.node.as_ref().map(|n| n.allocatable.clone()).unwrap_or_default();
+        match old {
+            Some(old) => self.capacity.sub(&old.allocatable),
+            None => self.node_count += 1,
+        }
+        self.capacity.add(&new_alloc);
+    }
+
+    /// Forgets the Node object; its pods stay until they are deleted, as in kube's cache.
+    pub fn remove_node(&mut self, name: &str) -> bool {
+        if self.nodes.get(name).is_none_or(|i| i.node.is_none()) {
+            return false;
+        }
+        let old = self.node_mut(name).node.take();
+        if let Some(old) = old {
+            self.capacity.sub(&old.allocatable);
+            self.node_count -= 1;
+        }
+        self.drop_if_empty(name);
+        true
+    }
+
+    pub fn apply_pdb(&mut self, pdb: Pdb) {
+        self.bump();
+        let list = Arc::make_mut(self.pdbs_by_namespace.entry(pdb.namespace.clone()).or_default());
+        match list.iter_mut().find(|p| p.name == pdb.name) {
+            Some(slot) => *slot = pdb,
+            None => list.push(pdb),
+        }
+    }
+
+    pub fn remove_pdb(&mut self, namespace: &str, name: &str) -> bool {
+        self.bump();
+        let Some(list) = self.pdbs_by_namespace.get_mut(namespace) else { return false };
+        let list = Arc::make_mut(list);
+        let before = list.len();
+        list.retain(|p| p.name != name);
+        let removed = list.len() != before;
+        if list.is_empty() {
+            self.pdbs_by_namespace.remove(namespace);
+        }
+        removed
+    }
+
+    pub fn apply_priority_class(&mut self, pc: PriorityClass) {
+        self.bump();
+        self.priority_classes.insert(pc.name, pc.value);
+    }
+
+    pub fn remove_priority_class(&mut self, name: &str) -> bool {
+        self.bump();
+        self.priority_classes.remove(name).is_some()
+    }
+
+    // ---- reads --------------------------------------------------------------------------
+
     pub fn node(&self, name: &str) -> Option<&Node> {
-        self.nodes.get(name)
+        self.nodes.get(name)?.node.as_ref()
+    }
+
+    /// The generation of the last change to `name`'s state (0: unknown node).
+    pub fn node_generation(&self, name: &str) -> u64 {
+        self.nodes.get(name).map_or(0, |i| i.generation)
+    }
+
+    /// The generation of the last change to anything in the view.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     pub fn pods_on(&self, node: &str) -> &[PodRef] {
-        self.pods_on_node.get(node).map(Vec::as_slice).unwrap_or(&[])
+        self.nodes.get(node).map(|i| i.pods.as_slice()).unwrap_or(&[])
+    }
+
+    /// Pending pods nominated to `node`: kube-scheduler reserves their room there.
+    pub fn nominated_on(&self, node: &str) -> &[PodRef] {
+        self.nodes.get(node).map(|i| i.nominated.as_slice()).unwrap_or(&[])
     }
 
     pub fn pod_by_uid(&self, uid: &str) -> Option<&PodRef> {
         self.pods_by_uid.get(uid)
+    }
+
+    /// A pod by `namespace/name`, bound or pending.
+    pub fn pod(&self, key: &str) -> Option<&PodRef> {
+        self.pods.get(key)
+    }
+
+    /// Every non-terminal pod, bound or pending (unordered).
+    pub fn all_pods(&self) -> impl Iterator<Item = &PodRef> {
+        self.pods.values()
+    }
+
+    pub fn node_names(&self) -> impl Iterator<Item = &str> {
+        self.nodes.iter().filter(|(_, i)| i.node.is_some()).map(|(n, _)| n.as_str())
+    }
+
+    pub fn pdb_keys(&self) -> impl Iterator<Item = String> + '_ {
+        self.pdbs_by_namespace.values().flat_map(|l| l.iter().map(Pdb::key))
+    }
+
+    pub fn priority_class_names(&self) -> impl Iterator<Item = &str> {
+        self.priority_classes.keys().map(String::as_str)
     }
 
     /// PDBs whose selector covers `pod`.
@@ -97,7 +338,7 @@ impl View {
         self.pdbs_by_namespace
             .get(&pod.namespace)
             .into_iter()
-            .flatten()
+            .flat_map(|l| l.iter())
             .filter(move |p| p.covers(pod))
     }
 
@@ -112,8 +353,10 @@ impl View {
         self.gang_sizes.get(group).copied().unwrap_or(0)
     }
 
+    /// Weighted dominant share of the cluster that `tenant`'s evictable pods hold.
     pub fn tenant_share(&self, tenant: &str) -> f64 {
-        self.tenant_shares.get(tenant).copied().unwrap_or(0.0)
+        let weight = self.tenant_weights.get(tenant).copied().unwrap_or(1.0);
+        self.tenant_usage.get(tenant).map_or(0.0, |u| dominant_share(u, &self.capacity) / weight)
     }
 
     /// The weighted share `requests` adds to `tenant` (what one pod moves the needle).
@@ -122,11 +365,12 @@ impl View {
     }
 
     pub fn node_count(&self) -> usize {
-        self.nodes.len()
+        self.node_count
     }
 
+    /// Bound, non-terminal pods.
     pub fn pod_count(&self) -> usize {
-        self.pod_count
+        self.bound_pods
     }
 }
 
@@ -139,3 +383,6 @@ fn dominant_share(used: &Resources, capacity: &Resources) -> f64 {
     }
     share
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,191 +1,299 @@
-//! The cluster view from the Kubernetes API: watches on Nodes, Pods, PDBs and
-//! PriorityClasses (kube-rs watchers with backoff), converted on arrival to the lean
-//! model and republished as a fresh `View` when something changed.
+//! The cluster view from the Kubernetes API: one kube-rs watcher per kind, decoded once into
+//! the lean model (`lean`), each event applied to the view at once and a new view
+//! published for the very next request. No debounce: a deleted or terminating pod must not
+//! be offered as a victim a moment after kube-scheduler's cache dropped it.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
-use kube::{Api, Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
-use tokio::sync::Mutex;
+use kube::{Api, Client};
 
-use super::{Objects, View, ViewCell};
-use crate::model;
+use super::lean::{Lean, LeanKind, NodeKind, PdbKind, PodKind, PriorityClassKind};
+use super::{View, ViewCell};
 use crate::policy::Policy;
-use crate::wire::k8s;
-
-/// How current the view is, for `/readyz` and metrics.
-#[derive(Default)]
-pub struct Freshness {
-    /// Unix seconds of the last successful watch event of any kind.
-    pub last_event: AtomicI64,
-    /// Unix seconds since which a watch has been failing (API server unreachable, RBAC,
-    /// ...); 0 while all is well.
-    pub failing_since: AtomicI64,
-}
-
-impl Freshness {
-    fn failed(&self, now: i64) {
-        let _ = self.failing_since.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
-    }
-
-    fn succeeded(&self, now: i64) {
-        self.failing_since.store(0, Ordering::Relaxed);
-        self.last_event.store(now, Ordering::Relaxed);
-    }
-
-    /// Failing for longer than `limit` seconds at `now`?
-    pub fn is_stale(&self, now: i64, limit: i64) -> bool {
-        let since = self.failing_since.load(Ordering::Relaxed);
-        since != 0 && now - since > limit
-    }
-}
-
-/// Objects of one kind, keyed by namespace/name, as the model sees them.
-type Store<T> = Arc<Mutex<KindState<T>>>;
-
-struct KindState<T> {
-    live: HashMap<String, T>,
-    /// Objects listed during a re-list, swapped in at `InitDone`.
-    relist: Option<HashMap<String, T>>,
-    synced: bool,
-}
-
-impl<T> Default for KindState<T> {
-    fn default() -> Self {
-        KindState { live: HashMap::new(), relist: None, synced: false }
-    }
-}
-
-/// Lean conversion through the same decoders requests and snapshots use, so the three
-/// sources cannot disagree on what a field means.
-fn convert<K: Serialize, J: DeserializeOwned>(obj: &K) -> Option<J> {
-    serde_json::to_vec(obj).ok().and_then(|b| serde_json::from_slice(&b).ok())
-}
-
-fn to_pod(p: &Pod) -> Option<model::Pod> {
-    convert::<_, k8s::Pod>(p)?.into_model().ok()
-}
-fn to_node(n: &Node) -> Option<model::Node> {
-    convert::<_, k8s::Node>(n)?.into_model().ok()
-}
-fn to_pdb(p: &PodDisruptionBudget) -> Option<model::Pdb> {
-    Some(convert::<_, k8s::Pdb>(p)?.into_model())
-}
-fn to_pc(p: &PriorityClass) -> Option<model::PriorityClass> {
-    Some(model::PriorityClass { name: p.name_any(), value: p.value })
-}
-
-async fn follow<K, T>(
-    api: Api<K>,
-    config: watcher::Config,
-    store: Store<T>,
-    dirty: Arc<AtomicBool>,
-    fresh: Arc<Freshness>,
-    to_model: fn(&K) -> Option<T>,
-) where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
-    K::DynamicType: Default,
-    T: Send + 'static,
-{
-    let kind = K::kind(&K::DynamicType::default()).to_string();
-    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
-    while let Some(event) = stream.next().await {
-        let event = match event {
-            Ok(e) => e,
-            Err(e) => {
-                fresh.failed(crate::http::system_now());
-                metrics::counter!("coloc_watch_errors_total", "kind" => kind.clone()).increment(1);
-                tracing::warn!(kind = %kind, error = %e, "watch failed; retrying with backoff");
-                continue;
-            }
-        };
-        fresh.succeeded(crate::http::system_now());
-        let key = |o: &K| format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
-        let mut s = store.lock().await;
-        match event {
-            Event::Init => s.relist = Some(HashMap::new()),
-            Event::InitApply(o) => {
-                if let Some(m) = to_model(&o) {
-                    s.relist.get_or_insert_with(HashMap::new).insert(key(&o), m);
-                }
-            }
-            Event::InitDone => {
-                let listed = s.relist.take().unwrap_or_default();
-                s.live = listed;
-                s.synced = true;
-                dirty.store(true, Ordering::Relaxed);
-                tracing::info!(kind = %kind, objects = s.live.len(), "watch synced");
-            }
-            Event::Apply(o) => {
-                match to_model(&o) {
-                    Some(m) => s.live.insert(key(&o), m),
-                    None => s.live.remove(&key(&o)),
-                };
-                dirty.store(true, Ordering::Relaxed);
-            }
-            Event::Delete(o) => {
-                s.live.remove(&key(&o));
-                dirty.store(true, Ordering::Relaxed);
-            }
-        }
-    }
-}
 
 /// Seconds a watch may fail before the view counts as stale: `/readyz` turns 503 and
 /// decisions fall back to each class's `withoutView` behaviour.
 pub const STALE_AFTER_SECS: i64 = 30;
 
-/// Runs the watches and republishes the view at most every `debounce` while changes
-/// arrive. The first view is published only once every kind has synced.
-pub async fn run(client: Client, cell: Arc<ViewCell>, policy: Arc<ArcSwap<Policy>>, fresh: Arc<Freshness>, debounce: Duration) {
-    let dirty = Arc::new(AtomicBool::new(false));
-    let nodes: Store<model::Node> = Default::default();
-    let pods: Store<model::Pod> = Default::default();
-    let pdbs: Store<model::Pdb> = Default::default();
-    let pcs: Store<model::PriorityClass> = Default::default();
+/// The kinds the view is built from; it is published once every one has synced.
+pub const KINDS: [&str; 4] = [PodKind::KIND, NodeKind::KIND, PdbKind::KIND, PriorityClassKind::KIND];
+
+#[derive(Debug, Default, Clone, Copy)]
+struct KindHealth {
+    synced: bool,
+    /// Unix seconds since which this kind's watch has been failing; 0 while all is well.
+    failing_since: i64,
+    last_event: i64,
+}
+
+/// How current the view is, per kind, for `/readyz` and metrics. A failing Pod watch makes
+/// the view stale even while Nodes keep streaming.
+#[derive(Debug, Default)]
+pub struct Freshness {
+    kinds: Mutex<BTreeMap<&'static str, KindHealth>>,
+}
+
+impl Freshness {
+    fn update(&self, kind: &'static str, f: impl FnOnce(&mut KindHealth)) {
+        f(self.kinds.lock().unwrap_or_else(|e| e.into_inner()).entry(kind).or_default());
+    }
+
+    fn failed(&self, kind: &'static str, now: i64) {
+        self.update(kind, |h| {
+            if h.failing_since == 0 {
+                h.failing_since = now;
+            }
+        });
+    }
+
+    fn succeeded(&self, kind: &'static str, now: i64) {
+        self.update(kind, |h| {
+            h.failing_since = 0;
+            h.last_event = now;
+        });
+    }
+
+    fn synced(&self, kind: &'static str) {
+        self.update(kind, |h| h.synced = true);
+    }
+
+    /// Unix seconds since which `kind`'s watch has been failing; 0 while it is not.
+    pub fn failing_since(&self, kind: &str) -> i64 {
+        self.kinds.lock().unwrap_or_else(|e| e.into_inner()).get(kind).map_or(0, |h| h.failing_since)
+    }
+
+    /// Kinds failing for longer than `limit` seconds at `now`.
+    pub fn stale_kinds(&self, now: i64, limit: i64) -> Vec<&'static str> {
+        let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        kinds.iter().filter(|(_, h)| h.failing_since != 0 && now - h.failing_since > limit).map(|(k, _)| *k).collect()
+    }
+
+    /// Is any kind failing for longer than `limit` seconds at `now`?
+    pub fn is_stale(&self, now: i64, limit: i64) -> bool {
+        !self.stale_kinds(now, limit).is_empty()
+    }
+
+    /// Kinds of `KINDS` that have not completed their first list.
+    pub fn unsynced_kinds(&self) -> Vec<&'static str> {
+        let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        KINDS.iter().copied().filter(|k| !kinds.get(k).is_some_and(|h| h.synced)).collect()
+    }
+}
+
+/// What the watches share: the master copy of the view they change, and where they publish.
+struct Shared {
+    master: Mutex<Master>,
+    cell: Arc<ViewCell>,
+    fresh: Arc<Freshness>,
+}
+
+struct Master {
+    view: View,
+    policy: Arc<Policy>,
+    synced: HashSet<&'static str>,
+    /// Keys listed during a re-list, per kind: what is not listed again was deleted.
+    relisting: BTreeMap<&'static str, HashSet<String>>,
+}
+
+impl Master {
+    fn ready(&self) -> bool {
+        KINDS.iter().all(|k| self.synced.contains(k))
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Master> {
+        self.master.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish(&self, m: &Master) {
+        if m.ready() {
+            self.cell.publish(m.view.clone());
+        }
+    }
+}
+
+/// How one kind's objects enter and leave the view.
+trait Applies: LeanKind {
+    fn apply(view: &mut View, model: Self::Model, policy: &Policy);
+    /// Removes the object with `Lean::key()` `key`.
+    fn remove(view: &mut View, key: &str, policy: &Policy);
+    /// Keys (as `Lean::key()` spells them) of every object of this kind in the view.
+    fn keys(view: &View) -> Vec<String>;
+}
+
+fn split(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
+}
+
+impl Applies for PodKind {
+    fn apply(view: &mut View, model: Self::Model, policy: &Policy) {
+        view.apply_pod(Arc::new(model), policy);
+    }
+    fn remove(view: &mut View, key: &str, policy: &Policy) {
+        view.remove_pod(key, policy);
+    }
+    fn keys(view: &View) -> Vec<String> {
+        view.all_pods().map(|p| p.key()).collect()
+    }
+}
+
+impl Applies for NodeKind {
+    fn apply(view: &mut View, model: Self::Model, _: &Policy) {
+        view.apply_node(model);
+    }
+    fn remove(view: &mut View, key: &str, _: &Policy) {
+        view.remove_node(split(key).1);
+    }
+    fn keys(view: &View) -> Vec<String> {
+        view.node_names().map(|n| format!("/{n}")).collect()
+    }
+}
+
+impl Applies for PdbKind {
+    fn apply(view: &mut View, model: Self::Model, _: &Policy) {
+        view.apply_pdb(model);
+    }
+    fn remove(view: &mut View, key: &str, _: &Policy) {
+        let (ns, name) = split(key);
+        view.remove_pdb(ns, name);
+    }
+    fn keys(view: &View) -> Vec<String> {
+        view.pdb_keys().collect()
+    }
+}
+
+impl Applies for PriorityClassKind {
+    fn apply(view: &mut View, model: Self::Model, _: &Policy) {
+        view.apply_priority_class(model);
+    }
+    fn remove(view: &mut View, key: &str, _: &Policy) {
+        view.remove_priority_class(split(key).1);
+    }
+    fn keys(view: &View) -> Vec<String> {
+        view.priority_class_names().map(|n| format!("/{n}")).collect()
+    }
+}
+
+/// Applies one object: its model, or, if it could not be converted, its removal (a pod
+/// the view cannot read is never offered as a victim), logged and counted.
+fn apply_one<K: Applies>(m: &mut Master, obj: Lean<K>) {
+    let key = obj.key();
+    let policy = m.policy.clone();
+    match obj.model {
+        Ok(model) => K::apply(&mut m.view, model, &policy),
+        Err(e) => {
+            metrics::counter!("coloc_watch_conversion_errors_total", "kind" => K::KIND).increment(1);
+            tracing::warn!(kind = K::KIND, object = %key, error = %e, "cannot read object; left out of the cluster view");
+            K::remove(&mut m.view, &key, &policy);
+        }
+    }
+}
+
+fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
+    let mut m = shared.lock();
+    match event {
+        Event::Init => {
+            m.relisting.insert(K::KIND, HashSet::new());
+            return;
+        }
+        Event::InitApply(obj) => {
+            m.relisting.entry(K::KIND).or_default().insert(obj.key());
+            apply_one(&mut m, obj);
+            // Until the first sync nothing is published; during a later re-list, upserts
+            // are current state and are published as they come.
+        }
+        Event::InitDone => {
+            let listed = m.relisting.remove(K::KIND).unwrap_or_default();
+            let policy = m.policy.clone();
+            let gone: Vec<String> = K::keys(&m.view).into_iter().filter(|k| !listed.contains(k)).collect();
+            for key in &gone {
+                K::remove(&mut m.view, key, &policy);
+            }
+            let first = m.synced.insert(K::KIND);
+            shared.fresh.synced(K::KIND);
+            tracing::info!(kind = K::KIND, objects = listed.len(), removed = gone.len(), first, "watch listed");
+        }
+        Event::Apply(obj) => apply_one(&mut m, obj),
+        Event::Delete(obj) => {
+            let policy = m.policy.clone();
+            K::remove(&mut m.view, &obj.key(), &policy);
+        }
+    }
+    shared.publish(&m);
+}
+
+async fn follow<K: Applies>(api: Api<Lean<K>>, config: watcher::Config, shared: Arc<Shared>) {
+    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+    while let Some(event) = stream.next().await {
+        let now = crate::http::system_now();
+        match event {
+            Ok(event) => {
+                shared.fresh.succeeded(K::KIND, now);
+                metrics::counter!("coloc_view_events_total", "kind" => K::KIND).increment(1);
+                handle(&shared, event);
+            }
+            Err(e) => {
+                shared.fresh.failed(K::KIND, now);
+                metrics::counter!("coloc_watch_errors_total", "kind" => K::KIND).increment(1);
+                tracing::warn!(kind = K::KIND, error = %e, "watch failed; retrying with backoff");
+            }
+        }
+    }
+}
+
+/// Runs the watches until the process ends. The first view is published once every kind
+/// has synced; after that every event publishes. A policy change re-indexes the view off
+/// the async runtime. Staleness is checked every `tick`.
+pub async fn run(client: Client, cell: Arc<ViewCell>, policy: Arc<ArcSwap<Policy>>, fresh: Arc<Freshness>, tick: Duration) {
+    let mut policy_seen = policy.load_full();
+    let shared = Arc::new(Shared {
+        master: Mutex::new(Master {
+            view: View::empty(&policy_seen),
+            policy: policy_seen.clone(),
+            synced: HashSet::new(),
+            relisting: BTreeMap::new(),
+        }),
+        cell: cell.clone(),
+        fresh: fresh.clone(),
+    });
     // Terminal pods never hold resources in kube-scheduler's cache either.
     let pod_config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
-    tokio::spawn(follow(Api::<Node>::all(client.clone()), Default::default(), nodes.clone(), dirty.clone(), fresh.clone(), to_node));
-    tokio::spawn(follow(Api::<Pod>::all(client.clone()), pod_config, pods.clone(), dirty.clone(), fresh.clone(), to_pod));
-    tokio::spawn(follow(Api::<PodDisruptionBudget>::all(client.clone()), Default::default(), pdbs.clone(), dirty.clone(), fresh.clone(), to_pdb));
-    tokio::spawn(follow(Api::<PriorityClass>::all(client), Default::default(), pcs.clone(), dirty.clone(), fresh.clone(), to_pc));
+    tokio::spawn(follow::<PodKind>(Api::all(client.clone()), pod_config, shared.clone()));
+    tokio::spawn(follow::<NodeKind>(Api::all(client.clone()), Default::default(), shared.clone()));
+    tokio::spawn(follow::<PdbKind>(Api::all(client.clone()), Default::default(), shared.clone()));
+    tokio::spawn(follow::<PriorityClassKind>(Api::all(client), Default::default(), shared.clone()));
 
-    let mut policy_seen = policy.load_full();
     loop {
-        tokio::time::sleep(debounce).await;
-        let stale = fresh.is_stale(crate::http::system_now(), STALE_AFTER_SECS);
-        cell.set_stale(stale);
+        tokio::time::sleep(tick).await;
+        let now = crate::http::system_now();
+        cell.set_stale(fresh.is_stale(now, STALE_AFTER_SECS));
         metrics::gauge!("coloc_view_ready").set(if cell.is_ready() { 1.0 } else { 0.0 });
-        let current_policy = policy.load_full();
-        let policy_changed = !Arc::ptr_eq(&current_policy, &policy_seen);
-        if !dirty.swap(false, Ordering::Relaxed) && !policy_changed {
+        if let Some(v) = cell.load() {
+            metrics::gauge!("coloc_view_nodes").set(v.node_count() as f64);
+            metrics::gauge!("coloc_view_pods").set(v.pod_count() as f64);
+            metrics::gauge!("coloc_view_generation").set(v.generation() as f64);
+        }
+        let current = policy.load_full();
+        if Arc::ptr_eq(&current, &policy_seen) {
             continue;
         }
-        policy_seen = current_policy.clone();
-        let (n, p, d, c) = (nodes.lock().await, pods.lock().await, pdbs.lock().await, pcs.lock().await);
-        if !(n.synced && p.synced && d.synced && c.synced) {
-            continue;
-        }
-        let objects = Objects {
-            nodes: n.live.values().cloned().collect(),
-            pods: p.live.values().cloned().collect(),
-            pdbs: d.live.values().cloned().collect(),
-            priority_classes: c.live.values().cloned().collect(),
-        };
-        drop((n, p, d, c));
-        let view = View::build(objects, &current_policy);
-        tracing::debug!(nodes = view.node_count(), pods = view.pod_count(), "cluster view rebuilt");
-        cell.publish(view);
+        policy_seen = current.clone();
+        let shared = shared.clone();
+        // O(cluster): keep it off the threads that answer requests.
+        let _ = tokio::task::spawn_blocking(move || {
+            let mut m = shared.lock();
+            m.view = m.view.rebuild(&current);
+            m.policy = current;
+            shared.publish(&m);
+            tracing::info!(nodes = m.view.node_count(), pods = m.view.pod_count(), "cluster view re-indexed for the new policy");
+        })
+        .await;
     }
 }

@@ -56,11 +56,15 @@ struct Victim<'a> {
     running_since: Option<Timestamp>,
     tenant_share: f64,
     gang: Option<String>,
+    /// kube-scheduler proposed it: among equals, prefer kube's own choice (its cache
+    /// certainly holds that pod on that node).
+    proposed: bool,
 }
 
 impl Victim<'_> {
     /// Most valuable first: class order, priority, longer running, lower tenant share,
-    /// then smaller (evicting the bigger of two equals frees more with fewer victims).
+    /// not proposed by kube-scheduler, then smaller (evicting the bigger of two equals
+    /// frees more with fewer victims).
     fn value_order(&self, other: &Self) -> Ordering {
         let size = |v: &Victim| (v.pod.requests.milli_cpu, v.pod.requests.memory);
         self.class
@@ -68,6 +72,7 @@ impl Victim<'_> {
             .then(other.priority.cmp(&self.priority))
             .then(self.running_since.unwrap_or(i64::MAX).cmp(&other.running_since.unwrap_or(i64::MAX)))
             .then(self.tenant_share.total_cmp(&other.tenant_share))
+            .then(self.proposed.cmp(&other.proposed))
             .then(size(self).cmp(&size(other)))
             .then_with(|| (&self.pod.namespace, &self.pod.name).cmp(&(&other.pod.namespace, &other.pod.name)))
     }
@@ -130,7 +135,7 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
                 let plan = if v.count == 0 {
                     Some(placeholder(node, v.num_pdb_violations, ex))
                 } else if let Some(view) = view.filter(|vw| vw.node(node).is_some()) {
-                    reselect_or_drop(ctx, view, preemptor, pod, node, ex)
+                    reselect_or_drop(ctx, view, preemptor, pod, node, &v.uids, ex)
                 } else {
                     if view.is_some() {
                         ex.push(Explanation::node(node, "degraded", "node_not_in_view",
@@ -159,7 +164,7 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
                         }
                         Some(view) => {
                             note_misplaced_uids(view, node, v, ex);
-                            reselect_or_drop(ctx, view, preemptor, pod, node, ex)
+                            reselect_or_drop(ctx, view, preemptor, pod, node, &v.uids, ex)
                         }
                     }
                 };
@@ -175,8 +180,16 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
 /// Re-selection on a node the view knows. If the view says the pod already fits, the
 /// view and kube-scheduler's cache disagree (one of them is stale): never answer an
 /// empty victim list for a candidate that had victims (v1.35 rejects it), drop the node.
-fn reselect_or_drop(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, node: &str, ex: &mut Vec<Explanation>) -> Option<Plan> {
-    match reselect(ctx, view, preemptor, pod, node, ex) {
+fn reselect_or_drop(
+    ctx: &Context,
+    view: &View,
+    preemptor: Preemptor,
+    pod: &Pod,
+    node: &str,
+    proposed: &[String],
+    ex: &mut Vec<Explanation>,
+) -> Option<Plan> {
+    match reselect(ctx, view, preemptor, pod, node, proposed, ex) {
         Reselected::Plan(p) => Some(p),
         Reselected::Vetoed => None,
         Reselected::NoVictimsNeeded => {
@@ -204,10 +217,21 @@ fn note_misplaced_uids(view: &View, node: &str, v: &MetaVictims, ex: &mut Vec<Ex
     }
 }
 
-/// Without node state: keep kube-scheduler's victims only if every one is allowed.
-fn judge_request_victims(ctx: &Context, preemptor: Preemptor, node: &str, v: &Victims, ex: &mut Vec<Explanation>) -> Option<Plan> {
+/// Without node state: keep kube-scheduler's victims only if every one is allowed. A
+/// victim the view knows is judged by the view's data (it may be terminating, or bound
+/// elsewhere, since kube-scheduler looked).
+fn judge_request_victims<'a>(ctx: &Context<'a>, preemptor: Preemptor, node: &str, v: &'a Victims, ex: &mut Vec<Explanation>) -> Option<Plan> {
     let mut victims = Vec::new();
-    for pod in &v.pods {
+    for sent in &v.pods {
+        let pod: &Pod = match ctx.view.and_then(|view| view.pod_by_uid(&sent.uid)) {
+            Some(known) => known,
+            None => sent,
+        };
+        if pod.node_name.as_deref() != Some(node) {
+            ex.push(Explanation::node(node, "dropped", "victim_elsewhere",
+                format!("proposed victim {} is on {} in the cluster view, not here", pod.key(), pod.node_name.as_deref().unwrap_or("no node"))));
+            return None;
+        }
         let class = match eligibility::check(ctx, preemptor, pod) {
             Ok(c) => c,
             Err(p) => {
@@ -221,7 +245,7 @@ fn judge_request_victims(ctx: &Context, preemptor: Preemptor, node: &str, v: &Vi
                 format!("proposed victim {} belongs to gang {g}; without a cluster view we cannot tell whether evicting it breaks the gang", pod.key())));
             return None;
         }
-        victims.push(victim(ctx, pod, class, None));
+        victims.push(victim(ctx, pod, class, None, true));
     }
     if v.num_pdb_violations > 0 {
         if let Some(strict) = victims.iter().find(|x| ctx.policy.class(x.class).victim.pdb == PdbMode::Strict) {
@@ -242,7 +266,7 @@ enum Reselected {
     NoVictimsNeeded,
 }
 
-fn victim<'a>(ctx: &Context, pod: &'a Pod, class: ClassId, view: Option<&View>) -> Victim<'a> {
+fn victim<'a>(ctx: &Context, pod: &'a Pod, class: ClassId, view: Option<&View>, proposed: bool) -> Victim<'a> {
     Victim {
         pod,
         class,
@@ -251,14 +275,39 @@ fn victim<'a>(ctx: &Context, pod: &'a Pod, class: ClassId, view: Option<&View>) 
         running_since: pod.start_time,
         tenant_share: view.map(|v| v.tenant_share(&ctx.policy.tenants.tenant_of(pod))).unwrap_or(0.0),
         gang: ctx.policy.gangs.group_of(pod),
+        proposed,
     }
 }
 
 /// Full re-selection on a node the view knows.
-fn reselect(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, node_name: &str, ex: &mut Vec<Explanation>) -> Reselected {
+fn reselect(
+    ctx: &Context,
+    view: &View,
+    preemptor: Preemptor,
+    pod: &Pod,
+    node_name: &str,
+    proposed: &[String],
+    ex: &mut Vec<Explanation>,
+) -> Reselected {
     let node = view.node(node_name).expect("caller checked the node is in the view");
     let pods: Vec<&Pod> = view.pods_on(node_name).iter().map(|p| &**p).filter(|p| p.uid != pod.uid).collect();
     let mut usage = NodeUsage::of(pods.iter().copied());
+    // Like kube-scheduler, room held by pods nominated here with a priority at least the
+    // preemptor's is not available to it; they are never victims either.
+    let held: Vec<&Pod> = view
+        .nominated_on(node_name)
+        .iter()
+        .map(|p| &**p)
+        .filter(|p| p.uid != pod.uid && ctx.priority_of(p) >= preemptor.priority)
+        .collect();
+    for h in &held {
+        usage.add(h);
+    }
+    if !held.is_empty() {
+        let names: Vec<String> = held.iter().take(5).map(|p| p.key()).collect();
+        ex.push(Explanation::node(node_name, "charged", "nominated_room",
+            format!("{} pending pod(s) nominated here with priority at least {} hold their room: {}", held.len(), preemptor.priority, names.join(", "))));
+    }
     if fits(pod, node, &usage).is_ok() {
         return Reselected::NoVictimsNeeded;
     }
@@ -268,7 +317,7 @@ fn reselect(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, node_na
             continue; // not a potential victim for kube-scheduler either
         }
         match eligibility::check(ctx, preemptor, p) {
-            Ok(class) => candidates.push(victim(ctx, p, class, Some(view))),
+            Ok(class) => candidates.push(victim(ctx, p, class, Some(view), proposed.contains(&p.uid))),
             Err(prot) => ex.push(Explanation::pod(node_name, &p.key(), "spared", prot.code, prot.detail)),
         }
     }

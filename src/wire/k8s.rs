@@ -27,6 +27,9 @@ pub struct ObjectMeta {
     pub namespace: String,
     #[serde(default, deserialize_with = "nullable")]
     pub uid: String,
+    /// Read by watches (kube-rs resumes from it); requests and snapshots ignore it.
+    #[serde(default, deserialize_with = "nullable")]
+    pub resource_version: String,
     #[serde(default, deserialize_with = "nullable")]
     pub labels: BTreeMap<String, String>,
     #[serde(default, deserialize_with = "lean_annotations")]
@@ -132,6 +135,14 @@ pub struct PodSpec {
     pub preemption_policy: Option<String>,
     #[serde(default)]
     pub node_name: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub scheduling_gates: Vec<SchedulingGate>,
+}
+
+#[derive(Deserialize)]
+pub struct SchedulingGate {
+    #[serde(default, deserialize_with = "nullable")]
+    pub name: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -141,6 +152,8 @@ pub struct PodStatus {
     pub phase: Option<String>,
     #[serde(default)]
     pub start_time: Option<String>,
+    #[serde(default)]
+    pub nominated_node_name: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -180,9 +193,12 @@ pub struct NodeStatus {
 
 /// Node metadata: only what placement reads (nodes carry large annotations we skip).
 #[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeMeta {
     #[serde(default, deserialize_with = "nullable")]
     pub name: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub resource_version: String,
     #[serde(default, deserialize_with = "nullable")]
     pub labels: BTreeMap<String, String>,
 }
@@ -351,6 +367,8 @@ impl Pod {
             priority_class_name: spec.priority_class_name.filter(|s| !s.is_empty()),
             preemption_never: spec.preemption_policy.as_deref() == Some("Never"),
             node_name: spec.node_name.filter(|s| !s.is_empty()),
+            nominated_node_name: self.status.nominated_node_name.filter(|s| !s.is_empty()),
+            scheduling_gates: spec.scheduling_gates.into_iter().map(|g| g.name).collect(),
             phase: self.status.phase,
             requests: running,
             host_ports,

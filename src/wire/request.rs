@@ -77,6 +77,8 @@ pub struct ExtenderArgs<'a> {
 pub struct Victims {
     /// Decoded victims; left empty when the caller said it would not read them.
     pub pods: Vec<model::Pod>,
+    /// UIDs of every proposed victim, decoded or not, in kube-scheduler's order.
+    pub uids: Vec<String>,
     /// How many victims the request proposed (0: a placeholder candidate).
     pub count: usize,
     pub num_pdb_violations: i64,
@@ -314,6 +316,19 @@ impl<'de> Deserialize<'de> for MetaPod {
     }
 }
 
+/// A victim pod of which only the UID is read.
+#[derive(Deserialize)]
+struct UidOnly {
+    #[serde(default, deserialize_with = "k8s::nullable")]
+    metadata: UidMeta,
+}
+
+#[derive(Deserialize, Default)]
+struct UidMeta {
+    #[serde(default, deserialize_with = "k8s::nullable")]
+    uid: String,
+}
+
 pub fn decode_preempt_args(body: &[u8]) -> Result<PreemptArgs, DecodeError> {
     decode_preempt_args_for(body, |_| true)
 }
@@ -329,8 +344,16 @@ pub fn decode_preempt_args_for(body: &[u8], needs_pods: impl Fn(&str) -> bool) -
             full.into_iter()
                 .map(|(node, v)| {
                     let count = v.pods.len();
-                    let wanted = if needs_pods(&node) { v.pods } else { Vec::new() };
-                    let pods = wanted
+                    if !needs_pods(&node) {
+                        let uids = v
+                            .pods
+                            .iter()
+                            .map(|raw| Ok(serde_json::from_str::<UidOnly>(raw.get())?.metadata.uid))
+                            .collect::<Result<_, DecodeError>>()?;
+                        return Ok((node, Victims { pods: Vec::new(), uids, count, num_pdb_violations: v.num_pdb_violations }));
+                    }
+                    let pods: Vec<model::Pod> = v
+                        .pods
                         .into_iter()
                         .enumerate()
                         .map(|(index, raw)| {
@@ -348,7 +371,8 @@ pub fn decode_preempt_args_for(body: &[u8], needs_pods: impl Fn(&str) -> bool) -
                             }
                         })
                         .collect::<Result<_, _>>()?;
-                    Ok((node, Victims { pods, count, num_pdb_violations: v.num_pdb_violations }))
+                    let uids = pods.iter().map(|p| p.uid.clone()).collect();
+                    Ok((node, Victims { pods, uids, count, num_pdb_violations: v.num_pdb_violations }))
                 })
                 .collect::<Result<_, DecodeError>>()?,
         ),

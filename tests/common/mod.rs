@@ -217,7 +217,7 @@ impl Scenario {
                 .iter()
                 .map(|n| {
                     let pods: Vec<Pod> = self.lower_priority_on(preemptor, n).cloned().collect();
-                    (n.to_string(), Victims { count: pods.len(), pods, num_pdb_violations: 0 })
+                    (n.to_string(), Victims { count: pods.len(), uids: pods.iter().map(|p| p.uid.clone()).collect(), pods, num_pdb_violations: 0 })
                 })
                 .collect(),
         )

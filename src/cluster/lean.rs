@@ -1,0 +1,167 @@
+//! Watched objects decoded once, straight from the API server's bytes into the lean model
+//! (the same decoders requests and snapshots use), never into full k8s-openapi types.
+//!
+//! kube-rs watches any type that implements `Resource`; `Lean<K>` keeps only the metadata
+//! kube-rs needs (name, namespace, resourceVersion) beside the decoded model. A conversion
+//! failure (a bad quantity, say) is kept as an error value instead of failing the decode,
+//! so one odd object cannot break a whole list: the watch logs and counts it.
+
+use std::borrow::Cow;
+use std::fmt::Debug;
+use std::marker::PhantomData;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
+
+use crate::model;
+use crate::wire::k8s;
+
+/// One watched kind: where it is served and how its JSON becomes the model.
+pub trait LeanKind: Clone + Debug + Send + Sync + 'static {
+    const KIND: &'static str;
+    const GROUP: &'static str;
+    const VERSION: &'static str;
+    const PLURAL: &'static str;
+    type Scope;
+    type Json: DeserializeOwned;
+    type Model: Clone + Debug + Send + Sync + 'static;
+    /// name, namespace and resourceVersion of the JSON object.
+    fn meta(json: &Self::Json) -> (String, String, String);
+    fn into_model(json: Self::Json) -> Result<Self::Model, String>;
+}
+
+#[derive(Clone, Debug)]
+pub struct Lean<K: LeanKind> {
+    meta: ObjectMeta,
+    pub model: Result<K::Model, String>,
+    kind: PhantomData<K>,
+}
+
+impl<K: LeanKind> Lean<K> {
+    /// `namespace/name` (`/name` for cluster-scoped kinds), the view's key.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.meta.namespace.as_deref().unwrap_or(""), self.meta.name.as_deref().unwrap_or(""))
+    }
+
+    pub fn name(&self) -> &str {
+        self.meta.name.as_deref().unwrap_or("")
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.meta.namespace.as_deref().unwrap_or("")
+    }
+}
+
+impl<'de, K: LeanKind> Deserialize<'de> for Lean<K> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let json = K::Json::deserialize(d)?;
+        let (name, namespace, resource_version) = K::meta(&json);
+        let some = |s: String| (!s.is_empty()).then_some(s);
+        Ok(Lean {
+            meta: ObjectMeta { name: some(name), namespace: some(namespace), resource_version: some(resource_version), ..Default::default() },
+            model: K::into_model(json),
+            kind: PhantomData,
+        })
+    }
+}
+
+impl<K: LeanKind> kube::Resource for Lean<K> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        K::KIND.into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        K::GROUP.into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        K::VERSION.into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        K::PLURAL.into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
+}
+
+fn object_meta(m: &k8s::ObjectMeta) -> (String, String, String) {
+    (m.name.clone(), m.namespace.clone(), m.resource_version.clone())
+}
+
+#[derive(Clone, Debug)]
+pub struct PodKind;
+impl LeanKind for PodKind {
+    const KIND: &'static str = "Pod";
+    const GROUP: &'static str = "";
+    const VERSION: &'static str = "v1";
+    const PLURAL: &'static str = "pods";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+    type Json = k8s::Pod;
+    type Model = model::Pod;
+    fn meta(json: &k8s::Pod) -> (String, String, String) {
+        object_meta(&json.metadata)
+    }
+    fn into_model(json: k8s::Pod) -> Result<model::Pod, String> {
+        json.into_model().map_err(|e| e.to_string())
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct NodeKind;
+impl LeanKind for NodeKind {
+    const KIND: &'static str = "Node";
+    const GROUP: &'static str = "";
+    const VERSION: &'static str = "v1";
+    const PLURAL: &'static str = "nodes";
+    type Scope = k8s_openapi::ClusterResourceScope;
+    type Json = k8s::Node;
+    type Model = model::Node;
+    fn meta(json: &k8s::Node) -> (String, String, String) {
+        (json.metadata.name.clone(), String::new(), json.metadata.resource_version.clone())
+    }
+    fn into_model(json: k8s::Node) -> Result<model::Node, String> {
+        json.into_model().map_err(|e| e.to_string())
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct PdbKind;
+impl LeanKind for PdbKind {
+    const KIND: &'static str = "PodDisruptionBudget";
+    const GROUP: &'static str = "policy";
+    const VERSION: &'static str = "v1";
+    const PLURAL: &'static str = "poddisruptionbudgets";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+    type Json = k8s::Pdb;
+    type Model = model::Pdb;
+    fn meta(json: &k8s::Pdb) -> (String, String, String) {
+        object_meta(&json.metadata)
+    }
+    fn into_model(json: k8s::Pdb) -> Result<model::Pdb, String> {
+        Ok(json.into_model())
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct PriorityClassKind;
+impl LeanKind for PriorityClassKind {
+    const KIND: &'static str = "PriorityClass";
+    const GROUP: &'static str = "scheduling.k8s.io";
+    const VERSION: &'static str = "v1";
+    const PLURAL: &'static str = "priorityclasses";
+    type Scope = k8s_openapi::ClusterResourceScope;
+    type Json = k8s::PriorityClassJson;
+    type Model = model::PriorityClass;
+    fn meta(json: &k8s::PriorityClassJson) -> (String, String, String) {
+        object_meta(&json.metadata)
+    }
+    fn into_model(json: k8s::PriorityClassJson) -> Result<model::PriorityClass, String> {
+        Ok(model::PriorityClass { name: json.metadata.name, value: json.value })
+    }
+}

@@ -1,0 +1,172 @@
+//! The view applies each change by itself and agrees with a view built from scratch.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::model::{OwnerRef, Selector};
+
+fn policy() -> Policy {
+    Policy::builtin_default()
+}
+
+fn node(name: &str, cpu: i64) -> Node {
+    Node {
+        name: name.into(),
+        allocatable: Resources { milli_cpu: cpu, memory: 8 << 30, ..Default::default() },
+        allocatable_pods: 110,
+        ..Default::default()
+    }
+}
+
+fn pod(ns: &str, name: &str, node: Option<&str>) -> Pod {
+    Pod {
+        name: name.into(),
+        namespace: ns.into(),
+        uid: format!("uid-{ns}-{name}"),
+        priority: Some(100),
+        priority_class_name: Some("offline-batch".into()),
+        node_name: node.map(Into::into),
+        phase: Some("Running".into()),
+        controller: Some(OwnerRef { kind: "ReplicaSet".into(), name: "rs".into() }),
+        requests: Resources { milli_cpu: 500, memory: 1 << 30, ..Default::default() },
+        ..Default::default()
+    }
+}
+
+fn names(pods: &[PodRef]) -> Vec<&str> {
+    pods.iter().map(|p| p.name.as_str()).collect()
+}
+
+#[test]
+fn a_published_clone_does_not_change_when_the_source_moves_on() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 4000));
+    view.apply_pod(Arc::new(pod("b", "w1", Some("n1"))), &p);
+    let published = view.clone();
+    view.remove_pod("b/w1", &p);
+    view.apply_pod(Arc::new(pod("b", "w2", Some("n1"))), &p);
+    assert_eq!(names(published.pods_on("n1")), ["w1"]);
+    assert_eq!(names(view.pods_on("n1")), ["w2"]);
+    assert!(view.pod_by_uid("uid-b-w1").is_none());
+    assert!(published.pod_by_uid("uid-b-w1").is_some());
+}
+
+#[test]
+fn a_deleted_pod_is_gone_from_its_node_and_the_uid_index() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 4000));
+    view.apply_pod(Arc::new(pod("b", "w1", Some("n1"))), &p);
+    let generation = view.node_generation("n1");
+    assert!(view.remove_pod("b/w1", &p).is_some());
+    assert!(view.pods_on("n1").is_empty());
+    assert!(view.pod_by_uid("uid-b-w1").is_none());
+    assert_eq!(view.pod_count(), 0);
+    assert!(view.node_generation("n1") > generation, "the node's generation moves on every change");
+}
+
+#[test]
+fn a_pod_that_turns_terminal_leaves_the_view() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 4000));
+    view.apply_pod(Arc::new(pod("b", "w1", Some("n1"))), &p);
+    let mut done = pod("b", "w1", Some("n1"));
+    done.phase = Some("Succeeded".into());
+    view.apply_pod(Arc::new(done), &p);
+    assert!(view.pods_on("n1").is_empty());
+    assert_eq!(view.pod_count(), 0);
+}
+
+#[test]
+fn a_pod_recreated_under_the_same_name_replaces_the_old_uid() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 4000));
+    view.apply_pod(Arc::new(pod("b", "w1", Some("n1"))), &p);
+    let mut again = pod("b", "w1", Some("n1"));
+    again.uid = "uid-new".into();
+    view.apply_pod(Arc::new(again), &p);
+    assert!(view.pod_by_uid("uid-b-w1").is_none());
+    assert_eq!(view.pods_on("n1").len(), 1);
+    assert_eq!(view.pods_on("n1")[0].uid, "uid-new");
+}
+
+#[test]
+fn a_pending_pod_is_nominated_until_it_binds() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 4000));
+    let mut pending = pod("o", "web", None);
+    pending.nominated_node_name = Some("n1".into());
+    view.apply_pod(Arc::new(pending), &p);
+    assert_eq!(names(view.nominated_on("n1")), ["web"]);
+    assert!(view.pods_on("n1").is_empty());
+    view.apply_pod(Arc::new(pod("o", "web", Some("n1"))), &p);
+    assert!(view.nominated_on("n1").is_empty());
+    assert_eq!(names(view.pods_on("n1")), ["web"]);
+}
+
+#[test]
+fn pods_stay_sorted_whatever_order_they_arrive_in() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    for name in ["c", "a", "b"] {
+        view.apply_pod(Arc::new(pod("x", name, Some("n1"))), &p);
+    }
+    assert_eq!(names(view.pods_on("n1")), ["a", "b", "c"]);
+    assert!(view.node("n1").is_none(), "pods on a node the view has not seen yet");
+    view.apply_node(node("n1", 4000));
+    assert!(view.node("n1").is_some());
+}
+
+#[test]
+fn a_deleted_node_keeps_its_pods_until_they_go() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 4000));
+    view.apply_pod(Arc::new(pod("b", "w1", Some("n1"))), &p);
+    assert!(view.remove_node("n1"));
+    assert!(view.node("n1").is_none());
+    assert_eq!(view.node_count(), 0);
+    assert_eq!(view.pods_on("n1").len(), 1);
+    view.remove_pod("b/w1", &p);
+    assert_eq!(view.node_generation("n1"), 0, "nothing left of the node");
+}
+
+#[test]
+fn incremental_changes_agree_with_a_view_built_from_scratch() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    let mut objects = Objects::default();
+    for n in ["n1", "n2"] {
+        view.apply_node(node(n, 4000));
+        objects.nodes.push(node(n, 4000));
+    }
+    for i in 0..6 {
+        let mut w = pod("b", &format!("w{i}"), Some(if i % 2 == 0 { "n1" } else { "n2" }));
+        w.labels.insert("scheduling.x-k8s.io/pod-group".into(), "g".into());
+        view.apply_pod(Arc::new(w.clone()), &p);
+        if i != 3 {
+            objects.pods.push(w);
+        }
+    }
+    view.remove_pod("b/w3", &p);
+    let pdb = Pdb { name: "pdb".into(), namespace: "b".into(), selector: Some(Selector::default()), disruptions_allowed: 1, disrupted_pods: vec![] };
+    view.apply_pdb(pdb.clone());
+    objects.pdbs.push(pdb);
+    let built = View::build(objects, &p);
+    for n in ["n1", "n2"] {
+        assert_eq!(names(view.pods_on(n)), names(built.pods_on(n)));
+    }
+    assert_eq!(view.gang_size("b/g"), 5);
+    assert_eq!(built.gang_size("b/g"), 5);
+    assert_eq!(view.tenant_share("b"), built.tenant_share("b"));
+    assert_eq!(view.pod_count(), built.pod_count());
+    let w0 = view.pod("b/w0").unwrap().clone();
+    assert_eq!(view.pdbs_covering(&w0).count(), 1);
+    let rebuilt = view.rebuild(&p);
+    assert_eq!(rebuilt.tenant_share("b"), view.tenant_share("b"));
+    assert_eq!(rebuilt.gang_size("b/g"), 5);
+}
