@@ -46,6 +46,10 @@ pub enum Command {
         /// The decision time, RFC 3339 or Unix seconds (default: now).
         #[arg(long)]
         now: Option<String>,
+        /// Decide as `serve` without `--requeue` would: bare victims of `requeue` classes
+        /// are protected. By default replay shows what would be requeued (it never writes).
+        #[arg(long)]
+        no_requeue: bool,
     },
 }
 
@@ -65,6 +69,18 @@ pub struct ServeArgs {
     /// Cluster view from the Kubernetes API (in-cluster config or KUBECONFIG).
     #[arg(long)]
     pub kube: bool,
+    /// Requeue bare victims of `requeue` classes: store a gated replacement before offering
+    /// them, release it when the original is gone. Writes pods and events: needs the
+    /// `manifests/requeue` RBAC component.
+    #[arg(long, requires = "kube")]
+    pub requeue: bool,
+    /// Time for storing requeue replacements within one preempt, in milliseconds.
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(100..=4000))]
+    pub requeue_budget_ms: u64,
+    /// A gated replacement whose original has not started terminating by then is deleted
+    /// (kube-scheduler chose otherwise), e.g. 60s.
+    #[arg(long, default_value = "60s", value_parser = parse_secs)]
+    pub requeue_evict_within: Duration,
     #[arg(long, default_value_t = 128 << 20)]
     pub max_body_bytes: usize,
     /// Whole-request time limit, e.g. 4s (kube-scheduler gives up at its httpTimeout, 5s by default).
@@ -120,7 +136,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                     c.name,
                     c.preempts.join(", "),
                     if c.victim.allowed {
-                        format!("yes (pdb {:?}, recreatableOnly {}, minRuntime {}s)", c.victim.pdb, c.victim.recreatable_only, c.victim.min_runtime)
+                        format!("yes (pdb {:?}, bare pods: {:?}, minRuntime {}s)", c.victim.pdb, c.victim.bare(), c.victim.min_runtime)
                     } else {
                         "never".into()
                     }
@@ -128,18 +144,27 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Replay { verb, payload, policy, snapshot, now } => {
+        Command::Replay { verb, payload, policy, snapshot, now, no_requeue } => {
             let policy = load_policy(policy.as_deref())?;
             let view = match snapshot {
                 Some(s) => Some(View::build(cluster::snapshot::load(&s)?, &policy)),
                 None => None,
             };
             let body = std::fs::read(&payload).with_context(|| format!("cannot read {}", payload.display()))?;
-            let answer = pipeline::answer(verb, &body, &policy, view.as_ref(), parse_now(now.as_deref())?)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", payload.display()))?;
+            let ctx = crate::decide::Context {
+                policy: &policy,
+                view: view.as_ref(),
+                view_expected: view.is_some(),
+                now: parse_now(now.as_deref())?,
+                requeue: if no_requeue { crate::decide::Requeue::disabled() } else { crate::decide::Requeue::enabled() },
+            };
+            let answer = pipeline::answer_in(verb, &body, &ctx).map_err(|e| anyhow::anyhow!("{}: {e}", payload.display()))?;
             eprintln!("{} {} ({})", verb.as_str(), answer.pod, if view.is_some() { "with cluster view" } else { "request only" });
             for e in &answer.explanations {
                 eprintln!("  {e}");
+            }
+            for r in &answer.requeues {
+                eprintln!("  would requeue {} as {} (attempt {}; replay writes nothing)", r.original_key(), r.replacement, r.attempt);
             }
             use std::io::Write;
             let mut out = std::io::stdout().lock();
@@ -188,19 +213,38 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             (ViewSource::None, None)
         }
     };
+    let requeue_classes: Vec<String> = policy
+        .classes
+        .iter()
+        .filter(|c| c.victim.allowed && c.victim.bare() == crate::policy::BareVictims::Requeue)
+        .map(|c| c.name.clone())
+        .collect();
     let mut state = AppState::new(policy, view.clone(), source);
     state.limits = Limits {
         max_body_bytes: args.max_body_bytes,
         request_timeout: args.request_timeout,
         max_concurrency: args.max_concurrency,
+        requeue_budget: Duration::from_millis(args.requeue_budget_ms),
         ..Limits::default()
     };
+    if !args.requeue && !requeue_classes.is_empty() {
+        tracing::warn!(classes = %requeue_classes.join(", "),
+            "requeue is off (serve --kube --requeue): bare victims of these classes are protected, as with bare: protect");
+    }
     if let Some(path) = args.policy.clone() {
         tokio::spawn(reload_policy(path, state.policy.clone(), view.clone(), snapshot));
     }
     if source == ViewSource::Kubernetes {
         let client = kube::Client::try_default().await.context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
         let fresh = Arc::new(cluster::watch::Freshness::default());
+        state.freshness = Some(fresh.clone());
+        if args.requeue {
+            let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
+            let requeuer = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance));
+            tokio::spawn(requeuer.clone().reconcile_loop(view.clone(), Duration::from_secs(1), args.requeue_evict_within.as_secs() as i64));
+            state.requeuer = Some(requeuer);
+            tracing::info!(budget_ms = args.requeue_budget_ms, evict_within_s = args.requeue_evict_within.as_secs(), "requeue is on");
+        }
         tokio::spawn(cluster::watch::run(client, view.clone(), state.policy.clone(), fresh, Duration::from_millis(500)));
     }
 

@@ -12,5 +12,6 @@ pub mod model;
 pub mod pipeline;
 pub mod policy;
 pub mod quantity;
+pub mod requeue;
 pub mod tls;
 pub mod wire;

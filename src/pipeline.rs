@@ -4,9 +4,10 @@
 use std::str::FromStr;
 
 use crate::cluster::View;
-use crate::decide::{self, Context, Explanation};
+use crate::decide::{self, Context, Explanation, Requeue};
 use crate::model::Timestamp;
 use crate::policy::Policy;
+use crate::requeue::RequeueIntent;
 use crate::wire::{self, response::to_json, response::to_json_sized, DecodeError, FilterResult, NodeSet};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,11 +44,14 @@ pub struct Answer {
     pub body: Vec<u8>,
     pub pod: String,
     pub explanations: Vec<Explanation>,
+    /// Replacements to store before `body` may be sent (preempt only).
+    pub requeues: Vec<RequeueIntent>,
 }
 
-/// Answers with `view` as the whole truth (replay, tests, benchmarks).
+/// Answers with `view` as the whole truth (replay, tests, benchmarks). Requeue is
+/// simulated as enabled: the answer shows what would be requeued, and nothing is written.
 pub fn answer(verb: Verb, body: &[u8], policy: &Policy, view: Option<&View>, now: Timestamp) -> Result<Answer, DecodeError> {
-    answer_in(verb, body, &Context { policy, view, view_expected: view.is_some(), now })
+    answer_in(verb, body, &Context { policy, view, view_expected: view.is_some(), now, requeue: Requeue::enabled() })
 }
 
 pub fn answer_in(verb: Verb, body: &[u8], ctx: &Context) -> Result<Answer, DecodeError> {
@@ -68,18 +72,18 @@ pub fn answer_in(verb: Verb, body: &[u8], ctx: &Context) -> Result<Answer, Decod
                     &out.unresolvable,
                 )),
             };
-            Ok(Answer { body, pod: args.pod.key(), explanations: out.explanations })
+            Ok(Answer { body, pod: args.pod.key(), explanations: out.explanations, requeues: Vec::new() })
         }
         Verb::Prioritize => {
             let args = wire::decode_extender_args(body)?;
             let out = decide::prioritize(&args, &ctx);
-            Ok(Answer { body: to_json(&out.scores), pod: args.pod.key(), explanations: out.explanations })
+            Ok(Answer { body: to_json(&out.scores), pod: args.pod.key(), explanations: out.explanations, requeues: Vec::new() })
         }
         Verb::Preempt => {
             // Nodes the view knows are re-selected from its pods: skip decoding kube's.
             let args = wire::decode_preempt_args_for(body, |node| ctx.view.is_none_or(|v| v.node(node).is_none()))?;
             let out = decide::preempt(&args, &ctx);
-            Ok(Answer { body: to_json(&out.result), pod: args.pod.key(), explanations: out.explanations })
+            Ok(Answer { body: to_json(&out.result), pod: args.pod.key(), explanations: out.explanations, requeues: out.requeues })
         }
     }
 }

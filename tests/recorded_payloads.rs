@@ -11,7 +11,7 @@ use coloc_extender::policy::Policy;
 use rstest::rstest;
 use serde_json::Value;
 
-/// Shortly after the recording; every recorded pod is older than the default's 2m minimum.
+/// Shortly after the recording.
 const NOW: &str = "2026-11-21T19:00:00Z";
 
 fn now() -> i64 {
@@ -88,22 +88,105 @@ fn map(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
     entries.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
 }
 
-// ---- default policy (batch: strict PDBs, recreatable only) -----------------------------
+// ---- default policy (online first; bare offline pods requeued) ----------------------
+
+/// node → (victim names, sorted; NumPDBViolations).
+fn sorted(victims: Victims) -> BTreeMap<String, (Vec<String>, i64)> {
+    victims.into_iter().map(|(n, (mut pods, v))| {
+        pods.sort();
+        (n, (pods, v))
+    }).collect()
+}
+
+fn expect(node: &str, pods: &[&str], violations: i64) -> BTreeMap<String, (Vec<String>, i64)> {
+    BTreeMap::from([(node.to_string(), (pods.iter().map(|p| p.to_string()).collect(), violations))])
+}
+
+/// What the default policy answers with full knowledge: every online pod that stock
+/// kube-scheduler placed is placed, on the node stock chose, and every bare victim is
+/// requeued instead of lost. online-3 (0039) takes three workers on node-c1 (one past the
+/// worker PDB) because every other node would break gang-a.
+fn default_with_view(seq: &str) -> BTreeMap<String, (Vec<String>, i64)> {
+    match seq {
+        "0037" => expect("node-gpu1", &["free-3", "gpu-batch-1", "worker-3"], 0),
+        "0039" => expect("node-c1", &["worker-2", "worker-6", "worker-8"], 1),
+        "0041" => expect("node-gpu1", &["gpu-batch-2"], 0),
+        _ => expect("node-gpu1", &["hostport-batch"], 0),
+    }
+}
 
 #[rstest]
-fn default_policy_without_view_vetoes_every_recorded_candidate(#[values("0037", "0039", "0041", "0043")] seq: &str) {
-    // r1 carries kube's own victims. Every candidate either proposes a bare pod (lost
-    // for good: gang-a-*, gpu-batch-*, hostport-batch, free-*), or, on node-c1, a PDB
-    // violation that a strict class never accepts.
+fn default_policy_with_view_places_every_online_pod_and_requeues_bare_victims(
+    #[values("r1-nodecache-false", "r2-nodecache-true")] round: &str,
+    #[values("0037", "0039", "0041", "0043")] seq: &str,
+) {
+    let rec = preempt_request(round, seq);
+    let policy = policy("default");
+    let (victims, reasons) = run_preempt(&rec, &policy, true);
+    assert_eq!(sorted(victims.clone()), default_with_view(seq), "{reasons:?}");
+    // Every bare victim in the answer is requeued, under the name replay reports.
+    let view = View::build(snapshot::load(&rec.snapshot).unwrap(), &policy);
+    let a = answer(Verb::Preempt, &rec.request, &policy, Some(&view), now()).unwrap();
+    let requeued: Vec<&str> = a.requeues.iter().map(|r| r.name.as_str()).collect();
+    let bare: Vec<&str> = victims.values().flat_map(|(pods, _)| pods).map(String::as_str).filter(|n| !n.starts_with("worker-")).collect();
+    assert_eq!(requeued.len(), bare.len(), "{requeued:?} vs {bare:?}");
+    for r in &a.requeues {
+        assert!(bare.contains(&r.name.as_str()));
+        assert!(r.replacement.starts_with(&format!("{}-rq-", r.name)));
+        assert_eq!(r.attempt, 1);
+        assert!(a.explanations.iter().any(|e| e.code == "requeued" && e.detail.contains(&format!("requeued as {}", r.replacement))));
+    }
+}
+
+#[rstest]
+fn default_policy_without_view_keeps_kubes_victims_where_every_one_is_allowed(#[values("0037", "0039", "0041", "0043")] seq: &str) {
+    // r1 carries kube's own victims. Gang members cannot be judged without a view (node-a1,
+    // node-a2 dropped); elsewhere kube's victims are allowed, bare ones requeued, and the
+    // cheapest node wins.
     let rec = preempt_request("r1-nodecache-false", seq);
     let (victims, reasons) = run_preempt(&rec, &policy("default"), false);
-    assert!(victims.is_empty(), "{victims:?}");
     let expected = match seq {
-        "0037" => map(&[("node-a1", "not_recreatable"), ("node-a2", "not_recreatable"), ("node-c1", "pdb_strict"), ("node-gpu1", "not_recreatable")]),
-        "0039" => map(&[("node-a1", "not_recreatable"), ("node-a2", "not_recreatable"), ("node-c1", "pdb_strict")]),
-        _ => map(&[("node-gpu1", "not_recreatable")]),
+        "0037" => expect("node-gpu1", &["free-3", "gpu-batch-1", "worker-3"], 0),
+        "0039" => expect("node-c1", &["worker-2", "worker-6", "worker-8"], 1),
+        "0041" => expect("node-gpu1", &["gpu-batch-2"], 0),
+        _ => expect("node-gpu1", &["hostport-batch"], 0),
     };
-    assert_eq!(dropped(&reasons), expected);
+    assert_eq!(sorted(victims), expected);
+    if seq == "0037" || seq == "0039" {
+        let d = dropped(&reasons);
+        assert_eq!(d.get("node-a1").map(String::as_str), Some("gang_unknown"));
+        assert_eq!(d.get("node-a2").map(String::as_str), Some("gang_unknown"));
+    }
+}
+
+#[rstest]
+fn default_policy_with_requeue_off_protects_bare_pods_and_says_so(
+    #[values("r1-nodecache-false", "r2-nodecache-true")] round: &str,
+    #[values("0037", "0039", "0041", "0043")] seq: &str,
+) {
+    // serve without --requeue: bare pods are protected, so online-gpu and online-hostport
+    // (whose only room is held by bare pods) stay pending, with the reason on the pods.
+    let rec = preempt_request(round, seq);
+    let policy = policy("default");
+    let view = View::build(snapshot::load(&rec.snapshot).unwrap(), &policy);
+    let ctx = coloc_extender::decide::Context {
+        policy: &policy,
+        view: Some(&view),
+        view_expected: true,
+        now: now(),
+        requeue: coloc_extender::decide::Requeue::disabled(),
+    };
+    let a = coloc_extender::pipeline::answer_in(Verb::Preempt, &rec.request, &ctx).unwrap();
+    assert!(a.requeues.is_empty());
+    let body: Value = serde_json::from_slice(&a.body).unwrap();
+    let nodes: Vec<&String> = body["NodeNameToMetaVictims"].as_object().unwrap().keys().collect();
+    match seq {
+        "0037" | "0039" => assert_eq!(nodes, ["node-a2"], "three workers, one past their PDB"),
+        _ => {
+            assert!(nodes.is_empty());
+            assert!(a.explanations.iter().any(|e| e.code == "requeue_disabled" && e.detail.contains("requeue is off")));
+        }
+    }
 }
 
 #[rstest]
@@ -113,27 +196,6 @@ fn uids_without_a_view_are_never_passed_through(#[values("0037", "0039", "0041",
     assert!(victims.is_empty());
     assert!(dropped(&reasons).values().all(|c| c == "no_view_uids_only"), "{reasons:?}");
 }
-
-#[rstest]
-fn default_policy_with_view_finds_no_node_that_keeps_every_promise(
-    #[values("r1-nodecache-false", "r2-nodecache-true")] round: &str,
-    #[values("0037", "0039", "0041", "0043")] seq: &str,
-) {
-    // With full knowledge: node-a1 and node-gpu1 hold too many protected (bare) pods to
-    // free 3 CPUs; node-a2 and node-c1 could, but only past a PDB budget (strict).
-    // online-gpu and online-hostport need a bare pod gone: nothing may be evicted.
-    let rec = preempt_request(round, seq);
-    let (victims, reasons) = run_preempt(&rec, &policy("default"), true);
-    assert!(victims.is_empty(), "{victims:?}");
-    let expected = match seq {
-        "0037" => map(&[("node-a1", "does_not_fit"), ("node-a2", "pdb_strict"), ("node-c1", "pdb_strict"), ("node-gpu1", "does_not_fit")]),
-        "0039" => map(&[("node-a1", "does_not_fit"), ("node-a2", "pdb_strict"), ("node-c1", "pdb_strict")]),
-        _ => map(&[("node-gpu1", "does_not_fit")]),
-    };
-    assert_eq!(dropped(&reasons), expected);
-}
-
-// ---- custom PriorityClass names, best-effort PDBs, free pods may be lost ---------------
 
 #[rstest]
 fn custom_policy_with_view_takes_recreatable_workers_not_bare_pods(

@@ -65,6 +65,8 @@ pub struct View {
     /// Every non-terminal pod, bound or pending, by namespace/name (watch keys).
     pods: PMap<String, PodRef>,
     pods_by_uid: PMap<String, PodRef>,
+    /// Requeue replacements (gated or released), by namespace/name: what requeue reconciles.
+    replacements: PMap<String, PodRef>,
     pdbs_by_namespace: PMap<String, Arc<Vec<Pdb>>>,
     priority_classes: PMap<String, i32>,
     /// Bound members per gang ("namespace/group"), using the policy's group labels.
@@ -162,6 +164,9 @@ impl View {
     }
 
     fn attach(&mut self, pod: PodRef, key: String, policy: &Policy) {
+        if crate::requeue::is_replacement(&pod) {
+            self.replacements.insert(key.clone(), pod.clone());
+        }
         self.pods.insert(key, pod.clone());
         self.pods_by_uid.insert(pod.uid.clone(), pod.clone());
         match slot(&pod) {
@@ -186,6 +191,7 @@ impl View {
         let key = pod.key();
         if self.pods.get(&key).is_some_and(|p| Arc::ptr_eq(p, pod)) {
             self.pods.remove(&key);
+            self.replacements.remove(&key);
         }
         if self.pods_by_uid.get(&pod.uid).is_some_and(|p| Arc::ptr_eq(p, pod)) {
             self.pods_by_uid.remove(&pod.uid);
@@ -314,6 +320,11 @@ impl View {
     /// A pod by `namespace/name`, bound or pending.
     pub fn pod(&self, key: &str) -> Option<&PodRef> {
         self.pods.get(key)
+    }
+
+    /// Requeue replacements still in the cluster, gated or released (unordered).
+    pub fn replacements(&self) -> impl Iterator<Item = &PodRef> {
+        self.replacements.values()
     }
 
     /// Every non-terminal pod, bound or pending (unordered).

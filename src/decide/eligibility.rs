@@ -2,13 +2,15 @@
 
 use super::Context;
 use crate::model::Pod;
-use crate::policy::ClassId;
+use crate::policy::{BareVictims, ClassId};
 
 /// The pod asking for room.
 #[derive(Debug, Clone, Copy)]
-pub struct Preemptor {
+pub struct Preemptor<'a> {
     pub priority: i32,
     pub class: ClassId,
+    /// `namespace/name`, for requeue annotations and explanations.
+    pub key: &'a str,
 }
 
 /// Why a pod is protected: a stable code and a sentence.
@@ -18,12 +20,30 @@ pub struct Protection {
     pub detail: String,
 }
 
-fn protected(code: &'static str, detail: String) -> Result<ClassId, Protection> {
+fn protected<T>(code: &'static str, detail: String) -> Result<T, Protection> {
     Err(Protection { code, detail })
 }
 
-/// The victim's class if the policy lets `preemptor` evict `victim`.
-pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<ClassId, Protection> {
+/// What becomes of a victim once evicted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// Its controller recreates it.
+    Recreated,
+    /// A gated replacement is stored before it is offered, and released once it is gone.
+    Requeued,
+    /// Nothing brings it back (the class says `bare: lose`).
+    Lost,
+}
+
+/// A pod the policy lets the preemptor evict.
+#[derive(Debug, Clone, Copy)]
+pub struct Eligible {
+    pub class: ClassId,
+    pub fate: Fate,
+}
+
+/// The victim's class and fate if the policy lets `preemptor` evict `victim`.
+pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligible, Protection> {
     let policy = ctx.policy;
     let priority = ctx.priority_of(victim);
     let class_id = policy.classify(victim, priority);
@@ -41,12 +61,7 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<ClassI
     if victim.deletion_time.is_some() {
         return protected("terminating", "already terminating".into());
     }
-    if class.victim.recreatable_only && victim.controller.is_none() {
-        return protected(
-            "not_recreatable",
-            format!("bare pod (no controller owner): evicting it would lose it; class {} is recreatableOnly", class.name),
-        );
-    }
+    let fate = if victim.controller.is_some() { Fate::Recreated } else { bare_fate(ctx, class, victim)? };
     let min = class.victim.min_runtime;
     if min > 0 {
         let ran = victim.running_since().map(|t| ctx.now - t).unwrap_or(0);
@@ -54,5 +69,29 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<ClassI
             return protected("min_runtime", format!("running {ran}s, class {} requires {min}s before eviction", class.name));
         }
     }
-    Ok(class_id)
+    Ok(Eligible { class: class_id, fate })
+}
+
+/// A bare pod (no controller owner) is protected, requeued or lost, as its class says.
+fn bare_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Result<Fate, Protection> {
+    let fate = match class.victim.bare() {
+        BareVictims::Protect => {
+            return Err(Protection {
+                code: "not_recreatable",
+                detail: format!("bare pod (no controller owner): evicting it would lose it; class {} protects bare pods", class.name),
+            })
+        }
+        BareVictims::Lose => Fate::Lost,
+        BareVictims::Requeue if !ctx.requeue.enabled => {
+            return Err(Protection {
+                code: "requeue_disabled",
+                detail: format!("bare pod: class {} requeues bare victims, but requeue is off (serve --kube --requeue), so it is protected", class.name),
+            })
+        }
+        BareVictims::Requeue => match ctx.requeue.failed.get(&victim.uid) {
+            Some(why) => return Err(Protection { code: "requeue_failed", detail: format!("bare pod: its replacement could not be stored: {why}") }),
+            None => Fate::Requeued,
+        },
+    };
+    Ok(fate)
 }

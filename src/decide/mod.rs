@@ -8,10 +8,13 @@ pub mod fit;
 pub mod preempt;
 pub mod prioritize;
 
+pub use eligibility::Fate;
 pub use explain::Explanation;
 pub use filter::{filter, FilterOutcome};
 pub use preempt::{preempt, PreemptOutcome};
 pub use prioritize::{prioritize, PrioritizeOutcome};
+
+use std::collections::BTreeMap;
 
 use crate::cluster::View;
 use crate::model::{Node, Pod, Timestamp};
@@ -26,6 +29,28 @@ pub struct Context<'a> {
     /// A view is configured (`--kube`/`--snapshot`), so its absence is a fault.
     pub view_expected: bool,
     pub now: Timestamp,
+    pub requeue: Requeue<'a>,
+}
+
+/// Can bare victims of `requeue` classes be requeued in this decision?
+#[derive(Clone, Copy, Debug)]
+pub struct Requeue<'a> {
+    /// Replacements can be stored (`serve --kube --requeue`), or a replay simulates it.
+    pub enabled: bool,
+    /// Pods whose replacement could not be stored in this request, with why: spared.
+    pub failed: &'a BTreeMap<String, String>,
+}
+
+static NO_FAILURES: BTreeMap<String, String> = BTreeMap::new();
+
+impl Requeue<'static> {
+    pub fn enabled() -> Self {
+        Requeue { enabled: true, failed: &NO_FAILURES }
+    }
+
+    pub fn disabled() -> Self {
+        Requeue { enabled: false, failed: &NO_FAILURES }
+    }
 }
 
 impl Context<'_> {

@@ -11,12 +11,13 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
-use super::eligibility::{self, Preemptor};
+use super::eligibility::{self, Fate, Preemptor};
 use super::fit::{fits, NodeUsage};
 use super::{Context, Explanation};
 use crate::cluster::View;
 use crate::model::{Pod, Timestamp};
 use crate::policy::{ClassId, PdbMode, WithoutView};
+use crate::requeue::RequeueIntent;
 use crate::wire::request::{MetaVictims, Victims};
 use crate::wire::{self, Candidates, PreemptArgs, PreemptionResult};
 
@@ -24,6 +25,9 @@ use crate::wire::{self, Candidates, PreemptArgs, PreemptionResult};
 pub struct PreemptOutcome {
     pub result: PreemptionResult,
     pub explanations: Vec<Explanation>,
+    /// Replacements that must be stored before `result` may be answered (bare victims of
+    /// `requeue` classes on the returned nodes).
+    pub requeues: Vec<RequeueIntent>,
 }
 
 /// What evicting a victim set costs; compared field by field, lower is better.
@@ -34,6 +38,8 @@ pub struct Cost {
     pub pdb_violations: i64,
     /// Victims that nothing recreates (allowed only where the policy says so).
     pub lost_pods: i64,
+    /// Bare victims that go back to the pending queue through a replacement.
+    pub requeued: i64,
     /// How valuable the most valuable victim's class is (0: no victims).
     pub top_class_value: i64,
     pub max_priority: i64,
@@ -56,6 +62,7 @@ struct Victim<'a> {
     running_since: Option<Timestamp>,
     tenant_share: f64,
     gang: Option<String>,
+    fate: Fate,
     /// kube-scheduler proposed it: among equals, prefer kube's own choice (its cache
     /// certainly holds that pod on that node).
     proposed: bool,
@@ -85,6 +92,7 @@ struct Plan {
     uids: Vec<String>,
     pdb_violations: i64,
     cost: Cost,
+    requeues: Vec<RequeueIntent>,
 }
 
 pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
@@ -104,7 +112,8 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
         ));
         return out;
     }
-    let preemptor = Preemptor { priority: ctx.priority_of(pod), class: class_id };
+    let key = pod.key();
+    let preemptor = Preemptor { priority: ctx.priority_of(pod), class: class_id, key: &key };
     out.explanations.push(Explanation::request(
         "preemptor",
         "classified",
@@ -173,7 +182,7 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
         }
     }
 
-    out.result = rank(plans, ctx.policy.max_candidates, ex);
+    (out.result, out.requeues) = rank(plans, ctx.policy.max_candidates, ex);
     out
 }
 
@@ -202,7 +211,7 @@ fn reselect_or_drop(
 
 fn placeholder(node: &str, num_pdb_violations: i64, ex: &mut Vec<Explanation>) -> Plan {
     ex.push(Explanation::node(node, "kept", "no_victims", "candidate without victims: returned as is"));
-    Plan { node: node.to_string(), uids: Vec::new(), pdb_violations: num_pdb_violations, cost: Cost::default() }
+    Plan { node: node.to_string(), uids: Vec::new(), pdb_violations: num_pdb_violations, cost: Cost::default(), requeues: Vec::new() }
 }
 
 fn note_misplaced_uids(view: &View, node: &str, v: &MetaVictims, ex: &mut Vec<Explanation>) {
@@ -232,8 +241,8 @@ fn judge_request_victims<'a>(ctx: &Context<'a>, preemptor: Preemptor, node: &str
                 format!("proposed victim {} is on {} in the cluster view, not here", pod.key(), pod.node_name.as_deref().unwrap_or("no node"))));
             return None;
         }
-        let class = match eligibility::check(ctx, preemptor, pod) {
-            Ok(c) => c,
+        let eligible = match eligibility::check(ctx, preemptor, pod) {
+            Ok(e) => e,
             Err(p) => {
                 ex.push(Explanation::pod(node, &pod.key(), "protected", p.code, p.detail.clone()));
                 ex.push(Explanation::node(node, "dropped", p.code, format!("proposed victim {} is protected: {}", pod.key(), p.detail)));
@@ -245,7 +254,7 @@ fn judge_request_victims<'a>(ctx: &Context<'a>, preemptor: Preemptor, node: &str
                 format!("proposed victim {} belongs to gang {g}; without a cluster view we cannot tell whether evicting it breaks the gang", pod.key())));
             return None;
         }
-        victims.push(victim(ctx, pod, class, None, true));
+        victims.push(victim(ctx, pod, eligible, None, true));
     }
     if v.num_pdb_violations > 0 {
         if let Some(strict) = victims.iter().find(|x| ctx.policy.class(x.class).victim.pdb == PdbMode::Strict) {
@@ -257,7 +266,7 @@ fn judge_request_victims<'a>(ctx: &Context<'a>, preemptor: Preemptor, node: &str
     }
     let mut cost = cost_of(ctx, &victims);
     cost.pdb_violations = v.num_pdb_violations;
-    Some(finish(ctx, node, victims, v.num_pdb_violations, cost, "kube's victims, all allowed", ex))
+    Some(finish(ctx, preemptor, node, victims, v.num_pdb_violations, cost, "kube's victims, all allowed", ex))
 }
 
 enum Reselected {
@@ -266,10 +275,11 @@ enum Reselected {
     NoVictimsNeeded,
 }
 
-fn victim<'a>(ctx: &Context, pod: &'a Pod, class: ClassId, view: Option<&View>, proposed: bool) -> Victim<'a> {
+fn victim<'a>(ctx: &Context, pod: &'a Pod, eligible: eligibility::Eligible, view: Option<&View>, proposed: bool) -> Victim<'a> {
     Victim {
         pod,
-        class,
+        class: eligible.class,
+        fate: eligible.fate,
         priority: ctx.priority_of(pod),
         // Like kube-scheduler, a pod that never started has run for no time at all.
         running_since: pod.start_time,
@@ -317,7 +327,7 @@ fn reselect(
             continue; // not a potential victim for kube-scheduler either
         }
         match eligibility::check(ctx, preemptor, p) {
-            Ok(class) => candidates.push(victim(ctx, p, class, Some(view), proposed.contains(&p.uid))),
+            Ok(eligible) => candidates.push(victim(ctx, p, eligible, Some(view), proposed.contains(&p.uid))),
             Err(prot) => ex.push(Explanation::pod(node_name, &p.key(), "spared", prot.code, prot.detail)),
         }
     }
@@ -391,7 +401,7 @@ fn reselect(
                 format!("evicting {n} surplus member(s) of gang {group} ({size} members, minimum {min})")));
         }
     }
-    Reselected::Plan(finish(ctx, node_name, chosen, violations, cost, "re-selected under the policy", ex))
+    Reselected::Plan(finish(ctx, preemptor, node_name, chosen, violations, cost, "re-selected under the policy", ex))
 }
 
 /// Between offline tenants (the preemptor's class is itself evictable), Kueue's fair
@@ -481,8 +491,10 @@ fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
         cost.max_priority = cost.max_priority.max(v.priority as i64);
         cost.priority_sum += v.priority as i64;
         cost.lost_runtime += v.running_since.map(|t| (ctx.now - t).max(0)).unwrap_or(0);
-        if v.pod.controller.is_none() {
-            cost.lost_pods += 1;
+        match v.fate {
+            Fate::Lost => cost.lost_pods += 1,
+            Fate::Requeued => cost.requeued += 1,
+            Fate::Recreated => {}
         }
         min_share = min_share.min(v.tenant_share);
     }
@@ -492,20 +504,39 @@ fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
     cost
 }
 
-fn finish(ctx: &Context, node: &str, mut victims: Vec<Victim>, pdb_violations: i64, cost: Cost, how: &str, ex: &mut Vec<Explanation>) -> Plan {
+fn finish(ctx: &Context, preemptor: Preemptor, node: &str, mut victims: Vec<Victim>, pdb_violations: i64, cost: Cost, how: &str, ex: &mut Vec<Explanation>) -> Plan {
     // kube-scheduler reads Pods[0] as the highest-priority victim.
     victims.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.value_order(b)));
+    let mut requeues = Vec::new();
     for v in &victims {
-        ex.push(Explanation::pod(node, &v.pod.key(), "victim", "chosen",
-            format!("priority {}, class {}, needed for the preemptor to fit", v.priority, ctx.policy.class(v.class).name)));
+        let class = &ctx.policy.class(v.class).name;
+        let why = format!("priority {}, class {class}, needed for the preemptor to fit", v.priority);
+        let (code, detail) = match v.fate {
+            Fate::Requeued => {
+                let intent = RequeueIntent::for_victim(v.pod, node, preemptor.key);
+                let detail = format!("{why}; bare pod: requeued as {} (attempt {})", intent.replacement, intent.attempt);
+                requeues.push(intent);
+                ("requeued", detail)
+            }
+            Fate::Lost => ("lost", format!("{why}; bare pod: lost (class {class} is bare: lose)")),
+            Fate::Recreated => match &v.pod.controller {
+                Some(c) if c.kind == "Job" => ("chosen", format!(
+                    "{why}; recreated by Job {}, and the preemption counts against its backoffLimit unless its podFailurePolicy ignores DisruptionTarget",
+                    c.name
+                )),
+                Some(c) => ("chosen", format!("{why}; recreated by its {} {}", c.kind, c.name)),
+                None => ("chosen", why),
+            },
+        };
+        ex.push(Explanation::pod(node, &v.pod.key(), "victim", code, detail));
     }
     ex.push(Explanation::node(node, "candidate", "candidate",
         format!("{how}: {} victim(s), {pdb_violations} PDB violation(s), cost {cost:?}", victims.len())));
-    Plan { node: node.to_string(), uids: victims.iter().map(|v| v.pod.uid.clone()).collect(), pdb_violations, cost }
+    Plan { node: node.to_string(), uids: victims.iter().map(|v| v.pod.uid.clone()).collect(), pdb_violations, cost, requeues }
 }
 
 /// Keeps the best `k` plans; never a gang-breaking plan while another avoids it.
-fn rank(mut plans: Vec<Plan>, k: usize, ex: &mut Vec<Explanation>) -> PreemptionResult {
+fn rank(mut plans: Vec<Plan>, k: usize, ex: &mut Vec<Explanation>) -> (PreemptionResult, Vec<RequeueIntent>) {
     if plans.iter().any(|p| p.cost.broken_gang_members == 0) {
         plans.retain(|p| {
             let keep = p.cost.broken_gang_members == 0;
@@ -517,6 +548,7 @@ fn rank(mut plans: Vec<Plan>, k: usize, ex: &mut Vec<Explanation>) -> Preemption
     }
     plans.sort_by(|a, b| a.cost.cmp(&b.cost).then_with(|| a.node.cmp(&b.node)));
     let mut result = PreemptionResult::default();
+    let mut requeues = Vec::new();
     let best = plans.first().map(|p| p.node.clone());
     for (i, p) in plans.into_iter().enumerate() {
         if i >= k {
@@ -525,6 +557,7 @@ fn rank(mut plans: Vec<Plan>, k: usize, ex: &mut Vec<Explanation>) -> Preemption
             continue;
         }
         ex.push(Explanation::node(&p.node, "kept", "selected", format!("rank {} of the candidates", i + 1)));
+        requeues.extend(p.requeues);
         result.node_name_to_meta_victims.insert(
             p.node,
             wire::MetaVictims {
@@ -533,5 +566,5 @@ fn rank(mut plans: Vec<Plan>, k: usize, ex: &mut Vec<Explanation>) -> Preemption
             },
         );
     }
-    result
+    (result, requeues)
 }

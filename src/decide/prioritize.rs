@@ -25,7 +25,8 @@ pub struct PrioritizeOutcome {
 pub fn prioritize(args: &ExtenderArgs, ctx: &Context) -> PrioritizeOutcome {
     let class_id = ctx.class_of(&args.pod);
     let class = ctx.policy.class(class_id);
-    let preemptor = Preemptor { priority: ctx.priority_of(&args.pod), class: class_id };
+    let key = args.pod.key();
+    let preemptor = Preemptor { priority: ctx.priority_of(&args.pod), class: class_id, key: &key };
     let mut out = PrioritizeOutcome::default();
     for (i, name) in args.nodes.names().into_iter().enumerate() {
         let node: Option<&Node> = match &args.nodes {

@@ -11,7 +11,11 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use super::metrics;
 use super::state::{AppState, ViewSource};
-use crate::decide::Context;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::decide::{Context, Requeue};
+use crate::requeue::kube::Requeuer;
 use crate::pipeline::{self, Answer, Verb};
 
 pub async fn filter(state: State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
@@ -48,13 +52,55 @@ async fn handle(verb: Verb, State(state): State<AppState>, body: Result<Bytes, B
 }
 
 async fn run(verb: Verb, state: &AppState, body: Bytes) -> Result<Answer, ApiError> {
+    match (&state.requeuer, verb) {
+        (Some(requeuer), Verb::Preempt) => preempt_with_requeue(state, requeuer, body).await,
+        _ => decide(verb, state, body, None).await,
+    }
+}
+
+/// Rounds of "decide, then store the replacements it needs" before requeue is given up.
+const REQUEUE_ROUNDS: usize = 3;
+
+/// A bare victim is answered only once its replacement is stored: decide, store the
+/// replacements the answer needs, and if any could not be stored decide again with those
+/// pods spared. If replacements keep failing, answer with requeue off.
+async fn preempt_with_requeue(state: &AppState, requeuer: &Requeuer, body: Bytes) -> Result<Answer, ApiError> {
+    let deadline = tokio::time::Instant::now() + state.limits.requeue_budget;
+    let mut failed = BTreeMap::new();
+    for _ in 0..REQUEUE_ROUNDS {
+        let answer = decide(Verb::Preempt, state, body.clone(), Some(Arc::new(failed.clone()))).await?;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if answer.requeues.is_empty() {
+            return Ok(answer);
+        }
+        let newly = if left.is_zero() {
+            answer.requeues.iter().map(|i| (i.uid.clone(), "no time left in the requeue budget".to_string())).collect()
+        } else {
+            requeuer.store_all(&answer.requeues, left).await
+        };
+        if newly.is_empty() {
+            return Ok(answer);
+        }
+        failed.extend(newly);
+    }
+    tracing::warn!(failed = failed.len(), "requeue replacements keep failing: answering with requeue off for this preempt");
+    decide(Verb::Preempt, state, body, None).await
+}
+
+/// One decision. `requeue`: `None` when requeue is off, else the pods whose replacement
+/// could not be stored.
+async fn decide(verb: Verb, state: &AppState, body: Bytes, requeue: Option<Arc<BTreeMap<String, String>>>) -> Result<Answer, ApiError> {
     let policy = state.policy.load_full();
     let view = state.view.load();
     let now = (state.clock)();
     let inline = body.len() <= state.limits.inline_decode_bytes;
     let view_expected = state.view_source != ViewSource::None;
     let work = move || {
-        let ctx = Context { policy: &policy, view: view.as_deref(), view_expected, now };
+        let requeue = match &requeue {
+            Some(failed) => Requeue { enabled: true, failed },
+            None => Requeue::disabled(),
+        };
+        let ctx = Context { policy: &policy, view: view.as_deref(), view_expected, now, requeue };
         pipeline::answer_in(verb, &body, &ctx)
     };
     let answer = if inline {
@@ -95,10 +141,11 @@ pub async fn healthz() -> &'static str {
 }
 
 pub async fn readyz(State(state): State<AppState>) -> Response {
+    let detail = state.readiness_detail();
     if state.is_ready() {
-        (StatusCode::OK, "ready").into_response()
+        (StatusCode::OK, format!("ready\n{detail}\n")).into_response()
     } else {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", "cluster view has not synced yet").into_response()
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", format!("cluster view not usable yet; {}", detail.replace('\n', "; "))).into_response()
     }
 }
 

@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
+use crate::cluster::watch::Freshness;
 use crate::cluster::ViewCell;
 use crate::model::Timestamp;
 use crate::policy::Policy;
+use crate::requeue::kube::Requeuer;
 
 /// Where the cluster view comes from; decides what `/readyz` waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +27,8 @@ pub struct Limits {
     pub max_concurrency: usize,
     /// Bodies above this are decoded on the blocking pool, off the I/O threads.
     pub inline_decode_bytes: usize,
+    /// Time allowed for storing requeue replacements, all rounds of one preempt together.
+    pub requeue_budget: Duration,
 }
 
 impl Default for Limits {
@@ -34,6 +38,7 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(4),
             max_concurrency: 256,
             inline_decode_bytes: 256 << 10,
+            requeue_budget: Duration::from_millis(1500),
         }
     }
 }
@@ -46,6 +51,11 @@ pub struct AppState {
     pub limits: Limits,
     /// Seconds since the epoch; replaceable so tests are deterministic.
     pub clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
+    /// Stores requeue replacements (`serve --kube --requeue`); `None`: requeue is off and
+    /// `requeue` classes protect their bare pods.
+    pub requeuer: Option<Arc<Requeuer>>,
+    /// Per-kind watch health, with `--kube` (for `/readyz` detail).
+    pub freshness: Option<Arc<Freshness>>,
 }
 
 impl AppState {
@@ -56,11 +66,41 @@ impl AppState {
             view_source,
             limits: Limits::default(),
             clock: Arc::new(system_now),
+            requeuer: None,
+            freshness: None,
         }
     }
 
     pub fn is_ready(&self) -> bool {
         self.view_source == ViewSource::None || self.view.is_ready()
+    }
+
+    /// What `/readyz` says besides ready or not: view source and health, requeue.
+    pub fn readiness_detail(&self) -> String {
+        let mut lines = vec![format!("view: {:?}", self.view_source)];
+        if let Some(f) = &self.freshness {
+            let unsynced = f.unsynced_kinds();
+            if !unsynced.is_empty() {
+                lines.push(format!("waiting for the first list of: {}", unsynced.join(", ")));
+            }
+            let stale = f.stale_kinds(system_now(), crate::cluster::watch::STALE_AFTER_SECS);
+            if !stale.is_empty() {
+                lines.push(format!("stale (watch failing for over {}s): {}", crate::cluster::watch::STALE_AFTER_SECS, stale.join(", ")));
+            }
+        }
+        let policy = self.policy.load();
+        let requeue_classes: Vec<&str> = policy
+            .classes
+            .iter()
+            .filter(|c| c.victim.allowed && c.victim.bare() == crate::policy::BareVictims::Requeue)
+            .map(|c| c.name.as_str())
+            .collect();
+        lines.push(match (&self.requeuer, requeue_classes.is_empty()) {
+            (Some(_), _) => "requeue: on".to_string(),
+            (None, true) => "requeue: off (no class requeues bare victims)".to_string(),
+            (None, false) => format!("requeue: off (serve --kube --requeue): bare pods of {} are protected", requeue_classes.join(", ")),
+        });
+        lines.join("\n")
     }
 }
 

@@ -4,7 +4,7 @@ mod model;
 
 use std::path::Path;
 
-pub use model::{parse_duration, Class, GangConfig, PdbMode, Placement, Policy, Scoring, Selector, TenantConfig, VictimRules, WithoutView};
+pub use model::{parse_duration, BareVictims, Class, GangConfig, PdbMode, Placement, Policy, Scoring, Selector, TenantConfig, VictimRules, WithoutView};
 
 use crate::model::Pod;
 
@@ -70,6 +70,13 @@ impl Policy {
                         ));
                     }
                 }
+            }
+            if c.victim.bare.is_some() && c.victim.recreatable_only.is_some() {
+                return Err(invalid(
+                    field(".victim"),
+                    "set either bare (requeue|protect|lose) or the older recreatableOnly, not both".into(),
+                    Some("recreatableOnly"),
+                ));
             }
             if c.victim.min_runtime < 0 {
                 return Err(invalid(field(".victim.minRuntime"), "must not be negative".into(), None));

@@ -100,6 +100,21 @@ pub enum PdbMode {
     Prefer,
 }
 
+/// What happens to a victim that no controller would recreate (a bare pod).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BareVictims {
+    /// Evict it only once a gated replacement is stored in the API server; the replacement
+    /// is released when the original is gone (needs `serve --kube --requeue`; without it,
+    /// behaves like `protect`).
+    #[default]
+    Requeue,
+    /// Never evict it.
+    Protect,
+    /// Evict it and let it be lost (only where the policy says so).
+    Lose,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct VictimRules {
@@ -108,21 +123,32 @@ pub struct VictimRules {
     pub allowed: bool,
     #[serde(default)]
     pub pdb: PdbMode,
-    /// Only pods with a controller owner (they come back through their controller).
-    #[serde(default = "yes")]
-    pub recreatable_only: bool,
+    /// Bare victims: `requeue` (default), `protect` or `lose`.
+    #[serde(default)]
+    pub bare: Option<BareVictims>,
+    /// Older spelling: `true` is `bare: protect`, `false` is `bare: lose`.
+    #[serde(default)]
+    pub recreatable_only: Option<bool>,
     /// Time a pod must have run before it may be evicted (anti-thrash), e.g. "10m".
     #[serde(default, with = "duration")]
     pub min_runtime: i64,
 }
 
-fn yes() -> bool {
-    true
+impl VictimRules {
+    /// The effective rule for bare victims (validation rejects both spellings at once).
+    pub fn bare(&self) -> BareVictims {
+        match (self.bare, self.recreatable_only) {
+            (Some(b), _) => b,
+            (None, Some(true)) => BareVictims::Protect,
+            (None, Some(false)) => BareVictims::Lose,
+            (None, None) => BareVictims::Requeue,
+        }
+    }
 }
 
 impl Default for VictimRules {
     fn default() -> Self {
-        VictimRules { allowed: false, pdb: PdbMode::Strict, recreatable_only: true, min_runtime: 0 }
+        VictimRules { allowed: false, pdb: PdbMode::Strict, bare: None, recreatable_only: None, min_runtime: 0 }
     }
 }
 

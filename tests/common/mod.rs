@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use coloc_extender::cluster::{Objects, View};
-use coloc_extender::decide::{self, Context, Explanation};
+use coloc_extender::decide::{self, Context, Explanation, Requeue};
+use coloc_extender::requeue::RequeueIntent;
 use coloc_extender::model::{HostPort, Node, OwnerRef, Pdb, Pod, Resources, Selector};
 use coloc_extender::policy::Policy;
 use coloc_extender::wire::request::{MetaVictims, Victims};
@@ -133,11 +134,16 @@ pub struct Scenario {
     pub objects: Objects,
     /// A view is configured but may be missing (not synced, stale).
     pub view_expected: bool,
+    /// Replacements can be stored (`serve --kube --requeue`); on by default, as in replay.
+    pub requeue: bool,
+    /// Pods whose replacement could not be stored (uid → why).
+    pub requeue_failed: BTreeMap<String, String>,
 }
 
 pub struct Outcome {
     pub result: PreemptionResult,
     pub explanations: Vec<Explanation>,
+    pub requeues: Vec<RequeueIntent>,
 }
 
 impl Outcome {
@@ -169,7 +175,7 @@ pub fn uids(names: &[&str]) -> Vec<String> {
 
 impl Scenario {
     pub fn new(policy: Policy) -> Self {
-        Scenario { policy, objects: Objects::default(), view_expected: false }
+        Scenario { policy, objects: Objects::default(), view_expected: false, requeue: true, requeue_failed: BTreeMap::new() }
     }
 
     pub fn node(mut self, n: Node) -> Self {
@@ -224,9 +230,10 @@ impl Scenario {
     }
 
     pub fn preempt_with(&self, preemptor: Pod, candidates: Candidates, view: Option<&View>) -> Outcome {
-        let ctx = Context { policy: &self.policy, view, view_expected: self.view_expected, now: NOW };
+        let requeue = Requeue { enabled: self.requeue, failed: &self.requeue_failed };
+        let ctx = Context { policy: &self.policy, view, view_expected: self.view_expected, now: NOW, requeue };
         let out = decide::preempt(&PreemptArgs { pod: preemptor, candidates }, &ctx);
-        Outcome { result: out.result, explanations: out.explanations }
+        Outcome { result: out.result, explanations: out.explanations, requeues: out.requeues }
     }
 
     /// Preempt with the cluster view, candidates in UID form for `nodes`.

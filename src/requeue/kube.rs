@@ -1,0 +1,192 @@
+//! The requeue edge: stores replacements before a preempt answer goes out, and carries
+//! out `plan::reconcile` (release, clean up) against the API server. Every write is
+//! idempotent: deterministic names, 409 on create checked to be our own replacement,
+//! JSON-patch `test` before a release, uid preconditions before a delete.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams, Preconditions};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Api, Client};
+use serde_json::{json, Value};
+
+use super::plan::{self, Action, Release};
+use super::{replacement, RequeueIntent, FROM_UID, GATE};
+use crate::cluster::ViewCell;
+
+/// The reporting controller on our Events.
+pub const REPORTER: &str = "coloc-extender";
+
+pub struct Requeuer {
+    client: Client,
+    recorder: Recorder,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Stored {
+    Created,
+    /// A retry, or the other replica, stored it already.
+    Existed,
+}
+
+fn pod_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()))
+}
+
+fn pod_ref(namespace: &str, name: &str, uid: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(namespace.into()),
+        name: Some(name.into()),
+        uid: (!uid.is_empty()).then(|| uid.into()),
+        ..Default::default()
+    }
+}
+
+fn api_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+impl Requeuer {
+    /// `instance` names this replica in Events (the pod name, typically).
+    pub fn new(client: Client, instance: Option<String>) -> Requeuer {
+        let recorder = Recorder::new(client.clone(), Reporter { controller: REPORTER.into(), instance });
+        Requeuer { client, recorder }
+    }
+
+    /// Stores every replacement, concurrently, each within `budget`. Returns the pods whose
+    /// replacement is not known to be stored (uid → why): they must be spared.
+    pub async fn store_all(&self, intents: &[RequeueIntent], budget: Duration) -> BTreeMap<String, String> {
+        let results = join_all(intents.iter().map(|i| async move {
+            let outcome = match tokio::time::timeout(budget, self.store(i)).await {
+                Ok(r) => r,
+                Err(_) => Err(format!("not stored within {} ms", budget.as_millis())),
+            };
+            (i, outcome)
+        }))
+        .await;
+        let mut failed = BTreeMap::new();
+        for (intent, outcome) in results {
+            match outcome {
+                Ok(stored) => {
+                    let outcome = if stored == Stored::Created { "created" } else { "existed" };
+                    metrics::counter!("coloc_requeue_replacements_total", "outcome" => outcome).increment(1);
+                    tracing::info!(original = %intent.original_key(), replacement = %intent.replacement, node = %intent.node,
+                        preemptor = %intent.preemptor, attempt = intent.attempt, outcome, "requeue replacement stored (gated)");
+                }
+                Err(why) => {
+                    metrics::counter!("coloc_requeue_replacements_total", "outcome" => "failed").increment(1);
+                    tracing::warn!(original = %intent.original_key(), replacement = %intent.replacement, error = %why,
+                        "requeue replacement not stored; the pod is spared");
+                    failed.insert(intent.uid.clone(), why);
+                }
+            }
+        }
+        failed
+    }
+
+    async fn store(&self, intent: &RequeueIntent) -> Result<Stored, String> {
+        let api = pod_api(&self.client, &intent.namespace);
+        let original = api.get(&intent.name).await.map_err(|e| format!("cannot read the original {}: {e}", intent.original_key()))?;
+        let original = serde_json::to_value(&original).map_err(|e| e.to_string())?;
+        let manifest = replacement::build(&original, intent).map_err(|e| e.to_string())?;
+        let object: DynamicObject = serde_json::from_value(manifest).map_err(|e| e.to_string())?;
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => Ok(Stored::Created),
+            Err(e) if api_code(&e) == Some(409) => {
+                // Ours (a retry, the other replica) or a stranger's pod of the same name?
+                let existing = api.get(&intent.replacement).await.map_err(|e| format!("{} exists but cannot be read: {e}", intent.replacement))?;
+                let from = existing.metadata.annotations.as_ref().and_then(|a| a.get(FROM_UID));
+                if from.map(String::as_str) == Some(intent.uid.as_str()) && existing.metadata.deletion_timestamp.is_none() {
+                    Ok(Stored::Existed)
+                } else {
+                    Err(format!("a pod named {} exists and is not this pod's live replacement", intent.replacement))
+                }
+            }
+            Err(e) => Err(format!("cannot create {}: {e}", intent.replacement)),
+        }
+    }
+
+    /// Reconciles every `every` from the view until the process ends: releases replacements
+    /// whose original is gone, deletes those whose original was not evicted in time.
+    pub async fn reconcile_loop(self: Arc<Self>, cell: Arc<ViewCell>, every: Duration, evict_within: i64) {
+        loop {
+            tokio::time::sleep(every).await;
+            self.reconcile_once(&cell, evict_within).await;
+        }
+    }
+
+    /// One pass; nothing happens until the view is synced (a missing original must mean
+    /// "gone", never "not listed yet").
+    pub async fn reconcile_once(&self, cell: &ViewCell, evict_within: i64) {
+        let Some(view) = cell.load() else { return };
+        for action in plan::reconcile(&view, crate::http::system_now(), evict_within) {
+            match action {
+                Action::Release(r) => self.release(&r).await,
+                Action::Delete { namespace, name, uid, reason } => self.delete(&namespace, &name, &uid, &reason).await,
+            }
+        }
+    }
+
+    async fn release(&self, r: &Release) {
+        let remaining: Vec<Value> = r.gates.iter().filter(|g| *g != GATE).map(|g| json!({"name": g})).collect();
+        let seen: Vec<Value> = r.gates.iter().map(|g| json!({"name": g})).collect();
+        // The tests make a concurrent release (the other replica) or a recreated pod a no-op.
+        let patch = json!([
+            {"op": "test", "path": "/metadata/uid", "value": r.uid},
+            {"op": "test", "path": "/spec/schedulingGates", "value": seen},
+            {"op": "replace", "path": "/spec/schedulingGates", "value": remaining},
+        ]);
+        let path = format!("/api/v1/namespaces/{}/pods/{}", r.namespace, r.name);
+        let request = axum::http::Request::patch(path)
+            .header("Content-Type", "application/json-patch+json")
+            .body(patch.to_string().into_bytes());
+        let result = match request {
+            Ok(req) => self.client.request_text(req).await,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot build the release request");
+                return;
+            }
+        };
+        match result {
+            Ok(_) => {
+                metrics::counter!("coloc_requeue_released_total").increment(1);
+                tracing::info!(replacement = %format!("{}/{}", r.namespace, r.name), original = %r.from_pod, "requeue released: the original is gone");
+                let (ns, name) = r.from_pod.split_once('/').unwrap_or((&r.namespace, &r.from_pod));
+                self.event(pod_ref(ns, name, &r.from_uid), format!("requeued as {} after preemption by {}", r.name, r.preempted_by)).await;
+                self.event(pod_ref(&r.namespace, &r.name, &r.uid), format!("requeued from {} ({}), attempt {}", r.from_uid, r.from_pod, r.attempt)).await;
+            }
+            Err(e) if matches!(api_code(&e), Some(404 | 409 | 422)) => {
+                tracing::debug!(replacement = %r.name, error = %e, "release skipped: released or changed meanwhile");
+            }
+            Err(e) => tracing::warn!(replacement = %r.name, error = %e, "cannot release requeue replacement; will retry"),
+        }
+    }
+
+    async fn delete(&self, namespace: &str, name: &str, uid: &str, reason: &str) {
+        let params = DeleteParams { preconditions: Some(Preconditions { uid: Some(uid.into()), resource_version: None }), ..Default::default() };
+        match pod_api(&self.client, namespace).delete(name, &params).await {
+            Ok(_) => {
+                metrics::counter!("coloc_requeue_cleaned_total").increment(1);
+                tracing::info!(replacement = %format!("{namespace}/{name}"), reason, "requeue replacement deleted");
+            }
+            Err(e) if matches!(api_code(&e), Some(404 | 409)) => {}
+            Err(e) => tracing::warn!(replacement = %name, error = %e, "cannot delete requeue replacement; will retry"),
+        }
+    }
+
+    async fn event(&self, regarding: ObjectReference, note: String) {
+        let event = Event { type_: EventType::Normal, reason: "Requeued".into(), note: Some(note), action: "Requeue".into(), secondary: None };
+        if let Err(e) = self.recorder.publish(&event, &regarding).await {
+            tracing::warn!(pod = ?regarding.name, error = %e, "cannot record requeue event");
+        }
+    }
+}

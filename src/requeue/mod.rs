@@ -1,0 +1,126 @@
+//! Requeue: a bare offline victim (no controller would recreate it) goes back to the
+//! pending queue instead of being lost.
+//!
+//! The guarantee: a bare pod is offered to kube-scheduler as a victim only once a
+//! replacement is durably stored in the API server: a copy of the original, held back by a
+//! scheduling gate so it cannot run beside it. The gate is removed once the original is
+//! gone (deleted or terminal); a replacement whose original was not evicted within a
+//! bounded time is deleted again. The pure parts (names, the replacement's manifest, what
+//! to reconcile) live here; `kube` carries them out against the API server.
+
+pub mod kube;
+pub mod plan;
+pub mod replacement;
+
+use crate::model::Pod;
+
+/// The scheduling gate that holds a replacement back while its original still runs.
+pub const GATE: &str = "coloc-extender.io/requeue";
+/// Label on every replacement (list/watch selector, and for people).
+pub const LABEL: &str = "coloc-extender.io/requeued";
+/// UID of the pod this one replaces.
+pub const FROM_UID: &str = "coloc-extender.io/requeued-from-uid";
+/// `namespace/name` of the pod this one replaces.
+pub const FROM_POD: &str = "coloc-extender.io/requeued-from";
+/// How many times this workload has been requeued (1 for the first replacement).
+pub const ATTEMPT: &str = "coloc-extender.io/requeue-attempt";
+/// `namespace/name` of the pod whose preemption caused the requeue.
+pub const PREEMPTED_BY: &str = "coloc-extender.io/preempted-by";
+/// The name of the first pod in the chain: replacements of replacements do not grow.
+pub const BASE_NAME: &str = "coloc-extender.io/base-name";
+
+/// What a preempt decision asks the edge to store before its answer goes out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequeueIntent {
+    pub namespace: String,
+    /// The original's name and UID.
+    pub name: String,
+    pub uid: String,
+    pub node: String,
+    /// The replacement's name (deterministic: two replicas or a retry name the same pod).
+    pub replacement: String,
+    pub attempt: u32,
+    /// `namespace/name` of the preemptor.
+    pub preemptor: String,
+}
+
+impl RequeueIntent {
+    pub fn for_victim(victim: &Pod, node: &str, preemptor: &str) -> RequeueIntent {
+        RequeueIntent {
+            namespace: victim.namespace.clone(),
+            name: victim.name.clone(),
+            uid: victim.uid.clone(),
+            node: node.to_string(),
+            replacement: replacement_name(victim),
+            attempt: attempt_of(victim) + 1,
+            preemptor: preemptor.to_string(),
+        }
+    }
+
+    pub fn original_key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Is `pod` a replacement we stored?
+pub fn is_replacement(pod: &Pod) -> bool {
+    pod.annotations.contains_key(FROM_UID)
+}
+
+/// Requeues so far of the workload `pod` belongs to (0 for an original).
+pub fn attempt_of(pod: &Pod) -> u32 {
+    pod.annotations.get(ATTEMPT).and_then(|a| a.parse().ok()).unwrap_or(0)
+}
+
+/// `<base>-rq-<hash of the original's UID>`, at most 253 characters: deterministic, and
+/// different for every original (each requeue of a chain has its own UID).
+pub fn replacement_name(pod: &Pod) -> String {
+    let base = pod.annotations.get(BASE_NAME).unwrap_or(&pod.name);
+    let suffix = format!("-rq-{:010x}", fnv1a(pod.uid.as_bytes()) & 0xff_ffff_ffff);
+    let room = 253 - suffix.len();
+    let mut cut = base.len().min(room);
+    while !base.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let base = base[..cut].trim_end_matches(['-', '.']);
+    format!("{base}{suffix}")
+}
+
+/// FNV-1a, 64 bits: fully specified, so every replica and release derives the same name.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, uid: &str) -> Pod {
+        Pod { name: name.into(), namespace: "batch".into(), uid: uid.into(), ..Default::default() }
+    }
+
+    #[test]
+    fn the_name_is_deterministic_and_differs_per_original() {
+        let a = replacement_name(&pod("free-3", "uid-1"));
+        assert_eq!(a, replacement_name(&pod("free-3", "uid-1")));
+        assert_ne!(a, replacement_name(&pod("free-3", "uid-2")));
+        assert!(a.starts_with("free-3-rq-"), "{a}");
+    }
+
+    #[test]
+    fn a_replacement_of_a_replacement_keeps_the_base_name() {
+        let mut second = pod("free-3-rq-0123456789", "uid-2");
+        second.annotations.insert(BASE_NAME.into(), "free-3".into());
+        second.annotations.insert(ATTEMPT.into(), "1".into());
+        assert!(replacement_name(&second).starts_with("free-3-rq-"));
+        assert_eq!(replacement_name(&second).len(), "free-3-rq-".len() + 10);
+        assert_eq!(attempt_of(&second), 1);
+    }
+
+    #[test]
+    fn long_names_are_cut_to_a_valid_length() {
+        let long = "a".repeat(300);
+        let name = replacement_name(&pod(&long, "u"));
+        assert_eq!(name.len(), 253);
+    }
+}

@@ -1,0 +1,188 @@
+//! The replacement's manifest: the original pod, as the API server returned it, made into a
+//! new pending pod. Same labels, annotations and spec; minus what belongs to the original
+//! instance (uid, node, status, the injected service-account token); plus our annotations
+//! and the scheduling gate that keeps it from running beside the original.
+
+use serde_json::{json, Map, Value};
+
+use super::{RequeueIntent, ATTEMPT, BASE_NAME, FROM_POD, FROM_UID, GATE, LABEL, PREEMPTED_BY};
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReplacementError {
+    #[error("the original is not a JSON object with metadata and spec")]
+    NotAPod,
+    #[error("the original changed: uid {found:?}, the decision was about {expected:?}")]
+    UidChanged { expected: String, found: String },
+    #[error("the original is already terminating")]
+    Terminating,
+}
+
+/// Metadata that names one instance of the original, or that the API server sets.
+const INSTANCE_METADATA: &[&str] = &[
+    "uid",
+    "resourceVersion",
+    "managedFields",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "selfLink",
+    "generateName",
+    "ownerReferences",
+    "finalizers",
+];
+
+/// The token volume the ServiceAccount admission plugin injects (it injects a new one).
+fn is_injected_token_volume(volume: &Value) -> bool {
+    volume.get("name").and_then(Value::as_str).is_some_and(|n| n.starts_with("kube-api-access-")) && volume.get("projected").is_some()
+}
+
+pub fn build(original: &Value, intent: &RequeueIntent) -> Result<Value, ReplacementError> {
+    let mut pod = original.clone();
+    let obj = pod.as_object_mut().ok_or(ReplacementError::NotAPod)?;
+    let meta = obj.get_mut("metadata").and_then(Value::as_object_mut).ok_or(ReplacementError::NotAPod)?;
+    let uid = meta.get("uid").and_then(Value::as_str).unwrap_or_default();
+    if uid != intent.uid {
+        return Err(ReplacementError::UidChanged { expected: intent.uid.clone(), found: uid.to_string() });
+    }
+    if meta.get("deletionTimestamp").is_some_and(|t| !t.is_null()) {
+        return Err(ReplacementError::Terminating);
+    }
+    let base = meta
+        .get("annotations")
+        .and_then(|a| a.get(BASE_NAME))
+        .and_then(Value::as_str)
+        .unwrap_or(&intent.name)
+        .to_string();
+    for key in INSTANCE_METADATA {
+        meta.remove(*key);
+    }
+    meta.insert("name".into(), json!(intent.replacement));
+    meta.insert("namespace".into(), json!(intent.namespace));
+    let annotations = object_at(meta, "annotations");
+    annotations.insert(FROM_UID.into(), json!(intent.uid));
+    annotations.insert(FROM_POD.into(), json!(intent.original_key()));
+    annotations.insert(ATTEMPT.into(), json!(intent.attempt.to_string()));
+    annotations.insert(PREEMPTED_BY.into(), json!(intent.preemptor));
+    annotations.insert(BASE_NAME.into(), json!(base));
+    object_at(meta, "labels").insert(LABEL.into(), json!("true"));
+
+    let spec = object_at(obj, "spec");
+    spec.remove("nodeName");
+    // Admission computes it from priorityClassName; a stale copy would be rejected.
+    spec.remove("priority");
+    // Ephemeral containers cannot be set at creation.
+    spec.remove("ephemeralContainers");
+    let mut dropped = Vec::new();
+    if let Some(Value::Array(volumes)) = spec.get_mut("volumes") {
+        volumes.retain(|v| {
+            let injected = is_injected_token_volume(v);
+            if injected {
+                dropped.extend(v.get("name").and_then(Value::as_str).map(str::to_string));
+            }
+            !injected
+        });
+    }
+    for list in ["containers", "initContainers"] {
+        if let Some(Value::Array(containers)) = spec.get_mut(list) {
+            for c in containers {
+                if let Some(Value::Array(mounts)) = c.get_mut("volumeMounts") {
+                    mounts.retain(|m| !m.get("name").and_then(Value::as_str).is_some_and(|n| dropped.iter().any(|d| d == n)));
+                }
+            }
+        }
+    }
+    let gates = spec.entry("schedulingGates").or_insert_with(|| json!([]));
+    if !gates.is_array() {
+        *gates = json!([]);
+    }
+    let gates = gates.as_array_mut().expect("just made an array");
+    if !gates.iter().any(|g| g.get("name").and_then(Value::as_str) == Some(GATE)) {
+        gates.push(json!({"name": GATE}));
+    }
+    obj.remove("status");
+    obj.insert("apiVersion".into(), json!("v1"));
+    obj.insert("kind".into(), json!("Pod"));
+    Ok(pod)
+}
+
+/// The object at `key`, made one if it is missing or null.
+fn object_at<'a>(parent: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    let v = parent.entry(key).or_insert_with(|| json!({}));
+    if !v.is_object() {
+        *v = json!({});
+    }
+    v.as_object_mut().expect("just made an object")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intent() -> RequeueIntent {
+        RequeueIntent {
+            namespace: "batch".into(),
+            name: "free-3".into(),
+            uid: "u-1".into(),
+            node: "node-gpu1".into(),
+            replacement: "free-3-rq-00000000ab".into(),
+            attempt: 1,
+            preemptor: "online/online-2".into(),
+        }
+    }
+
+    fn original() -> Value {
+        json!({
+            "metadata": {"name": "free-3", "namespace": "batch", "uid": "u-1", "resourceVersion": "42",
+                "creationTimestamp": "2026-11-22T02:00:00Z", "managedFields": [{"manager": "kubectl"}],
+                "labels": {"app": "free"}, "annotations": {"team": "ml"}},
+            "spec": {"nodeName": "node-gpu1", "priority": 10, "priorityClassName": "free",
+                "containers": [{"name": "main", "image": "busybox", "volumeMounts": [
+                    {"name": "kube-api-access-abcde", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"},
+                    {"name": "data", "mountPath": "/data"}]}],
+                "volumes": [{"name": "kube-api-access-abcde", "projected": {"sources": []}}, {"name": "data", "emptyDir": {}}]},
+            "status": {"phase": "Running"}
+        })
+    }
+
+    #[test]
+    fn a_replacement_is_a_gated_copy_without_the_instance_fields() {
+        let r = build(&original(), &intent()).unwrap();
+        assert_eq!(r["metadata"]["name"], "free-3-rq-00000000ab");
+        for gone in ["uid", "resourceVersion", "managedFields", "creationTimestamp"] {
+            assert!(r["metadata"].get(gone).is_none(), "{gone} copied");
+        }
+        assert_eq!(r["metadata"]["labels"]["app"], "free");
+        assert_eq!(r["metadata"]["labels"][LABEL], "true");
+        assert_eq!(r["metadata"]["annotations"]["team"], "ml");
+        assert_eq!(r["metadata"]["annotations"][FROM_UID], "u-1");
+        assert_eq!(r["metadata"]["annotations"][ATTEMPT], "1");
+        assert_eq!(r["metadata"]["annotations"][BASE_NAME], "free-3");
+        assert!(r["spec"].get("nodeName").is_none());
+        assert!(r["spec"].get("priority").is_none());
+        assert!(r.get("status").is_none());
+        assert_eq!(r["spec"]["schedulingGates"], json!([{"name": GATE}]));
+        assert_eq!(r["spec"]["volumes"], json!([{"name": "data", "emptyDir": {}}]));
+        assert_eq!(r["spec"]["containers"][0]["volumeMounts"], json!([{"name": "data", "mountPath": "/data"}]));
+        assert_eq!(r["spec"]["priorityClassName"], "free");
+    }
+
+    #[test]
+    fn a_changed_or_terminating_original_is_not_copied() {
+        let mut other = original();
+        other["metadata"]["uid"] = json!("u-2");
+        assert!(matches!(build(&other, &intent()), Err(ReplacementError::UidChanged { .. })));
+        let mut going = original();
+        going["metadata"]["deletionTimestamp"] = json!("2026-11-22T02:01:00Z");
+        assert_eq!(build(&going, &intent()), Err(ReplacementError::Terminating));
+        assert_eq!(build(&json!([1]), &intent()), Err(ReplacementError::NotAPod));
+    }
+
+    #[test]
+    fn existing_gates_are_kept_and_ours_is_added_once() {
+        let mut o = original();
+        o["spec"]["schedulingGates"] = json!([{"name": "example.com/quota"}, {"name": GATE}]);
+        let r = build(&o, &intent()).unwrap();
+        assert_eq!(r["spec"]["schedulingGates"], json!([{"name": "example.com/quota"}, {"name": GATE}]));
+    }
+}
