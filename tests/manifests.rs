@@ -47,3 +47,27 @@ fn the_deployment_is_hardened_and_probed() {
     }
     assert!(!spec["affinity"]["podAntiAffinity"].is_null());
 }
+
+#[test]
+fn requeue_writes_are_an_opt_in_component_with_only_the_writes_it_needs() {
+    let role = load("requeue/clusterrole.yaml");
+    let mut granted = Vec::new();
+    for rule in role["rules"].as_sequence().unwrap() {
+        for group in rule["apiGroups"].as_sequence().unwrap() {
+            for res in rule["resources"].as_sequence().unwrap() {
+                for verb in rule["verbs"].as_sequence().unwrap() {
+                    granted.push(format!("{}/{}:{}", group.as_str().unwrap(), res.as_str().unwrap(), verb.as_str().unwrap()));
+                }
+            }
+        }
+    }
+    granted.sort();
+    assert_eq!(granted, ["/pods:create", "/pods:delete", "/pods:patch", "events.k8s.io/events:create", "events.k8s.io/events:patch"]);
+    let component = load("requeue/kustomization.yaml");
+    assert_eq!(component["kind"], Value::from("Component"));
+    assert!(serde_yaml_ng::to_string(&component["patches"]).unwrap().contains("--requeue"));
+    let base = load("kustomization.yaml");
+    assert!(base["components"].is_null(), "off unless an operator opts in");
+    let binding = load("requeue/clusterrolebinding.yaml");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+}
