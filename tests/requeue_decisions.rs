@@ -1,0 +1,164 @@
+//! Requeue, nominated pods and kube's proposal in decisions: pure rules, each on the
+//! smallest cluster that shows it.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use coloc_extender::model::{OwnerRef, Pod};
+use coloc_extender::policy::Policy;
+use coloc_extender::wire::request::MetaVictims;
+use coloc_extender::wire::Candidates;
+
+/// online preempts batch; batch's bare pods are handled as `bare` says.
+fn requeue_policy(bare: &str) -> Policy {
+    Policy::from_yaml(&format!(
+        r#"
+defaultClass: unclassified
+maxCandidates: 1
+classes:
+  - name: online
+    match: [{{priorityClassNames: [online]}}]
+    preempts: [batch]
+  - name: batch
+    match: [{{priorityClassNames: [batch]}}]
+    victim: {{allowed: true, pdb: prefer, bare: {bare}}}
+  - name: unclassified
+"#
+    ))
+    .unwrap()
+}
+
+fn online(cpu: i64) -> Pod {
+    pod("preemptor", "online", None, cpu)
+}
+
+#[test]
+fn a_bare_victim_of_a_requeue_class_is_requeued_under_a_deterministic_name() {
+    let s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).pods([pod("bare", "batch", Some("n1"), 2000).bare()]);
+    let out = s.preempt(online(2000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["bare"]))]), "{}", out.explain());
+    assert_eq!(out.requeues.len(), 1);
+    let r = &out.requeues[0];
+    assert_eq!((r.name.as_str(), r.uid.as_str(), r.node.as_str(), r.attempt), ("bare", "uid-bare", "n1", 1));
+    assert_eq!(r.preemptor, "default/preemptor");
+    assert_eq!(r.replacement, s.preempt(online(2000), &["n1"]).requeues[0].replacement, "same name on a retry");
+    assert!(out.has("victim", "requeued"));
+}
+
+#[test]
+fn with_requeue_off_a_bare_victim_of_a_requeue_class_is_protected_and_says_why() {
+    let mut s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).pods([pod("bare", "batch", Some("n1"), 2000).bare()]);
+    s.requeue = false;
+    let out = s.preempt(online(2000), &["n1"]);
+    assert!(out.victims().is_empty());
+    assert!(out.requeues.is_empty());
+    assert!(out.has("spared", "requeue_disabled"), "{}", out.explain());
+}
+
+#[test]
+fn a_bare_pod_whose_replacement_failed_is_spared_and_another_node_is_used() {
+    let mut s = Scenario::new(requeue_policy("requeue"))
+        .node(node("n1", 2000, 8))
+        .node(node("n2", 2000, 8))
+        .pods([pod("bare", "batch", Some("n1"), 2000).bare().started(10), pod("owned", "batch", Some("n2"), 2000)]);
+    // Requeueing is cheaper than the owned pod's lost hour of run time... until it fails.
+    s.requeue_failed.insert("uid-bare".into(), "forbidden".into());
+    let out = s.preempt(online(2000), &["n1", "n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["owned"]))]), "{}", out.explain());
+    assert!(out.has("spared", "requeue_failed"));
+    assert!(out.requeues.is_empty());
+}
+
+#[test]
+fn a_requeue_costs_more_than_a_recreated_victim_and_less_than_a_pdb_violation() {
+    let s = Scenario::new(requeue_policy("requeue"))
+        .node(node("n1", 1000, 8))
+        .node(node("n2", 1000, 8))
+        .node(node("n3", 1000, 8))
+        .pods([
+            pod("guarded-1", "batch", Some("n1"), 1000).label("app", "guarded"),
+            pod("bare", "batch", Some("n2"), 1000).bare(),
+            pod("owned", "batch", Some("n3"), 1000),
+        ])
+        .pdb(pdb("guarded", "guarded", 0));
+    let out = s.preempt(online(1000), &["n1", "n2", "n3"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n3".into(), uids(&["owned"]))]), "{}", out.explain());
+    let out = s.preempt(online(1000), &["n1", "n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["bare"]))]), "requeue before a PDB violation: {}", out.explain());
+}
+
+#[test]
+fn a_lost_victim_only_where_the_class_says_lose() {
+    let s = Scenario::new(requeue_policy("lose")).node(node("n1", 2000, 8)).pods([pod("bare", "batch", Some("n1"), 2000).bare()]);
+    let out = s.preempt(online(2000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["bare"]))]));
+    assert!(out.requeues.is_empty(), "nothing is stored for a lost pod");
+    assert!(out.has("victim", "lost"), "{}", out.explain());
+}
+
+#[test]
+fn a_job_victim_is_told_to_count_against_the_jobs_backoff_limit() {
+    let mut job_pod = pod("job-1", "batch", Some("n1"), 2000);
+    job_pod.controller = Some(OwnerRef { kind: "Job".into(), name: "train".into() });
+    let s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).pods([job_pod]);
+    let out = s.preempt(online(2000), &["n1"]);
+    assert!(out.explanations.iter().any(|e| e.code == "chosen" && e.detail.contains("Job train") && e.detail.contains("backoffLimit")), "{}", out.explain());
+}
+
+#[test]
+fn a_nominated_pod_of_equal_or_higher_priority_keeps_its_room() {
+    // n1: 4 CPU, two 2-CPU batch pods. Another online pod is nominated to n1 for 2 CPU:
+    // the preemptor needs both batch pods gone, as in kube-scheduler.
+    let mut nominated = pod("waiting", "online", None, 2000);
+    nominated.nominated_node_name = Some("n1".into());
+    let s = Scenario::new(requeue_policy("requeue"))
+        .node(node("n1", 4000, 8))
+        .pods([pod("b-1", "batch", Some("n1"), 2000), pod("b-2", "batch", Some("n1"), 2000), nominated]);
+    let out = s.preempt(online(2000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["b-1", "b-2"]))]), "{}", out.explain());
+    assert!(out.has("charged", "nominated_room"));
+}
+
+#[test]
+fn a_nominated_pod_of_lower_priority_holds_no_room() {
+    let mut nominated = pod("waiting", "batch", None, 2000);
+    nominated.nominated_node_name = Some("n1".into());
+    let s = Scenario::new(requeue_policy("requeue"))
+        .node(node("n1", 4000, 8))
+        .pods([pod("b-1", "batch", Some("n1"), 2000), pod("b-2", "batch", Some("n1"), 2000), nominated]);
+    let out = s.preempt(online(2000), &["n1"]);
+    assert_eq!(out.victims()["n1"].len(), 1, "{}", out.explain());
+    assert!(!out.has("charged", "nominated_room"));
+}
+
+#[test]
+fn among_equally_good_victims_kubes_proposal_is_kept() {
+    // Two identical pods; either frees enough. kube-scheduler proposed b-1.
+    let s = Scenario::new(requeue_policy("requeue"))
+        .node(node("n1", 2000, 8))
+        .pods([pod("b-1", "batch", Some("n1"), 1000), pod("b-2", "batch", Some("n1"), 1000)]);
+    for proposed in ["b-1", "b-2"] {
+        let candidates = Candidates::Meta(BTreeMap::from([("n1".to_string(), MetaVictims { uids: uids(&[proposed]), num_pdb_violations: 0 })]));
+        let view = s.view();
+        let out = s.preempt_with(online(1000), candidates, Some(&view));
+        assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&[proposed]))]), "{}", out.explain());
+    }
+}
+
+#[test]
+fn a_proposed_victim_the_view_knows_is_terminating_is_judged_by_the_view() {
+    // Full mode, node unknown to the view (so kube's victims are judged), but the view has
+    // the victim itself: it started terminating since kube-scheduler looked.
+    let going = pod("b-1", "batch", Some("n1"), 2000);
+    let mut terminating = going.clone();
+    terminating.deletion_time = Some(NOW - 1);
+    let s = Scenario::new(requeue_policy("requeue")).pods([terminating]);
+    let kube_saw = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).pods([going]);
+    let candidates = kube_saw.full_candidates(&online(2000), &["n1"]);
+    let view = s.view();
+    let out = s.preempt_with(online(2000), candidates, Some(&view));
+    assert!(out.victims().is_empty(), "{}", out.explain());
+    assert!(out.has("protected", "terminating"), "{}", out.explain());
+}
