@@ -128,3 +128,99 @@ fn a_stale_view_is_withheld_and_not_ready() {
     cell.set_stale(false);
     assert!(cell.is_ready());
 }
+
+// ---- against the full fake API server: live changes --------------------------------
+
+mod fake_api;
+
+fn snapshot_items(seq: &str) -> Vec<Value> {
+    let snap: Value = serde_json::from_slice(&std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join(format!("{seq}-preempt.snapshot.json"))).unwrap()).unwrap();
+    snap["items"].as_array().unwrap().clone()
+}
+
+async fn watched(api: &fake_api::FakeApi, policy: &Policy) -> (Arc<ViewCell>, Arc<Freshness>, tokio::task::JoinHandle<()>) {
+    let cell = Arc::new(ViewCell::default());
+    let fresh = Arc::new(Freshness::default());
+    let task = tokio::spawn(watch::run(api.client(), cell.clone(), Arc::new(ArcSwap::from_pointee(policy.clone())), fresh.clone(), Duration::from_millis(20)));
+    assert!(wait_until(|| cell.is_ready()).await, "view never synced");
+    (cell, fresh, task)
+}
+
+fn victim_uids(body: &[u8]) -> Vec<String> {
+    let v: Value = serde_json::from_slice(body).unwrap();
+    v["NodeNameToMetaVictims"].as_object().unwrap().values().flat_map(|n| n["Pods"].as_array().unwrap().iter().map(|p| p["UID"].as_str().unwrap().to_string())).collect()
+}
+
+#[tokio::test]
+async fn a_pod_deleted_on_the_watch_is_never_returned_by_the_next_preempt() {
+    // kube-scheduler deletes the victims it was given, and asks again for the next online
+    // pod at once. Every victim deleted on the watch must be gone from the next answer.
+    let api = fake_api::FakeApi::start().await;
+    api.seed(&snapshot_items("0037"));
+    let policy = Policy::builtin_default();
+    let (cell, _, task) = watched(&api, &policy).await;
+    // The same request, with kube's proposal made of every lower-priority pod on every node.
+    let body = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join("0037-preempt.json")).unwrap();
+    let now = 1_900_000_000;
+    let mut deleted: Vec<String> = Vec::new();
+    for round in 0..12 {
+        let view = cell.load().unwrap();
+        let a = answer(Verb::Preempt, &body, &policy, Some(&view), now).unwrap();
+        let uids = victim_uids(&a.body);
+        for uid in &uids {
+            assert!(!deleted.contains(uid), "round {round}: deleted pod {uid} offered again");
+        }
+        let Some(uid) = uids.first() else { break };
+        let pod = api.list("Pod").into_iter().find(|p| p["metadata"]["uid"] == uid.as_str()).unwrap();
+        let (ns, name) = (pod["metadata"]["namespace"].as_str().unwrap().to_string(), pod["metadata"]["name"].as_str().unwrap().to_string());
+        let generation = view.generation();
+        if round % 2 == 0 {
+            api.remove("Pod", &ns, &name);
+        } else {
+            // Terminating, not yet gone: never offered either.
+            let mut going = pod.clone();
+            going["metadata"]["deletionTimestamp"] = Value::from("2026-11-22T02:12:04Z");
+            api.apply(going);
+        }
+        deleted.push(uid.clone());
+        // The very next view (no debounce) already has the change.
+        assert!(wait_until(|| cell.load().unwrap().generation() > generation).await);
+    }
+    assert!(deleted.len() >= 3, "several rounds ran: {deleted:?}");
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_failing_pod_watch_alone_makes_the_view_stale() {
+    let api = fake_api::FakeApi::start().await;
+    api.seed(&snapshot_items("0037"));
+    let (cell, fresh, task) = watched(&api, &Policy::builtin_default()).await;
+    api.fail("watch", "Pod", 500, u32::MAX);
+    api.fail("list", "Pod", 500, u32::MAX);
+    api.break_watches();
+    assert!(wait_until(|| fresh.failing_since("Pod") != 0).await, "the Pod watch failure is noticed");
+    // Nodes keep streaming fine: a change to a node is applied.
+    let mut node = api.get("Node", "", "node-a1").unwrap();
+    node["metadata"]["labels"]["touched"] = Value::from("yes");
+    api.apply(node);
+    assert!(wait_until(|| cell.load().is_some_and(|v| v.node("node-a1").unwrap().labels.contains_key("touched"))).await);
+    assert_eq!(fresh.failing_since("Node"), 0);
+    let since = fresh.failing_since("Pod");
+    assert_eq!(fresh.stale_kinds(since + watch::STALE_AFTER_SECS + 1, watch::STALE_AFTER_SECS), ["Pod"]);
+    api.clear_faults();
+    assert!(wait_until(|| fresh.failing_since("Pod") == 0).await, "recovers once the API server answers again");
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_relist_after_an_expired_watch_drops_what_was_deleted_meanwhile() {
+    let api = fake_api::FakeApi::start().await;
+    api.seed(&snapshot_items("0037"));
+    let (cell, _, task) = watched(&api, &Policy::builtin_default()).await;
+    let before = cell.load().unwrap().pod_count();
+    api.expire_watches();
+    api.remove("Pod", "batch", "worker-1");
+    assert!(wait_until(|| cell.load().unwrap().pod_count() == before - 1).await);
+    assert!(cell.load().unwrap().pod("batch/worker-1").is_none());
+    task.abort();
+}

@@ -79,6 +79,12 @@ impl Freshness {
         !self.stale_kinds(now, limit).is_empty()
     }
 
+    /// Kinds whose watch is failing now.
+    pub fn failing_kinds(&self) -> Vec<&'static str> {
+        let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        kinds.iter().filter(|(_, h)| h.failing_since != 0).map(|(k, _)| *k).collect()
+    }
+
     /// Kinds of `KINDS` that have not completed their first list.
     pub fn unsynced_kinds(&self) -> Vec<&'static str> {
         let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
@@ -248,6 +254,31 @@ async fn follow<K: Applies>(api: Api<Lean<K>>, config: watcher::Config, shared: 
     }
 }
 
+/// A watch that reconnects after a failure yields nothing until the next change, so a
+/// quiet kind would look failing forever: probe each failing kind with a one-item list and
+/// clear it when the API server answers (kube-rs keeps re-watching meanwhile).
+async fn probe_failing(client: &Client, fresh: &Freshness) {
+    for kind in fresh.failing_kinds() {
+        let path = match kind {
+            k if k == PodKind::KIND => probe_path::<PodKind>(),
+            k if k == NodeKind::KIND => probe_path::<NodeKind>(),
+            k if k == PdbKind::KIND => probe_path::<PdbKind>(),
+            k if k == PriorityClassKind::KIND => probe_path::<PriorityClassKind>(),
+            _ => continue,
+        };
+        let Ok(request) = axum::http::Request::get(path).body(Vec::new()) else { continue };
+        let probe = tokio::time::timeout(Duration::from_secs(2), client.request_text(request)).await;
+        if matches!(probe, Ok(Ok(_))) {
+            fresh.succeeded(kind, crate::http::system_now());
+            tracing::info!(kind, "watch source answers again");
+        }
+    }
+}
+
+fn probe_path<K: LeanKind>() -> String {
+    format!("{}?limit=1", <Lean<K> as kube::Resource>::url_path(&(), None))
+}
+
 /// Runs the watches until the process ends. The first view is published once every kind
 /// has synced; after that every event publishes. A policy change re-indexes the view off
 /// the async runtime. Staleness is checked every `tick`.
@@ -268,10 +299,11 @@ pub async fn run(client: Client, cell: Arc<ViewCell>, policy: Arc<ArcSwap<Policy
     tokio::spawn(follow::<PodKind>(Api::all(client.clone()), pod_config, shared.clone()));
     tokio::spawn(follow::<NodeKind>(Api::all(client.clone()), Default::default(), shared.clone()));
     tokio::spawn(follow::<PdbKind>(Api::all(client.clone()), Default::default(), shared.clone()));
-    tokio::spawn(follow::<PriorityClassKind>(Api::all(client), Default::default(), shared.clone()));
+    tokio::spawn(follow::<PriorityClassKind>(Api::all(client.clone()), Default::default(), shared.clone()));
 
     loop {
         tokio::time::sleep(tick).await;
+        probe_failing(&client, &fresh).await;
         let now = crate::http::system_now();
         cell.set_stale(fresh.is_stale(now, STALE_AFTER_SECS));
         metrics::gauge!("coloc_view_ready").set(if cell.is_ready() { 1.0 } else { 0.0 });
