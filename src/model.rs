@@ -190,6 +190,9 @@ pub struct Pdb {
     pub disruptions_allowed: i32,
     /// Pods already being disrupted: the controller has counted them already.
     pub disrupted_pods: Vec<String>,
+    /// `status.currentHealthy` when the controller last looked: covered pods gone since
+    /// (evicted a moment ago) still count in `disruptions_allowed` until it looks again.
+    pub current_healthy: Option<i32>,
 }
 
 impl Pdb {

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use imbl::HashMap as PMap;
+use imbl::{HashMap as PMap, OrdMap};
 
 use crate::model::{Node, Pdb, Pod, PodRef, PriorityClass, Resources};
 use crate::policy::Policy;
@@ -62,8 +62,9 @@ fn slot(pod: &Pod) -> Slot<'_> {
 #[derive(Debug, Clone, Default)]
 pub struct View {
     nodes: PMap<String, Arc<NodeInfo>>,
-    /// Every non-terminal pod, bound or pending, by namespace/name (watch keys).
-    pods: PMap<String, PodRef>,
+    /// Every non-terminal pod, bound or pending, by namespace/name (watch keys); ordered,
+    /// so a namespace's pods are one range.
+    pods: OrdMap<String, PodRef>,
     pods_by_uid: PMap<String, PodRef>,
     /// Requeue replacements (gated or released), by namespace/name: what requeue reconciles.
     replacements: PMap<String, PodRef>,
@@ -327,9 +328,28 @@ impl View {
         self.replacements.values()
     }
 
-    /// Every non-terminal pod, bound or pending (unordered).
+    /// Every non-terminal pod, bound or pending.
     pub fn all_pods(&self) -> impl Iterator<Item = &PodRef> {
         self.pods.values()
+    }
+
+    /// Every non-terminal pod of `namespace`, bound or pending.
+    pub fn pods_in_namespace<'a>(&'a self, namespace: &str) -> impl Iterator<Item = &'a PodRef> + 'a {
+        // "ns/" up to "ns0": '0' follows '/' in ASCII.
+        self.pods.range(format!("{namespace}/")..format!("{namespace}0")).map(|(_, p)| p)
+    }
+
+    /// Disruptions `pdb` allows now: its status, less covered pods that have gone since the
+    /// disruption controller counted them (kube-scheduler deletes victims; the controller
+    /// notices a moment later, and another preemption may come in between).
+    pub fn disruptions_allowed(&self, pdb: &Pdb) -> i32 {
+        let Some(counted) = pdb.current_healthy else { return pdb.disruptions_allowed };
+        let present = self
+            .pods_in_namespace(&pdb.namespace)
+            .filter(|p| p.node_name.is_some() && p.deletion_time.is_none() && pdb.covers(p))
+            .count() as i32;
+        let gone = (counted - present).max(0);
+        (pdb.disruptions_allowed - gone).max(0)
     }
 
     pub fn node_names(&self) -> impl Iterator<Item = &str> {

@@ -468,10 +468,16 @@ impl<'a> Budgets<'a> {
             if pdb.disrupted_pods.iter().any(|d| d == &pod.name) {
                 continue;
             }
-            let left = self.left.entry(pdb.key()).or_insert(pdb.disruptions_allowed);
+            let view = self.view;
+            let left = self.left.entry(pdb.key()).or_insert_with(|| view.disruptions_allowed(pdb));
             *left -= 1;
             if *left < 0 && violated.is_none() {
-                violated = Some(format!("{} (disruptionsAllowed {})", pdb.key(), pdb.disruptions_allowed));
+                let now = view.disruptions_allowed(pdb);
+                violated = Some(if now == pdb.disruptions_allowed {
+                    format!("{} (disruptionsAllowed {})", pdb.key(), pdb.disruptions_allowed)
+                } else {
+                    format!("{} (disruptionsAllowed {} in status, {now} now: covered pods evicted since)", pdb.key(), pdb.disruptions_allowed)
+                });
             }
         }
         violated

@@ -243,6 +243,8 @@ pub struct PdbSpec {
 pub struct PdbStatus {
     #[serde(default)]
     pub disruptions_allowed: Option<i32>,
+    #[serde(default)]
+    pub current_healthy: Option<i32>,
     #[serde(default, deserialize_with = "nullable")]
     pub disrupted_pods: BTreeMap<String, serde::de::IgnoredAny>,
 }
@@ -416,6 +418,7 @@ impl Pdb {
             selector: self.spec.selector.map(LabelSelectorJson::into_model),
             disruptions_allowed: self.status.disruptions_allowed.unwrap_or(0),
             disrupted_pods: self.status.disrupted_pods.into_keys().collect(),
+            current_healthy: self.status.current_healthy,
         }
     }
 }

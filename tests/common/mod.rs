@@ -126,6 +126,7 @@ pub fn pdb(name: &str, app: &str, allowed: i32) -> Pdb {
         selector: Some(Selector { match_labels: BTreeMap::from([("app".to_string(), app.to_string())]), ..Default::default() }),
         disruptions_allowed: allowed,
         disrupted_pods: vec![],
+        current_healthy: None,
     }
 }
 

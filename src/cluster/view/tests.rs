@@ -153,7 +153,7 @@ fn incremental_changes_agree_with_a_view_built_from_scratch() {
         }
     }
     view.remove_pod("b/w3", &p);
-    let pdb = Pdb { name: "pdb".into(), namespace: "b".into(), selector: Some(Selector::default()), disruptions_allowed: 1, disrupted_pods: vec![] };
+    let pdb = Pdb { name: "pdb".into(), namespace: "b".into(), selector: Some(Selector::default()), disruptions_allowed: 1, disrupted_pods: vec![], current_healthy: None };
     view.apply_pdb(pdb.clone());
     objects.pdbs.push(pdb);
     let built = View::build(objects, &p);
@@ -169,4 +169,28 @@ fn incremental_changes_agree_with_a_view_built_from_scratch() {
     let rebuilt = view.rebuild(&p);
     assert_eq!(rebuilt.tenant_share("b"), view.tenant_share("b"));
     assert_eq!(rebuilt.gang_size("b/g"), 5);
+}
+
+#[test]
+fn a_pdb_budget_counts_covered_pods_gone_since_the_controller_looked() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    let pdb = Pdb { name: "pdb".into(), namespace: "b".into(), selector: Some(Selector::default()), disruptions_allowed: 2, disrupted_pods: vec![], current_healthy: Some(3) };
+    for name in ["w1", "w2", "w3"] {
+        view.apply_pod(Arc::new(pod("b", name, Some("n1"))), &p);
+    }
+    view.apply_pod(Arc::new(pod("other", "x", Some("n1"))), &p);
+    assert_eq!(view.disruptions_allowed(&pdb), 2);
+    view.remove_pod("b/w1", &p);
+    assert_eq!(view.disruptions_allowed(&pdb), 1, "w1 was evicted; the status does not know yet");
+    let mut going = pod("b", "w2", Some("n1"));
+    going.deletion_time = Some(1);
+    view.apply_pod(Arc::new(going), &p);
+    assert_eq!(view.disruptions_allowed(&pdb), 0, "terminating counts as gone");
+    view.remove_pod("b/w3", &p);
+    assert_eq!(view.disruptions_allowed(&pdb), 0, "never below zero");
+    let unknown = Pdb { current_healthy: None, ..pdb };
+    assert_eq!(view.disruptions_allowed(&unknown), 2, "without currentHealthy the status is all we have");
+    assert_eq!(view.pods_in_namespace("b").count(), 1);
+    assert_eq!(view.pods_in_namespace("other").count(), 1);
 }
