@@ -466,3 +466,25 @@ fn between_offline_tenants_fair_share_decides_who_may_be_preempted() {
     assert!(out.has("spared", "fair_share"));
     assert!(out.has("dropped", "does_not_fit"));
 }
+
+#[test]
+fn on_one_node_a_pdb_violation_is_preferred_to_breaking_a_gang() {
+    // n1 (3 CPU): two workers whose PDB allows one disruption, and one member of a
+    // two-member gang (the other runs on n2). The preemptor needs 2 CPU: either both
+    // workers (one PDB violation) or a worker and the gang member (gang broken).
+    let gang = |p: coloc_extender::model::Pod| p.label("scheduling.x-k8s.io/pod-group", "g").annotate("pod-group.scheduling.sigs.k8s.io/min-available", "2");
+    let s = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 3000, 8))
+        .node(node("n2", 1000, 8))
+        .pods([
+            pod("w-1", "batch", Some("n1"), 1000).label("app", "w"),
+            pod("w-2", "batch", Some("n1"), 1000).label("app", "w"),
+            gang(pod("g-1", "batch", Some("n1"), 1000)),
+            gang(pod("g-2", "batch", Some("n2"), 1000)),
+        ])
+        .pdb(pdb("w", "w", 1));
+    let out = s.preempt(online(2000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["w-1", "w-2"]))]), "{}", out.explain());
+    assert_eq!(out.violations("n1"), 1);
+    assert!(!out.has("charged", "gang_broken"));
+}

@@ -9,7 +9,7 @@
 //! cannot see on the node.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::eligibility::{self, Fate, Preemptor};
 use super::fit::{fits, NodeUsage};
@@ -344,15 +344,63 @@ fn reselect(
     }
 
     // Like kube-scheduler: find which candidates would violate a PDB if all were evicted
-    // (most valuable consume the budget first), and try to reprieve those first.
+    // (most valuable consume the budget first), and try to reprieve those first. Gang
+    // members are tried next; where both kinds compete for the same room, the opposite
+    // order is tried too and the cheaper victim set kept (a broken gang costs more than
+    // a PDB violation).
     candidates.sort_by(|a, b| a.value_order(b));
     let mut budgets = Budgets::new(view);
     let violating: Vec<bool> = candidates.iter().map(|c| budgets.take(c.pod)).collect();
-    let mut order: Vec<usize> = (0..candidates.len()).collect();
-    order.sort_by_key(|&i| (!violating[i], candidates[i].gang.is_none(), i));
+    let mut pdb_first: Vec<usize> = (0..candidates.len()).collect();
+    pdb_first.sort_by_key(|&i| (!violating[i], candidates[i].gang.is_none(), i));
+    let mut gang_first = pdb_first.clone();
+    gang_first.sort_by_key(|&i| (candidates[i].gang.is_none(), !violating[i], i));
+    let mut orders = vec![pdb_first];
+    if gang_first != orders[0] {
+        orders.push(gang_first);
+    }
+    let mut best: Option<(Plan, Vec<Explanation>)> = None;
+    let mut vetoed: Option<Vec<Explanation>> = None;
+    for order in orders {
+        let mut notes = Vec::new();
+        match reprieve(ctx, view, preemptor, pod, node, &candidates, &order, usage.clone(), &mut notes) {
+            Some(plan) if best.as_ref().is_none_or(|(b, _)| plan.cost < b.cost) => best = Some((plan, notes)),
+            Some(_) => {}
+            None => {
+                vetoed.get_or_insert(notes);
+            }
+        }
+    }
+    match (best, vetoed) {
+        (Some((plan, notes)), _) => {
+            ex.extend(notes);
+            Reselected::Plan(plan)
+        }
+        (None, notes) => {
+            ex.extend(notes.unwrap_or_default());
+            Reselected::Vetoed
+        }
+    }
+}
 
+/// Puts candidates back in `order`, keeping each whose return still lets the preemptor
+/// fit, then accounts PDBs and gangs exactly. `None`: a strict class's PDB would be
+/// exceeded.
+#[allow(clippy::too_many_arguments)]
+fn reprieve(
+    ctx: &Context,
+    view: &View,
+    preemptor: Preemptor,
+    pod: &Pod,
+    node: &crate::model::Node,
+    candidates: &[Victim],
+    order: &[usize],
+    mut usage: NodeUsage,
+    ex: &mut Vec<Explanation>,
+) -> Option<Plan> {
+    let node_name = node.name.as_str();
     let mut chosen = Vec::new();
-    for i in order {
+    for &i in order {
         let c = &candidates[i];
         usage.add(c.pod);
         if fits(pod, node, &usage).is_ok() {
@@ -373,7 +421,7 @@ fn reselect(
             if class.victim.pdb == PdbMode::Strict {
                 ex.push(Explanation::node(node_name, "dropped", "pdb_strict",
                     format!("the preemptor needs {} evicted, which exceeds PDB {pdb} (class {} is strict)", c.pod.key(), class.name)));
-                return Reselected::Vetoed;
+                return None;
             }
             ex.push(Explanation::pod(node_name, &c.pod.key(), "victim", "pdb_violation", format!("violates PDB {pdb} (class {} is best-effort)", class.name)));
             violations += 1;
@@ -383,7 +431,7 @@ fn reselect(
     let mut cost = cost_of(ctx, &chosen);
     cost.pdb_violations = violations;
     // Gangs left below their minimum are charged whole.
-    let mut evicted: HashMap<&str, (usize, &Pod)> = HashMap::new();
+    let mut evicted: BTreeMap<&str, (usize, &Pod)> = BTreeMap::new();
     for c in &chosen {
         if let Some(g) = &c.gang {
             evicted.entry(g.as_str()).or_insert((0, c.pod)).0 += 1;
@@ -401,7 +449,7 @@ fn reselect(
                 format!("evicting {n} surplus member(s) of gang {group} ({size} members, minimum {min})")));
         }
     }
-    Reselected::Plan(finish(ctx, preemptor, node_name, chosen, violations, cost, "re-selected under the policy", ex))
+    Some(finish(ctx, preemptor, node_name, chosen, violations, cost, "re-selected under the policy", ex))
 }
 
 /// Between offline tenants (the preemptor's class is itself evictable), Kueue's fair
