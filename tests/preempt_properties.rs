@@ -139,6 +139,80 @@ proptest! {
     }
 }
 
+/// online preempts batch and free; bare victims of both are requeued.
+fn requeue_policy() -> coloc_extender::policy::Policy {
+    coloc_extender::policy::Policy::from_yaml(
+        r#"
+defaultClass: unclassified
+maxCandidates: 100
+classes:
+  - name: online
+    match: [{priorityClassNames: [online]}]
+    preempts: [batch, free]
+  - name: batch
+    match: [{priorityClassNames: [batch]}]
+    victim: {allowed: true, pdb: prefer, bare: requeue}
+  - name: free
+    match: [{priorityClassNames: [free]}]
+    victim: {allowed: true, pdb: prefer, bare: requeue}
+  - name: unclassified
+"#,
+    )
+    .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Nothing lost: a bare victim is answered only with its requeue intent, never when
+    /// its replacement failed, never when requeue is off.
+    #[test]
+    fn no_bare_victim_without_a_requeue((nodes, _, want, _, _) in gen_cluster(), failed_mask in any::<u64>(), enabled in any::<bool>()) {
+        let mut s = Scenario::new(requeue_policy());
+        s.requeue = enabled;
+        let mut names = Vec::new();
+        for (i, (cpu, pods)) in nodes.iter().enumerate() {
+            let name = format!("n{i}");
+            s = s.node(node(&name, cpu * 100, 64));
+            let mut used = 0;
+            for (j, g) in pods.iter().enumerate() {
+                if used + g.cpu > cpu * 100 {
+                    continue;
+                }
+                used += g.cpu;
+                let mut p = pod(&format!("p{i}x{j}"), g.class, Some(&name), g.cpu).started(g.age);
+                if g.bare {
+                    p = p.bare();
+                    if failed_mask & (1 << ((i * 10 + j) % 64)) != 0 {
+                        s.requeue_failed.insert(p.uid.clone(), "injected".into());
+                    }
+                }
+                s = s.pods([p]);
+            }
+            names.push(name);
+        }
+        let node_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let out = s.preempt(pod("preemptor", "online", None, want * 100), &node_refs);
+        let by_uid: HashMap<&str, &Pod> = s.objects.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
+        let mut answered = 0;
+        for (node_name, victims) in out.victims() {
+            for uid in &victims {
+                let v = by_uid[uid.as_str()];
+                if v.controller.is_some() {
+                    continue;
+                }
+                prop_assert!(enabled, "bare {} answered with requeue off", v.name);
+                prop_assert!(!s.requeue_failed.contains_key(uid), "bare {} answered though its replacement failed", v.name);
+                let intents: Vec<_> = out.requeues.iter().filter(|r| &r.uid == uid).collect();
+                prop_assert_eq!(intents.len(), 1, "bare {} answered without exactly one requeue", &v.name);
+                prop_assert_eq!(&intents[0].node, &node_name);
+                answered += 1;
+            }
+        }
+        prop_assert_eq!(answered, out.requeues.len(), "every requeue is for a bare victim in the answer");
+    }
+}
+
 trait ClassName {
     fn class_name(&self) -> &str;
 }
