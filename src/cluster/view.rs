@@ -28,7 +28,8 @@ pub struct Objects {
 #[derive(Debug, Clone, Default)]
 pub struct NodeInfo {
     /// `None` while pods name a node the view has not seen, or after it was deleted.
-    pub node: Option<Node>,
+    /// Shared: a pod event on the node copies the pod lists, not the Node.
+    pub node: Option<Arc<Node>>,
     /// Bound, non-terminal pods, sorted by namespace/name so explanations are stable.
     pods: Vec<PodRef>,
     /// Pending pods with `status.nominatedNodeName` = this node.
@@ -115,7 +116,7 @@ impl View {
         view.pdbs_by_namespace = self.pdbs_by_namespace.clone();
         for info in self.nodes.values() {
             if let Some(n) = &info.node {
-                view.apply_node(n.clone());
+                view.apply_node((**n).clone());
             }
         }
         for pod in self.pods.values() {
@@ -234,7 +235,7 @@ impl View {
     pub fn apply_node(&mut self, node: Node) {
         let name = node.name.clone();
         let info = self.node_mut(&name);
-        let old = info.node.replace(node);
+        let old = info.node.replace(Arc::new(node));
         let new_alloc = info.node.as_ref().map(|n| n.allocatable.clone()).unwrap_or_default();
         match old {
             Some(old) => self.capacity.sub(&old.allocatable),
@@ -292,7 +293,7 @@ impl View {
     // ---- reads --------------------------------------------------------------------------
 
     pub fn node(&self, name: &str) -> Option<&Node> {
-        self.nodes.get(name)?.node.as_ref()
+        self.nodes.get(name)?.node.as_deref()
     }
 
     /// The generation of the last change to `name`'s state (0: unknown node).
