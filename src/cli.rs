@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use clap::{Parser, Subcommand};
 
 use crate::cluster::{self, Objects, View, ViewCell};
@@ -87,7 +87,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "4s", value_parser = parse_secs)]
     pub request_timeout: Duration,
     /// Requests in flight before new ones get 503.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = parse_concurrency)]
     pub max_concurrency: usize,
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -104,8 +104,39 @@ pub struct ServeArgs {
     pub log_json: bool,
 }
 
+/// A duration of at least one second ("4s", "1m"): kube-scheduler's own timeouts are in
+/// seconds, and zero would refuse every request.
 fn parse_secs(s: &str) -> Result<Duration, String> {
-    crate::policy::parse_duration(s).map(|s| Duration::from_secs(s as u64))
+    match crate::policy::parse_duration(s)? {
+        0 => Err(format!("{s:?} is zero: use at least 1s")),
+        n => Ok(Duration::from_secs(n as u64)),
+    }
+}
+
+fn parse_concurrency(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("0 would refuse every request: use at least 1".into()),
+        Ok(n) if n > 65_536 => Err(format!("{n} is more than 65536")),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
+}
+
+/// `/scheduler`-like prefixes only: braces and `*` would become route wildcards.
+fn check_prefix(prefix: &str) -> anyhow::Result<()> {
+    if prefix.is_empty() {
+        return Ok(());
+    }
+    if !prefix.starts_with('/') {
+        bail!("--path-prefix {prefix:?} must start with '/'");
+    }
+    if let Some(c) = prefix.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '/' | '-' | '_' | '.' | '~'))) {
+        bail!("--path-prefix {prefix:?}: {c:?} is not allowed (letters, digits, / - _ . ~)");
+    }
+    if prefix.contains("//") {
+        bail!("--path-prefix {prefix:?} has an empty segment");
+    }
+    Ok(())
 }
 
 pub fn load_policy(path: Option<&Path>) -> anyhow::Result<Policy> {
@@ -195,9 +226,7 @@ fn init_logging(json: bool) {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    if !args.path_prefix.is_empty() && !args.path_prefix.starts_with('/') {
-        bail!("--path-prefix {:?} must start with '/'", args.path_prefix);
-    }
+    check_prefix(&args.path_prefix)?;
     let policy = load_policy(args.policy.as_deref())?;
     let view = Arc::new(ViewCell::default());
     let (source, snapshot) = match (&args.snapshot, args.kube) {
@@ -231,8 +260,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!(classes = %requeue_classes.join(", "),
             "requeue is off (serve --kube --requeue): bare victims of these classes are protected, as with bare: protect");
     }
+    let reload = http::server::reload_signals();
     if let Some(path) = args.policy.clone() {
-        tokio::spawn(reload_policy(path, state.policy.clone(), view.clone(), snapshot));
+        tokio::spawn(reload_policy(path, state.policy.clone(), view.clone(), snapshot, state.policy_problem.clone(), reload.clone()));
     }
     if source == ViewSource::Kubernetes {
         let client = kube::Client::try_default().await.context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
@@ -253,7 +283,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let (Some(cert), Some(key)) = (args.tls_cert, args.tls_key) {
         let files = TlsFiles { cert, key, client_ca: args.client_ca };
         let cell = Arc::new(TlsAcceptorCell::new(files.load()?));
-        tokio::spawn(tls::watch(files, cell.clone(), Duration::from_secs(5)));
+        tokio::spawn(tls::watch(files, cell.clone(), Duration::from_secs(5), reload.clone()));
         opts.tls = Some(cell);
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -276,30 +306,68 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Re-reads the policy file every 2 s (mounted ConfigMaps change by symlink swap, which
-/// file-event watchers easily miss); an invalid file keeps the old policy.
-async fn reload_policy(path: PathBuf, policy: Arc<ArcSwap<Policy>>, view: Arc<ViewCell>, snapshot: Option<Objects>) {
+/// Re-reads the policy file every 2 s, and at once on SIGHUP (mounted ConfigMaps change by
+/// symlink swap, which file-event watchers easily miss). Parsing runs off the async
+/// runtime. An invalid or unreadable file keeps the old policy, and says so in the log,
+/// the metrics and `/readyz`.
+async fn reload_policy(
+    path: PathBuf,
+    policy: Arc<ArcSwap<Policy>>,
+    view: Arc<ViewCell>,
+    snapshot: Option<Objects>,
+    problem: Arc<ArcSwapOption<String>>,
+    mut reload: tokio::sync::watch::Receiver<u64>,
+) {
     let mut last = std::fs::read(&path).unwrap_or_default();
+    let mut signalled = true;
     loop {
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let Ok(now) = std::fs::read(&path) else { continue };
-        if now == last {
+        let forced = tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(2)) => false,
+            changed = reload.changed(), if signalled => {
+                signalled = changed.is_ok();
+                signalled
+            }
+        };
+        let now = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                let why = format!("policy file {} is unreadable ({e}); the last good policy stays in force", path.display());
+                if problem.load().as_deref() != Some(&why) {
+                    http::metrics::record_policy_reload("unreadable");
+                    tracing::error!(policy = %path.display(), error = %e, "policy file unreadable; keeping the previous policy");
+                    problem.store(Some(Arc::new(why)));
+                }
+                continue;
+            }
+        };
+        if now == last && !forced && problem.load().is_none() {
             continue;
         }
-        last = now;
-        match Policy::load(&path) {
-            Ok(p) => {
+        last = now.clone();
+        let parsed = tokio::task::spawn_blocking(move || {
+            let text = String::from_utf8(now).map_err(|e| anyhow::anyhow!("not UTF-8: {e}"))?;
+            Ok::<_, anyhow::Error>(Policy::from_yaml(&text)?)
+        })
+        .await;
+        match parsed {
+            Ok(Ok(p)) => {
                 if let Some(objects) = &snapshot {
-                    view.publish(View::build(objects.clone(), &p));
+                    let (objects, p2) = (objects.clone(), p.clone());
+                    if let Ok(v) = tokio::task::spawn_blocking(move || View::build(objects, &p2)).await {
+                        view.publish(v);
+                    }
                 }
                 policy.store(Arc::new(p));
-                http::metrics::record_policy_reload(true);
+                problem.store(None);
+                http::metrics::record_policy_reload("ok");
                 tracing::info!(policy = %path.display(), "policy reloaded");
             }
-            Err(e) => {
-                http::metrics::record_policy_reload(false);
+            Ok(Err(e)) => {
+                http::metrics::record_policy_reload("error");
                 tracing::error!(policy = %path.display(), error = %e, "policy reload failed; keeping the previous policy");
+                problem.store(Some(Arc::new(format!("policy file {} is invalid ({e}); the last good policy stays in force", path.display()))));
             }
+            Err(e) => tracing::error!(error = %e, "policy reload task failed"),
         }
     }
 }

@@ -118,3 +118,65 @@ fn serve_answers_and_stops_cleanly_on_sigterm() {
     child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
     assert!(log.contains("draining"), "{log}");
 }
+
+#[test]
+fn serve_refuses_bad_settings_with_a_clear_error() {
+    for (args, expected) in [
+        (vec!["--path-prefix", "/{x}"], "is not allowed"),
+        (vec!["--path-prefix", "/{*x}"], "is not allowed"),
+        (vec!["--path-prefix", "sched"], "must start with '/'"),
+        (vec!["--max-concurrency", "0"], "would refuse every request"),
+        (vec!["--request-timeout", "0s"], "is zero"),
+        (vec!["--requeue"], "--kube"),
+    ] {
+        let out = Command::new(BIN).arg("serve").args(["--listen", "127.0.0.1:0"]).args(&args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn sighup_reloads_the_policy_and_a_vanished_policy_file_is_reported() {
+    let dir = std::env::temp_dir().join(format!("coloc-cli-hup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.yaml");
+    std::fs::copy(root().join("policy/default.yaml"), &policy).unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(BIN).args(["serve", "--listen", &addr, "--policy"]).arg(&policy).stderr(Stdio::piped()).spawn().unwrap();
+    let started = Instant::now();
+    while TcpStream::connect(&addr).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(20), "server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(child.try_wait().unwrap().is_none(), "SIGHUP must not end the process");
+    // The file goes away: the last good policy stays, /readyz says why.
+    std::fs::remove_file(&policy).unwrap();
+    let started = Instant::now();
+    loop {
+        let ready = http(&addr, "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        if ready.contains("unreadable") {
+            assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "vanished policy not reported: {ready}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let _ = child.wait();
+    let mut log = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+    assert!(log.contains("SIGHUP: reloading policy and certificates"), "{log}");
+    assert!(log.contains("policy reloaded"), "SIGHUP re-reads the policy: {log}");
+    assert!(log.contains("policy file unreadable"), "{log}");
+    assert!(log.contains("listener closed"), "{log}");
+}

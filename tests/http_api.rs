@@ -724,6 +724,9 @@ async fn no_concurrency_budget_answers_503_overloaded() {
     state.limits.max_concurrency = 0;
     let app = router(state, "");
     err_json(&app, "/filter", payload(R2, "0001-filter.json"), 503, "overloaded").await;
+    // Refusals are counted like any answer, so they can be alerted on.
+    let (_, metrics) = get(&app, "/metrics").await;
+    assert!(metrics.lines().any(|l| l.starts_with("coloc_requests_total") && l.contains("code=\"overloaded\"") && l.contains("verb=\"filter\"")), "{metrics}");
     // Probes are not subject to the verb budget.
     let (status, _) = send(&app, Method::GET, "/healthz", Body::empty()).await;
     assert_eq!(status, StatusCode::OK);
@@ -758,6 +761,8 @@ async fn slow_body_times_out_with_503() {
     assert_eq!(answer.0, StatusCode::SERVICE_UNAVAILABLE);
     let v: Value = serde_json::from_slice(&answer.1).unwrap();
     assert_eq!(v["code"], "timeout", "{v}");
+    let (_, metrics) = get(&app, "/metrics").await;
+    assert!(metrics.lines().any(|l| l.starts_with("coloc_requests_total") && l.contains("code=\"timeout\"")), "{metrics}");
 }
 
 // ---- 6. health, readiness, metrics -------------------------------------------------------

@@ -145,7 +145,7 @@ async fn certificates_are_reloaded_and_a_broken_reload_keeps_the_old_one() {
     let (cert, key, _, _) = leaf(&root, "server-one", false);
     let files = TlsFiles { cert: write(&dir, "tls.crt", &cert), key: write(&dir, "tls.key", &key), client_ca: None };
     let server = start(&files).await;
-    tokio::spawn(tls::watch(files.clone(), server.cell.clone(), Duration::from_millis(20)));
+    tokio::spawn(tls::watch(files.clone(), server.cell.clone(), Duration::from_millis(20), tokio::sync::watch::channel(0).1));
 
     // Broken: the certificate file is garbage.
     write(&dir, "tls.crt", "not a certificate");

@@ -69,6 +69,24 @@ pub fn record_decisions(verb: &'static str, explanations: &[Explanation]) {
     }
 }
 
-pub fn record_policy_reload(ok: bool) {
-    metrics::counter!("coloc_policy_reloads_total", "result" => if ok { "ok" } else { "error" }).increment(1);
+/// `result`: ok, error (invalid file), unreadable (missing, a directory, no permission).
+pub fn record_policy_reload(result: &'static str) {
+    metrics::counter!("coloc_policy_reloads_total", "result" => result).increment(1);
+}
+
+/// Requests refused before a handler ran (overload, timeout, body too large): counted like
+/// any answer, and logged at most once a second with how many were not logged.
+pub fn record_refusal(path: &str, status: u16, code: &'static str) {
+    let verb = ["filter", "prioritize", "preempt"].into_iter().find(|v| path.ends_with(v)).unwrap_or("other");
+    metrics::counter!("coloc_requests_total", "verb" => verb, "status" => status.to_string(), "code" => code).increment(1);
+    static LAST: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+    static SUPPRESSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = crate::http::system_now();
+    let last = LAST.load(std::sync::atomic::Ordering::Relaxed);
+    if now > last && LAST.compare_exchange(last, now, std::sync::atomic::Ordering::Relaxed, std::sync::atomic::Ordering::Relaxed).is_ok() {
+        let suppressed = SUPPRESSED.swap(0, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(verb, status, code, suppressed, "request refused");
+    } else {
+        SUPPRESSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }

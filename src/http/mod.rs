@@ -72,19 +72,26 @@ pub fn health_router(state: AppState) -> Router {
 async fn concurrency_limit(State(permits): State<Arc<Semaphore>>, req: Request, next: Next) -> Response {
     match permits.try_acquire() {
         Ok(_permit) => next.run(req).await,
-        Err(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", "too many requests in flight; retry").into_response(),
+        Err(_) => {
+            metrics::record_refusal(req.uri().path(), 503, "overloaded");
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", "too many requests in flight; retry").into_response()
+        }
     }
 }
 
 /// Bounds the whole request, body upload included (slow clients).
 async fn time_limit(State(limit): State<std::time::Duration>, req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
     match tokio::time::timeout(limit, next.run(req)).await {
         Ok(r) => r,
-        Err(_) => ApiError::new(
+        Err(_) => {
+            metrics::record_refusal(&path, 503, "timeout");
+            ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "timeout",
             format!("request not answered within {} ms (--request-timeout)", limit.as_millis()),
         )
-        .into_response(),
+        .into_response()
+        }
     }
 }

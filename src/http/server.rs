@@ -83,11 +83,39 @@ pub async fn serve(listener: TcpListener, app: Router, opts: ServeOptions, shutd
             }
         }
     }
-    tracing::info!("shutting down: draining in-flight requests");
+    // Stop accepting at once: new connections are refused (kube-scheduler retries on the
+    // other replica) instead of hanging until the drain ends.
+    drop(listener);
+    tracing::info!("shutting down: listener closed, draining in-flight requests");
     tokio::select! {
         _ = graceful.shutdown() => tracing::info!("all connections closed"),
         _ = tokio::time::sleep(opts.drain_timeout) => tracing::warn!("drain timeout; closing remaining connections"),
     }
+}
+
+/// Yields once per SIGHUP (the daemon convention: reload policy and certificates). While
+/// this runs, SIGHUP no longer terminates the process.
+pub fn reload_signals() -> tokio::sync::watch::Receiver<u64> {
+    let (tx, rx) = tokio::sync::watch::channel(0u64);
+    #[cfg(unix)]
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(mut hup) => {
+            tokio::spawn(async move {
+                let mut n = 0;
+                while hup.recv().await.is_some() {
+                    n += 1;
+                    tracing::info!("SIGHUP: reloading policy and certificates");
+                    if tx.send(n).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot handle SIGHUP"),
+    }
+    #[cfg(not(unix))]
+    drop(tx);
+    rx
 }
 
 /// Completes on SIGTERM or Ctrl-C.

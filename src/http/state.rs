@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 
 use crate::cluster::watch::Freshness;
 use crate::cluster::ViewCell;
@@ -56,6 +56,8 @@ pub struct AppState {
     pub requeuer: Option<Arc<Requeuer>>,
     /// Per-kind watch health, with `--kube` (for `/readyz` detail).
     pub freshness: Option<Arc<Freshness>>,
+    /// Why the policy file could not be reloaded (the last good policy is in force).
+    pub policy_problem: Arc<ArcSwapOption<String>>,
 }
 
 impl AppState {
@@ -68,6 +70,7 @@ impl AppState {
             clock: Arc::new(system_now),
             requeuer: None,
             freshness: None,
+            policy_problem: Arc::new(ArcSwapOption::empty()),
         }
     }
 
@@ -87,6 +90,9 @@ impl AppState {
             if !stale.is_empty() {
                 lines.push(format!("stale (watch failing for over {}s): {}", crate::cluster::watch::STALE_AFTER_SECS, stale.join(", ")));
             }
+        }
+        if let Some(problem) = self.policy_problem.load_full() {
+            lines.push(problem.to_string());
         }
         let policy = self.policy.load();
         let requeue_classes: Vec<&str> = policy

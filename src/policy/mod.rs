@@ -30,6 +30,7 @@ impl Policy {
     }
 
     pub fn from_yaml(text: &str) -> Result<Policy, PolicyError> {
+        check_shape(text)?;
         let mut policy: Policy = serde_yaml_ng::from_str(text).map_err(|e| PolicyError::Yaml(e.to_string()))?;
         policy.validate(text)?;
         Ok(policy)
@@ -142,6 +143,38 @@ impl Policy {
     pub fn preempts_anything(&self, preemptor: ClassId) -> bool {
         self.may_preempt[preemptor].iter().any(|b| *b)
     }
+}
+
+/// Far above any real policy; the YAML parser's cost grows with depth, so hostile files
+/// are refused before parsing.
+const MAX_POLICY_BYTES: usize = 1 << 20;
+const MAX_DEPTH: usize = 64;
+
+fn check_shape(text: &str) -> Result<(), PolicyError> {
+    if text.len() > MAX_POLICY_BYTES {
+        return Err(PolicyError::Yaml(format!("policy is {} bytes; at most {MAX_POLICY_BYTES} are read", text.len())));
+    }
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for (i, line) in text.lines().enumerate() {
+        let indent = line.len() - line.trim_start_matches([' ', '-']).len();
+        if indent > 2 * MAX_DEPTH {
+            return Err(PolicyError::Invalid { field: "(document)".into(), message: format!("nested deeper than {MAX_DEPTH} levels"), line: Some(i + 1) });
+        }
+        for c in line.bytes() {
+            match c {
+                b'[' | b'{' => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            if deepest > MAX_DEPTH {
+                return Err(PolicyError::Invalid { field: "(document)".into(), message: format!("nested deeper than {MAX_DEPTH} levels"), line: Some(i + 1) });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// 1-based line of the first line containing `needle` (for semantic errors serde can't place).

@@ -119,3 +119,18 @@ fn placement_reasons_name_the_label() {
     let why = batch.placement.rejects(&Default::default()).unwrap();
     assert!(why.contains("lacks label"), "{why}");
 }
+
+#[test]
+fn deeply_nested_or_huge_files_are_refused_before_parsing() {
+    let flow = format!("defaultClass: x\nclasses: {}{}\n", "[".repeat(60_000), "]".repeat(60_000));
+    let e = Policy::from_yaml(&flow).unwrap_err().to_string();
+    assert!(e.contains("nested deeper than 64 levels"), "{e}");
+    let block: String = (0..200).map(|i| format!("{}a:\n", " ".repeat(i * 2))).collect();
+    assert!(Policy::from_yaml(&block).unwrap_err().to_string().contains("nested deeper"));
+    let huge = format!("defaultClass: x\n# {}\n", "x".repeat(2 << 20));
+    assert!(Policy::from_yaml(&huge).unwrap_err().to_string().contains("at most"));
+    for file in ["default.yaml", "koordinator.yaml", "custom-priority-classes.yaml"] {
+        let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policy").join(file)).unwrap();
+        check_shape(&text).unwrap();
+    }
+}
