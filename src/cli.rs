@@ -173,6 +173,18 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                     }
                 );
             }
+            let requeueing: Vec<&str> = policy
+                .classes
+                .iter()
+                .filter(|c| c.victim.allowed && c.victim.bare() == crate::policy::BareVictims::Requeue)
+                .map(|c| c.name.as_str())
+                .collect();
+            if !requeueing.is_empty() {
+                println!(
+                    "note: {} requeue bare victims: that needs serve --kube --requeue (and the manifests/requeue RBAC); without it their bare pods are protected",
+                    requeueing.join(", ")
+                );
+            }
             Ok(())
         }
         Command::Replay { verb, payload, policy, snapshot, now, no_requeue } => {
