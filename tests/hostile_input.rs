@@ -4,9 +4,12 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use coloc_extender::cluster::{snapshot, View};
+use coloc_extender::http::ApiError;
 use coloc_extender::pipeline::{answer, Verb};
 use coloc_extender::policy::Policy;
+use coloc_extender::wire::request::MESSAGE_LIMIT;
 use proptest::prelude::*;
+use serde_json::Value;
 
 const ROUND: &str = "tests/fixtures/payloads/r1-nodecache-false";
 
@@ -66,6 +69,64 @@ proptest! {
             let mut v: serde_json::Value = serde_json::from_slice(body).unwrap();
             v[key] = value.clone();
             all_verbs(&serde_json::to_vec(&v).unwrap());
+        }
+    }
+}
+
+/// Every place in `v` a value or a key sits: JSON pointers, and for keys the pointer of
+/// their object plus the key.
+fn places(v: &Value, at: String, out: &mut Vec<(String, Option<String>)>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                out.push((at.clone(), Some(k.clone())));
+                places(x, format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")), out);
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                places(x, format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+    out.push((at, None));
+}
+
+/// A long string with the characters that escaping and clipping must get right.
+fn long_text() -> impl Strategy<Value = String> {
+    ("[a-z\"\\`é😀 ]{1,16}", 4_096usize..40_000).prop_map(|(unit, len)| unit.repeat(len / unit.len() + 1))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Row 6: a long string put anywhere (as a value or as a key) is never echoed in full
+    /// by an error, neither in the DecodeError (replay) nor in the API error (body, log).
+    #[test]
+    fn long_input_anywhere_is_never_echoed_in_full(which in 0usize..4, place in any::<prop::sample::Index>(), as_key in any::<bool>(), text in long_text()) {
+        let (policy, view, bodies) = fixtures();
+        let (verb, body) = &bodies[which];
+        let mut v: Value = serde_json::from_slice(body).unwrap();
+        let mut all = Vec::new();
+        places(&v, String::new(), &mut all);
+        let (pointer, key) = place.get(&all).clone();
+        match (key, as_key) {
+            (Some(key), true) => {
+                let obj = v.pointer_mut(&pointer).unwrap().as_object_mut().unwrap();
+                let x = obj.remove(&key).unwrap();
+                obj.insert(text.clone(), x);
+            }
+            _ => *v.pointer_mut(&pointer).unwrap() = Value::String(text.clone()),
+        }
+        let body = serde_json::to_vec(&v).unwrap();
+        for view in [None, Some(view)] {
+            if let Err(e) = answer(*verb, &body, policy, view, 1_800_000_000) {
+                let message = e.to_string();
+                prop_assert!(message.len() <= MESSAGE_LIMIT + 64, "{} bytes: {}", message.len(), message.chars().take(500).collect::<String>());
+                let api = ApiError::from(e);
+                prop_assert!(api.message.len() <= MESSAGE_LIMIT + 64, "{} bytes", api.message.len());
+            }
         }
     }
 }

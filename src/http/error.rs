@@ -4,7 +4,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::wire::request::{clip_message, MESSAGE_LIMIT};
 use crate::wire::DecodeError;
+
+/// No error body or log line carries more than this much text. `DecodeError` messages
+/// already clip every quote of the input to about 200 bytes and themselves to
+/// `MESSAGE_LIMIT`; this is the backstop for every other message.
+const API_MESSAGE_LIMIT: usize = 4 * MESSAGE_LIMIT;
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -20,8 +26,16 @@ struct Body<'a> {
 }
 
 impl ApiError {
+    /// `message` is clipped: long quotes of the input are shortened to about 200 bytes
+    /// ("… (N bytes)"), and the whole to a few KiB, so no input can make a huge body or
+    /// log line.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError { status, code, message: message.into() }
+        let message = message.into();
+        let message = match clip_message(&message, API_MESSAGE_LIMIT) {
+            std::borrow::Cow::Borrowed(_) => message,
+            std::borrow::Cow::Owned(clipped) => clipped,
+        };
+        ApiError { status, code, message }
     }
 }
 
@@ -35,18 +49,21 @@ impl IntoResponse for ApiError {
 impl From<DecodeError> for ApiError {
     fn from(e: DecodeError) -> Self {
         let (status, code) = match &e {
-            DecodeError::Json(j) if j.is_data() => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
-            DecodeError::Json(j) if j.is_eof() => (StatusCode::BAD_REQUEST, "truncated_json"),
-            DecodeError::Json(_) => (StatusCode::BAD_REQUEST, "malformed_json"),
+            DecodeError::Json(j) | DecodeError::Item { error: j, .. } if j.is_data() => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
+            DecodeError::Json(j) | DecodeError::Item { error: j, .. } if j.is_eof() => (StatusCode::BAD_REQUEST, "truncated_json"),
+            DecodeError::Json(_) | DecodeError::Item { .. } => (StatusCode::BAD_REQUEST, "malformed_json"),
             DecodeError::NotUtf8(_) => (StatusCode::BAD_REQUEST, "malformed_json"),
             DecodeError::MissingPod => (StatusCode::UNPROCESSABLE_ENTITY, "missing_pod"),
             DecodeError::NoNodes => (StatusCode::UNPROCESSABLE_ENTITY, "missing_nodes"),
             DecodeError::VictimElsewhere { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "victim_not_on_node"),
-            DecodeError::DuplicateNode(_) => (StatusCode::UNPROCESSABLE_ENTITY, "duplicate_node"),
-            DecodeError::PodField(_) | DecodeError::NodeField { .. } | DecodeError::VictimField { .. } => {
-                (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field")
-            }
+            DecodeError::DuplicateNode { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "duplicate_node"),
+            DecodeError::VictimWithoutUid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "missing_uid"),
+            DecodeError::PodField(_)
+            | DecodeError::NodeField { .. }
+            | DecodeError::VictimField { .. }
+            | DecodeError::NegativePdbViolations { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
         };
+        // `DecodeError`'s Display clips quotes of the input; `new` clips once more.
         ApiError::new(status, code, e.to_string())
     }
 }
