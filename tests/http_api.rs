@@ -679,6 +679,22 @@ async fn body_over_the_limit_is_413(#[case] streamed: bool) {
 }
 
 #[tokio::test]
+async fn a_declared_length_over_the_limit_is_413_before_the_body_arrives() {
+    let mut state = state_with(Policy::builtin_default(), None);
+    state.limits.max_body_bytes = 1024;
+    state.limits.request_timeout = Duration::from_secs(30);
+    let app = router(state, "");
+    // The body never arrives: only the header can say it is too large.
+    let req = Request::post("/filter").header("content-type", "application/json").header("content-length", "1000000").body(stalled_body()).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), app.oneshot(req)).await.expect("answered from the header").unwrap();
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["code"], "body_too_large");
+    assert!(v["error"].as_str().unwrap().contains("Content-Length 1000000"), "{v}");
+}
+
+#[tokio::test]
 async fn body_over_64_mib_is_accepted_under_the_default_limit() {
     let app = default_app();
     let pod = payload_json(R2, "0001-filter.json")["Pod"].clone();

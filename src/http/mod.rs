@@ -32,6 +32,7 @@ pub fn router(state: AppState, prefix: &str) -> Router {
         .route(&format!("{prefix}/prioritize"), post(handlers::prioritize))
         .route(&format!("{prefix}/preempt"), post(handlers::preempt))
         .layer(DefaultBodyLimit::max(state.limits.max_body_bytes))
+        .layer(middleware::from_fn_with_state(state.limits.max_body_bytes, declared_length))
         .layer(middleware::from_fn_with_state(timeout, time_limit))
         .layer(middleware::from_fn_with_state(permits, concurrency_limit));
     let expected = format!("POST {prefix}/filter, {prefix}/prioritize or {prefix}/preempt; GET /healthz, /readyz, /metrics");
@@ -76,6 +77,24 @@ async fn concurrency_limit(State(permits): State<Arc<Semaphore>>, req: Request, 
             metrics::record_refusal(req.uri().path(), 503, "overloaded");
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", "too many requests in flight; retry").into_response()
         }
+    }
+}
+
+/// A `Content-Length` over the limit is refused before a byte of the body is read (a slow
+/// sender would otherwise hold the request until the timeout).
+async fn declared_length(State(limit): State<usize>, req: Request, next: Next) -> Response {
+    let declared = req.headers().get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    match declared {
+        Some(n) if n > limit as u64 => {
+            metrics::record_refusal(req.uri().path(), 413, "body_too_large");
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("Content-Length {n} exceeds the limit of {limit} bytes (--max-body-bytes)"),
+            )
+            .into_response()
+        }
+        _ => next.run(req).await,
     }
 }
 
