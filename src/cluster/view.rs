@@ -70,6 +70,9 @@ pub struct View {
     /// Requeue replacements (gated or released), by namespace/name: what requeue reconciles.
     replacements: PMap<String, PodRef>,
     pdbs_by_namespace: PMap<String, Arc<Vec<Pdb>>>,
+    /// Per PDB ("namespace/name"): covered pods bound and not terminating, kept current
+    /// on every pod event so a decision reads a budget in O(1).
+    pdb_present: PMap<String, i32>,
     priority_classes: PMap<String, i32>,
     /// Bound members per gang ("namespace/group"), using the policy's group labels.
     gang_sizes: PMap<String, usize>,
@@ -114,6 +117,7 @@ impl View {
         let mut view = View::empty(policy);
         view.priority_classes = self.priority_classes.clone();
         view.pdbs_by_namespace = self.pdbs_by_namespace.clone();
+        // Counted again as the pods are applied below.
         for info in self.nodes.values() {
             if let Some(n) = &info.node {
                 view.apply_node((**n).clone());
@@ -177,6 +181,7 @@ impl View {
                 let at = info.pods.partition_point(|p| (&p.namespace, &p.name) < (&pod.namespace, &pod.name));
                 info.pods.insert(at, pod.clone());
                 self.bound_pods += 1;
+                self.count_for_pdbs(&pod, 1);
                 if let Some(group) = policy.gangs.group_of(&pod) {
                     *self.gang_sizes.entry(group).or_default() += 1;
                 }
@@ -204,6 +209,7 @@ impl View {
                 info.pods.retain(|p| !Arc::ptr_eq(p, pod));
                 self.drop_if_empty(node);
                 self.bound_pods -= 1;
+                self.count_for_pdbs(pod, -1);
                 if let Some(group) = policy.gangs.group_of(pod) {
                     if let Some(n) = self.gang_sizes.get_mut(&group) {
                         *n -= 1;
@@ -224,6 +230,25 @@ impl View {
             }
             Slot::Pending => {}
         }
+    }
+
+    /// A bound pod that is not terminating counts toward every PDB covering it.
+    fn count_for_pdbs(&mut self, pod: &Pod, delta: i32) {
+        if pod.deletion_time.is_some() {
+            return;
+        }
+        let Some(list) = self.pdbs_by_namespace.get(&pod.namespace).cloned() else { return };
+        for pdb in list.iter().filter(|p| p.covers(pod)) {
+            *self.pdb_present.entry(pdb.key()).or_default() += delta;
+        }
+    }
+
+    fn recount_pdb(&mut self, pdb: &Pdb) {
+        let present = self
+            .pods_in_namespace(&pdb.namespace)
+            .filter(|p| p.node_name.is_some() && p.deletion_time.is_none() && pdb.covers(p))
+            .count() as i32;
+        self.pdb_present.insert(pdb.key(), present);
     }
 
     /// The tenant whose share this pod counts toward: only pods of evictable classes.
@@ -258,12 +283,24 @@ impl View {
         true
     }
 
+    /// O(pods in the namespace) when the PDB is new or its selector changed (rare); a
+    /// status update costs O(1).
     pub fn apply_pdb(&mut self, pdb: Pdb) {
         self.bump();
         let list = Arc::make_mut(self.pdbs_by_namespace.entry(pdb.namespace.clone()).or_default());
-        match list.iter_mut().find(|p| p.name == pdb.name) {
-            Some(slot) => *slot = pdb,
-            None => list.push(pdb),
+        let recount = match list.iter_mut().find(|p| p.name == pdb.name) {
+            Some(slot) => {
+                let changed = slot.selector != pdb.selector;
+                *slot = pdb.clone();
+                changed
+            }
+            None => {
+                list.push(pdb.clone());
+                true
+            }
+        };
+        if recount {
+            self.recount_pdb(&pdb);
         }
     }
 
@@ -277,6 +314,7 @@ impl View {
         if list.is_empty() {
             self.pdbs_by_namespace.remove(namespace);
         }
+        self.pdb_present.remove(&format!("{namespace}/{name}"));
         removed
     }
 
@@ -345,10 +383,7 @@ impl View {
     /// notices a moment later, and another preemption may come in between).
     pub fn disruptions_allowed(&self, pdb: &Pdb) -> i32 {
         let Some(counted) = pdb.current_healthy else { return pdb.disruptions_allowed };
-        let present = self
-            .pods_in_namespace(&pdb.namespace)
-            .filter(|p| p.node_name.is_some() && p.deletion_time.is_none() && pdb.covers(p))
-            .count() as i32;
+        let present = self.pdb_present.get(&pdb.key()).copied().unwrap_or(0);
         let gone = (counted - present).max(0);
         (pdb.disruptions_allowed - gone).max(0)
     }

@@ -180,6 +180,7 @@ fn a_pdb_budget_counts_covered_pods_gone_since_the_controller_looked() {
         view.apply_pod(Arc::new(pod("b", name, Some("n1"))), &p);
     }
     view.apply_pod(Arc::new(pod("other", "x", Some("n1"))), &p);
+    view.apply_pdb(pdb.clone()); // after its pods: counted once, then kept current
     assert_eq!(view.disruptions_allowed(&pdb), 2);
     view.remove_pod("b/w1", &p);
     assert_eq!(view.disruptions_allowed(&pdb), 1, "w1 was evicted; the status does not know yet");
@@ -189,8 +190,13 @@ fn a_pdb_budget_counts_covered_pods_gone_since_the_controller_looked() {
     assert_eq!(view.disruptions_allowed(&pdb), 0, "terminating counts as gone");
     view.remove_pod("b/w3", &p);
     assert_eq!(view.disruptions_allowed(&pdb), 0, "never below zero");
+    view.apply_pod(Arc::new(pod("b", "w4", Some("n1"))), &p);
+    view.apply_pod(Arc::new(pod("b", "w5", Some("n1"))), &p);
+    assert_eq!(view.disruptions_allowed(&pdb), 1, "two new pods bound: one of three gone");
+    let rebuilt = view.rebuild(&p);
+    assert_eq!(rebuilt.disruptions_allowed(&pdb), 1, "counts survive a rebuild");
     let unknown = Pdb { current_healthy: None, ..pdb };
     assert_eq!(view.disruptions_allowed(&unknown), 2, "without currentHealthy the status is all we have");
-    assert_eq!(view.pods_in_namespace("b").count(), 1);
+    assert_eq!(view.pods_in_namespace("b").count(), 3);
     assert_eq!(view.pods_in_namespace("other").count(), 1);
 }
