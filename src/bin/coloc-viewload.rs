@@ -31,6 +31,11 @@
 //!    each call on a fresh `cell.load()`, `--calls` calls per verb idle and as many while
 //!    pod events stream in at `--rate`/s; idle and loaded blocks are interleaved over
 //!    `--rounds` rounds so machine noise hits both alike.
+//!
+//! `--metrics` installs `serve`'s Prometheus recorder first (the watch counts every event);
+//! `--omit-current-healthy` serves PDBs without `status.currentHealthy`; `--heap-all` keeps
+//! the heap count running to the end (a leak shows there, fragmentation does not). Figures
+//! and method: docs/performance.md, "Cluster view (issue 8)".
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
@@ -46,6 +51,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use axum::Router;
 use clap::Parser;
 use coloc_extender::cluster::watch::{self, Freshness};
@@ -349,17 +355,26 @@ fn write_node(out: &mut String, i: usize, rv: u64) {
     );
 }
 
-fn write_pdb(out: &mut String, i: usize) {
+/// PDB `i` covers the batch pods of namespace `team-i` (`healthy` of them, as the
+/// disruption controller last counted).
+fn write_pdb(out: &mut String, i: usize, healthy: Option<usize>) {
+    let current = healthy.map(|h| format!(r#""currentHealthy":{h},"#)).unwrap_or_default();
     let _ = write!(
         out,
         concat!(
             r#"{{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{{"name":"batch-pdb","namespace":"team-{i:02}","uid":"{uid}","resourceVersion":"900"}},"#,
             r#""spec":{{"maxUnavailable":"10%","selector":{{"matchLabels":{{"workload-class":"batch"}}}}}},"#,
-            r#""status":{{"currentHealthy":5000,"desiredHealthy":4500,"disruptionsAllowed":500,"expectedPods":5000,"observedGeneration":1}}}}"#,
+            r#""status":{{{current}"desiredHealthy":0,"disruptionsAllowed":500,"expectedPods":0,"observedGeneration":1}}}}"#,
         ),
         i = i,
         uid = uuid(4, i as u64),
+        current = current,
     );
+}
+
+/// Batch pods in namespace `team-i`: what the disruption controller would count.
+fn batch_pods_in(spec: Spec, i: usize) -> usize {
+    (0..spec.pods()).filter(|p| p % NAMESPACES == i && Class::of_slot(p % spec.per_node) == Class::Batch).count()
 }
 
 const PRIORITY_CLASSES: [(&str, i32); 5] =
@@ -442,6 +457,7 @@ enum Kind {
 
 struct Server {
     spec: Spec,
+    current_healthy: bool,
     /// The Pod watch's event feed: taken by the first Pod watch request.
     pod_feed: Mutex<Option<mpsc::Receiver<Bytes>>>,
     pod_watch_open: AtomicBool,
@@ -516,7 +532,7 @@ async fn list_or_watch(State((server, kind)): State<(Arc<Server>, Kind)>, Query(
         match kind {
             Kind::Pod => write_pod(&mut out, server.spec, i, 100 + i as u64 % 800, None),
             Kind::Node => write_node(&mut out, i, 100 + i as u64 % 800),
-            Kind::Pdb => write_pdb(&mut out, i),
+            Kind::Pdb => write_pdb(&mut out, i, server.current_healthy.then(|| batch_pods_in(server.spec, i))),
             Kind::PriorityClass => write_priority_class(&mut out, i),
         }
     }
@@ -538,6 +554,11 @@ async fn start_server(server: Arc<Server>) -> anyhow::Result<SocketAddr> {
         .route("/apis/scheduling.k8s.io/v1/priorityclasses", get(list_or_watch).with_state((server, Kind::PriorityClass)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
+    // Like the real API server (Go sets TCP_NODELAY by default): without it, Nagle's
+    // algorithm and the client's delayed ACKs hold small watch events back for up to 40 ms.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
@@ -702,9 +723,25 @@ struct Args {
     /// Idle/loaded blocks of the decision phase are interleaved over this many rounds.
     #[arg(long, default_value_t = 4)]
     rounds: usize,
+    /// Upper bound on each idle or loaded block of decision calls, in seconds (fewer calls
+    /// are made if they are slow).
+    #[arg(long, default_value_t = 20)]
+    block_seconds: u64,
+    /// Serve PDBs without `status.currentHealthy` (the view then takes
+    /// `disruptionsAllowed` as is instead of recounting covered pods).
+    #[arg(long)]
+    omit_current_healthy: bool,
     /// Hard bound on the whole run, in seconds: past it the tool exits with status 3.
     #[arg(long, default_value_t = 900)]
     limit: u64,
+    /// Install `serve`'s Prometheus recorder first, so the watch's per-event counters cost
+    /// what they cost in `serve` (without it the `metrics` macros are no-ops).
+    #[arg(long)]
+    metrics: bool,
+    /// Keep counting live heap bytes through every phase (costs a few ns per allocation)
+    /// and report it at the end: tells a leak from allocator fragmentation.
+    #[arg(long)]
+    heap_all: bool,
     /// Print the summary as one JSON object on the last line.
     #[arg(long)]
     json: bool,
@@ -732,7 +769,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
-    if args.nodes == 0 || args.pods_per_node == 0 || !(args.rate > 0.0) {
+    if args.nodes == 0 || args.pods_per_node == 0 || !args.rate.is_finite() || args.rate <= 0.0 {
         bail!("--nodes, --pods-per-node and --rate must be positive");
     }
     let spec = Spec { nodes: args.nodes, per_node: args.pods_per_node };
@@ -748,6 +785,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     let (feed_tx, feed_rx) = mpsc::channel::<Bytes>(1024);
     let server = Arc::new(Server {
         spec,
+        current_healthy: !args.omit_current_healthy,
         pod_feed: Mutex::new(Some(feed_rx)),
         pod_watch_open: AtomicBool::new(false),
         rewatches: AtomicUsize::new(0),
@@ -759,6 +797,9 @@ fn run(args: Args) -> anyhow::Result<()> {
     });
     let addr = server_rt.block_on(start_server(server.clone()))?;
     let policy = Policy::builtin_default();
+    if args.metrics {
+        let _ = coloc_extender::http::metrics::handle();
+    }
 
     // ---- initial sync ----
     trim();
@@ -812,7 +853,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     let heap_after = heap_live();
     trim();
     let trimmed = mem();
-    COUNTING.store(false, Ordering::SeqCst);
+    COUNTING.store(args.heap_all, Ordering::SeqCst);
     println!(
         "memory: RSS {:.1} MiB before the watches started; after sync VmHWM {:.1} MiB, VmRSS {:.1} MiB, {:.1} MiB after malloc_trim",
         mib_kb(before.rss_kb),
@@ -915,12 +956,23 @@ fn run(args: Args) -> anyhow::Result<()> {
         let preempt = preempt_body(spec, args.candidates);
         // Fail loudly on a rejected payload: an error path would look wonderfully fast.
         let v = cell.load().context("no view")?;
+        let t = Instant::now();
         let f = pipeline::answer(Verb::Filter, &filter, &policy, Some(&v), NOW).map_err(|e| anyhow::anyhow!("filter rejected: {e}"))?;
+        let tf = t.elapsed();
+        let t = Instant::now();
         let p = pipeline::answer(Verb::Preempt, &preempt, &policy, Some(&v), NOW).map_err(|e| anyhow::anyhow!("preempt rejected: {e}"))?;
+        let tp = t.elapsed();
         drop(v);
-        let preview = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(160)]).into_owned();
-        println!("filter answer ({} B): {}", f.body.len(), preview(&f.body));
-        println!("preempt answer ({} B): {}", p.body.len(), preview(&p.body));
+        let preview = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(120)]).into_owned();
+        println!("filter, {} node names ({} B): first call {:.3} ms, answer {} B: {}…", spec.nodes, filter.len(), ms(tf), f.body.len(), preview(&f.body));
+        println!(
+            "preempt, {} candidates with UID victims ({} B): first call {:.3} ms, answer {} B: {}…",
+            args.candidates.min(spec.nodes),
+            preempt.len(),
+            ms(tp),
+            p.body.len(),
+            preview(&p.body)
+        );
 
         let on = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
@@ -941,6 +993,9 @@ fn run(args: Args) -> anyhow::Result<()> {
                 let gen0 = cell.load().map_or(0, |v| v.generation());
                 let t0 = Instant::now();
                 for _ in 0..per_round {
+                    if t0.elapsed() > Duration::from_secs(args.block_seconds) {
+                        break;
+                    }
                     for (verb, name, body) in [(Verb::Filter, "filter", &filter), (Verb::Preempt, "preempt", &preempt)] {
                         let t = Instant::now();
                         let view = cell.load();
@@ -963,9 +1018,10 @@ fn run(args: Args) -> anyhow::Result<()> {
         stop.store(true, Ordering::SeqCst);
         let _ = feed.join();
         println!(
-            "decisions: {} calls per verb and condition in {} interleaved rounds; while loaded the view advanced {} generations in {:.1} s ({:.0}/s; a pod update is 2)",
+            "decisions: up to {} calls per verb and condition in {} interleaved rounds (at most {} s per block); while loaded the view advanced {} generations in {:.1} s ({:.0}/s; a pod update is 2)",
             per_round * rounds,
             rounds,
+            args.block_seconds,
             loaded_events,
             loaded_time.as_secs_f64(),
             loaded_events as f64 / loaded_time.as_secs_f64().max(1e-9)
@@ -985,9 +1041,21 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
 
     let end = mem();
-    println!("memory at the end: VmHWM {:.1} MiB, VmRSS {:.1} MiB", mib_kb(end.hwm_kb), mib_kb(end.rss_kb));
+    trim();
+    let end_trimmed = mem();
+    println!(
+        "memory at the end: VmHWM {:.1} MiB, VmRSS {:.1} MiB, {:.1} MiB after malloc_trim",
+        mib_kb(end.hwm_kb),
+        mib_kb(end.rss_kb),
+        mib_kb(end_trimmed.rss_kb)
+    );
+    if args.heap_all {
+        println!("live heap at the end: +{:.1} MiB since before the watches started", mib_b(heap_live() - heap_before));
+        put("heap_end_mib", mib_b(heap_live() - heap_before).into());
+    }
     put("hwm_end_mib", mib_kb(end.hwm_kb).into());
     put("rss_end_mib", mib_kb(end.rss_kb).into());
+    put("rss_end_trimmed_mib", mib_kb(end_trimmed.rss_kb).into());
     let rewatches = server.rewatches.load(Ordering::Relaxed);
     put("rewatches", rewatches.into());
     if rewatches > 0 {

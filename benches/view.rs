@@ -1,0 +1,283 @@
+//! The cluster view under watch traffic (issue 8): what one event costs to apply to a
+//! 5,000-node / 150,000-pod view, what publishing the result costs, and `View::build`.
+//!
+//!     cargo bench --bench view                  # everything (~1-2 min on 2 cores)
+//!     cargo bench --bench view -- event         # only benchmarks whose path matches
+//!
+//! The cluster is generated in code, deterministically: 5,000 nodes (32 cpu, 128 Gi, 2 in
+//! 3 offline-allowed, 1 in 10 with GPUs), 30 running pods on each (6 online, 18 batch, 6
+//! free; ReplicaSet-owned, 6 labels, 3 annotations, requests), 16 namespaces each with a
+//! PDB, 5 PriorityClasses. Figures, targets and the end-to-end measurement
+//! (`coloc-viewload`, through a fake API server and `cluster::watch`): docs/performance.md.
+//!
+//! Every event benchmark applies its event to an O(1) clone of the big view, i.e. to a
+//! view whose maps are all shared with a published copy: exactly the state the watch's
+//! master copy is in after each publish, so every touched path is copied. The modified
+//! clone is dropped outside the timed region.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use coloc_extender::cluster::{Objects, View, ViewCell};
+use coloc_extender::model::{Node, OwnerRef, Pdb, Pod, PodRef, PriorityClass, Resources, Selector};
+use coloc_extender::policy::Policy;
+use divan::{black_box, Bencher};
+
+const NODES: usize = 5_000;
+const PER_NODE: usize = 30;
+const NAMESPACES: usize = 16;
+const APPS: usize = 64;
+/// Distinct events cycled through by the event benchmarks (spread over the cluster).
+const POOL: usize = 4096;
+const GI: i64 = 1 << 30;
+
+fn main() {
+    divan::main();
+}
+
+fn policy() -> &'static Policy {
+    static P: OnceLock<Policy> = OnceLock::new();
+    P.get_or_init(Policy::builtin_default)
+}
+
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+fn uuid(tag: u64, i: u64) -> String {
+    let a = mix(tag.wrapping_mul(0x1000_0000_0000) ^ i);
+    let b = mix(a);
+    format!("{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}", a >> 32, (a >> 16) & 0xffff, a & 0xfff, 0x8000 | (b >> 48) & 0x3fff, b & 0xffff_ffff_ffff)
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn node(i: usize) -> Node {
+    let name = format!("node-{i:05}");
+    let zone = format!("zone-{}", i % 3 + 1);
+    let mut l = labels(&[
+        ("kubernetes.io/arch", "amd64"),
+        ("kubernetes.io/hostname", &name),
+        ("kubernetes.io/os", "linux"),
+        ("topology.kubernetes.io/zone", &zone),
+        ("node.example.com/pool", if i % 10 == 0 { "gpu" } else { "general" }),
+    ]);
+    if i % 3 != 0 {
+        l.insert("colocation.example.com/offline-allowed".into(), "true".into());
+    }
+    let mut allocatable = Resources { milli_cpu: 32_000, memory: 128 * GI, ephemeral_storage: 500 * GI, ..Default::default() };
+    if i % 10 == 0 {
+        allocatable.scalar.insert("example.com/gpu".into(), 8);
+    }
+    Node { name, labels: l, allocatable, allocatable_pods: 110, ..Default::default() }
+}
+
+/// Pod `p` (on node `p / 30`); `generation` varies what a watch update would change.
+fn pod(p: usize, generation: u64) -> Pod {
+    let node = p / PER_NODE;
+    let (class, pc, prio, cpu, mem) = match p % PER_NODE % 5 {
+        0 => ("online", "online-prod", 10_000, 2_000, 4 * GI),
+        4 => ("free", "free-tier", 3_000, 250, GI / 2),
+        _ => ("batch", "offline-batch", 5_000, 1_000, 2 * GI),
+    };
+    let team = format!("team-{:02}", p % NAMESPACES);
+    let app = format!("{class}-app-{:02}", (p / NAMESPACES) % APPS);
+    let hash = format!("{:010x}", mix(((p % NAMESPACES) * 1000 + (p / NAMESPACES) % APPS) as u64) & 0xff_ffff_ffff);
+    let rs = format!("{app}-{hash}");
+    let generation_s = generation.to_string();
+    Pod {
+        name: format!("{rs}-{p:05x}"),
+        namespace: team.clone(),
+        uid: uuid(1, p as u64),
+        labels: labels(&[
+            ("app", &app),
+            ("app.kubernetes.io/name", &app),
+            ("app.kubernetes.io/part-of", &team),
+            ("pod-template-hash", &hash),
+            ("workload-class", class),
+            ("team", &team),
+        ]),
+        annotations: labels(&[
+            ("kubectl.kubernetes.io/restartedAt", "2026-01-05T10:00:00Z"),
+            ("prometheus.io/scrape", "true"),
+            ("viewload.example.com/seq", &generation_s),
+        ]),
+        controller: Some(OwnerRef { kind: "ReplicaSet".into(), name: rs }),
+        creation_time: Some(1_767_607_200),
+        start_time: Some(1_767_607_201),
+        priority: Some(prio),
+        priority_class_name: Some(pc.into()),
+        node_name: Some(format!("node-{node:05}")),
+        phase: Some("Running".into()),
+        requests: Resources { milli_cpu: cpu, memory: mem, ..Default::default() },
+        ..Default::default()
+    }
+}
+
+fn objects(nodes: usize) -> Objects {
+    let pdbs = (0..NAMESPACES)
+        .map(|t| Pdb {
+            name: "batch-pdb".into(),
+            namespace: format!("team-{t:02}"),
+            selector: Some(Selector { match_labels: labels(&[("workload-class", "batch")]), match_expressions: Vec::new() }),
+            disruptions_allowed: 500,
+            ..Default::default()
+        })
+        .collect();
+    let priority_classes = [("system-cluster-critical", 2_000_000_000), ("online-prod", 10_000), ("offline-batch", 5_000), ("free-tier", 3_000), ("koord-batch", 5_500)]
+        .into_iter()
+        .map(|(n, v)| PriorityClass { name: n.into(), value: v })
+        .collect();
+    Objects { nodes: (0..nodes).map(node).collect(), pods: (0..nodes * PER_NODE).map(|p| pod(p, 0)).collect(), pdbs, priority_classes }
+}
+
+/// The 5,000-node / 150,000-pod view, built once.
+fn big() -> &'static View {
+    static V: OnceLock<View> = OnceLock::new();
+    V.get_or_init(|| {
+        let v = View::build(objects(NODES), policy());
+        assert_eq!((v.node_count(), v.pod_count()), (NODES, NODES * PER_NODE));
+        v
+    })
+}
+
+/// Pods touched by successive events: a stride through the cluster.
+fn target(i: usize) -> usize {
+    i.wrapping_mul(7919) % (NODES * PER_NODE)
+}
+
+/// `POOL` pod updates (annotation changed, as a status or metadata update), ready to apply.
+fn updates() -> &'static [PodRef] {
+    static U: OnceLock<Vec<PodRef>> = OnceLock::new();
+    U.get_or_init(|| (0..POOL).map(|i| Arc::new(pod(target(i), 1 + i as u64))).collect())
+}
+
+fn nodes_changed() -> &'static [Node] {
+    static N: OnceLock<Vec<Node>> = OnceLock::new();
+    N.get_or_init(|| {
+        (0..POOL)
+            .map(|i| {
+                let mut n = node(i.wrapping_mul(769) % NODES);
+                n.labels.insert("node.example.com/heartbeat".into(), i.to_string());
+                n
+            })
+            .collect()
+    })
+}
+
+mod event {
+    use super::*;
+
+    /// MODIFIED of a bound pod (same node): detach the old version, attach the new.
+    #[divan::bench(sample_count = 200, sample_size = 20)]
+    fn pod_update(bencher: Bencher) {
+        let (view, ups) = (big(), updates());
+        let mut i = 0;
+        bencher
+            .with_inputs(|| {
+                i += 1;
+                (view.clone(), ups[i % POOL].clone())
+            })
+            .bench_local_values(|(mut v, p)| {
+                v.apply_pod(p, policy());
+                v
+            });
+    }
+
+    /// DELETED of a bound pod, then ADDED of its replacement (new name and UID, same node).
+    #[divan::bench(sample_count = 200, sample_size = 20)]
+    fn pod_delete_add(bencher: Bencher) {
+        let view = big();
+        let fresh: Vec<(String, PodRef)> = (0..POOL)
+            .map(|i| {
+                let p = target(i);
+                let old = pod(p, 0);
+                let mut new = pod(p, 1);
+                new.name = format!("{}-r", old.name);
+                new.uid = uuid(9, p as u64);
+                (old.key(), Arc::new(new))
+            })
+            .collect();
+        let mut i = 0;
+        bencher
+            .with_inputs(|| {
+                i += 1;
+                let (k, p) = &fresh[i % POOL];
+                (view.clone(), k.as_str(), p.clone())
+            })
+            .bench_local_values(|(mut v, key, p)| {
+                v.remove_pod(key, policy());
+                v.apply_pod(p, policy());
+                v
+            });
+    }
+
+    /// MODIFIED of a Node (a label changed).
+    #[divan::bench(sample_count = 200, sample_size = 20)]
+    fn node_update(bencher: Bencher) {
+        let (view, nodes) = (big(), nodes_changed());
+        let mut i = 0;
+        bencher
+            .with_inputs(|| {
+                i += 1;
+                (view.clone(), nodes[i % POOL].clone())
+            })
+            .bench_local_values(|(mut v, n)| {
+                v.apply_node(n);
+                v
+            });
+    }
+
+    /// What the watch does per pod event, in steady state: apply to the master copy, then
+    /// publish a clone to a `ViewCell` (dropping the previously published one, whose
+    /// now-unshared paths are freed here too).
+    #[divan::bench(sample_count = 200, sample_size = 20)]
+    fn pod_update_and_publish(bencher: Bencher) {
+        let ups = updates();
+        let mut master = big().clone();
+        let cell = ViewCell::default();
+        cell.publish(master.clone());
+        let mut i = 0;
+        bencher.bench_local(|| {
+            i += 1;
+            master.apply_pod(ups[i % POOL].clone(), policy());
+            cell.publish(master.clone());
+        });
+    }
+}
+
+mod publish {
+    use super::*;
+
+    /// `view.clone()` of the big view (persistent maps: O(1)).
+    #[divan::bench(sample_count = 200, sample_size = 100)]
+    fn clone(bencher: Bencher) {
+        let view = big();
+        bencher.bench_local(|| black_box(view).clone());
+    }
+
+    /// `ViewCell::publish(view.clone())`: clone, `Arc::new`, swap, drop the old `Arc`.
+    #[divan::bench(sample_count = 200, sample_size = 100)]
+    fn clone_arc_swap(bencher: Bencher) {
+        let view = big();
+        let cell = ViewCell::default();
+        cell.publish(view.clone());
+        bencher.bench_local(|| cell.publish(black_box(view).clone()));
+    }
+}
+
+mod build {
+    use super::*;
+
+    /// `View::build` from already-decoded objects (nodes × 30 pods).
+    #[divan::bench(args = [500, 5_000], sample_count = 5, sample_size = 1)]
+    fn view(bencher: Bencher, nodes: usize) {
+        let objs = objects(nodes);
+        bencher.with_inputs(|| objs.clone()).bench_local_values(|o| View::build(o, policy()));
+    }
+}
