@@ -1,5 +1,7 @@
 //! Request handlers: thin wrappers around `pipeline::answer`.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
@@ -11,12 +13,9 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use super::metrics;
 use super::state::{AppState, ViewSource};
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use crate::decide::{Context, Requeue};
-use crate::requeue::kube::Requeuer;
 use crate::pipeline::{self, Answer, Verb};
+use crate::requeue::kube::Requeuer;
 
 pub async fn filter(state: State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
     handle(Verb::Filter, state, body).await
