@@ -180,3 +180,40 @@ fn sighup_reloads_the_policy_and_a_vanished_policy_file_is_reported() {
     assert!(log.contains("policy file unreadable"), "{log}");
     assert!(log.contains("listener closed"), "{log}");
 }
+
+#[cfg(unix)]
+#[test]
+fn one_request_logs_a_bounded_number_of_lines() {
+    // 5,000 unknown UIDs on a known node: one "ignored" decision each. The log gets at most
+    // 64 of them at info, and a line saying how many more there were.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", &addr, "--snapshot"])
+        .arg(root().join("tests/fixtures/payloads/r2-nodecache-true/0037-preempt.snapshot.json"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while TcpStream::connect(&addr).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(20), "server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let request: serde_json::Value = serde_json::from_slice(&std::fs::read(root().join("tests/fixtures/payloads/r2-nodecache-true/0037-preempt.json")).unwrap()).unwrap();
+    let uids: Vec<serde_json::Value> = (0..5000).map(|i| serde_json::json!({"UID": format!("unknown-{i}")})).collect();
+    let body = serde_json::json!({"Pod": request["Pod"], "NodeNameToMetaVictims": {"node-a1": {"Pods": uids, "NumPDBViolations": 0}}}).to_string();
+    let reply = http(&addr, &format!("POST /preempt HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()));
+    assert!(reply.starts_with("HTTP/1.1 200"), "{}", &reply[..reply.len().min(300)]);
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let _ = child.wait();
+    let mut log = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+    let decision_lines = log.lines().filter(|l| l.contains(": decision ")).count();
+    assert!(decision_lines <= 64, "{decision_lines} decision lines");
+    assert!(log.contains("more decision lines"), "{log}");
+    assert!(log.len() < 64 << 10, "{} bytes of log for one request", log.len());
+}
