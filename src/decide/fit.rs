@@ -68,3 +68,27 @@ pub fn fits(pod: &Pod, node: &Node, usage: &NodeUsage) -> Result<(), String> {
 pub fn exceeds_allocatable(pod: &Pod, node: &Node) -> Option<String> {
     fits(pod, node, &NodeUsage::default()).err()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::k8s;
+
+    #[test]
+    fn absurd_requests_saturate_and_never_wrap_into_room() {
+        // Two containers of cpu 1e18 each: the sum must not wrap negative and fit.
+        let pod: k8s::Pod = serde_json::from_str(
+            r#"{"metadata":{"name":"p","namespace":"x"},"spec":{"containers":[
+                {"resources":{"requests":{"cpu":"1e18"}}},{"resources":{"requests":{"cpu":"1e18"}}}]}}"#,
+        )
+        .unwrap();
+        let pod = pod.into_model().unwrap();
+        assert!(pod.requests.milli_cpu > 0, "{:?}", pod.requests);
+        let node = Node { name: "n".into(), allocatable: Resources { milli_cpu: 64_000, ..Default::default() }, allocatable_pods: 110, ..Default::default() };
+        assert!(exceeds_allocatable(&pod, &node).is_some());
+        let mut usage = NodeUsage::default();
+        usage.add(&pod);
+        usage.add(&pod);
+        assert_eq!(usage.requested.milli_cpu, i64::MAX, "usage saturates too");
+    }
+}
