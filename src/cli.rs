@@ -173,12 +173,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                     }
                 );
             }
-            let requeueing: Vec<&str> = policy
-                .classes
-                .iter()
-                .filter(|c| c.victim.allowed && c.victim.bare() == crate::policy::BareVictims::Requeue)
-                .map(|c| c.name.as_str())
-                .collect();
+            let requeueing = policy.requeue_classes();
             if !requeueing.is_empty() {
                 println!(
                     "note: {} requeue bare victims: that needs serve --kube --requeue (and the manifests/requeue RBAC); without it their bare pods are protected",
@@ -254,12 +249,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             (ViewSource::None, None)
         }
     };
-    let requeue_classes: Vec<String> = policy
-        .classes
-        .iter()
-        .filter(|c| c.victim.allowed && c.victim.bare() == crate::policy::BareVictims::Requeue)
-        .map(|c| c.name.clone())
-        .collect();
+    let requeue_classes = policy.requeue_classes().join(", ");
     let mut state = AppState::new(policy, view.clone(), source);
     state.limits = Limits {
         max_body_bytes: args.max_body_bytes,
@@ -269,7 +259,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ..Limits::default()
     };
     if !args.requeue && !requeue_classes.is_empty() {
-        tracing::warn!(classes = %requeue_classes.join(", "),
+        tracing::warn!(classes = %requeue_classes,
             "requeue is off (serve --kube --requeue): bare victims of these classes are protected, as with bare: protect");
     }
     let reload = http::server::reload_signals();
@@ -328,18 +318,12 @@ async fn reload_policy(
     view: Arc<ViewCell>,
     snapshot: Option<Objects>,
     problem: Arc<ArcSwapOption<String>>,
-    mut reload: tokio::sync::watch::Receiver<u64>,
+    reload: tokio::sync::watch::Receiver<u64>,
 ) {
     let mut last = std::fs::read(&path).unwrap_or_default();
-    let mut signalled = true;
+    let mut ticker = http::server::ReloadTicker::new(Duration::from_secs(2), reload);
     loop {
-        let forced = tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(2)) => false,
-            changed = reload.changed(), if signalled => {
-                signalled = changed.is_ok();
-                signalled
-            }
-        };
+        let forced = ticker.next().await;
         let now = match std::fs::read(&path) {
             Ok(bytes) => bytes,
             Err(e) => {

@@ -101,17 +101,11 @@ impl TlsAcceptorCell {
 /// Polls the files and swaps in a new configuration when they change, or at once on
 /// `reload` (SIGHUP); a broken reload keeps the previous one and says so in logs and
 /// metrics.
-pub async fn watch(files: TlsFiles, cell: Arc<TlsAcceptorCell>, every: std::time::Duration, mut reload: tokio::sync::watch::Receiver<u64>) {
+pub async fn watch(files: TlsFiles, cell: Arc<TlsAcceptorCell>, every: std::time::Duration, reload: tokio::sync::watch::Receiver<u64>) {
     let mut last = files.fingerprint();
-    let mut signalled = true;
+    let mut ticker = crate::http::server::ReloadTicker::new(every, reload);
     loop {
-        let forced = tokio::select! {
-            _ = tokio::time::sleep(every) => false,
-            changed = reload.changed(), if signalled => {
-                signalled = changed.is_ok();
-                signalled
-            }
-        };
+        let forced = ticker.next().await;
         let now = files.fingerprint();
         if now == last && !forced {
             continue;

@@ -118,6 +118,39 @@ pub fn reload_signals() -> tokio::sync::watch::Receiver<u64> {
     rx
 }
 
+/// Paces a reload loop: fires every `every`, or at once on SIGHUP (see `reload_signals`).
+pub struct ReloadTicker {
+    every: Duration,
+    /// `None` once the signal source is gone: then only the timer fires.
+    signals: Option<tokio::sync::watch::Receiver<u64>>,
+}
+
+impl ReloadTicker {
+    pub fn new(every: Duration, signals: tokio::sync::watch::Receiver<u64>) -> Self {
+        ReloadTicker { every, signals: Some(signals) }
+    }
+
+    /// Waits for the next check; `true` when a SIGHUP asked for it (reload even if
+    /// nothing seems to have changed).
+    pub async fn next(&mut self) -> bool {
+        let every = self.every;
+        let signalled = match self.signals.as_mut() {
+            Some(rx) => tokio::select! {
+                _ = tokio::time::sleep(every) => None,
+                changed = rx.changed() => Some(changed.is_ok()),
+            },
+            None => {
+                tokio::time::sleep(every).await;
+                None
+            }
+        };
+        if signalled == Some(false) {
+            self.signals = None;
+        }
+        signalled == Some(true)
+    }
+}
+
 /// Completes on SIGTERM or Ctrl-C.
 pub async fn shutdown_signal() {
     let ctrl_c = async {

@@ -95,12 +95,7 @@ impl AppState {
             lines.push(problem.to_string());
         }
         let policy = self.policy.load();
-        let requeue_classes: Vec<&str> = policy
-            .classes
-            .iter()
-            .filter(|c| c.victim.allowed && c.victim.bare() == crate::policy::BareVictims::Requeue)
-            .map(|c| c.name.as_str())
-            .collect();
+        let requeue_classes = policy.requeue_classes();
         lines.push(match (&self.requeuer, requeue_classes.is_empty()) {
             (Some(_), _) => "requeue: on".to_string(),
             (None, true) => "requeue: off (no class requeues bare victims)".to_string(),

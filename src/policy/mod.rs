@@ -140,6 +140,15 @@ impl Policy {
         self.may_preempt[preemptor][victim]
     }
 
+    /// Names of the classes whose bare victims are requeued (they need `--requeue`).
+    pub fn requeue_classes(&self) -> Vec<&str> {
+        self.classes
+            .iter()
+            .filter(|c| c.victim.allowed && c.victim.bare() == BareVictims::Requeue)
+            .map(|c| c.name.as_str())
+            .collect()
+    }
+
     pub fn preempts_anything(&self, preemptor: ClassId) -> bool {
         self.may_preempt[preemptor].iter().any(|b| *b)
     }
