@@ -180,14 +180,7 @@ impl View {
                 let info = self.node_mut(node);
                 let at = info.pods.partition_point(|p| (&p.namespace, &p.name) < (&pod.namespace, &pod.name));
                 info.pods.insert(at, pod.clone());
-                self.bound_pods += 1;
-                self.count_for_pdbs(&pod, 1);
-                if let Some(group) = policy.gangs.group_of(&pod) {
-                    *self.gang_sizes.entry(group).or_default() += 1;
-                }
-                if let Some(tenant) = self.tenant_counted(&pod, policy) {
-                    self.tenant_usage.entry(tenant).or_default().add(&pod.requests);
-                }
+                self.count_bound(&pod, policy, 1);
             }
             Slot::Nominated(node) => self.node_mut(node).nominated.push(pod.clone()),
             Slot::Pending => {}
@@ -208,21 +201,7 @@ impl View {
                 let info = self.node_mut(node);
                 info.pods.retain(|p| !Arc::ptr_eq(p, pod));
                 self.drop_if_empty(node);
-                self.bound_pods -= 1;
-                self.count_for_pdbs(pod, -1);
-                if let Some(group) = policy.gangs.group_of(pod) {
-                    if let Some(n) = self.gang_sizes.get_mut(&group) {
-                        *n -= 1;
-                        if *n == 0 {
-                            self.gang_sizes.remove(&group);
-                        }
-                    }
-                }
-                if let Some(tenant) = self.tenant_counted(pod, policy) {
-                    if let Some(u) = self.tenant_usage.get_mut(&tenant) {
-                        u.sub(&pod.requests);
-                    }
-                }
+                self.count_bound(pod, policy, -1);
             }
             Slot::Nominated(node) => {
                 self.node_mut(node).nominated.retain(|p| !Arc::ptr_eq(p, pod));
@@ -232,22 +211,34 @@ impl View {
         }
     }
 
-    /// A bound pod that is not terminating counts toward every PDB covering it.
-    fn count_for_pdbs(&mut self, pod: &Pod, delta: i32) {
-        if pod.deletion_time.is_some() {
-            return;
+    /// What a bound pod adds to (`delta` 1) or takes from (-1) the view's counters: bound
+    /// pods, PDB presence, gang sizes, tenant usage.
+    fn count_bound(&mut self, pod: &Pod, policy: &Policy, delta: i32) {
+        self.bound_pods = self.bound_pods.saturating_add_signed(delta as isize);
+        if let Some(list) = self.pdbs_by_namespace.get(&pod.namespace).cloned() {
+            for pdb in list.iter().filter(|p| counts_toward(p, pod)) {
+                *self.pdb_present.entry(pdb.key()).or_default() += delta;
+            }
         }
-        let Some(list) = self.pdbs_by_namespace.get(&pod.namespace).cloned() else { return };
-        for pdb in list.iter().filter(|p| p.covers(pod)) {
-            *self.pdb_present.entry(pdb.key()).or_default() += delta;
+        if let Some(group) = policy.gangs.group_of(pod) {
+            let n = self.gang_sizes.entry(group.clone()).or_default();
+            *n = n.saturating_add_signed(delta as isize);
+            if *n == 0 {
+                self.gang_sizes.remove(&group);
+            }
+        }
+        if let Some(tenant) = self.tenant_counted(pod, policy) {
+            let usage = self.tenant_usage.entry(tenant).or_default();
+            if delta > 0 {
+                usage.add(&pod.requests);
+            } else {
+                usage.sub(&pod.requests);
+            }
         }
     }
 
     fn recount_pdb(&mut self, pdb: &Pdb) {
-        let present = self
-            .pods_in_namespace(&pdb.namespace)
-            .filter(|p| p.node_name.is_some() && p.deletion_time.is_none() && pdb.covers(p))
-            .count() as i32;
+        let present = self.pods_in_namespace(&pdb.namespace).filter(|p| counts_toward(pdb, p)).count() as i32;
         self.pdb_present.insert(pdb.key(), present);
     }
 
@@ -439,6 +430,11 @@ impl View {
     pub fn pod_count(&self) -> usize {
         self.bound_pods
     }
+}
+
+/// A covered pod that is bound and not terminating is present for `pdb`'s budget.
+fn counts_toward(pdb: &Pdb, pod: &Pod) -> bool {
+    pod.node_name.is_some() && pod.deletion_time.is_none() && pdb.covers(pod)
 }
 
 /// Kueue-style dominant resource share: the largest fraction of any cluster resource used.

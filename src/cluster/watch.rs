@@ -29,7 +29,6 @@ struct KindHealth {
     synced: bool,
     /// Unix seconds since which this kind's watch has been failing; 0 while all is well.
     failing_since: i64,
-    last_event: i64,
 }
 
 /// How current the view is, per kind, for `/readyz` and metrics. A failing Pod watch makes
@@ -52,11 +51,8 @@ impl Freshness {
         });
     }
 
-    fn succeeded(&self, kind: &'static str, now: i64) {
-        self.update(kind, |h| {
-            h.failing_since = 0;
-            h.last_event = now;
-        });
+    fn succeeded(&self, kind: &'static str) {
+        self.update(kind, |h| h.failing_since = 0);
     }
 
     fn synced(&self, kind: &'static str) {
@@ -90,6 +86,12 @@ impl Freshness {
         let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
         KINDS.iter().copied().filter(|k| !kinds.get(k).is_some_and(|h| h.synced)).collect()
     }
+
+    /// Has every kind completed its first list? (The view is published only then.)
+    fn all_synced(&self) -> bool {
+        let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        KINDS.iter().all(|k| kinds.get(k).is_some_and(|h| h.synced))
+    }
 }
 
 /// What the watches share: the master copy of the view they change, and where they publish.
@@ -102,15 +104,8 @@ struct Shared {
 struct Master {
     view: View,
     policy: Arc<Policy>,
-    synced: HashSet<&'static str>,
     /// Keys listed during a re-list, per kind: what is not listed again was deleted.
     relisting: BTreeMap<&'static str, HashSet<String>>,
-}
-
-impl Master {
-    fn ready(&self) -> bool {
-        KINDS.iter().all(|k| self.synced.contains(k))
-    }
 }
 
 impl Shared {
@@ -119,7 +114,7 @@ impl Shared {
     }
 
     fn publish(&self, m: &Master) {
-        if m.ready() {
+        if self.fresh.all_synced() {
             self.cell.publish(m.view.clone());
         }
     }
@@ -222,9 +217,8 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
             for key in &gone {
                 K::remove(&mut m.view, key, &policy);
             }
-            let first = m.synced.insert(K::KIND);
             shared.fresh.synced(K::KIND);
-            tracing::info!(kind = K::KIND, objects = listed.len(), removed = gone.len(), first, "watch listed");
+            tracing::info!(kind = K::KIND, objects = listed.len(), removed = gone.len(), "watch listed");
         }
         Event::Apply(obj) => apply_one(&mut m, obj),
         Event::Delete(obj) => {
@@ -238,15 +232,14 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
 async fn follow<K: Applies>(api: Api<Lean<K>>, config: watcher::Config, shared: Arc<Shared>) {
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();
     while let Some(event) = stream.next().await {
-        let now = crate::http::system_now();
         match event {
             Ok(event) => {
-                shared.fresh.succeeded(K::KIND, now);
+                shared.fresh.succeeded(K::KIND);
                 metrics::counter!("coloc_view_events_total", "kind" => K::KIND).increment(1);
                 handle(&shared, event);
             }
             Err(e) => {
-                shared.fresh.failed(K::KIND, now);
+                shared.fresh.failed(K::KIND, crate::http::system_now());
                 metrics::counter!("coloc_watch_errors_total", "kind" => K::KIND).increment(1);
                 tracing::warn!(kind = K::KIND, error = %e, "watch failed; retrying with backoff");
             }
@@ -269,7 +262,7 @@ async fn probe_failing(client: &Client, fresh: &Freshness) {
         let Ok(request) = axum::http::Request::get(path).body(Vec::new()) else { continue };
         let probe = tokio::time::timeout(Duration::from_secs(2), client.request_text(request)).await;
         if matches!(probe, Ok(Ok(_))) {
-            fresh.succeeded(kind, crate::http::system_now());
+            fresh.succeeded(kind);
             tracing::info!(kind, "watch source answers again");
         }
     }
@@ -288,7 +281,6 @@ pub async fn run(client: Client, cell: Arc<ViewCell>, policy: Arc<ArcSwap<Policy
         master: Mutex::new(Master {
             view: View::empty(&policy_seen),
             policy: policy_seen.clone(),
-            synced: HashSet::new(),
             relisting: BTreeMap::new(),
         }),
         cell: cell.clone(),
