@@ -65,6 +65,23 @@ fn replay_rejects_a_malformed_payload_with_its_name() {
     assert!(err.contains("broken.json") && err.contains("JSON"), "{err}");
 }
 
+/// Starts `serve` on a free loopback port with `args` after `--listen`, stderr captured,
+/// and waits until it accepts connections.
+fn start_serve(args: &[&std::ffi::OsStr]) -> (std::process::Child, String) {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let child = Command::new(BIN).args(["serve", "--listen", &addr]).args(args).stderr(Stdio::piped()).spawn().unwrap();
+    let started = Instant::now();
+    while TcpStream::connect(&addr).is_err() {
+        assert!(started.elapsed() < Duration::from_secs(20), "server did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, addr)
+}
+
 fn http(addr: &str, request: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -77,22 +94,8 @@ fn http(addr: &str, request: &str) -> String {
 #[cfg(unix)]
 #[test]
 fn serve_answers_and_stops_cleanly_on_sigterm() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let addr = format!("127.0.0.1:{port}");
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", &addr, "--path-prefix", "/scheduler", "--snapshot"])
-        .arg(root().join("tests/fixtures/payloads/r1-nodecache-false/0037-preempt.snapshot.json"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while TcpStream::connect(&addr).is_err() {
-        assert!(started.elapsed() < Duration::from_secs(20), "server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let snapshot = root().join("tests/fixtures/payloads/r1-nodecache-false/0037-preempt.snapshot.json");
+    let (mut child, addr) = start_serve(&["--path-prefix".as_ref(), "/scheduler".as_ref(), "--snapshot".as_ref(), snapshot.as_os_str()]);
     assert!(http(&addr, "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 200"));
     let body = std::fs::read_to_string(root().join("tests/fixtures/payloads/r1-nodecache-false/0001-filter.json")).unwrap();
     let reply = http(
@@ -144,17 +147,7 @@ fn sighup_reloads_the_policy_and_a_vanished_policy_file_is_reported() {
     std::fs::create_dir_all(&dir).unwrap();
     let policy = dir.join("policy.yaml");
     std::fs::copy(root().join("policy/default.yaml"), &policy).unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let addr = format!("127.0.0.1:{port}");
-    let mut child = Command::new(BIN).args(["serve", "--listen", &addr, "--policy"]).arg(&policy).stderr(Stdio::piped()).spawn().unwrap();
-    let started = Instant::now();
-    while TcpStream::connect(&addr).is_err() {
-        assert!(started.elapsed() < Duration::from_secs(20), "server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (mut child, addr) = start_serve(&["--policy".as_ref(), policy.as_os_str()]);
     let pid = child.id().to_string();
     assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
     std::thread::sleep(Duration::from_millis(500));
@@ -186,22 +179,8 @@ fn sighup_reloads_the_policy_and_a_vanished_policy_file_is_reported() {
 fn one_request_logs_a_bounded_number_of_lines() {
     // 5,000 unknown UIDs on a known node: one "ignored" decision each. The log gets at most
     // 64 of them at info, and a line saying how many more there were.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let addr = format!("127.0.0.1:{port}");
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", &addr, "--snapshot"])
-        .arg(root().join("tests/fixtures/payloads/r2-nodecache-true/0037-preempt.snapshot.json"))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while TcpStream::connect(&addr).is_err() {
-        assert!(started.elapsed() < Duration::from_secs(20), "server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let snapshot = root().join("tests/fixtures/payloads/r2-nodecache-true/0037-preempt.snapshot.json");
+    let (mut child, addr) = start_serve(&["--snapshot".as_ref(), snapshot.as_os_str()]);
     let request: serde_json::Value = serde_json::from_slice(&std::fs::read(root().join("tests/fixtures/payloads/r2-nodecache-true/0037-preempt.json")).unwrap()).unwrap();
     let uids: Vec<serde_json::Value> = (0..5000).map(|i| serde_json::json!({"UID": format!("unknown-{i}")})).collect();
     let body = serde_json::json!({"Pod": request["Pod"], "NodeNameToMetaVictims": {"node-a1": {"Pods": uids, "NumPDBViolations": 0}}}).to_string();

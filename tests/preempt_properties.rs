@@ -31,7 +31,7 @@ fn gen_pod() -> impl Strategy<Value = GenPod> {
         .prop_map(|(class, cpu, bare, age, port, app)| GenPod { class, cpu: cpu * 100, bare, age, port, app })
 }
 
-fn gen_cluster() -> impl Strategy<Value = (Vec<(i64, Vec<GenPod>)>, Vec<i32>, i64, bool, &'static str)> {
+fn gen_cluster() -> impl Strategy<Value = (Cluster, Vec<i32>, i64, bool, &'static str)> {
     (
         prop::collection::vec((10i64..=80, prop::collection::vec(gen_pod(), 0..10)), 1..5),
         prop::collection::vec(0i32..3, 3),
@@ -41,33 +41,42 @@ fn gen_cluster() -> impl Strategy<Value = (Vec<(i64, Vec<GenPod>)>, Vec<i32>, i6
     )
 }
 
+type Cluster = Vec<(i64, Vec<GenPod>)>;
+
+/// Adds the generated nodes to `s`, and the pods that fit on them (kube-scheduler never
+/// overcommits a node), each finished by `finish`. Returns the node names.
+fn lay_out(mut s: Scenario, nodes: &Cluster, mut finish: impl FnMut(&mut Scenario, Pod, &GenPod) -> Pod) -> (Scenario, Vec<String>) {
+    let mut names = Vec::new();
+    for (i, (cpu, pods)) in nodes.iter().enumerate() {
+        let name = format!("n{i}");
+        s = s.node(node(&name, cpu * 100, 64));
+        let mut used = 0;
+        for (j, g) in pods.iter().enumerate() {
+            if used + g.cpu > cpu * 100 {
+                continue;
+            }
+            used += g.cpu;
+            let mut p = pod(&format!("p{i}x{j}"), g.class, Some(&name), g.cpu).started(g.age);
+            if g.bare {
+                p = p.bare();
+            }
+            let p = finish(&mut s, p, g);
+            s = s.pods([p]);
+        }
+        names.push(name);
+    }
+    (s, names)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
     fn every_answer_is_sound_and_minimal((nodes, budgets, want, want_port, pdb_mode) in gen_cluster()) {
-        let mut s = Scenario::new(policy(pdb_mode, "maxCandidates: 100"));
-        let mut names = Vec::new();
-        for (i, (cpu, pods)) in nodes.iter().enumerate() {
-            let name = format!("n{i}");
-            s = s.node(node(&name, cpu * 100, 64));
-            let mut used = 0;
-            for (j, g) in pods.iter().enumerate() {
-                if used + g.cpu > cpu * 100 {
-                    continue; // kube-scheduler never overcommits a node
-                }
-                used += g.cpu;
-                let mut p = pod(&format!("p{i}x{j}"), g.class, Some(&name), g.cpu).started(g.age).label("app", &format!("app{}", g.app));
-                if g.bare {
-                    p = p.bare();
-                }
-                if g.port {
-                    p = p.host_port(9100);
-                }
-                s = s.pods([p]);
-            }
-            names.push(name);
-        }
+        let (mut s, names) = lay_out(Scenario::new(policy(pdb_mode, "maxCandidates: 100")), &nodes, |_, p, g| {
+            let p = p.label("app", &format!("app{}", g.app));
+            if g.port { p.host_port(9100) } else { p }
+        });
         for (app, allowed) in budgets.iter().enumerate() {
             s = s.pdb(pdb(&format!("pdb{app}"), &format!("app{app}"), *allowed));
         }
@@ -168,29 +177,17 @@ proptest! {
     /// its replacement failed, never when requeue is off.
     #[test]
     fn no_bare_victim_without_a_requeue((nodes, _, want, _, _) in gen_cluster(), failed_mask in any::<u64>(), enabled in any::<bool>()) {
-        let mut s = Scenario::new(requeue_policy());
-        s.requeue = enabled;
-        let mut names = Vec::new();
-        for (i, (cpu, pods)) in nodes.iter().enumerate() {
-            let name = format!("n{i}");
-            s = s.node(node(&name, cpu * 100, 64));
-            let mut used = 0;
-            for (j, g) in pods.iter().enumerate() {
-                if used + g.cpu > cpu * 100 {
-                    continue;
+        let mut bit = 0;
+        let (mut s, names) = lay_out(Scenario::new(requeue_policy()), &nodes, |s, p, g| {
+            if g.bare {
+                if failed_mask & (1 << (bit % 64)) != 0 {
+                    s.requeue_failed.insert(p.uid.clone(), "injected".into());
                 }
-                used += g.cpu;
-                let mut p = pod(&format!("p{i}x{j}"), g.class, Some(&name), g.cpu).started(g.age);
-                if g.bare {
-                    p = p.bare();
-                    if failed_mask & (1 << ((i * 10 + j) % 64)) != 0 {
-                        s.requeue_failed.insert(p.uid.clone(), "injected".into());
-                    }
-                }
-                s = s.pods([p]);
+                bit += 1;
             }
-            names.push(name);
-        }
+            p
+        });
+        s.requeue = enabled;
         let node_refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let out = s.preempt(pod("preemptor", "online", None, want * 100), &node_refs);
         let by_uid: HashMap<&str, &Pod> = s.objects.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
