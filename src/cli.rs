@@ -14,6 +14,7 @@ use crate::http::{self, AppState, Limits, ViewSource};
 use crate::pipeline::{self, Verb};
 use crate::policy::Policy;
 use crate::tls::{self, TlsAcceptorCell, TlsFiles};
+use crate::wire::Caps;
 
 #[derive(Parser)]
 #[command(name = "coloc-extender", version, about = "kube-scheduler extender for co-located online/offline clusters")]
@@ -81,14 +82,8 @@ pub struct ServeArgs {
     /// (kube-scheduler chose otherwise), e.g. 60s.
     #[arg(long, default_value = "60s", value_parser = parse_secs)]
     pub requeue_evict_within: Duration,
-    #[arg(long, default_value_t = 128 << 20)]
-    pub max_body_bytes: usize,
-    /// Whole-request time limit, e.g. 4s (kube-scheduler gives up at its httpTimeout, 5s by default).
-    #[arg(long, default_value = "4s", value_parser = parse_secs)]
-    pub request_timeout: Duration,
-    /// Requests in flight before new ones get 503.
-    #[arg(long, default_value_t = 256, value_parser = parse_concurrency)]
-    pub max_concurrency: usize,
+    #[command(flatten)]
+    pub limits: LimitArgs,
     #[arg(long, requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     #[arg(long, requires = "tls_cert")]
@@ -102,6 +97,70 @@ pub struct ServeArgs {
     /// Log lines as JSON (for log pipelines) instead of text.
     #[arg(long)]
     pub log_json: bool,
+}
+
+/// What one request may cost, and how many may run at once.
+#[derive(clap::Args)]
+pub struct LimitArgs {
+    /// Largest request body, in bytes.
+    #[arg(long, default_value_t = 128 << 20)]
+    pub max_body_bytes: usize,
+    /// Bytes of request bodies held at once over all requests (at least --max-body-bytes);
+    /// beyond it new requests get 503 and kube-scheduler retries.
+    #[arg(long, default_value_t = 512 << 20)]
+    pub max_inflight_body_bytes: usize,
+    /// Whole-request time limit, e.g. 4s (kube-scheduler gives up at its httpTimeout, 5s by default).
+    #[arg(long, default_value = "4s", value_parser = parse_secs)]
+    pub request_timeout: Duration,
+    /// Time for a request body to arrive, e.g. 2s (at most --request-timeout).
+    #[arg(long, default_value = "2s", value_parser = parse_secs)]
+    pub body_timeout: Duration,
+    /// Requests admitted at once (bodies received, being decided) before new ones get 503.
+    #[arg(long, default_value_t = 256, value_parser = parse_concurrency)]
+    pub max_concurrency: usize,
+    /// Threads deciding large requests (default: the CPUs available).
+    #[arg(long, value_parser = parse_concurrency)]
+    pub decision_workers: Option<usize>,
+    /// Most nodes in one request (Nodes.items, NodeNames, preempt candidates).
+    #[arg(long, default_value_t = Caps::default().max_nodes, value_parser = parse_cap)]
+    pub max_nodes: usize,
+    /// Most victims proposed on one candidate node.
+    #[arg(long, default_value_t = Caps::default().max_victims_per_node, value_parser = parse_cap)]
+    pub max_victims_per_node: usize,
+    /// Most victims proposed over all candidate nodes of one preempt.
+    #[arg(long, default_value_t = Caps::default().max_victims, value_parser = parse_cap)]
+    pub max_victims: usize,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> anyhow::Result<Limits> {
+        if self.max_inflight_body_bytes < self.max_body_bytes {
+            bail!(
+                "--max-inflight-body-bytes {} is below --max-body-bytes {}: the largest body could never be admitted",
+                self.max_inflight_body_bytes,
+                self.max_body_bytes
+            );
+        }
+        let defaults = Limits::default();
+        Ok(Limits {
+            max_body_bytes: self.max_body_bytes,
+            max_inflight_body_bytes: self.max_inflight_body_bytes,
+            request_timeout: self.request_timeout,
+            body_timeout: self.body_timeout.min(self.request_timeout),
+            max_concurrency: self.max_concurrency,
+            decision_workers: self.decision_workers.unwrap_or(defaults.decision_workers),
+            caps: Caps { max_nodes: self.max_nodes, max_victims_per_node: self.max_victims_per_node, max_victims: self.max_victims },
+            ..defaults
+        })
+    }
+}
+
+fn parse_cap(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("0 would refuse every request: use at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
 }
 
 /// A duration of at least one second ("4s", "1m"): kube-scheduler's own timeouts are in
@@ -251,13 +310,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let requeue_classes = policy.requeue_classes().join(", ");
     let mut state = AppState::new(policy, view.clone(), source);
-    state.limits = Limits {
-        max_body_bytes: args.max_body_bytes,
-        request_timeout: args.request_timeout,
-        max_concurrency: args.max_concurrency,
-        requeue_budget: Duration::from_millis(args.requeue_budget_ms),
-        ..Limits::default()
-    };
+    state.limits = Limits { requeue_budget: Duration::from_millis(args.requeue_budget_ms), ..args.limits.limits()? };
     if !args.requeue && !requeue_classes.is_empty() {
         tracing::warn!(classes = %requeue_classes,
             "requeue is off (serve --kube --requeue): bare victims of these classes are protected, as with bare: protect");

@@ -8,7 +8,7 @@ use crate::decide::{self, Context, Explanation, Requeue};
 use crate::model::Timestamp;
 use crate::policy::Policy;
 use crate::requeue::RequeueIntent;
-use crate::wire::{self, response::to_json, response::to_json_sized, DecodeError, FilterResult, NodeSet};
+use crate::wire::{self, response::to_json, Bounds, response::to_json_sized, DecodeError, FilterResult, NodeSet};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
@@ -55,10 +55,17 @@ pub fn answer(verb: Verb, body: &[u8], policy: &Policy, view: Option<&View>, now
 }
 
 pub fn answer_in(verb: Verb, body: &[u8], ctx: &Context) -> Result<Answer, DecodeError> {
+    answer_within(verb, body, ctx, &Bounds::default())
+}
+
+/// `answer_in` under the request's caps and cancel flag: a cancelled request stops while
+/// decoding, or before deciding.
+pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) -> Result<Answer, DecodeError> {
     let ctx = *ctx;
     match verb {
         Verb::Filter => {
-            let args = wire::decode_extender_args(body)?;
+            let args = wire::decode_extender_args_within(body, bounds)?;
+            bounds.check()?;
             let out = decide::filter(&args, &ctx);
             let body = match &args.nodes {
                 NodeSet::Objects(nodes) => {
@@ -75,13 +82,15 @@ pub fn answer_in(verb: Verb, body: &[u8], ctx: &Context) -> Result<Answer, Decod
             Ok(Answer { body, pod: args.pod.key(), explanations: out.explanations, requeues: Vec::new() })
         }
         Verb::Prioritize => {
-            let args = wire::decode_extender_args(body)?;
+            let args = wire::decode_extender_args_within(body, bounds)?;
+            bounds.check()?;
             let out = decide::prioritize(&args, &ctx);
             Ok(Answer { body: to_json(&out.scores), pod: args.pod.key(), explanations: out.explanations, requeues: Vec::new() })
         }
         Verb::Preempt => {
             // Nodes the view knows are re-selected from its pods: skip decoding kube's.
-            let args = wire::decode_preempt_args_for(body, |node| ctx.view.is_none_or(|v| v.node(node).is_none()))?;
+            let args = wire::decode_preempt_args_for(body, |node| ctx.view.is_none_or(|v| v.node(node).is_none()), bounds)?;
+            bounds.check()?;
             let out = decide::preempt(&args, &ctx);
             Ok(Answer { body: to_json(&out.result), pod: args.pod.key(), explanations: out.explanations, requeues: out.requeues })
         }

@@ -177,12 +177,12 @@ fn sighup_reloads_the_policy_and_a_vanished_policy_file_is_reported() {
 #[cfg(unix)]
 #[test]
 fn one_request_logs_a_bounded_number_of_lines() {
-    // 5,000 unknown UIDs on a known node: one "ignored" decision each. The log gets at most
+    // 1,000 unknown UIDs (the per-node cap) on a known node: one "ignored" decision each. The log gets at most
     // 64 of them at info, and a line saying how many more there were.
     let snapshot = root().join("tests/fixtures/payloads/r2-nodecache-true/0037-preempt.snapshot.json");
     let (mut child, addr) = start_serve(&["--snapshot".as_ref(), snapshot.as_os_str()]);
     let request: serde_json::Value = serde_json::from_slice(&std::fs::read(root().join("tests/fixtures/payloads/r2-nodecache-true/0037-preempt.json")).unwrap()).unwrap();
-    let uids: Vec<serde_json::Value> = (0..5000).map(|i| serde_json::json!({"UID": format!("unknown-{i}")})).collect();
+    let uids: Vec<serde_json::Value> = (0..1000).map(|i| serde_json::json!({"UID": format!("unknown-{i}")})).collect();
     let body = serde_json::json!({"Pod": request["Pod"], "NodeNameToMetaVictims": {"node-a1": {"Pods": uids, "NumPDBViolations": 0}}}).to_string();
     let reply = http(&addr, &format!("POST /preempt HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()));
     assert!(reply.starts_with("HTTP/1.1 200"), "{}", &reply[..reply.len().min(300)]);

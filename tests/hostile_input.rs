@@ -8,6 +8,7 @@ use coloc_extender::http::ApiError;
 use coloc_extender::pipeline::{answer, Verb};
 use coloc_extender::policy::Policy;
 use coloc_extender::wire::request::MESSAGE_LIMIT;
+use coloc_extender::wire::{decode_extender_args_within, decode_preempt_args_for, Bounds, Caps, DecodeError};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -159,24 +160,95 @@ fn deep_nesting_is_rejected_not_overflowed() {
 }
 
 #[test]
-fn a_million_node_names_are_answered() {
+fn node_lists_up_to_the_cap_are_answered_and_one_more_is_refused_naming_the_cap() {
     let (policy, _, _) = fixtures();
-    let names: Vec<String> = (0..1_000_000).map(|i| format!("node-{i}")).collect();
-    let body = serde_json::to_vec(&serde_json::json!({"Pod": {"metadata": {"name": "p"}}, "NodeNames": names})).unwrap();
-    let a = answer(Verb::Filter, &body, policy, None, 0).unwrap();
+    let cap = Caps::default().max_nodes;
+    let body = |n: usize| {
+        let names: Vec<String> = (0..n).map(|i| format!("node-{i}")).collect();
+        serde_json::to_vec(&serde_json::json!({"Pod": {"metadata": {"name": "p"}}, "NodeNames": names})).unwrap()
+    };
+    let a = answer(Verb::Filter, &body(cap), policy, None, 0).unwrap();
     let out: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
-    assert_eq!(out["NodeNames"].as_array().unwrap().len(), 1_000_000);
+    assert_eq!(out["NodeNames"].as_array().unwrap().len(), cap);
+    let error = answer(Verb::Filter, &body(1_000_000), policy, None, 0).err().expect("refused");
+    assert!(matches!(error, DecodeError::TooMany { cap: c, flag: "--max-nodes", .. } if c == cap), "{error:?}");
+    assert_eq!(error.to_string(), format!("NodeNames has more than {cap} entries, the most one request may carry (--max-nodes)"));
 }
 
 #[test]
-fn huge_victim_lists_are_answered() {
+fn victim_lists_up_to_the_cap_are_answered_and_one_more_is_refused_naming_the_cap() {
     let (policy, view, _) = fixtures();
-    let uids: Vec<serde_json::Value> = (0..200_000).map(|i| serde_json::json!({"UID": format!("u{i}")})).collect();
-    let body = serde_json::to_vec(&serde_json::json!({
-        "Pod": {"metadata": {"name": "p"}, "spec": {"priorityClassName": "online-prod", "priority": 10000}},
-        "NodeNameToMetaVictims": {"node-a1": {"Pods": uids, "NumPDBViolations": 0}}
-    }))
-    .unwrap();
-    let a = answer(Verb::Preempt, &body, policy, Some(view), 0).unwrap();
+    let cap = Caps::default().max_victims_per_node;
+    let body = |n: usize| {
+        let uids: Vec<serde_json::Value> = (0..n).map(|i| serde_json::json!({"UID": format!("u{i}")})).collect();
+        serde_json::to_vec(&serde_json::json!({
+            "Pod": {"metadata": {"name": "p"}, "spec": {"priorityClassName": "online-prod", "priority": 10000}},
+            "NodeNameToMetaVictims": {"node-a1": {"Pods": uids, "NumPDBViolations": 0}}
+        }))
+        .unwrap()
+    };
+    let a = answer(Verb::Preempt, &body(cap), policy, Some(view), 0).unwrap();
     assert!(String::from_utf8_lossy(&a.body).starts_with("{\"NodeNameToMetaVictims\""));
+    let error = answer(Verb::Preempt, &body(200_000), policy, Some(view), 0).err().expect("refused");
+    assert_eq!(error.to_string(), format!("NodeNameToMetaVictims[node-a1].Pods has more than {cap} entries, the most one request may carry (--max-victims-per-node)"));
+}
+
+/// Caps small enough to hit with a hand-written body.
+const SMALL: Caps = Caps { max_nodes: 2, max_victims_per_node: 2, max_victims: 3 };
+
+fn preempt_error(body: serde_json::Value, caps: Caps) -> String {
+    let body = body.to_string();
+    match decode_preempt_args_for(body.as_bytes(), |_| true, &Bounds::new(caps, None)) {
+        Ok(_) => panic!("accepted over its caps: {body}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn victim(uid: &str) -> serde_json::Value {
+    serde_json::json!({"metadata": {"name": uid, "namespace": "b", "uid": uid}})
+}
+
+#[test]
+fn every_list_stops_at_its_cap_and_the_error_names_it() {
+    let pod = serde_json::json!({"metadata": {"name": "p"}});
+    let three_nodes: Vec<_> = (0..3).map(|i| serde_json::json!({"metadata": {"name": format!("n{i}")}})).collect();
+    let body = serde_json::json!({"Pod": pod, "Nodes": {"items": three_nodes}}).to_string();
+    let error = decode_extender_args_within(body.as_bytes(), &Bounds::new(SMALL, None)).err().unwrap().to_string();
+    assert_eq!(error, "Nodes.items has more than 2 entries, the most one request may carry (--max-nodes)");
+
+    let error = preempt_error(serde_json::json!({"Pod": pod, "NodeNameToVictims": {"a": {}, "b": {}, "c": {}}}), SMALL);
+    assert_eq!(error, "NodeNameToVictims (candidate nodes) has more than 2 entries, the most one request may carry (--max-nodes)");
+
+    let error = preempt_error(serde_json::json!({"Pod": pod, "NodeNameToVictims": {"a": {"Pods": [victim("1"), victim("2"), victim("3")]}}}), SMALL);
+    assert_eq!(error, "NodeNameToVictims[a].Pods has more than 2 entries, the most one request may carry (--max-victims-per-node)");
+
+    let error = preempt_error(
+        serde_json::json!({"Pod": pod, "NodeNameToMetaVictims": {"a": {"Pods": [{"UID": "1"}, {"UID": "2"}]}, "b": {"Pods": [{"UID": "3"}, {"UID": "4"}]}}}),
+        SMALL,
+    );
+    assert_eq!(error, "victims over all candidate nodes has more than 3 entries, the most one request may carry (--max-victims)");
+
+    // At the caps exactly, the same shapes decode.
+    let body = serde_json::json!({"Pod": pod, "NodeNameToVictims": {"a": {"Pods": [victim("1"), victim("2")]}, "b": {"Pods": [victim("3")]}}}).to_string();
+    assert!(decode_preempt_args_for(body.as_bytes(), |_| true, &Bounds::new(SMALL, None)).is_ok());
+}
+
+#[test]
+fn an_over_cap_request_is_413_too_many_items() {
+    let e = ApiError::from(DecodeError::TooMany { what: "NodeNames".into(), cap: 2, flag: "--max-nodes" });
+    assert_eq!((e.status.as_u16(), e.code), (413, "too_many_items"));
+    assert!(e.message.contains("NodeNames") && e.message.contains("--max-nodes"), "{}", e.message);
+}
+
+#[test]
+fn a_cancelled_request_stops_decoding() {
+    let cancelled = std::sync::atomic::AtomicBool::new(true);
+    let bounds = Bounds::new(Caps::default(), Some(&cancelled));
+    let names: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
+    let body = serde_json::json!({"Pod": {"metadata": {"name": "p"}}, "NodeNames": names}).to_string();
+    assert!(matches!(decode_extender_args_within(body.as_bytes(), &bounds), Err(DecodeError::Cancelled)));
+    let body = serde_json::json!({"Pod": {"metadata": {"name": "p"}}, "NodeNameToVictims": {"a": {"Pods": [victim("1")]}}}).to_string();
+    assert!(matches!(decode_preempt_args_for(body.as_bytes(), |_| true, &bounds), Err(DecodeError::Cancelled)));
+    let e = ApiError::from(DecodeError::Cancelled);
+    assert_eq!((e.status.as_u16(), e.code), (503, "cancelled"));
 }

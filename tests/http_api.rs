@@ -748,38 +748,7 @@ async fn no_concurrency_budget_answers_503_overloaded() {
     assert_eq!(status, StatusCode::OK);
 }
 
-#[tokio::test]
-async fn request_beyond_the_concurrency_limit_is_refused_not_queued() {
-    let mut state = state_with(Policy::builtin_default(), None);
-    state.limits.max_concurrency = 1;
-    state.limits.request_timeout = Duration::from_secs(30);
-    let app = router(state, "");
-    let hog = tokio::spawn({
-        let app = app.clone();
-        async move { post(&app, "/filter", stalled_body()).await }
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    err_json(&app, "/filter", payload(R2, "0001-filter.json"), 503, "overloaded").await;
-    hog.abort();
-    let _ = hog.await;
-    // The permit is released once the stalled request is gone.
-    ok_json(&app, "/filter", payload(R2, "0001-filter.json")).await;
-}
-
-#[tokio::test]
-async fn slow_body_times_out_with_503() {
-    let mut state = state_with(Policy::builtin_default(), None);
-    state.limits.request_timeout = Duration::from_millis(1);
-    let app = router(state, "");
-    let answer = tokio::time::timeout(Duration::from_secs(10), post(&app, "/filter", stalled_body()))
-        .await
-        .expect("the service must give up on its own");
-    assert_eq!(answer.0, StatusCode::SERVICE_UNAVAILABLE);
-    let v: Value = serde_json::from_slice(&answer.1).unwrap();
-    assert_eq!(v["code"], "timeout", "{v}");
-    let (_, metrics) = get(&app, "/metrics").await;
-    assert!(metrics.lines().any(|l| l.starts_with("coloc_requests_total") && l.contains("code=\"timeout\"")), "{metrics}");
-}
+// Admission (body first, then a slot), timeouts and cancellation: tests/admission.rs.
 
 // ---- 6. health, readiness, metrics -------------------------------------------------------
 

@@ -58,6 +58,8 @@ impl From<DecodeError> for ApiError {
             DecodeError::VictimElsewhere { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "victim_not_on_node"),
             DecodeError::DuplicateNode { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "duplicate_node"),
             DecodeError::VictimWithoutUid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "missing_uid"),
+            DecodeError::TooMany { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "too_many_items"),
+            DecodeError::Cancelled => (StatusCode::SERVICE_UNAVAILABLE, "cancelled"),
             DecodeError::PodField(_)
             | DecodeError::NodeField { .. }
             | DecodeError::VictimField { .. }

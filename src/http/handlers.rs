@@ -5,55 +5,76 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
+use axum::extract::{Extension, Request as HttpRequest, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::admission::{Admitted, Gate};
 use super::error::ApiError;
 use super::metrics;
 use super::state::{AppState, ViewSource};
+use super::workers::{Cancel, Workers};
 use crate::decide::{Context, Requeue};
 use crate::pipeline::{self, Answer, Verb};
 use crate::requeue::kube::Requeuer;
+use crate::wire::{Bounds, DecodeError};
 
-pub async fn filter(state: State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
-    handle(Verb::Filter, state, body).await
+/// What the verb routes share besides `AppState`: admission budgets and the workers.
+pub struct Verbs {
+    pub gate: Gate,
+    pub workers: Workers,
 }
 
-pub async fn prioritize(state: State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
-    handle(Verb::Prioritize, state, body).await
+pub async fn filter(state: State<AppState>, verbs: Extension<Arc<Verbs>>, req: HttpRequest) -> Response {
+    handle(Verb::Filter, state, verbs, req).await
 }
 
-pub async fn preempt(state: State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
-    handle(Verb::Preempt, state, body).await
+pub async fn prioritize(state: State<AppState>, verbs: Extension<Arc<Verbs>>, req: HttpRequest) -> Response {
+    handle(Verb::Prioritize, state, verbs, req).await
 }
 
-async fn handle(verb: Verb, State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+pub async fn preempt(state: State<AppState>, verbs: Extension<Arc<Verbs>>, req: HttpRequest) -> Response {
+    handle(Verb::Preempt, state, verbs, req).await
+}
+
+async fn handle(verb: Verb, State(state): State<AppState>, Extension(verbs): Extension<Arc<Verbs>>, req: HttpRequest) -> Response {
     let started = Instant::now();
-    let result = match body {
-        Ok(body) => run(verb, &state, body).await,
-        Err(rejection) => Err(body_error(rejection, state.limits.max_body_bytes)),
+    // Dropped with this future (timeout, client gone): work still running stops.
+    let cancel = Cancel::default();
+    let guard = cancel.on_drop();
+    let (parts, body) = req.into_parts();
+    let result = match verbs.gate.admit(&parts.headers, body, &state.limits).await {
+        Ok((body, admitted)) => run(verb, &state, &verbs, AdmittedRequest { body, admitted: Arc::new(admitted), cancel }).await,
+        Err(e) => Err(e),
     };
-    let response = match result {
+    guard.disarm();
+    let seconds = || started.elapsed().as_secs_f64();
+    match result {
         Ok(answer) => {
             log_answer(verb, &answer, started);
             metrics::record_decisions(verb.as_str(), &answer.explanations);
+            metrics::record_request(verb.as_str(), 200, "ok", seconds());
             ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response()
         }
         Err(e) => {
-            tracing::warn!(verb = verb.as_str(), status = e.status.as_u16(), code = e.code, error = %e.message, "request rejected");
+            metrics::record_request(verb.as_str(), e.status.as_u16(), e.code, seconds());
+            metrics::warn_refusal(verb.as_str(), e.status.as_u16(), e.code, &e.message);
             e.into_response()
         }
-    };
-    metrics::record_request(verb.as_str(), response.status().as_u16(), started.elapsed().as_secs_f64());
-    response
+    }
 }
 
-async fn run(verb: Verb, state: &AppState, body: Bytes) -> Result<Answer, ApiError> {
+/// An admitted request: its body, what it holds, and its cancel flag.
+struct AdmittedRequest {
+    body: Bytes,
+    admitted: Arc<Admitted>,
+    cancel: Cancel,
+}
+
+async fn run(verb: Verb, state: &AppState, verbs: &Verbs, req: AdmittedRequest) -> Result<Answer, ApiError> {
     match (&state.requeuer, verb) {
-        (Some(requeuer), Verb::Preempt) => preempt_with_requeue(state, requeuer, body).await,
-        _ => decide(verb, state, body, None).await,
+        (Some(requeuer), Verb::Preempt) => preempt_with_requeue(state, verbs, requeuer, &req).await,
+        _ => decide(verb, state, verbs, &req, None).await,
     }
 }
 
@@ -63,11 +84,11 @@ const REQUEUE_ROUNDS: usize = 3;
 /// A bare victim is answered only once its replacement is stored: decide, store the
 /// replacements the answer needs, and if any could not be stored decide again with those
 /// pods spared. If replacements keep failing, answer with requeue off.
-async fn preempt_with_requeue(state: &AppState, requeuer: &Requeuer, body: Bytes) -> Result<Answer, ApiError> {
+async fn preempt_with_requeue(state: &AppState, verbs: &Verbs, requeuer: &Requeuer, req: &AdmittedRequest) -> Result<Answer, ApiError> {
     let deadline = tokio::time::Instant::now() + state.limits.requeue_budget;
     let mut failed = BTreeMap::new();
     for _ in 0..REQUEUE_ROUNDS {
-        let answer = decide(Verb::Preempt, state, body.clone(), Some(Arc::new(failed.clone()))).await?;
+        let answer = decide(Verb::Preempt, state, verbs, req, Some(Arc::new(failed.clone()))).await?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         if answer.requeues.is_empty() {
             return Ok(answer);
@@ -83,42 +104,43 @@ async fn preempt_with_requeue(state: &AppState, requeuer: &Requeuer, body: Bytes
         failed.extend(newly);
     }
     tracing::warn!(failed = failed.len(), "requeue replacements keep failing: answering with requeue off for this preempt");
-    decide(Verb::Preempt, state, body, None).await
+    decide(Verb::Preempt, state, verbs, req, None).await
 }
 
 /// One decision. `requeue`: `None` when requeue is off, else the pods whose replacement
-/// could not be stored.
-async fn decide(verb: Verb, state: &AppState, body: Bytes, requeue: Option<Arc<BTreeMap<String, String>>>) -> Result<Answer, ApiError> {
+/// could not be stored. Large bodies are decided on the workers, which keep the request's
+/// admission until they finish and stop early once it is cancelled.
+async fn decide(verb: Verb, state: &AppState, verbs: &Verbs, req: &AdmittedRequest, requeue: Option<Arc<BTreeMap<String, String>>>) -> Result<Answer, ApiError> {
     let policy = state.policy.load_full();
     let view = state.view.load();
-    let now = (state.clock)();
-    let inline = body.len() <= state.limits.inline_decode_bytes;
+    let clock = state.clock.clone();
+    let inline = req.body.len() <= state.limits.inline_decode_bytes;
     let view_expected = state.view_source != ViewSource::None;
+    let caps = state.limits.caps;
+    let (body, admitted, cancel) = (req.body.clone(), req.admitted.clone(), req.cancel.clone());
     let work = move || {
+        let _admitted = admitted;
+        let now = clock();
         let requeue = match &requeue {
             Some(failed) => Requeue { enabled: true, failed },
             None => Requeue::disabled(),
         };
         let ctx = Context { policy: &policy, view: view.as_deref(), view_expected, now, requeue };
-        pipeline::answer_in(verb, &body, &ctx)
+        // Errors are rendered here: a message quoting a huge input is clipped off the I/O threads.
+        let answer = pipeline::answer_within(verb, &body, &ctx, &Bounds::new(caps, Some(cancel.flag())));
+        if matches!(answer, Err(DecodeError::Cancelled)) {
+            metrics::record_abandoned(verb.as_str());
+        }
+        answer.map_err(ApiError::from)
     };
-    let answer = if inline {
-        work()
-    } else {
-        tokio::task::spawn_blocking(work)
-            .await
-            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("decision task failed: {e}")))?
-    };
-    answer.map_err(ApiError::from)
-}
-
-fn body_error(rejection: BytesRejection, limit: usize) -> ApiError {
-    let status = rejection.status();
-    if status == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::new(status, "body_too_large", format!("request body exceeds the limit of {limit} bytes (--max-body-bytes)"))
-    } else {
-        ApiError::new(status, "unreadable_body", rejection.body_text())
+    if inline {
+        return work();
     }
+    verbs
+        .workers
+        .run(work)
+        .await
+        .unwrap_or_else(|| Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the decision workers are gone")))
 }
 
 fn log_answer(verb: Verb, answer: &Answer, started: Instant) {

@@ -36,7 +36,9 @@ pub fn handle() -> PrometheusHandle {
 
 fn describe() {
     metrics::describe_histogram!("coloc_request_duration_seconds", "Time to answer a request, by verb");
-    metrics::describe_counter!("coloc_requests_total", "Requests by verb and HTTP status");
+    metrics::describe_counter!("coloc_requests_total", "Requests by verb, HTTP status and code (ok or the error's code)");
+    metrics::describe_counter!("coloc_requests_abandoned_total", "Decisions stopped early because their request timed out or its client went away");
+    metrics::describe_gauge!("coloc_requests_in_flight", "Verb requests admitted and not yet finished (work that outlives a timeout included)");
     metrics::describe_counter!("coloc_decisions_total", "Decisions by verb, verdict and reason code");
     metrics::describe_counter!("coloc_pdb_violations_total", "PDB violations in preempt answers");
     metrics::describe_counter!("coloc_policy_reloads_total", "Policy reloads by result");
@@ -44,9 +46,10 @@ fn describe() {
     metrics::describe_gauge!("coloc_view_age_seconds", "Seconds since the cluster view was last rebuilt");
 }
 
-pub fn record_request(verb: &'static str, status: u16, seconds: f64) {
+/// An answered request; `code` is "ok" or the error's code.
+pub fn record_request(verb: &'static str, status: u16, code: &'static str, seconds: f64) {
     metrics::histogram!("coloc_request_duration_seconds", "verb" => verb).record(seconds);
-    metrics::counter!("coloc_requests_total", "verb" => verb, "status" => status.to_string()).increment(1);
+    metrics::counter!("coloc_requests_total", "verb" => verb, "status" => status.to_string(), "code" => code).increment(1);
 }
 
 /// Counts every decision except per-node "kept"/"score" lines, which would only
@@ -74,19 +77,29 @@ pub fn record_policy_reload(result: &'static str) {
     metrics::counter!("coloc_policy_reloads_total", "result" => result).increment(1);
 }
 
-/// Requests refused before a handler ran (overload, timeout, body too large): counted like
-/// any answer, and logged at most once a second with how many were not logged.
-pub fn record_refusal(path: &str, status: u16, code: &'static str) {
+/// Work stopped early because its request had been given up (timeout, client gone).
+pub fn record_abandoned(verb: &'static str) {
+    metrics::counter!("coloc_requests_abandoned_total", "verb" => verb).increment(1);
+}
+
+/// A request refused by the middleware (timeout): counted like any answer, and logged.
+pub fn record_refusal(path: &str, status: u16, code: &'static str, message: &str) {
     let verb = ["filter", "prioritize", "preempt"].into_iter().find(|v| path.ends_with(v)).unwrap_or("other");
     metrics::counter!("coloc_requests_total", "verb" => verb, "status" => status.to_string(), "code" => code).increment(1);
-    static LAST: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
-    static SUPPRESSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    warn_refusal(verb, status, code, message);
+}
+
+/// Logs a refused request at WARN, at most once a second, with how many were not logged.
+pub fn warn_refusal(verb: &str, status: u16, code: &str, message: &str) {
+    use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
     let now = crate::http::system_now();
-    let last = LAST.load(std::sync::atomic::Ordering::Relaxed);
-    if now > last && LAST.compare_exchange(last, now, std::sync::atomic::Ordering::Relaxed, std::sync::atomic::Ordering::Relaxed).is_ok() {
-        let suppressed = SUPPRESSED.swap(0, std::sync::atomic::Ordering::Relaxed);
-        tracing::warn!(verb, status, code, suppressed, "request refused");
+    let last = LAST.load(Ordering::Relaxed);
+    if now > last && LAST.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        let suppressed = SUPPRESSED.swap(0, Ordering::Relaxed);
+        tracing::warn!(verb, status, code, suppressed, error = %message, "request refused");
     } else {
-        SUPPRESSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        SUPPRESSED.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -10,6 +10,7 @@ use crate::cluster::ViewCell;
 use crate::model::Timestamp;
 use crate::policy::Policy;
 use crate::requeue::kube::Requeuer;
+use crate::wire::Caps;
 
 /// Where the cluster view comes from; decides what `/readyz` waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,6 +30,14 @@ pub struct Limits {
     pub inline_decode_bytes: usize,
     /// Time allowed for storing requeue replacements, all rounds of one preempt together.
     pub requeue_budget: Duration,
+    /// Bytes of request bodies held at once, over all requests; beyond it new ones get 503.
+    pub max_inflight_body_bytes: usize,
+    /// Time for a body to arrive (within `request_timeout`).
+    pub body_timeout: Duration,
+    /// Element caps of one request.
+    pub caps: Caps,
+    /// Threads deciding bodies above `inline_decode_bytes`.
+    pub decision_workers: usize,
 }
 
 impl Default for Limits {
@@ -39,6 +48,10 @@ impl Default for Limits {
             max_concurrency: 256,
             inline_decode_bytes: 256 << 10,
             requeue_budget: Duration::from_millis(1500),
+            max_inflight_body_bytes: 512 << 20,
+            body_timeout: Duration::from_secs(2),
+            caps: Caps::default(),
+            decision_workers: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
         }
     }
 }

@@ -1,8 +1,12 @@
 //! The extender wire format: decoding requests, encoding answers.
 
+pub mod bounds;
 pub mod k8s;
 pub mod request;
 pub mod response;
+mod seeds;
+mod strict;
 
-pub use request::{decode_extender_args, decode_preempt_args, decode_preempt_args_for, Candidates, DecodeError, ExtenderArgs, NodeSet, PreemptArgs};
+pub use bounds::{Bounds, Caps};
+pub use request::{decode_extender_args, decode_extender_args_within, decode_preempt_args, decode_preempt_args_for, Candidates, DecodeError, ExtenderArgs, NodeSet, PreemptArgs};
 pub use response::{FilterResult, HostPriority, MetaPod, MetaVictims, PreemptionResult};

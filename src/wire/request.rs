@@ -10,11 +10,13 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::{self, Write as _};
 
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::bounds::{Bounds, Stop};
 use super::k8s;
+use super::seeds::{self, Entries, ExtenderArgsSeed, PreemptArgsSeed, FULL, META};
+use super::strict;
 use crate::model;
 
 /// At most this many bytes of any one piece of input (a name, a quoted value) are quoted
@@ -42,6 +44,19 @@ pub enum DecodeError {
     DuplicateNode { node: String, list: &'static str },
     NegativePdbViolations { map: &'static str, node: String, value: i64 },
     VictimWithoutUid { map: &'static str, node: String, index: usize },
+    /// A list over its cap (`flag` raises it): refused before it is held in memory.
+    TooMany { what: String, cap: usize, flag: &'static str },
+    /// The answer is no longer wanted (timed out, client gone): decoding stopped.
+    Cancelled,
+}
+
+impl From<Stop> for DecodeError {
+    fn from(stop: Stop) -> Self {
+        match stop {
+            Stop::TooMany { what, cap, flag } => DecodeError::TooMany { what, cap, flag },
+            Stop::Cancelled => DecodeError::Cancelled,
+        }
+    }
 }
 
 /// Where an item decoded on its own sits in the request.
@@ -60,8 +75,6 @@ impl fmt::Display for ItemAt {
     }
 }
 
-const FULL: &str = "NodeNameToVictims";
-const META: &str = "NodeNameToMetaVictims";
 
 impl From<serde_json::Error> for DecodeError {
     fn from(e: serde_json::Error) -> Self {
@@ -130,6 +143,10 @@ impl DecodeError {
                 let field = if *map == META { "UID" } else { "metadata.uid" };
                 write!(out, "{map}[{}].Pods[{index}] has no {field}: a victim must name the pod it evicts", Clip(node))
             }
+            DecodeError::TooMany { what, cap, flag } => {
+                write!(out, "{what} has more than {cap} entries, the most one request may carry ({flag})")
+            }
+            DecodeError::Cancelled => out.write_str("the answer is no longer wanted (request timed out or client gone)"),
         }
     }
 }
@@ -316,85 +333,6 @@ pub struct PreemptArgs {
     pub candidates: Candidates,
 }
 
-fn is(key: &str, name: &str) -> bool {
-    key.eq_ignore_ascii_case(name)
-}
-
-/// Skips anything, including `null`.
-fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
-    map.next_value::<IgnoredAny>().map(|_| ())
-}
-
-/// The request's `Pod`, strictly (never from an array, at any depth).
-fn next_pod<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<k8s::Pod>, A::Error> {
-    map.next_value_seed(strict::Of::<Option<k8s::Pod>>::new())
-}
-
-// ---- top level -------------------------------------------------------------------------
-
-struct RawExtenderArgs<'a> {
-    pod: Option<k8s::Pod>,
-    nodes: Option<RawNodeList<'a>>,
-    node_names: Option<Vec<String>>,
-}
-
-/// `{items: [Node…]}`, an object only; the items stay raw until decoded one by one.
-struct RawNodeList<'a> {
-    items: Option<Vec<&'a RawValue>>,
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for RawNodeList<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = RawNodeList<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a NodeList object {items}")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut items = None;
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    if is(&key, "items") {
-                        items = map.next_value()?;
-                    } else {
-                        skip(&mut map)?;
-                    }
-                }
-                Ok(RawNodeList { items })
-            }
-        }
-        d.deserialize_map(V(std::marker::PhantomData))
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for RawExtenderArgs<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = RawExtenderArgs<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an ExtenderArgs object {Pod, Nodes, NodeNames}")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut out = RawExtenderArgs { pod: None, nodes: None, node_names: None };
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    if is(&key, "Pod") {
-                        out.pod = next_pod(&mut map)?;
-                    } else if is(&key, "Nodes") {
-                        out.nodes = map.next_value()?;
-                    } else if is(&key, "NodeNames") {
-                        out.node_names = map.next_value()?;
-                    } else {
-                        skip(&mut map)?;
-                    }
-                }
-                Ok(out)
-            }
-        }
-        d.deserialize_map(V(std::marker::PhantomData))
-    }
-}
-
 /// Just the name of an object, read leniently: only to name an item that failed to decode.
 #[derive(Deserialize)]
 struct Named {
@@ -422,17 +360,22 @@ fn name_of(raw: &RawValue, with_namespace: bool) -> Option<String> {
 }
 
 pub fn decode_extender_args(body: &[u8]) -> Result<ExtenderArgs<'_>, DecodeError> {
-    // One UTF-8 check for the whole body instead of one per string.
-    let raw: RawExtenderArgs = serde_json::from_str(std::str::from_utf8(body)?)?;
+    decode_extender_args_within(body, &Bounds::default())
+}
+
+/// `decode_extender_args` under the request's caps and cancel flag.
+pub fn decode_extender_args_within<'a>(body: &'a [u8], bounds: &Bounds) -> Result<ExtenderArgs<'a>, DecodeError> {
+    let raw = seeds::parse(body, ExtenderArgsSeed(bounds), bounds)?;
     let pod = raw.pod.ok_or(DecodeError::MissingPod)?.into_model().map_err(DecodeError::PodField)?;
     // Objects win when both are present: they carry everything names do.
-    let (nodes, list) = match (raw.nodes.and_then(|n| n.items), raw.node_names) {
+    let (nodes, list) = match (raw.node_items, raw.node_names) {
         (Some(items), _) => (
             NodeSet::Objects(
                 items
                     .into_iter()
                     .enumerate()
                     .map(|(index, raw)| {
+                        bounds.check()?;
                         let parsed: k8s::Node = strict::from_str(raw.get()).map_err(|error| DecodeError::Item {
                             at: ItemAt::Node { index },
                             name: name_of(raw, false),
@@ -460,165 +403,20 @@ pub fn decode_extender_args(body: &[u8]) -> Result<ExtenderArgs<'_>, DecodeError
 
 // ---- preempt --------------------------------------------------------------------------
 
-struct RawPreemptArgs<'a> {
-    pod: Option<k8s::Pod>,
-    full: Option<Entries<RawVictims<'a>>>,
-    meta: Option<Entries<RawMetaVictims>>,
-}
-
-/// A JSON object's entries in their order, repeated keys included (a `BTreeMap` would
-/// keep the last silently): node → victims.
-struct Entries<V>(Vec<(String, V)>);
-
-impl<'de, V: Deserialize<'de>> Deserialize<'de> for Entries<V> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Vis<V>(std::marker::PhantomData<V>);
-        impl<'de, V: Deserialize<'de>> Visitor<'de> for Vis<V> {
-            type Value = Entries<V>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a map of node name to victims")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(0).min(4096));
-                while let Some(key) = map.next_key::<String>()? {
-                    out.push((key, map.next_value()?));
-                }
-                Ok(Entries(out))
+/// A preempt map's entries as a map; a node listed twice is an error, as in filter.
+fn into_map<P, T>(entries: Entries<P>, list: &'static str, mut f: impl FnMut(&str, seeds::Listed<P>) -> Result<T, DecodeError>) -> Result<BTreeMap<String, T>, DecodeError> {
+    let mut out = BTreeMap::new();
+    for (node, v) in entries {
+        match out.entry(node) {
+            std::collections::btree_map::Entry::Occupied(e) => return Err(DecodeError::DuplicateNode { node: e.key().clone(), list }),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                let value = f(e.key(), v)?;
+                e.insert(value);
             }
         }
-        d.deserialize_map(Vis(std::marker::PhantomData))
     }
+    Ok(out)
 }
-
-impl<V> Entries<V> {
-    /// The entries as a map; a node listed twice is an error, as in filter.
-    fn into_map<T>(self, list: &'static str, mut f: impl FnMut(&str, V) -> Result<T, DecodeError>) -> Result<BTreeMap<String, T>, DecodeError> {
-        let mut out = BTreeMap::new();
-        for (node, v) in self.0 {
-            match out.entry(node) {
-                std::collections::btree_map::Entry::Occupied(e) => {
-                    return Err(DecodeError::DuplicateNode { node: e.key().clone(), list })
-                }
-                std::collections::btree_map::Entry::Vacant(e) => {
-                    let value = f(e.key(), v)?;
-                    e.insert(value);
-                }
-            }
-        }
-        Ok(out)
-    }
-}
-
-/// Victim pods kept as raw JSON until someone needs them.
-struct RawVictims<'a> {
-    pods: Vec<&'a RawValue>,
-    num_pdb_violations: i64,
-}
-
-struct RawMetaVictims {
-    /// `None` or `""`: a MetaPod without a UID (rejected with its node and index).
-    uids: Vec<Option<String>>,
-    num_pdb_violations: i64,
-}
-
-struct MetaPod(Option<String>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for RawPreemptArgs<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = RawPreemptArgs<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an ExtenderPreemptionArgs object {Pod, NodeNameToVictims, NodeNameToMetaVictims}")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut out = RawPreemptArgs { pod: None, full: None, meta: None };
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    if is(&key, "Pod") {
-                        out.pod = next_pod(&mut map)?;
-                    } else if is(&key, FULL) {
-                        out.full = map.next_value()?;
-                    } else if is(&key, META) {
-                        out.meta = map.next_value()?;
-                    } else {
-                        skip(&mut map)?;
-                    }
-                }
-                Ok(out)
-            }
-        }
-        d.deserialize_map(V(std::marker::PhantomData))
-    }
-}
-
-/// `{Pods, NumPDBViolations}` with pods of type `P`, keys in any case.
-struct VictimsSeed<P>(std::marker::PhantomData<P>);
-
-impl<'de, P: Deserialize<'de>> DeserializeSeed<'de> for VictimsSeed<P> {
-    type Value = (Vec<P>, i64);
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        struct V<P>(std::marker::PhantomData<P>);
-        impl<'de, P: Deserialize<'de>> Visitor<'de> for V<P> {
-            type Value = (Vec<P>, i64);
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a victims object {Pods, NumPDBViolations}")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let (mut pods, mut n) = (Vec::new(), 0);
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    if is(&key, "Pods") {
-                        pods = map.next_value::<Option<Vec<P>>>()?.unwrap_or_default();
-                    } else if is(&key, "NumPDBViolations") {
-                        n = map.next_value::<Option<i64>>()?.unwrap_or(0);
-                    } else {
-                        skip(&mut map)?;
-                    }
-                }
-                Ok((pods, n))
-            }
-        }
-        d.deserialize_map(V(std::marker::PhantomData))
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for RawVictims<'a> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (pods, num_pdb_violations) = VictimsSeed::<&'a RawValue>(std::marker::PhantomData).deserialize(d)?;
-        Ok(RawVictims { pods, num_pdb_violations })
-    }
-}
-
-impl<'de> Deserialize<'de> for RawMetaVictims {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let (pods, num_pdb_violations) = VictimsSeed::<MetaPod>(std::marker::PhantomData).deserialize(d)?;
-        Ok(RawMetaVictims { uids: pods.into_iter().map(|p| p.0).collect(), num_pdb_violations })
-    }
-}
-
-impl<'de> Deserialize<'de> for MetaPod {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = MetaPod;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a MetaPod object {UID}")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut uid = None;
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    if is(&key, "UID") {
-                        uid = map.next_value::<Option<String>>()?;
-                    } else {
-                        skip(&mut map)?;
-                    }
-                }
-                Ok(MetaPod(uid))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
 /// A victim pod of which only the UID is read.
 #[derive(Deserialize)]
 struct UidOnly {
@@ -693,17 +491,19 @@ fn fingerprint(s: &str) -> u64 {
 }
 
 pub fn decode_preempt_args(body: &[u8]) -> Result<PreemptArgs, DecodeError> {
-    decode_preempt_args_for(body, |_| true)
+    decode_preempt_args_for(body, |_| true, &Bounds::default())
 }
 
 /// Like `decode_preempt_args`, but full victim pods are decoded only for nodes where
-/// `needs_pods(node)` (the cluster view re-selects the others from its own pods).
-pub fn decode_preempt_args_for(body: &[u8], needs_pods: impl Fn(&str) -> bool) -> Result<PreemptArgs, DecodeError> {
-    let raw: RawPreemptArgs = serde_json::from_str(std::str::from_utf8(body)?)?;
+/// `needs_pods(node)` (the cluster view re-selects the others from its own pods), under the
+/// request's caps and cancel flag.
+pub fn decode_preempt_args_for(body: &[u8], needs_pods: impl Fn(&str) -> bool, bounds: &Bounds) -> Result<PreemptArgs, DecodeError> {
+    let raw = seeds::parse(body, PreemptArgsSeed(bounds), bounds)?;
     let pod = raw.pod.ok_or(DecodeError::MissingPod)?.into_model().map_err(DecodeError::PodField)?;
     // Full victims win when both are present: they carry everything UIDs do.
     let candidates = match (raw.full, raw.meta) {
-        (Some(full), _) => Candidates::Full(full.into_map(FULL, |node, v| {
+        (Some(full), _) => Candidates::Full(into_map(full, FULL, |node, v| {
+            bounds.check()?;
             let num_pdb_violations = check_violations(FULL, node, v.num_pdb_violations)?;
             let item_error = |index: usize, raw: &RawValue, error| DecodeError::Item {
                 at: ItemAt::Victim { node: node.to_string(), index },
@@ -722,6 +522,7 @@ pub fn decode_preempt_args_for(body: &[u8], needs_pods: impl Fn(&str) -> bool) -
             } else {
                 let mut pods = Vec::with_capacity(v.pods.len());
                 for (index, raw) in v.pods.into_iter().enumerate() {
+                    bounds.check()?;
                     let pod = strict::from_str::<k8s::Pod>(raw.get())
                         .map_err(|e| item_error(index, raw, e))?
                         .into_model()
@@ -743,12 +544,12 @@ pub fn decode_preempt_args_for(body: &[u8], needs_pods: impl Fn(&str) -> bool) -
             };
             Ok(victims)
         })?),
-        (None, Some(meta)) => Candidates::Meta(meta.into_map(META, |node, v| {
+        (None, Some(meta)) => Candidates::Meta(into_map(meta, META, |node, v| {
             let num_pdb_violations = check_violations(META, node, v.num_pdb_violations)?;
-            if let Some(index) = v.uids.iter().position(|u| u.as_deref().is_none_or(str::is_empty)) {
+            if let Some(index) = v.pods.iter().position(|u| u.0.as_deref().is_none_or(str::is_empty)) {
                 check_uid(META, node, index, "")?;
             }
-            let mut uids: Vec<String> = v.uids.into_iter().map(Option::unwrap_or_default).collect();
+            let mut uids: Vec<String> = v.pods.into_iter().map(|p| p.0.unwrap_or_default()).collect();
             keep_first(META, node, &mut uids, |u| u);
             Ok(MetaVictims { uids, num_pdb_violations })
         })?),
@@ -756,197 +557,4 @@ pub fn decode_preempt_args_for(body: &[u8], needs_pods: impl Fn(&str) -> bool) -
         (None, None) => Candidates::Meta(BTreeMap::new()),
     };
     Ok(PreemptArgs { pod, candidates })
-}
-
-// ---- objects only -------------------------------------------------------------------------
-
-/// A `Deserializer` adapter under which a struct is read only from a JSON object.
-/// serde's derive asks for `deserialize_struct`, which serde_json also answers from an
-/// array (fields by position): `"Pod": [{..}, {..}]` would be read as a Pod whose
-/// metadata is the first element. Under `Strict`, `deserialize_struct` is
-/// `deserialize_map`, at every depth (nested deserializers, seqs and maps are wrapped
-/// too), so an array where an object belongs is "invalid type: sequence, expected struct
-/// X". Everything else is forwarded unchanged, borrowed strings included.
-mod strict {
-    use serde::de::{self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess, VariantAccess, Visitor};
-    use std::fmt;
-    use std::marker::PhantomData;
-
-    pub struct Strict<D>(pub D);
-    pub struct Seed<S>(pub S);
-    struct V<W>(W);
-    struct Access<A>(A);
-
-    /// `T` decoded strictly, as a seed.
-    pub struct Of<T>(PhantomData<T>);
-
-    impl<T> Of<T> {
-        pub fn new() -> Self {
-            Of(PhantomData)
-        }
-    }
-
-    impl<'de, T: de::Deserialize<'de>> DeserializeSeed<'de> for Of<T> {
-        type Value = T;
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
-            T::deserialize(Strict(d))
-        }
-    }
-
-    /// `serde_json::from_str`, strictly.
-    pub fn from_str<'a, T: de::Deserialize<'a>>(s: &'a str) -> serde_json::Result<T> {
-        let mut de = serde_json::Deserializer::from_str(s);
-        let value = T::deserialize(Strict(&mut de))?;
-        de.end()?;
-        Ok(value)
-    }
-
-    impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Seed<S> {
-        type Value = S::Value;
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<S::Value, D::Error> {
-            self.0.deserialize(Strict(d))
-        }
-    }
-
-    macro_rules! forward_deserialize {
-        ($($m:ident)*) => {$(
-            fn $m<W: Visitor<'de>>(self, v: W) -> Result<W::Value, Self::Error> {
-                self.0.$m(V(v))
-            }
-        )*};
-    }
-
-    impl<'de, D: Deserializer<'de>> Deserializer<'de> for Strict<D> {
-        type Error = D::Error;
-
-        forward_deserialize!(
-            deserialize_any deserialize_bool deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64
-            deserialize_i128 deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64 deserialize_u128
-            deserialize_f32 deserialize_f64 deserialize_char deserialize_str deserialize_string deserialize_bytes
-            deserialize_byte_buf deserialize_option deserialize_unit deserialize_seq deserialize_map
-            deserialize_identifier
-        );
-
-        fn deserialize_ignored_any<W: Visitor<'de>>(self, v: W) -> Result<W::Value, Self::Error> {
-            // Skipped values are not built: nothing to be strict about.
-            self.0.deserialize_ignored_any(v)
-        }
-        fn deserialize_unit_struct<W: Visitor<'de>>(self, name: &'static str, v: W) -> Result<W::Value, Self::Error> {
-            self.0.deserialize_unit_struct(name, V(v))
-        }
-        fn deserialize_newtype_struct<W: Visitor<'de>>(self, name: &'static str, v: W) -> Result<W::Value, Self::Error> {
-            self.0.deserialize_newtype_struct(name, V(v))
-        }
-        fn deserialize_tuple<W: Visitor<'de>>(self, len: usize, v: W) -> Result<W::Value, Self::Error> {
-            self.0.deserialize_tuple(len, V(v))
-        }
-        fn deserialize_tuple_struct<W: Visitor<'de>>(self, name: &'static str, len: usize, v: W) -> Result<W::Value, Self::Error> {
-            self.0.deserialize_tuple_struct(name, len, V(v))
-        }
-        fn deserialize_struct<W: Visitor<'de>>(self, _: &'static str, _: &'static [&'static str], v: W) -> Result<W::Value, Self::Error> {
-            // The point of `Strict`: a struct comes from an object, never from an array.
-            self.0.deserialize_map(V(v))
-        }
-        fn deserialize_enum<W: Visitor<'de>>(self, name: &'static str, variants: &'static [&'static str], v: W) -> Result<W::Value, Self::Error> {
-            self.0.deserialize_enum(name, variants, V(v))
-        }
-        fn is_human_readable(&self) -> bool {
-            self.0.is_human_readable()
-        }
-    }
-
-    macro_rules! forward_visit {
-        ($($m:ident: $t:ty),*) => {$(
-            fn $m<E: de::Error>(self, v: $t) -> Result<Self::Value, E> {
-                self.0.$m(v)
-            }
-        )*};
-    }
-
-    impl<'de, W: Visitor<'de>> Visitor<'de> for V<W> {
-        type Value = W::Value;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            self.0.expecting(f)
-        }
-
-        forward_visit!(
-            visit_bool: bool, visit_i8: i8, visit_i16: i16, visit_i32: i32, visit_i64: i64, visit_i128: i128,
-            visit_u8: u8, visit_u16: u16, visit_u32: u32, visit_u64: u64, visit_u128: u128,
-            visit_f32: f32, visit_f64: f64, visit_char: char,
-            visit_str: &str, visit_borrowed_str: &'de str, visit_string: String,
-            visit_bytes: &[u8], visit_borrowed_bytes: &'de [u8], visit_byte_buf: Vec<u8>
-        );
-
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            self.0.visit_none()
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            self.0.visit_unit()
-        }
-        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            self.0.visit_some(Strict(d))
-        }
-        fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            self.0.visit_newtype_struct(Strict(d))
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
-            self.0.visit_seq(Access(a))
-        }
-        fn visit_map<A: MapAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
-            self.0.visit_map(Access(a))
-        }
-        fn visit_enum<A: EnumAccess<'de>>(self, a: A) -> Result<Self::Value, A::Error> {
-            self.0.visit_enum(Access(a))
-        }
-    }
-
-    impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for Access<A> {
-        type Error = A::Error;
-        fn next_element_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<Option<S::Value>, A::Error> {
-            self.0.next_element_seed(Seed(seed))
-        }
-        fn size_hint(&self) -> Option<usize> {
-            self.0.size_hint()
-        }
-    }
-
-    impl<'de, A: MapAccess<'de>> MapAccess<'de> for Access<A> {
-        type Error = A::Error;
-        fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
-            // Keys are strings: nothing to wrap.
-            self.0.next_key_seed(seed)
-        }
-        fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, A::Error> {
-            self.0.next_value_seed(Seed(seed))
-        }
-        fn size_hint(&self) -> Option<usize> {
-            self.0.size_hint()
-        }
-    }
-
-    impl<'de, A: EnumAccess<'de>> EnumAccess<'de> for Access<A> {
-        type Error = A::Error;
-        type Variant = Access<A::Variant>;
-        fn variant_seed<S: DeserializeSeed<'de>>(self, seed: S) -> Result<(S::Value, Self::Variant), A::Error> {
-            self.0.variant_seed(seed).map(|(v, a)| (v, Access(a)))
-        }
-    }
-
-    impl<'de, A: VariantAccess<'de>> VariantAccess<'de> for Access<A> {
-        type Error = A::Error;
-        fn unit_variant(self) -> Result<(), A::Error> {
-            self.0.unit_variant()
-        }
-        fn newtype_variant_seed<S: DeserializeSeed<'de>>(self, seed: S) -> Result<S::Value, A::Error> {
-            self.0.newtype_variant_seed(Seed(seed))
-        }
-        fn tuple_variant<W: Visitor<'de>>(self, len: usize, v: W) -> Result<W::Value, A::Error> {
-            self.0.tuple_variant(len, V(v))
-        }
-        fn struct_variant<W: Visitor<'de>>(self, fields: &'static [&'static str], v: W) -> Result<W::Value, A::Error> {
-            // No request type has enums; a struct variant would still accept an array here.
-            self.0.struct_variant(fields, V(v))
-        }
-    }
 }

@@ -1,0 +1,369 @@
+//! The first pass over a request body: its top-level shape, streamed under the request's
+//! [`Bounds`]. Lists are counted as they are read and stop at their cap; node objects and
+//! victim pods stay raw (`&RawValue`) until `request` decodes the ones decisions read.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::bounds::{Bounds, Stop};
+use super::k8s;
+use super::request::{clip, DecodeError, QUOTE_LIMIT};
+use super::strict;
+
+pub const FULL: &str = "NodeNameToVictims";
+pub const META: &str = "NodeNameToMetaVictims";
+
+/// Go matches JSON keys to field names case-insensitively, and so do we.
+fn is(key: &str, name: &str) -> bool {
+    key.eq_ignore_ascii_case(name)
+}
+
+/// Skips anything, including `null`.
+fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
+    map.next_value::<IgnoredAny>().map(|_| ())
+}
+
+/// The request's `Pod`, strictly (never from an array, at any depth).
+fn next_pod<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Option<k8s::Pod>, A::Error> {
+    map.next_value_seed(strict::Of::<Option<k8s::Pod>>::new())
+}
+
+/// Decodes `body` with `seed`; a stop recorded in `bounds` (cap, cancel) replaces the
+/// serde error it caused.
+pub fn parse<'de, S: DeserializeSeed<'de>>(body: &'de [u8], seed: S, bounds: &Bounds) -> Result<S::Value, DecodeError> {
+    let text = std::str::from_utf8(body)?;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = seed.deserialize(&mut de).and_then(|v| de.end().map(|()| v));
+    value.map_err(|e| match bounds.take_stop() {
+        Some(stop) => DecodeError::from(stop),
+        None => DecodeError::Json(e),
+    })
+}
+
+/// Stops the decode: records why, and returns the error that unwinds serde.
+fn stop<E: de::Error>(bounds: &Bounds, why: Stop) -> E {
+    bounds.stop(why);
+    E::custom("decoding stopped")
+}
+
+// ---- capped lists -----------------------------------------------------------------------
+
+/// Which list of the request a [`CappedSeq`] reads: its cap, and its name in errors.
+#[derive(Clone, Copy)]
+enum List<'n> {
+    NodeItems,
+    NodeNames,
+    Victims { map: &'static str, node: &'n str },
+}
+
+impl List<'_> {
+    fn cap(self, bounds: &Bounds) -> (usize, &'static str) {
+        match self {
+            List::NodeItems | List::NodeNames => (bounds.caps.max_nodes, "--max-nodes"),
+            List::Victims { .. } => (bounds.caps.max_victims_per_node, "--max-victims-per-node"),
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            List::NodeItems => "Nodes.items".into(),
+            List::NodeNames => "NodeNames".into(),
+            List::Victims { map, node } => format!("{map}[{}].Pods", clip(node, QUOTE_LIMIT)),
+        }
+    }
+}
+
+/// A JSON array of at most its list's cap of `T` (`null`: `None`).
+struct CappedSeq<'b, 'c, 'n, T> {
+    bounds: &'b Bounds<'c>,
+    list: List<'n>,
+    item: PhantomData<T>,
+}
+
+impl<'b, 'c, 'n, T> CappedSeq<'b, 'c, 'n, T> {
+    fn new(bounds: &'b Bounds<'c>, list: List<'n>) -> Self {
+        CappedSeq { bounds, list, item: PhantomData }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for CappedSeq<'_, '_, '_, T> {
+    type Value = Option<Vec<T>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for CappedSeq<'_, '_, '_, T> {
+    type Value = Option<Vec<T>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array")
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let (cap, flag) = self.list.cap(self.bounds);
+        let victims = matches!(self.list, List::Victims { .. });
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        while let Some(item) = seq.next_element::<T>()? {
+            if out.len() == cap {
+                return Err(stop(self.bounds, Stop::TooMany { what: self.list.name(), cap, flag }));
+            }
+            let counted = if victims { self.bounds.add_victim() } else { Ok(()) };
+            if let Err(why) = counted.and_then(|()| self.bounds.check()) {
+                return Err(stop(self.bounds, why));
+            }
+            out.push(item);
+        }
+        Ok(Some(out))
+    }
+}
+
+// ---- filter and prioritize ----------------------------------------------------------------
+
+pub struct RawExtenderArgs<'a> {
+    pub pod: Option<k8s::Pod>,
+    /// `Nodes.items`, each node still raw.
+    pub node_items: Option<Vec<&'a RawValue>>,
+    pub node_names: Option<Vec<String>>,
+}
+
+pub struct ExtenderArgsSeed<'b, 'c>(pub &'b Bounds<'c>);
+
+impl<'de, 'b, 'c> DeserializeSeed<'de> for ExtenderArgsSeed<'b, 'c> {
+    type Value = RawExtenderArgs<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ExtenderArgsSeed<'_, '_> {
+    type Value = RawExtenderArgs<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an ExtenderArgs object {Pod, Nodes, NodeNames}")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = RawExtenderArgs { pod: None, node_items: None, node_names: None };
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if is(&key, "Pod") {
+                out.pod = next_pod(&mut map)?;
+            } else if is(&key, "Nodes") {
+                out.node_items = map.next_value_seed(NodeListSeed(self.0))?.flatten();
+            } else if is(&key, "NodeNames") {
+                out.node_names = map.next_value_seed(CappedSeq::new(self.0, List::NodeNames))?;
+            } else {
+                skip(&mut map)?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `{items: [Node…]}` (an object only, or `null`); the items stay raw.
+struct NodeListSeed<'b, 'c>(&'b Bounds<'c>);
+
+impl<'de> DeserializeSeed<'de> for NodeListSeed<'_, '_> {
+    type Value = Option<Option<Vec<&'de RawValue>>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for NodeListSeed<'_, '_> {
+    type Value = Option<Option<Vec<&'de RawValue>>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a NodeList object {items}")
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut items = None;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if is(&key, "items") {
+                items = map.next_value_seed(CappedSeq::new(self.0, List::NodeItems))?;
+            } else {
+                skip(&mut map)?;
+            }
+        }
+        Ok(Some(items))
+    }
+}
+
+// ---- preempt --------------------------------------------------------------------------
+
+/// One candidate node's victims as sent: `P` is a raw pod (full mode) or a `MetaPod`.
+pub struct Listed<P> {
+    pub pods: Vec<P>,
+    pub num_pdb_violations: i64,
+}
+
+/// A preempt map's entries in their order, repeated keys included (a map type would keep
+/// the last silently): node → victims.
+pub type Entries<P> = Vec<(String, Listed<P>)>;
+
+pub struct RawPreemptArgs<'a> {
+    pub pod: Option<k8s::Pod>,
+    pub full: Option<Entries<&'a RawValue>>,
+    pub meta: Option<Entries<MetaPod>>,
+}
+
+pub struct PreemptArgsSeed<'b, 'c>(pub &'b Bounds<'c>);
+
+impl<'de> DeserializeSeed<'de> for PreemptArgsSeed<'_, '_> {
+    type Value = RawPreemptArgs<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for PreemptArgsSeed<'_, '_> {
+    type Value = RawPreemptArgs<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an ExtenderPreemptionArgs object {Pod, NodeNameToVictims, NodeNameToMetaVictims}")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = RawPreemptArgs { pod: None, full: None, meta: None };
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if is(&key, "Pod") {
+                out.pod = next_pod(&mut map)?;
+            } else if is(&key, FULL) {
+                out.full = map.next_value_seed(CandidateMap::new(self.0, FULL))?;
+            } else if is(&key, META) {
+                out.meta = map.next_value_seed(CandidateMap::new(self.0, META))?;
+            } else {
+                skip(&mut map)?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// `{node: {Pods, NumPDBViolations}, …}` (or `null`), at most `--max-nodes` nodes.
+struct CandidateMap<'b, 'c, P> {
+    bounds: &'b Bounds<'c>,
+    map: &'static str,
+    pod: PhantomData<P>,
+}
+
+impl<'b, 'c, P> CandidateMap<'b, 'c, P> {
+    fn new(bounds: &'b Bounds<'c>, map: &'static str) -> Self {
+        CandidateMap { bounds, map, pod: PhantomData }
+    }
+}
+
+impl<'de, P: Deserialize<'de>> DeserializeSeed<'de> for CandidateMap<'_, '_, P> {
+    type Value = Option<Entries<P>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de, P: Deserialize<'de>> Visitor<'de> for CandidateMap<'_, '_, P> {
+    type Value = Option<Entries<P>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a map of node name to victims")
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let cap = self.bounds.caps.max_nodes;
+        let mut out = Vec::with_capacity(map.size_hint().unwrap_or(0).min(1024));
+        while let Some(node) = map.next_key::<String>()? {
+            if out.len() == cap {
+                return Err(stop(self.bounds, Stop::TooMany { what: format!("{} (candidate nodes)", self.map), cap, flag: "--max-nodes" }));
+            }
+            if let Err(why) = self.bounds.check() {
+                return Err(stop(self.bounds, why));
+            }
+            let victims = map.next_value_seed(VictimsSeed { bounds: self.bounds, list: List::Victims { map: self.map, node: &node }, pod: PhantomData })?;
+            out.push((node, victims));
+        }
+        Ok(Some(out))
+    }
+}
+
+/// `{Pods, NumPDBViolations}` with pods of type `P`, keys in any case.
+struct VictimsSeed<'b, 'c, 'n, P> {
+    bounds: &'b Bounds<'c>,
+    list: List<'n>,
+    pod: PhantomData<P>,
+}
+
+impl<'de, P: Deserialize<'de>> DeserializeSeed<'de> for VictimsSeed<'_, '_, '_, P> {
+    type Value = Listed<P>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de, P: Deserialize<'de>> Visitor<'de> for VictimsSeed<'_, '_, '_, P> {
+    type Value = Listed<P>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a victims object {Pods, NumPDBViolations}")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = Listed { pods: Vec::new(), num_pdb_violations: 0 };
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if is(&key, "Pods") {
+                out.pods = map.next_value_seed(CappedSeq::new(self.bounds, self.list))?.unwrap_or_default();
+            } else if is(&key, "NumPDBViolations") {
+                out.num_pdb_violations = map.next_value::<Option<i64>>()?.unwrap_or(0);
+            } else {
+                skip(&mut map)?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A `MetaPod`'s UID; `None` or `""` when it has none (rejected with its node and index).
+pub struct MetaPod(pub Option<String>);
+
+impl<'de> Deserialize<'de> for MetaPod {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = MetaPod;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a MetaPod object {UID}")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut uid = None;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if is(&key, "UID") {
+                        uid = map.next_value::<Option<String>>()?;
+                    } else {
+                        skip(&mut map)?;
+                    }
+                }
+                Ok(MetaPod(uid))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
