@@ -113,6 +113,18 @@ impl FakeApi {
         self.shared.store.lock().unwrap().list_kind(kind)
     }
 
+    /// Stops serving `group/version` (a CRD uninstalled, an API version switched off):
+    /// discovery and its paths answer 404. Stored objects stay, for when it is served again.
+    pub fn unserve(&self, api_version: &str) {
+        self.shared.store.lock().unwrap().unserved.insert(api_version.to_string());
+        self.break_watches();
+    }
+
+    /// Serves `group/version` again (a CRD installed).
+    pub fn serve(&self, api_version: &str) {
+        self.shared.store.lock().unwrap().unserved.remove(api_version);
+    }
+
     /// Makes the next `times` matching requests (u32::MAX: until cleared) fail with `status`
     /// and a Status body whose reason derives from it. `verb` is "list", "watch", "get",
     /// "create", "patch", "update", "delete" (or "evict", "bind", "deletecollection");
