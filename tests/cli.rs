@@ -196,3 +196,20 @@ fn one_request_logs_a_bounded_number_of_lines() {
     assert!(log.contains("more decision lines"), "{log}");
     assert!(log.len() < 64 << 10, "{} bytes of log for one request", log.len());
 }
+
+#[test]
+fn replay_reads_podgroups_from_the_snapshot() {
+    let p = root().join("tests/fixtures/gangs");
+    let out = Command::new(BIN)
+        .args(["replay", "--verb", "preempt", "--now", "2026-11-21T19:00:00Z", "--snapshot"])
+        .arg(p.join("snapshot.json"))
+        .arg(p.join("preempt.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["NodeNameToMetaVictims"].as_object().unwrap().keys().collect::<Vec<_>>(), vec!["n2"]);
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(why.contains("[gang_all_split] PodGroup ml/train-7 (native, disruptionMode All)"), "{why}");
+    assert!(why.contains("PodGroup ml/vc (volcano, minMember 0, 0 would remain)"), "{why}");
+}

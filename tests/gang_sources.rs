@@ -215,3 +215,45 @@ fn a_podgroup_deleted_while_its_pods_run_leaves_a_gang_needing_every_member() {
     assert_eq!((info.size, info.min, info.disruption, info.priority), (4, 4, DisruptionMode::Single, None));
     assert!(info.min_from.contains("PodGroup not in the view"), "{}", info.min_from);
 }
+
+// ---- snapshots -----------------------------------------------------------------------
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gangs").join(name)
+}
+
+#[test]
+fn a_snapshot_carries_the_podgroups_of_every_source_and_skips_unknown_ones() {
+    use coloc_extender::cluster::snapshot;
+    let objects = snapshot::load(&fixture("snapshot.json")).unwrap();
+    let mut groups: Vec<(GangSource, String, Option<usize>, DisruptionMode)> =
+        objects.pod_groups.iter().map(|g| (g.source, g.name.clone(), g.min_count, g.disruption)).collect();
+    groups.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    assert_eq!(groups, vec![
+        (GangSource::Native, "train-7".into(), Some(1), DisruptionMode::All),
+        (GangSource::Coscheduling, "cos".into(), Some(1), DisruptionMode::Single),
+        (GangSource::Volcano, "vc".into(), Some(0), DisruptionMode::Single),
+    ]);
+    // The same objects, listed again as the API server would (one List per kind, in any
+    // order), build the same gangs: what a snapshot holds is what the view reads.
+    let text: serde_json::Value = serde_json::from_slice(&std::fs::read(fixture("snapshot.json")).unwrap()).unwrap();
+    let mut items = text["items"].as_array().unwrap().clone();
+    items.reverse();
+    let again = snapshot::parse(serde_json::json!({"kind": "List", "items": items}).to_string().as_bytes()).unwrap();
+    let policy = policy("strict", "");
+    let (a, b) = (coloc_extender::cluster::View::build(objects, &policy), coloc_extender::cluster::View::build(again, &policy));
+    for name in ["ml/train-1", "ml/train-2", "ml/cos-1", "ml/vc-1"] {
+        let (pa, pb) = (a.pod(name).unwrap().clone(), b.pod(name).unwrap().clone());
+        assert_eq!(a.gang(&a.gang_of(&pa).unwrap(), &pa), b.gang(&b.gang_of(&pb).unwrap(), &pb), "{name}");
+    }
+}
+
+#[test]
+fn a_podgroup_with_an_unknown_disruption_mode_is_a_snapshot_error_naming_it() {
+    let bad = serde_json::json!({"kind": "List", "items": [
+        {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "metadata": {"name": "g", "namespace": "ml"},
+         "spec": {"disruptionMode": "Sometimes"}}
+    ]});
+    let err = coloc_extender::cluster::snapshot::parse(bad.to_string().as_bytes()).unwrap_err().to_string();
+    assert!(err.contains("PodGroup ml/g") && err.contains("spec.disruptionMode") && err.contains("Sometimes"), "{err}");
+}
