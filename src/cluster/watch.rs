@@ -340,16 +340,17 @@ pub async fn run_with(
         cell: cell.clone(),
         fresh: fresh.clone(),
     });
+    // Gang kinds served now hold the first view back until they have listed too: they are
+    // registered before any required kind can finish its list and publish.
+    let mut gang_kinds = optional::GangKinds::default();
+    gang_kinds.discover(&client, &shared, policy_seen.gangs.sources).await;
+    let mut discovered_at = tokio::time::Instant::now();
     // Terminal pods never hold resources in kube-scheduler's cache either.
     let pod_config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
     tokio::spawn(follow::<PodKind>(Api::all(client.clone()), pod_config, shared.clone()));
     tokio::spawn(follow::<NodeKind>(Api::all(client.clone()), Default::default(), shared.clone()));
     tokio::spawn(follow::<PdbKind>(Api::all(client.clone()), Default::default(), shared.clone()));
     tokio::spawn(follow::<PriorityClassKind>(Api::all(client.clone()), Default::default(), shared.clone()));
-    // Gang kinds served now hold the first view back until they have listed too.
-    let mut gang_kinds = optional::GangKinds::default();
-    gang_kinds.discover(&client, &shared, policy_seen.gangs.sources).await;
-    let mut discovered_at = tokio::time::Instant::now();
 
     loop {
         tokio::time::sleep(tick).await;
