@@ -25,7 +25,12 @@ const KUEUE_TOTAL: &str = "kueue.x-k8s.io/pod-group-total-count";
 /// that costs more by the usual measures (it ran longer). Whether n1 may be chosen depends
 /// only on the gang's minimum.
 fn one_member_on_n1(members: [Pod; 4], extra: impl FnOnce(Scenario) -> Scenario) -> Outcome {
-    let s = Scenario::new(policy("strict", ""))
+    one_member_on_n1_under("", members, extra)
+}
+
+/// The same, with `gangs` policy settings.
+fn one_member_on_n1_under(gangs: &str, members: [Pod; 4], extra: impl FnOnce(Scenario) -> Scenario) -> Outcome {
+    let s = Scenario::new(policy("strict", gangs))
         .node(node("n1", 1000, 8))
         .node(node("n2", 1000, 8))
         .node(node("n3", 3000, 8))
@@ -56,23 +61,14 @@ fn native_podgroup_members_above_min_count_are_cheap() {
     assert!(detail(&out, "gang_surplus").contains("PodGroup default/train-7 (native, minCount 3, 3 would remain)"));
 }
 
-#[test]
-fn coscheduling_podgroup_min_member_decides() {
-    let declare = |p: Pod| p.label(COSCHEDULING, "pg");
-    let out = one_member_on_n1(four(declare), |s| s.pod_group(pod_group(GangSource::Coscheduling, "pg", 3)));
+#[rstest::rstest]
+#[case::coscheduling(GangSource::Coscheduling, |p: Pod| p.label(COSCHEDULING, "pg"), "PodGroup default/pg (coscheduling, minMember 3")]
+#[case::volcano(GangSource::Volcano, |p: Pod| p.annotate(VOLCANO, "pg"), "PodGroup default/pg (volcano, minMember 3")]
+fn a_crd_podgroup_min_member_decides(#[case] source: GangSource, #[case] declare: fn(Pod) -> Pod, #[case] surplus: &str) {
+    let out = one_member_on_n1(four(declare), |s| s.pod_group(pod_group(source, "pg", 3)));
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["m-1"]))]), "{}", out.explain());
-    assert!(detail(&out, "gang_surplus").contains("(coscheduling, minMember 3"));
-    let out = one_member_on_n1(four(declare), |s| s.pod_group(pod_group(GangSource::Coscheduling, "pg", 4)));
-    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["plain"]))]), "{}", out.explain());
-}
-
-#[test]
-fn volcano_podgroup_min_member_decides() {
-    let declare = |p: Pod| p.annotate(VOLCANO, "vj");
-    let out = one_member_on_n1(four(declare), |s| s.pod_group(pod_group(GangSource::Volcano, "vj", 3)));
-    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["m-1"]))]), "{}", out.explain());
-    assert!(detail(&out, "gang_surplus").contains("PodGroup default/vj (volcano, minMember 3"));
-    let out = one_member_on_n1(four(declare), |s| s.pod_group(pod_group(GangSource::Volcano, "vj", 4)));
+    assert!(detail(&out, "gang_surplus").contains(surplus), "{}", out.explain());
+    let out = one_member_on_n1(four(declare), |s| s.pod_group(pod_group(source, "pg", 4)));
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["plain"]))]), "{}", out.explain());
 }
 
@@ -108,28 +104,18 @@ fn a_native_reference_wins_over_a_coscheduling_label() {
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["plain"]))]), "{}", out.explain());
     assert!(detail(&out, "gang_broken").contains("PodGroup default/tight (native"));
     // With the native source off, the label is what is left.
-    let mut s = Scenario::new(policy("strict", "gangs: {sources: {native: false}}"))
-        .node(node("n1", 1000, 8))
-        .node(node("n2", 1000, 8))
-        .node(node("n3", 3000, 8))
-        .pods(four(|p| p.in_pod_group("tight").label(COSCHEDULING, "loose")))
-        .pods([batch("plain", "n2").started(99_999)]);
-    s = s.pod_group(pod_group(GangSource::Native, "tight", 4)).pod_group(pod_group(GangSource::Coscheduling, "loose", 1));
-    let out = s.preempt(online(1000), &["n1", "n2"]);
+    let out = one_member_on_n1_under("gangs: {sources: {native: false}}", four(|p| p.in_pod_group("tight").label(COSCHEDULING, "loose")), |s| {
+        s.pod_group(pod_group(GangSource::Native, "tight", 4)).pod_group(pod_group(GangSource::Coscheduling, "loose", 1))
+    });
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["m-1"]))]), "{}", out.explain());
     assert!(detail(&out, "gang_surplus").contains("PodGroup default/loose (coscheduling"));
 }
 
 #[test]
 fn a_disabled_source_makes_no_gang() {
-    let s = Scenario::new(policy("strict", "gangs: {sources: {volcano: false}}"))
-        .node(node("n1", 1000, 8))
-        .node(node("n2", 1000, 8))
-        .node(node("n3", 3000, 8))
-        .pods(four(|p| p.annotate(VOLCANO, "vj")))
-        .pods([batch("plain", "n2").started(99_999)])
-        .pod_group(pod_group(GangSource::Volcano, "vj", 4));
-    let out = s.preempt(online(1000), &["n1", "n2"]);
+    let out = one_member_on_n1_under("gangs: {sources: {volcano: false}}", four(|p| p.annotate(VOLCANO, "vj")), |s| {
+        s.pod_group(pod_group(GangSource::Volcano, "vj", 4))
+    });
     // No gang: m-1 ran for less time than "plain", so it is the cheaper victim.
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["m-1"]))]), "{}", out.explain());
     assert!(!out.has("charged", "gang_broken") && !out.has("charged", "gang_surplus"));

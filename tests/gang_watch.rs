@@ -13,6 +13,7 @@ use coloc_extender::cluster::watch::{self, Freshness};
 use coloc_extender::cluster::{snapshot, View, ViewCell};
 use coloc_extender::model::{DisruptionMode, GangInfo};
 use coloc_extender::policy::Policy;
+use fake_api::wait_until;
 use serde_json::{json, Value};
 
 const NATIVE_BETA: &str = "scheduling.k8s.io/v1beta1";
@@ -59,16 +60,6 @@ fn cluster(api_version: &str) -> Vec<Value> {
         member("m-2", declare),
         pod_group(api_version, spec),
     ]
-}
-
-async fn wait_until(mut ok: impl FnMut() -> bool) -> bool {
-    for _ in 0..200 {
-        if ok() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    false
 }
 
 struct Watched {

@@ -195,3 +195,14 @@ impl Drop for FakeApi {
         }
     }
 }
+
+/// Polls `ok` every 25 ms for up to 5 s; true once it holds.
+pub async fn wait_until(mut ok: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if ok() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    false
+}
