@@ -15,23 +15,19 @@ fn all_mode<'v>(v: &'v Victim) -> Option<&'v GangInfo> {
 /// from this node: a preempt answer is per node, so every bound member must be a
 /// candidate here.
 pub(super) fn keep_whole_groups<'a>(node: &str, candidates: Vec<Victim<'a>>, ex: &mut Vec<Explanation>) -> Vec<Victim<'a>> {
-    let mut here: BTreeMap<&GangRef, usize> = BTreeMap::new();
+    // Per All group with members here: how many, out of how many bound members.
+    let mut here: BTreeMap<GangRef, (usize, usize)> = BTreeMap::new();
     for g in candidates.iter().filter_map(all_mode) {
-        *here.entry(&g.gang).or_default() += 1;
+        here.entry(g.gang.clone()).or_insert((0, g.size)).0 += 1;
     }
-    let split: Vec<GangRef> = candidates
-        .iter()
-        .filter_map(all_mode)
-        .filter(|g| here.get(&g.gang).is_some_and(|n| *n < g.size))
-        .map(|g| g.gang.clone())
-        .collect();
-    let (spare, keep): (Vec<_>, Vec<_>) = candidates.into_iter().partition(|v| all_mode(v).is_some_and(|g| split.contains(&g.gang)));
+    here.retain(|_, (n, size)| n < size);
+    let (spare, keep): (Vec<_>, Vec<_>) = candidates.into_iter().partition(|v| all_mode(v).is_some_and(|g| here.contains_key(&g.gang)));
     for v in &spare {
-        let g = v.gang.as_ref().expect("partitioned on the gang");
-        let n = split.iter().filter(|s| **s == g.gang).count();
+        let g = &v.gang.as_ref().expect("partitioned on the gang").gang;
+        let (n, size) = here[g];
         ex.push(Explanation::pod(node, &v.pod.key(), "spared", "gang_all_split", format!(
-            "{} ({}, disruptionMode All): only {n} of its {} members could be evicted here; the group goes whole or not at all",
-            g.gang, g.gang.source.name(), g.size
+            "{g} ({}, disruptionMode All): only {n} of its {size} members could be evicted here; the group goes whole or not at all",
+            g.source.name()
         )));
     }
     keep
