@@ -111,6 +111,8 @@ pub struct Pod {
     pub nominated_node_name: Option<String>,
     /// Names of `spec.schedulingGates`: a gated pod is not scheduled until they are removed.
     pub scheduling_gates: Vec<String>,
+    /// `spec.schedulingGroup.podGroupName`: the native PodGroup this pod belongs to.
+    pub scheduling_group: Option<String>,
     pub phase: Option<String>,
     /// Effective requests: max(init, sum(app)) + sidecars + overhead.
     pub requests: Resources,
@@ -213,3 +215,120 @@ pub struct PriorityClass {
 }
 
 pub type PodRef = Arc<Pod>;
+
+/// Where a gang is declared. Ordered by precedence: when a pod declares several, the
+/// first one wins (see `policy::GangConfig::gang_of`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GangSource {
+    /// Kubernetes' own PodGroup (`scheduling.k8s.io`), named by `spec.schedulingGroup.podGroupName`.
+    Native,
+    /// scheduler-plugins coscheduling: label `scheduling.x-k8s.io/pod-group`, PodGroup CRD.
+    Coscheduling,
+    /// Volcano: annotation `scheduling.k8s.io/group-name`, PodGroup CRD.
+    Volcano,
+    /// Kueue plain pod groups: label `kueue.x-k8s.io/pod-group-name`.
+    Kueue,
+    /// The policy's `groupLabels` / `minMemberAnnotations`, no object.
+    Labels,
+}
+
+impl GangSource {
+    /// A bounded name (metrics label, explanations).
+    pub fn name(self) -> &'static str {
+        match self {
+            GangSource::Native => "native",
+            GangSource::Coscheduling => "coscheduling",
+            GangSource::Volcano => "volcano",
+            GangSource::Kueue => "kueue",
+            GangSource::Labels => "labels",
+        }
+    }
+
+    /// What the source calls its minimum.
+    fn minimum_name(self) -> &'static str {
+        match self {
+            GangSource::Native => "minCount",
+            GangSource::Coscheduling | GangSource::Volcano => "minMember",
+            GangSource::Kueue => "total-count",
+            GangSource::Labels => "minimum",
+        }
+    }
+
+    /// Sources whose gangs are described by a PodGroup object.
+    pub fn has_object(self) -> bool {
+        matches!(self, GangSource::Native | GangSource::Coscheduling | GangSource::Volcano)
+    }
+}
+
+/// One gang: its source and `namespace/name`. Two sources never share a gang, even with
+/// the same name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GangRef {
+    pub source: GangSource,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for GangRef {
+    /// "PodGroup ml/train-7" or "gang ml/x" (Kueue and label gangs have no object).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let noun = if self.source.has_object() { "PodGroup" } else { "gang" };
+        write!(f, "{noun} {}/{}", self.namespace, self.name)
+    }
+}
+
+/// How a gang may be disrupted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DisruptionMode {
+    /// Members may be evicted one by one (above the minimum).
+    #[default]
+    Single,
+    /// `All` (v1beta1) / `PodGroup` (v1alpha2): evicted together or not at all.
+    All,
+}
+
+/// A PodGroup object of any source, cut down to what decisions read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodGroup {
+    pub source: GangSource,
+    pub namespace: String,
+    pub name: String,
+    /// `spec.schedulingPolicy.gang.minCount` (native) or `spec.minMember` (CRDs); `None`
+    /// for a native PodGroup with the basic (non-gang) policy.
+    pub min_count: Option<usize>,
+    pub disruption: DisruptionMode,
+    pub priority: Option<i32>,
+    pub priority_class_name: Option<String>,
+}
+
+impl PodGroup {
+    pub fn gang(&self) -> GangRef {
+        GangRef { source: self.source, namespace: self.namespace.clone(), name: self.name.clone() }
+    }
+}
+
+/// A gang as decisions see it: bound members, minimum, mode and priority, whatever the source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GangInfo {
+    pub gang: GangRef,
+    /// Bound, non-terminal members in the view.
+    pub size: usize,
+    /// Members that must stay for the gang to keep running.
+    pub min: usize,
+    /// Where `min` came from, for explanations ("minCount 4", "no PodGroup: all members").
+    pub min_from: String,
+    pub disruption: DisruptionMode,
+    /// The PodGroup's priority: it overrides the members' when victims are ranked.
+    pub priority: Option<i32>,
+}
+
+impl GangInfo {
+    /// "PodGroup ml/train-7 (native, minCount 4, 3 would remain)".
+    pub fn describe(&self, remaining: usize) -> String {
+        format!("{} ({}, {}, {remaining} would remain)", self.gang, self.gang.source.name(), self.min_from)
+    }
+
+    pub(crate) fn minimum_label(source: GangSource, min: usize) -> String {
+        format!("{} {min}", source.minimum_name())
+    }
+}

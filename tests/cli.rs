@@ -33,17 +33,20 @@ fn check_policy_names_the_bad_field_and_line() {
     assert!(err.contains("classes[0].preempts[0]") && err.contains("ghost") && err.contains("line 4"), "{err}");
 }
 
+/// `replay --verb preempt` of `payload` on `snapshot` (default policy unless given).
+fn replay_preempt(policy: Option<&str>, snapshot: &std::path::Path, payload: &std::path::Path) -> std::process::Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["replay", "--verb", "preempt", "--now", "2026-11-21T19:00:00Z"]);
+    if let Some(policy) = policy {
+        cmd.arg("--policy").arg(root().join(policy));
+    }
+    cmd.arg("--snapshot").arg(snapshot).arg(payload).output().unwrap()
+}
+
 #[test]
 fn replay_prints_the_answer_and_the_reasons() {
     let p = root().join("tests/fixtures/payloads/r1-nodecache-false");
-    let out = Command::new(BIN)
-        .args(["replay", "--verb", "preempt", "--now", "2026-11-21T19:00:00Z", "--policy"])
-        .arg(root().join("policy/custom-priority-classes.yaml"))
-        .arg("--snapshot")
-        .arg(p.join("0037-preempt.snapshot.json"))
-        .arg(p.join("0037-preempt.json"))
-        .output()
-        .unwrap();
+    let out = replay_preempt(Some("policy/custom-priority-classes.yaml"), &p.join("0037-preempt.snapshot.json"), &p.join("0037-preempt.json"));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(answer["NodeNameToMetaVictims"].as_object().unwrap().keys().collect::<Vec<_>>(), vec!["node-a2"]);
@@ -195,4 +198,16 @@ fn one_request_logs_a_bounded_number_of_lines() {
     assert!(decision_lines <= 64, "{decision_lines} decision lines");
     assert!(log.contains("more decision lines"), "{log}");
     assert!(log.len() < 64 << 10, "{} bytes of log for one request", log.len());
+}
+
+#[test]
+fn replay_reads_podgroups_from_the_snapshot() {
+    let p = root().join("tests/fixtures/gangs");
+    let out = replay_preempt(None, &p.join("snapshot.json"), &p.join("preempt.json"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["NodeNameToMetaVictims"].as_object().unwrap().keys().collect::<Vec<_>>(), vec!["n2"]);
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(why.contains("[gang_all_split] PodGroup ml/train-7 (native, disruptionMode All)"), "{why}");
+    assert!(why.contains("PodGroup ml/vc (volcano, minMember 0, 0 would remain)"), "{why}");
 }

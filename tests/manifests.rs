@@ -23,7 +23,15 @@ fn the_cluster_role_only_reads_what_the_view_watches() {
         }
     }
     granted.sort();
-    assert_eq!(granted, ["/nodes", "/pods", "policy/poddisruptionbudgets", "scheduling.k8s.io/priorityclasses"]);
+    assert_eq!(granted, [
+        "/nodes",
+        "/pods",
+        "policy/poddisruptionbudgets",
+        "scheduling.k8s.io/podgroups",
+        "scheduling.k8s.io/priorityclasses",
+        "scheduling.volcano.sh/podgroups",
+        "scheduling.x-k8s.io/podgroups",
+    ]);
 }
 
 #[test]

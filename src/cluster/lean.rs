@@ -20,6 +20,9 @@ use crate::wire::k8s;
 /// One watched kind: where it is served and how its JSON becomes the model.
 pub trait LeanKind: Clone + Debug + Send + Sync + 'static {
     const KIND: &'static str;
+    /// How logs, metrics and `/readyz` name this watch (kinds served by several API
+    /// groups, like PodGroup, need more than the kind).
+    const LABEL: &'static str = Self::KIND;
     const GROUP: &'static str;
     const VERSION: &'static str;
     const PLURAL: &'static str;
@@ -163,5 +166,54 @@ impl LeanKind for PriorityClassKind {
     }
     fn into_model(json: k8s::PriorityClassJson) -> Result<model::PriorityClass, String> {
         Ok(model::PriorityClass { name: json.metadata.name, value: json.value })
+    }
+}
+
+/// One PodGroup API: its group, version and the gang source it describes.
+pub trait PodGroupApi: Clone + Debug + Send + Sync + 'static {
+    const GROUP: &'static str;
+    const VERSION: &'static str;
+    /// `group/version`, as discovery is asked.
+    const API_VERSION: &'static str;
+    const LABEL: &'static str;
+    const SOURCE: model::GangSource;
+}
+
+macro_rules! pod_group_api {
+    ($name:ident, $group:literal, $version:literal, $source:ident) => {
+        #[derive(Clone, Debug)]
+        pub struct $name;
+        impl PodGroupApi for $name {
+            const GROUP: &'static str = $group;
+            const VERSION: &'static str = $version;
+            const API_VERSION: &'static str = concat!($group, "/", $version);
+            const LABEL: &'static str = concat!("PodGroup.", $group, "/", $version);
+            const SOURCE: model::GangSource = model::GangSource::$source;
+        }
+    };
+}
+
+pod_group_api!(NativeV1beta1, "scheduling.k8s.io", "v1beta1", Native);
+pod_group_api!(NativeV1alpha2, "scheduling.k8s.io", "v1alpha2", Native);
+pod_group_api!(CoschedulingV1alpha1, "scheduling.x-k8s.io", "v1alpha1", Coscheduling);
+pod_group_api!(VolcanoV1beta1, "scheduling.volcano.sh", "v1beta1", Volcano);
+
+/// A PodGroup of any of the APIs above, decoded by one lean type.
+#[derive(Clone, Debug)]
+pub struct PodGroupKind<A>(PhantomData<A>);
+impl<A: PodGroupApi> LeanKind for PodGroupKind<A> {
+    const KIND: &'static str = "PodGroup";
+    const LABEL: &'static str = A::LABEL;
+    const GROUP: &'static str = A::GROUP;
+    const VERSION: &'static str = A::VERSION;
+    const PLURAL: &'static str = "podgroups";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+    type Json = k8s::PodGroupJson;
+    type Model = model::PodGroup;
+    fn meta(json: &k8s::PodGroupJson) -> (String, String, String) {
+        object_meta(&json.metadata)
+    }
+    fn into_model(json: k8s::PodGroupJson) -> Result<model::PodGroup, String> {
+        json.into_model(A::SOURCE).map_err(|e| e.to_string())
     }
 }

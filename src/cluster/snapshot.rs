@@ -1,4 +1,6 @@
-//! Loading a cluster view from `kubectl get nodes,pods,pdb,priorityclasses -A -o json`.
+//! Loading a cluster view from `kubectl get nodes,pods,pdb,priorityclasses -A -o json`,
+//! optionally with the gang objects (`podgroups.scheduling.k8s.io`,
+//! `podgroups.scheduling.x-k8s.io`, `podgroups.scheduling.volcano.sh`).
 
 use std::path::Path;
 
@@ -26,9 +28,12 @@ struct List<'a> {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Kind {
     #[serde(default)]
     kind: Option<String>,
+    #[serde(default)]
+    api_version: Option<String>,
 }
 
 pub fn load(path: &Path) -> Result<Objects, SnapshotError> {
@@ -40,7 +45,8 @@ pub fn parse(bytes: &[u8]) -> Result<Objects, SnapshotError> {
     let list: List = serde_json::from_slice(bytes)?;
     let mut objects = Objects::default();
     for (index, raw) in list.items.into_iter().enumerate() {
-        let kind = serde_json::from_str::<Kind>(raw.get())?.kind.unwrap_or_default();
+        let head = serde_json::from_str::<Kind>(raw.get())?;
+        let kind = head.kind.unwrap_or_default();
         let item_err = |name: String, message: String| SnapshotError::Item { index, kind: kind.clone(), name, message };
         match kind.as_str() {
             "Node" => {
@@ -60,6 +66,13 @@ pub fn parse(bytes: &[u8]) -> Result<Objects, SnapshotError> {
             "PriorityClass" => {
                 let p: k8s::PriorityClassJson = serde_json::from_str(raw.get())?;
                 objects.priority_classes.push(PriorityClass { name: p.metadata.name, value: p.value });
+            }
+            "PodGroup" => {
+                // PodGroups of other API groups (a scheduler we do not know) are skipped.
+                let Some(source) = k8s::pod_group_source(head.api_version.as_deref().unwrap_or("")) else { continue };
+                let g: k8s::PodGroupJson = serde_json::from_str(raw.get())?;
+                let name = format!("{}/{}", g.metadata.namespace, g.metadata.name);
+                objects.pod_groups.push(g.into_model(source).map_err(|e| item_err(name, e.to_string()))?);
             }
             // Other kinds (events, services...) are not part of the view.
             _ => {}

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use imbl::{HashMap as PMap, OrdMap};
 
-use crate::model::{Node, Pdb, Pod, PodRef, PriorityClass, Resources};
-use crate::policy::Policy;
+use crate::model::{DisruptionMode, GangInfo, GangRef, GangSource, Node, Pdb, Pod, PodGroup, PodRef, PriorityClass, Resources};
+use crate::policy::{GangConfig, Policy};
 
 /// Raw objects a view is built from.
 #[derive(Debug, Clone, Default)]
@@ -21,6 +21,7 @@ pub struct Objects {
     pub pods: Vec<Pod>,
     pub pdbs: Vec<Pdb>,
     pub priority_classes: Vec<PriorityClass>,
+    pub pod_groups: Vec<PodGroup>,
 }
 
 /// One node's state: the Node object (if the view has seen it), the pods bound to it and
@@ -74,8 +75,13 @@ pub struct View {
     /// on every pod event so a decision reads a budget in O(1).
     pdb_present: PMap<String, i32>,
     priority_classes: PMap<String, i32>,
-    /// Bound members per gang ("namespace/group"), using the policy's group labels.
-    gang_sizes: PMap<String, usize>,
+    /// Bound members per gang, as the policy's gang sources declare them.
+    gang_sizes: PMap<GangRef, usize>,
+    /// PodGroup objects of every source, by gang. Members may come before their group
+    /// (or outlive it): a gang without one falls back to what its members declare.
+    pod_groups: PMap<GangRef, Arc<PodGroup>>,
+    /// Which declarations make a gang (the policy's, kept so reads need no policy).
+    gangs: Arc<GangConfig>,
     /// Requests held by evictable classes, per tenant (fair sharing).
     tenant_usage: PMap<String, Resources>,
     tenant_weights: Arc<BTreeMap<String, f64>>,
@@ -90,7 +96,11 @@ impl View {
     /// An empty view for `policy` (gang labels, tenants and classes come from it: rebuild
     /// the view when the policy changes).
     pub fn empty(policy: &Policy) -> View {
-        View { tenant_weights: Arc::new(policy.tenants.weights.clone()), ..View::default() }
+        View {
+            tenant_weights: Arc::new(policy.tenants.weights.clone()),
+            gangs: Arc::new(policy.gangs.clone()),
+            ..View::default()
+        }
     }
 
     /// Indexes `objects` for decisions under `policy`.
@@ -106,6 +116,9 @@ impl View {
         for pdb in objects.pdbs {
             view.apply_pdb(pdb);
         }
+        for group in objects.pod_groups {
+            view.apply_pod_group(group);
+        }
         for pod in objects.pods {
             view.apply_pod(Arc::new(pod), policy);
         }
@@ -117,6 +130,7 @@ impl View {
         let mut view = View::empty(policy);
         view.priority_classes = self.priority_classes.clone();
         view.pdbs_by_namespace = self.pdbs_by_namespace.clone();
+        view.pod_groups = self.pod_groups.clone();
         // Counted again as the pods are applied below.
         for info in self.nodes.values() {
             if let Some(n) = &info.node {
@@ -220,7 +234,7 @@ impl View {
                 *self.pdb_present.entry(pdb.key()).or_default() += delta;
             }
         }
-        if let Some(group) = policy.gangs.group_of(pod) {
+        if let Some(group) = self.gangs.gang_of(pod) {
             let n = self.gang_sizes.entry(group.clone()).or_default();
             *n = n.saturating_add_signed(delta as isize);
             if *n == 0 {
@@ -307,6 +321,22 @@ impl View {
         }
         self.pdb_present.remove(&format!("{namespace}/{name}"));
         removed
+    }
+
+    pub fn apply_pod_group(&mut self, group: PodGroup) {
+        self.bump();
+        self.pod_groups.insert(group.gang(), Arc::new(group));
+    }
+
+    /// Forgets a PodGroup; its members stay a gang, judged by what they declare.
+    pub fn remove_pod_group(&mut self, source: GangSource, namespace: &str, name: &str) -> bool {
+        self.bump();
+        self.pod_groups.remove(&GangRef { source, namespace: namespace.into(), name: name.into() }).is_some()
+    }
+
+    /// PodGroups of `source` in the view.
+    pub fn pod_groups(&self, source: GangSource) -> impl Iterator<Item = &PodGroup> + '_ {
+        self.pod_groups.values().filter(move |g| g.source == source).map(|g| &**g)
     }
 
     pub fn apply_priority_class(&mut self, pc: PriorityClass) {
@@ -407,8 +437,44 @@ impl View {
             .unwrap_or(0)
     }
 
-    pub fn gang_size(&self, group: &str) -> usize {
-        self.gang_sizes.get(group).copied().unwrap_or(0)
+    /// The pod's gang, as the policy's gang sources declare it.
+    pub fn gang_of(&self, pod: &Pod) -> Option<GangRef> {
+        self.gangs.gang_of(pod)
+    }
+
+    /// Bound members of `gang`.
+    pub fn gang_size(&self, gang: &GangRef) -> usize {
+        self.gang_sizes.get(gang).copied().unwrap_or(0)
+    }
+
+    /// `gang` as decisions see it; `member` is one of its pods (what it declares counts
+    /// where the gang has no PodGroup, or its PodGroup sets no minimum).
+    ///
+    /// Without a PodGroup (not created yet, deleted while its pods run, or a source that
+    /// has none), the gang needs the minimum its members declare, else all its bound
+    /// members; it may be disrupted one member at a time and ranks by its pods' priority.
+    pub fn gang(&self, gang: &GangRef, member: &Pod) -> GangInfo {
+        let size = self.gang_size(gang);
+        let object = gang.source.has_object().then(|| self.pod_groups.get(gang)).flatten();
+        let declared = || self.gangs.declared_minimum(gang.source, member);
+        let (min, min_from) = match (object, object.and_then(|g| g.min_count)) {
+            (_, Some(n)) => (n, GangInfo::minimum_label(gang.source, n)),
+            // A native PodGroup with the basic policy is a group, not a gang.
+            (Some(_), None) if gang.source == GangSource::Native => (0, "basic scheduling policy: no minimum".to_string()),
+            _ => declared().unwrap_or_else(|| (size, format!("no minimum declared: all {size} members"))),
+        };
+        let min_from = match object {
+            None if gang.source.has_object() => format!("{min_from}; PodGroup not in the view"),
+            _ => min_from,
+        };
+        GangInfo {
+            gang: gang.clone(),
+            size,
+            min,
+            min_from,
+            disruption: object.map_or(DisruptionMode::Single, |g| g.disruption),
+            priority: object.and_then(|g| g.priority.or_else(|| self.priority_classes.get(g.priority_class_name.as_ref()?).copied())),
+        }
     }
 
     /// Weighted dominant share of the cluster that `tenant`'s evictable pods hold.

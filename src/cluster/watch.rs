@@ -1,7 +1,8 @@
 //! The cluster view from the Kubernetes API: one kube-rs watcher per kind, decoded once into
 //! the lean model (`lean`), each event applied to the view at once and a new view
 //! published for the very next request. No debounce: a deleted or terminating pod must not
-//! be offered as a victim a moment after kube-scheduler's cache dropped it.
+//! be offered as a victim a moment after kube-scheduler's cache dropped it. Gang kinds
+//! (PodGroups) are optional: watched while the API server serves them (`optional`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -13,7 +14,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 
-use super::lean::{Lean, LeanKind, NodeKind, PdbKind, PodKind, PriorityClassKind};
+use super::lean::{Lean, LeanKind, NodeKind, PdbKind, PodGroupApi, PodGroupKind, PodKind, PriorityClassKind};
 use super::{View, ViewCell};
 use crate::policy::Policy;
 
@@ -21,12 +22,22 @@ use crate::policy::Policy;
 /// decisions fall back to each class's `withoutView` behaviour.
 pub const STALE_AFTER_SECS: i64 = 30;
 
-/// The kinds the view is built from; it is published once every one has synced.
+mod optional;
+
+/// How often the API server is asked again which gang kinds it serves (a CRD installed
+/// later is picked up, one removed is dropped).
+pub const DISCOVERY_EVERY: Duration = Duration::from_secs(180);
+
+/// The kinds the view is built from; it is published once every one has synced (and the
+/// gang kinds served at start-up).
 pub const KINDS: [&str; 4] = [PodKind::KIND, NodeKind::KIND, PdbKind::KIND, PriorityClassKind::KIND];
 
 #[derive(Debug, Default, Clone, Copy)]
 struct KindHealth {
     synced: bool,
+    /// A gang kind: it never makes the view stale (its objects only refine gangs, and a
+    /// CRD may be removed between two discoveries).
+    optional: bool,
     /// Unix seconds since which this kind's watch has been failing; 0 while all is well.
     failing_since: i64,
 }
@@ -59,15 +70,23 @@ impl Freshness {
         self.update(kind, |h| h.synced = true);
     }
 
+    fn watching_optional(&self, kind: &'static str) {
+        self.update(kind, |h| h.optional = true);
+    }
+
+    fn forget(&self, kind: &'static str) {
+        self.kinds.lock().unwrap_or_else(|e| e.into_inner()).remove(kind);
+    }
+
     /// Unix seconds since which `kind`'s watch has been failing; 0 while it is not.
     pub fn failing_since(&self, kind: &str) -> i64 {
         self.kinds.lock().unwrap_or_else(|e| e.into_inner()).get(kind).map_or(0, |h| h.failing_since)
     }
 
-    /// Kinds failing for longer than `limit` seconds at `now`.
+    /// Required kinds failing for longer than `limit` seconds at `now`.
     pub fn stale_kinds(&self, now: i64, limit: i64) -> Vec<&'static str> {
         let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
-        kinds.iter().filter(|(_, h)| h.failing_since != 0 && now - h.failing_since > limit).map(|(k, _)| *k).collect()
+        kinds.iter().filter(|(_, h)| !h.optional && h.failing_since != 0 && now - h.failing_since > limit).map(|(k, _)| *k).collect()
     }
 
     /// Is any kind failing for longer than `limit` seconds at `now`?
@@ -81,16 +100,17 @@ impl Freshness {
         kinds.iter().filter(|(_, h)| h.failing_since != 0).map(|(k, _)| *k).collect()
     }
 
-    /// Kinds of `KINDS` that have not completed their first list.
+    /// Kinds of `KINDS`, and gang kinds being watched, that have not completed their
+    /// first list.
     pub fn unsynced_kinds(&self) -> Vec<&'static str> {
         let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
-        KINDS.iter().copied().filter(|k| !kinds.get(k).is_some_and(|h| h.synced)).collect()
+        let optional = kinds.iter().filter(|(_, h)| h.optional).map(|(k, _)| *k);
+        KINDS.iter().copied().chain(optional).filter(|k| !kinds.get(k).is_some_and(|h| h.synced)).collect()
     }
 
-    /// Has every kind completed its first list? (The view is published only then.)
+    /// Has every kind completed its first list? (The first view is published only then.)
     fn all_synced(&self) -> bool {
-        let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
-        KINDS.iter().all(|k| kinds.get(k).is_some_and(|h| h.synced))
+        self.unsynced_kinds().is_empty()
     }
 }
 
@@ -106,6 +126,9 @@ struct Master {
     policy: Arc<Policy>,
     /// Keys listed during a re-list, per kind: what is not listed again was deleted.
     relisting: BTreeMap<&'static str, HashSet<String>>,
+    /// The first view is out: from now on every change publishes (a gang kind found
+    /// later does not hold the view back while it lists).
+    published: bool,
 }
 
 impl Shared {
@@ -113,8 +136,9 @@ impl Shared {
         self.master.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn publish(&self, m: &Master) {
-        if self.fresh.all_synced() {
+    fn publish(&self, m: &mut Master) {
+        if m.published || self.fresh.all_synced() {
+            m.published = true;
             self.cell.publish(m.view.clone());
         }
     }
@@ -182,6 +206,19 @@ impl Applies for PriorityClassKind {
     }
 }
 
+impl<A: PodGroupApi> Applies for PodGroupKind<A> {
+    fn apply(view: &mut View, model: Self::Model, _: &Policy) {
+        view.apply_pod_group(model);
+    }
+    fn remove(view: &mut View, key: &str, _: &Policy) {
+        let (ns, name) = split(key);
+        view.remove_pod_group(A::SOURCE, ns, name);
+    }
+    fn keys(view: &View) -> Vec<String> {
+        view.pod_groups(A::SOURCE).map(|g| format!("{}/{}", g.namespace, g.name)).collect()
+    }
+}
+
 /// Applies one object: its model, or, if it could not be converted, its removal (a pod
 /// the view cannot read is never offered as a victim), logged and counted.
 fn apply_one<K: Applies>(m: &mut Master, obj: Lean<K>) {
@@ -190,8 +227,8 @@ fn apply_one<K: Applies>(m: &mut Master, obj: Lean<K>) {
     match obj.model {
         Ok(model) => K::apply(&mut m.view, model, &policy),
         Err(e) => {
-            metrics::counter!("coloc_watch_conversion_errors_total", "kind" => K::KIND).increment(1);
-            tracing::warn!(kind = K::KIND, object = %key, error = %e, "cannot read object; left out of the cluster view");
+            metrics::counter!("coloc_watch_conversion_errors_total", "kind" => K::LABEL).increment(1);
+            tracing::warn!(kind = K::LABEL, object = %key, error = %e, "cannot read object; left out of the cluster view");
             K::remove(&mut m.view, &key, &policy);
         }
     }
@@ -201,24 +238,24 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
     let mut m = shared.lock();
     match event {
         Event::Init => {
-            m.relisting.insert(K::KIND, HashSet::new());
+            m.relisting.insert(K::LABEL, HashSet::new());
             return;
         }
         Event::InitApply(obj) => {
-            m.relisting.entry(K::KIND).or_default().insert(obj.key());
+            m.relisting.entry(K::LABEL).or_default().insert(obj.key());
             apply_one(&mut m, obj);
             // Until the first sync nothing is published; during a later re-list, upserts
             // are current state and are published as they come.
         }
         Event::InitDone => {
-            let listed = m.relisting.remove(K::KIND).unwrap_or_default();
+            let listed = m.relisting.remove(K::LABEL).unwrap_or_default();
             let policy = m.policy.clone();
             let gone: Vec<String> = K::keys(&m.view).into_iter().filter(|k| !listed.contains(k)).collect();
             for key in &gone {
                 K::remove(&mut m.view, key, &policy);
             }
-            shared.fresh.synced(K::KIND);
-            tracing::info!(kind = K::KIND, objects = listed.len(), removed = gone.len(), "watch listed");
+            shared.fresh.synced(K::LABEL);
+            tracing::info!(kind = K::LABEL, objects = listed.len(), removed = gone.len(), "watch listed");
         }
         Event::Apply(obj) => apply_one(&mut m, obj),
         Event::Delete(obj) => {
@@ -226,7 +263,7 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
             K::remove(&mut m.view, &obj.key(), &policy);
         }
     }
-    shared.publish(&m);
+    shared.publish(&mut m);
 }
 
 async fn follow<K: Applies>(api: Api<Lean<K>>, config: watcher::Config, shared: Arc<Shared>) {
@@ -234,14 +271,14 @@ async fn follow<K: Applies>(api: Api<Lean<K>>, config: watcher::Config, shared: 
     while let Some(event) = stream.next().await {
         match event {
             Ok(event) => {
-                shared.fresh.succeeded(K::KIND);
-                metrics::counter!("coloc_view_events_total", "kind" => K::KIND).increment(1);
+                shared.fresh.succeeded(K::LABEL);
+                metrics::counter!("coloc_view_events_total", "kind" => K::LABEL).increment(1);
                 handle(&shared, event);
             }
             Err(e) => {
-                shared.fresh.failed(K::KIND, crate::http::system_now());
-                metrics::counter!("coloc_watch_errors_total", "kind" => K::KIND).increment(1);
-                tracing::warn!(kind = K::KIND, error = %e, "watch failed; retrying with backoff");
+                shared.fresh.failed(K::LABEL, crate::http::system_now());
+                metrics::counter!("coloc_watch_errors_total", "kind" => K::LABEL).increment(1);
+                tracing::warn!(kind = K::LABEL, error = %e, "watch failed; retrying with backoff");
             }
         }
     }
@@ -257,7 +294,10 @@ async fn probe_failing(client: &Client, fresh: &Freshness) {
             k if k == NodeKind::KIND => probe_path::<NodeKind>(),
             k if k == PdbKind::KIND => probe_path::<PdbKind>(),
             k if k == PriorityClassKind::KIND => probe_path::<PriorityClassKind>(),
-            _ => continue,
+            k => match optional::probe_path_of(k) {
+                Some(path) => path,
+                None => continue,
+            },
         };
         let Ok(request) = axum::http::Request::get(path).body(Vec::new()) else { continue };
         let probe = tokio::time::timeout(Duration::from_secs(2), client.request_text(request)).await;
@@ -274,18 +314,37 @@ fn probe_path<K: LeanKind>() -> String {
 
 /// Runs the watches until the process ends. The first view is published once every kind
 /// has synced; after that every event publishes. A policy change re-indexes the view off
-/// the async runtime. Staleness is checked every `tick`.
+/// the async runtime. Staleness is checked every `tick`; gang kinds are discovered every
+/// `DISCOVERY_EVERY`.
 pub async fn run(client: Client, cell: Arc<ViewCell>, policy: Arc<ArcSwap<Policy>>, fresh: Arc<Freshness>, tick: Duration) {
+    run_with(client, cell, policy, fresh, tick, DISCOVERY_EVERY).await
+}
+
+/// `run`, with the interval between gang-kind discoveries.
+pub async fn run_with(
+    client: Client,
+    cell: Arc<ViewCell>,
+    policy: Arc<ArcSwap<Policy>>,
+    fresh: Arc<Freshness>,
+    tick: Duration,
+    discovery_every: Duration,
+) {
     let mut policy_seen = policy.load_full();
     let shared = Arc::new(Shared {
         master: Mutex::new(Master {
             view: View::empty(&policy_seen),
             policy: policy_seen.clone(),
             relisting: BTreeMap::new(),
+            published: false,
         }),
         cell: cell.clone(),
         fresh: fresh.clone(),
     });
+    // Gang kinds served now hold the first view back until they have listed too: they are
+    // registered before any required kind can finish its list and publish.
+    let mut gang_kinds = optional::GangKinds::default();
+    gang_kinds.discover(&client, &shared, policy_seen.gangs.sources).await;
+    let mut discovered_at = tokio::time::Instant::now();
     // Terminal pods never hold resources in kube-scheduler's cache either.
     let pod_config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
     tokio::spawn(follow::<PodKind>(Api::all(client.clone()), pod_config, shared.clone()));
@@ -295,6 +354,10 @@ pub async fn run(client: Client, cell: Arc<ViewCell>, policy: Arc<ArcSwap<Policy
 
     loop {
         tokio::time::sleep(tick).await;
+        if discovered_at.elapsed() >= discovery_every {
+            gang_kinds.discover(&client, &shared, policy.load().gangs.sources).await;
+            discovered_at = tokio::time::Instant::now();
+        }
         probe_failing(&client, &fresh).await;
         let now = crate::http::system_now();
         cell.set_stale(fresh.is_stale(now, STALE_AFTER_SECS));
@@ -303,21 +366,25 @@ pub async fn run(client: Client, cell: Arc<ViewCell>, policy: Arc<ArcSwap<Policy
             metrics::gauge!("coloc_view_nodes").set(v.node_count() as f64);
             metrics::gauge!("coloc_view_pods").set(v.pod_count() as f64);
             metrics::gauge!("coloc_view_generation").set(v.generation() as f64);
+            optional::record_pod_groups(&v);
         }
         let current = policy.load_full();
         if Arc::ptr_eq(&current, &policy_seen) {
             continue;
         }
         policy_seen = current.clone();
-        let shared = shared.clone();
+        let sources = current.gangs.sources;
+        let shared_now = shared.clone();
         // O(cluster): keep it off the threads that answer requests.
         let _ = tokio::task::spawn_blocking(move || {
-            let mut m = shared.lock();
+            let mut m = shared_now.lock();
             m.view = m.view.rebuild(&current);
             m.policy = current;
-            shared.publish(&m);
+            shared_now.publish(&mut m);
             tracing::info!(nodes = m.view.node_count(), pods = m.view.pod_count(), "cluster view re-indexed for the new policy");
         })
         .await;
+        // A gang source switched on or off takes effect now, not at the next discovery.
+        gang_kinds.discover(&client, &shared, sources).await;
     }
 }

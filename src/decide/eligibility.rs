@@ -52,6 +52,17 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
     if priority >= preemptor.priority {
         return protected("not_lower_priority", format!("priority {priority} is not below the preemptor's {}", preemptor.priority));
     }
+    // A gang's PodGroup priority ranks its members: a group at least as important as the
+    // preemptor is not its victim, whatever its pods' own priority.
+    if let Some((gang, group_priority)) = ctx.view.and_then(|v| {
+        let gang = v.gang_of(victim)?;
+        let info = v.gang(&gang, victim);
+        Some((gang, info.priority?))
+    }) {
+        if group_priority >= preemptor.priority {
+            return protected("gang_priority", format!("{gang} ({}) has priority {group_priority}, not below the preemptor's {}", gang.source.name(), preemptor.priority));
+        }
+    }
     if !class.victim.allowed {
         return protected("class_protected", format!("class {} is never a victim", class.name));
     }

@@ -9,13 +9,15 @@
 //! cannot see on the node.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+
+mod gangs;
 
 use super::eligibility::{self, Fate, Preemptor};
 use super::fit::{fits, NodeUsage};
 use super::{Context, Explanation};
 use crate::cluster::View;
-use crate::model::{Pod, Timestamp};
+use crate::model::{GangInfo, Pod, Timestamp};
 use crate::policy::{ClassId, PdbMode, WithoutView};
 use crate::requeue::RequeueIntent;
 use crate::wire::request::{MetaVictims, Victims};
@@ -57,11 +59,15 @@ pub struct Cost {
 struct Victim<'a> {
     pod: &'a Pod,
     class: ClassId,
+    /// The priority victims are ranked by: its PodGroup's, if that sets one, else its own.
     priority: i32,
+    /// The pod's own priority: the answer's order (kube-scheduler reads Pods[0] as the
+    /// highest-priority victim from its own cache).
+    pod_priority: i32,
     /// `status.startTime`: `None` for pods that never started.
     running_since: Option<Timestamp>,
     tenant_share: f64,
-    gang: Option<String>,
+    gang: Option<GangInfo>,
     fate: Fate,
     /// kube-scheduler proposed it: among equals, prefer kube's own choice (its cache
     /// certainly holds that pod on that node).
@@ -249,9 +255,9 @@ fn judge_request_victims<'a>(ctx: &Context<'a>, preemptor: Preemptor, node: &str
                 return None;
             }
         };
-        if let Some(g) = ctx.policy.gangs.group_of(pod) {
+        if let Some(g) = ctx.policy.gangs.gang_of(pod) {
             ex.push(Explanation::node(node, "dropped", "gang_unknown",
-                format!("proposed victim {} belongs to gang {g}; without a cluster view we cannot tell whether evicting it breaks the gang", pod.key())));
+                format!("proposed victim {} belongs to {g} ({}); without a cluster view we cannot tell whether evicting it breaks the gang", pod.key(), g.source.name())));
             return None;
         }
         victims.push(victim(ctx, pod, eligible, None, true));
@@ -276,15 +282,18 @@ enum Reselected {
 }
 
 fn victim<'a>(ctx: &Context, pod: &'a Pod, eligible: eligibility::Eligible, view: Option<&View>, proposed: bool) -> Victim<'a> {
+    let gang = view.and_then(|v| Some(v.gang(&v.gang_of(pod)?, pod)));
+    let pod_priority = ctx.priority_of(pod);
     Victim {
         pod,
         class: eligible.class,
         fate: eligible.fate,
-        priority: ctx.priority_of(pod),
+        priority: gang.as_ref().and_then(|g| g.priority).unwrap_or(pod_priority),
+        pod_priority,
         // Like kube-scheduler, a pod that never started has run for no time at all.
         running_since: pod.start_time,
         tenant_share: view.map(|v| v.tenant_share(&ctx.policy.tenants.tenant_of(pod))).unwrap_or(0.0),
-        gang: ctx.policy.gangs.group_of(pod),
+        gang,
         proposed,
     }
 }
@@ -334,6 +343,7 @@ fn reselect(
     if ctx.policy.tenants.fair_sharing && ctx.policy.class(preemptor.class).victim.allowed {
         candidates = fair_share(ctx, view, pod, node, &usage, candidates, ex);
     }
+    let candidates = gangs::keep_whole_groups(node_name, candidates, ex);
     for c in &candidates {
         usage.remove(c.pod);
     }
@@ -348,6 +358,7 @@ fn reselect(
     // members are tried next; where both kinds compete for the same room, the opposite
     // order is tried too and the cheaper victim set kept (a broken gang costs more than
     // a PDB violation).
+    let mut candidates = candidates;
     candidates.sort_by(|a, b| a.value_order(b));
     let mut budgets = Budgets::new(view);
     let violating: Vec<bool> = candidates.iter().map(|c| budgets.take(c.pod)).collect();
@@ -400,14 +411,17 @@ fn reprieve(
 ) -> Option<Plan> {
     let node_name = node.name.as_str();
     let mut chosen = Vec::new();
-    for &i in order {
-        let c = &candidates[i];
-        usage.add(c.pod);
+    // A disruptionMode All gang comes back, or goes, as one.
+    for unit in gangs::reprieve_units(candidates, order) {
+        let members = || unit.iter().map(|&i| &candidates[i]);
+        members().for_each(|c| usage.add(c.pod));
         if fits(pod, node, &usage).is_ok() {
-            ex.push(Explanation::pod(node_name, &c.pod.key(), "spared", "reprieved", "the preemptor still fits with it in place"));
+            for c in members() {
+                ex.push(Explanation::pod(node_name, &c.pod.key(), "spared", "reprieved", "the preemptor still fits with it in place"));
+            }
         } else {
-            usage.remove(c.pod);
-            chosen.push(c.clone());
+            members().for_each(|c| usage.remove(c.pod));
+            chosen.extend(members().cloned());
         }
     }
     chosen.sort_by(|a, b| a.value_order(b));
@@ -430,25 +444,7 @@ fn reprieve(
 
     let mut cost = cost_of(ctx, &chosen);
     cost.pdb_violations = violations;
-    // Gangs left below their minimum are charged whole.
-    let mut evicted: BTreeMap<&str, (usize, &Pod)> = BTreeMap::new();
-    for c in &chosen {
-        if let Some(g) = &c.gang {
-            evicted.entry(g.as_str()).or_insert((0, c.pod)).0 += 1;
-        }
-    }
-    for (group, (n, member)) in evicted {
-        let size = view.gang_size(group);
-        let min = ctx.policy.gangs.min_member(member).unwrap_or(size);
-        if size.saturating_sub(n) < min {
-            cost.broken_gang_members += size as i64;
-            ex.push(Explanation::node(node_name, "charged", "gang_broken",
-                format!("evicting {n} of {size} member(s) leaves gang {group} below its minimum {min}: the whole gang is charged")));
-        } else {
-            ex.push(Explanation::node(node_name, "charged", "gang_surplus",
-                format!("evicting {n} surplus member(s) of gang {group} ({size} members, minimum {min})")));
-        }
-    }
+    cost.broken_gang_members = gangs::charge(node_name, &chosen, ex);
     Some(finish(ctx, preemptor, node_name, chosen, violations, cost, "re-selected under the policy", ex))
 }
 
@@ -560,11 +556,14 @@ fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
 
 fn finish(ctx: &Context, preemptor: Preemptor, node: &str, mut victims: Vec<Victim>, pdb_violations: i64, cost: Cost, how: &str, ex: &mut Vec<Explanation>) -> Plan {
     // kube-scheduler reads Pods[0] as the highest-priority victim.
-    victims.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.value_order(b)));
+    victims.sort_by(|a, b| b.pod_priority.cmp(&a.pod_priority).then(a.value_order(b)));
     let mut requeues = Vec::new();
     for v in &victims {
         let class = &ctx.policy.class(v.class).name;
-        let why = format!("priority {}, class {class}, needed for the preemptor to fit", v.priority);
+        let why = match &v.gang {
+            Some(g) if g.priority.is_some() => format!("priority {} (of {}), class {class}, needed for the preemptor to fit", v.priority, g.gang),
+            _ => format!("priority {}, class {class}, needed for the preemptor to fit", v.priority),
+        };
         let (code, detail) = match v.fate {
             Fate::Requeued => {
                 let intent = RequeueIntent::for_victim(v.pod, node, preemptor.key);

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::model::{Labels, Pod};
+use crate::model::{GangRef, GangSource, Labels, Pod};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -177,16 +177,71 @@ pub struct Scoring {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GangConfig {
-    /// Labels whose value names a pod's group.
+    /// Which declarations make a gang; all on by default.
+    #[serde(default)]
+    pub sources: GangSources,
+    /// Labels whose value names a pod's group (the `labels` source).
     #[serde(default = "default_group_labels")]
     pub group_labels: Vec<String>,
-    /// Annotations holding the group's minimum member count.
+    /// Annotations holding the group's minimum member count: the `labels` source's
+    /// minimum, and the fallback of every source whose object gives none.
     #[serde(default = "default_min_annotations")]
     pub min_member_annotations: Vec<String>,
 }
 
+/// Gang sources, in precedence order: when a pod declares several, the first enabled one
+/// wins. Native first: kube-scheduler itself enforces it and it sits in the pod's spec
+/// (immutable), so it says how the pod was actually admitted; plugin labels and
+/// annotations are often copied from templates and may outlive their scheduler.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GangSources {
+    /// `spec.schedulingGroup.podGroupName` + PodGroup `scheduling.k8s.io/v1beta1|v1alpha2`.
+    #[serde(default = "yes")]
+    pub native: bool,
+    /// Label `scheduling.x-k8s.io/pod-group` + PodGroup `scheduling.x-k8s.io/v1alpha1`.
+    #[serde(default = "yes")]
+    pub coscheduling: bool,
+    /// Annotation `scheduling.k8s.io/group-name` + PodGroup `scheduling.volcano.sh/v1beta1`.
+    #[serde(default = "yes")]
+    pub volcano: bool,
+    /// Label `kueue.x-k8s.io/pod-group-name` + annotation `kueue.x-k8s.io/pod-group-total-count`.
+    #[serde(default = "yes")]
+    pub kueue: bool,
+    /// `groupLabels` + `minMemberAnnotations`.
+    #[serde(default = "yes")]
+    pub labels: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for GangSources {
+    fn default() -> Self {
+        GangSources { native: true, coscheduling: true, volcano: true, kueue: true, labels: true }
+    }
+}
+
+impl GangSources {
+    pub fn enabled(&self, source: GangSource) -> bool {
+        match source {
+            GangSource::Native => self.native,
+            GangSource::Coscheduling => self.coscheduling,
+            GangSource::Volcano => self.volcano,
+            GangSource::Kueue => self.kueue,
+            GangSource::Labels => self.labels,
+        }
+    }
+}
+
+pub const COSCHEDULING_LABEL: &str = "scheduling.x-k8s.io/pod-group";
+pub const VOLCANO_ANNOTATION: &str = "scheduling.k8s.io/group-name";
+pub const KUEUE_LABEL: &str = "kueue.x-k8s.io/pod-group-name";
+pub const KUEUE_TOTAL_COUNT: &str = "kueue.x-k8s.io/pod-group-total-count";
+
 fn default_group_labels() -> Vec<String> {
-    vec!["scheduling.x-k8s.io/pod-group".into(), "pod-group.scheduling.sigs.k8s.io/name".into()]
+    vec![COSCHEDULING_LABEL.into(), "pod-group.scheduling.sigs.k8s.io/name".into()]
 }
 
 fn default_min_annotations() -> Vec<String> {
@@ -198,21 +253,38 @@ fn default_min_annotations() -> Vec<String> {
 
 impl Default for GangConfig {
     fn default() -> Self {
-        GangConfig { group_labels: default_group_labels(), min_member_annotations: default_min_annotations() }
+        GangConfig { sources: GangSources::default(), group_labels: default_group_labels(), min_member_annotations: default_min_annotations() }
     }
 }
 
 impl GangConfig {
-    /// The pod's group name, namespaced.
-    pub fn group_of(&self, pod: &Pod) -> Option<String> {
-        self.group_labels
-            .iter()
-            .find_map(|l| pod.labels.get(l))
-            .map(|g| format!("{}/{}", pod.namespace, g))
+    /// The pod's gang: the first enabled source, in precedence order, that names one.
+    pub fn gang_of(&self, pod: &Pod) -> Option<GangRef> {
+        let non_empty = |v: Option<&String>| v.filter(|s| !s.is_empty()).cloned();
+        let declared = [
+            (GangSource::Native, pod.scheduling_group.clone()),
+            (GangSource::Coscheduling, non_empty(pod.labels.get(COSCHEDULING_LABEL))),
+            (GangSource::Volcano, non_empty(pod.annotations.get(VOLCANO_ANNOTATION))),
+            (GangSource::Kueue, non_empty(pod.labels.get(KUEUE_LABEL))),
+            (GangSource::Labels, non_empty(self.group_labels.iter().find_map(|l| pod.labels.get(l)))),
+        ];
+        declared
+            .into_iter()
+            .filter(|(source, _)| self.sources.enabled(*source))
+            .find_map(|(source, name)| Some(GangRef { source, namespace: pod.namespace.clone(), name: name? }))
     }
 
-    pub fn min_member(&self, pod: &Pod) -> Option<usize> {
-        self.min_member_annotations.iter().find_map(|a| pod.annotations.get(a)?.trim().parse().ok())
+    /// The minimum a member itself declares: Kueue's total count for Kueue gangs, else the
+    /// first `minMemberAnnotations` annotation. (A PodGroup object, where there is one, wins.)
+    pub fn declared_minimum(&self, source: GangSource, member: &Pod) -> Option<(usize, String)> {
+        let parse = |a: &str| member.annotations.get(a)?.trim().parse::<usize>().ok();
+        if source == GangSource::Kueue {
+            if let Some(n) = parse(KUEUE_TOTAL_COUNT) {
+                return Some((n, format!("pod-group-total-count {n}")));
+            }
+        }
+        self.min_member_annotations.iter().find_map(|a| Some((parse(a)?, a)))
+            .map(|(n, a)| (n, format!("{} {n}", a.rsplit('/').next().unwrap_or(a))))
     }
 }
 

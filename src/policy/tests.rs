@@ -21,6 +21,30 @@ fn shipped_policies_are_valid() {
 }
 
 #[test]
+fn shipped_policies_enable_every_gang_source() {
+    use crate::model::GangSource;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files = std::fs::read_dir(root.join("policy")).unwrap().map(|e| e.unwrap().path()).chain([root.join("manifests/policy.yaml")]);
+    for path in files.filter(|p| p.extension().is_some_and(|e| e == "yaml")) {
+        let policy = Policy::load(&path).unwrap();
+        for source in [GangSource::Native, GangSource::Coscheduling, GangSource::Volcano, GangSource::Kueue, GangSource::Labels] {
+            assert!(policy.gangs.sources.enabled(source), "{}: gang source {} is off", path.display(), source.name());
+        }
+    }
+}
+
+#[test]
+fn gang_sources_can_be_switched_off_one_by_one() {
+    let p = Policy::from_yaml("defaultClass: a\ngangs: {sources: {kueue: false}}\nclasses: [{name: a}]\n").unwrap();
+    let mut pod = pod(None, "ml", &[("kueue.x-k8s.io/pod-group-name", "q")]);
+    assert_eq!(p.gangs.gang_of(&pod), None);
+    pod.labels.insert("scheduling.x-k8s.io/pod-group".into(), "c".into());
+    assert_eq!(p.gangs.gang_of(&pod).map(|g| (g.source, g.name)), Some((crate::model::GangSource::Coscheduling, "c".into())));
+    let err = Policy::from_yaml("defaultClass: a\ngangs: {sources: {slurm: true}}\nclasses: [{name: a}]\n").unwrap_err().to_string();
+    assert!(err.contains("slurm"), "{err}");
+}
+
+#[test]
 fn manifests_ship_the_default_policy() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     assert_eq!(

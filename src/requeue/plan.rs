@@ -1,8 +1,16 @@
 //! What requeue must do now, from the cluster view alone: pure, so a restarted or second
 //! replica reaches the same conclusions from the same view (reconcile, not remember).
+//!
+//! Gang members are requeued as a unit: a replacement whose original is gone is released
+//! only once no other replacement of its gang still waits for its original, so the gang
+//! comes back together. The wait is bounded: a replacement whose original was not evicted
+//! within `evict_within` is deleted and stops holding the others back, so no member stays
+//! gated forever.
+
+use std::collections::BTreeSet;
 
 use crate::cluster::View;
-use crate::model::{Pod, Timestamp};
+use crate::model::{GangRef, Pod, Timestamp};
 
 use super::{ATTEMPT, FROM_POD, FROM_UID, GATE, PREEMPTED_BY};
 
@@ -33,7 +41,8 @@ pub struct Release {
 /// Gated replacements to release or delete. `evict_within`: seconds a replacement may wait
 /// for its original to start terminating.
 pub fn reconcile(view: &View, now: Timestamp, evict_within: i64) -> Vec<Action> {
-    let mut actions: Vec<Action> = view.replacements().filter_map(|r| decide(view, r, now, evict_within)).collect();
+    let held = gangs_held_back(view, now, evict_within);
+    let mut actions: Vec<Action> = view.replacements().filter_map(|r| decide(view, r, now, evict_within, &held)).collect();
     actions.sort_by(|a, b| key(a).cmp(&key(b)));
     actions
 }
@@ -45,13 +54,29 @@ fn key(a: &Action) -> (&str, &str) {
     }
 }
 
-fn decide(view: &View, r: &Pod, now: Timestamp, evict_within: i64) -> Option<Action> {
-    if !r.scheduling_gates.iter().any(|g| g == GATE) || r.deletion_time.is_some() {
+fn is_gated(r: &Pod) -> bool {
+    r.scheduling_gates.iter().any(|g| g == GATE) && r.deletion_time.is_none()
+}
+
+/// Gangs with a gated replacement whose original still runs (or terminates), within the
+/// time its eviction is waited for: their other replacements wait too.
+fn gangs_held_back(view: &View, now: Timestamp, evict_within: i64) -> BTreeSet<GangRef> {
+    view.replacements()
+        .filter(|r| is_gated(r) && r.creation_time.map_or(0, |t| now - t) <= evict_within)
+        .filter(|r| r.annotations.get(FROM_UID).is_some_and(|uid| view.pod_by_uid(uid).is_some()))
+        .filter_map(|r| view.gang_of(r))
+        .collect()
+}
+
+fn decide(view: &View, r: &Pod, now: Timestamp, evict_within: i64, held: &BTreeSet<GangRef>) -> Option<Action> {
+    if !is_gated(r) {
         return None; // released already, or on its way out
     }
     let annotation = |k: &str| r.annotations.get(k).cloned().unwrap_or_default();
     let from_uid = annotation(FROM_UID);
     match view.pod_by_uid(&from_uid) {
+        // A gang member's siblings are still being evicted: the gang is released together.
+        None if view.gang_of(r).is_some_and(|g| held.contains(&g)) => None,
         None => Some(Action::Release(Release {
             namespace: r.namespace.clone(),
             name: r.name.clone(),
@@ -128,6 +153,46 @@ mod tests {
     fn a_replacement_whose_original_was_not_evicted_in_time_is_deleted() {
         let actions = reconcile(&view(vec![original(), replacement(61)]), NOW, 60);
         assert!(matches!(&actions[..], [Action::Delete { name, .. }] if name == "free-3-rq-1"));
+    }
+
+    fn gang_member(name: &str, uid: &str, replacement_age: Option<i64>) -> Pod {
+        let label = |mut p: Pod| {
+            p.labels.insert("scheduling.x-k8s.io/pod-group".into(), "g".into());
+            p
+        };
+        match replacement_age {
+            None => label(Pod { name: name.into(), uid: uid.into(), ..original() }),
+            Some(age) => {
+                let mut r = label(replacement(age));
+                r.name = format!("{name}-rq");
+                r.uid = format!("r-{uid}");
+                r.annotations.insert(FROM_UID.into(), uid.into());
+                r
+            }
+        }
+    }
+
+    fn released(actions: &[Action]) -> Vec<&str> {
+        actions.iter().filter_map(|a| match a { Action::Release(r) => Some(r.name.as_str()), _ => None }).collect()
+    }
+
+    #[test]
+    fn a_gang_is_released_as_a_unit_once_every_original_is_gone() {
+        // a's original is gone, b's still runs: a waits for b.
+        let waiting = view(vec![gang_member("a", "u-a", Some(5)), gang_member("b", "u-b", Some(5)), gang_member("b", "u-b", None)]);
+        assert!(reconcile(&waiting, NOW, 60).is_empty(), "{:?}", reconcile(&waiting, NOW, 60));
+        // Both gone: both released in the same pass.
+        let gone = view(vec![gang_member("a", "u-a", Some(5)), gang_member("b", "u-b", Some(5))]);
+        assert_eq!(released(&reconcile(&gone, NOW, 60)), ["a-rq", "b-rq"]);
+    }
+
+    #[test]
+    fn no_gang_member_stays_gated_when_a_sibling_is_never_evicted() {
+        // b's original was not evicted in time: its replacement is deleted, a's released.
+        let stuck = view(vec![gang_member("a", "u-a", Some(61)), gang_member("b", "u-b", Some(61)), gang_member("b", "u-b", None)]);
+        let actions = reconcile(&stuck, NOW, 60);
+        assert_eq!(released(&actions), ["a-rq"], "{actions:?}");
+        assert!(actions.iter().any(|a| matches!(a, Action::Delete { name, .. } if name == "b-rq")), "{actions:?}");
     }
 
     #[test]

@@ -137,6 +137,16 @@ pub struct PodSpec {
     pub node_name: Option<String>,
     #[serde(default, deserialize_with = "nullable")]
     pub scheduling_gates: Vec<SchedulingGate>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub scheduling_group: SchedulingGroup,
+}
+
+/// `spec.schedulingGroup` (Kubernetes v1.36+): the pod's native PodGroup.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingGroup {
+    #[serde(default)]
+    pub pod_group_name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -371,6 +381,7 @@ impl Pod {
             node_name: spec.node_name.filter(|s| !s.is_empty()),
             nominated_node_name: self.status.nominated_node_name.filter(|s| !s.is_empty()),
             scheduling_gates: spec.scheduling_gates.into_iter().map(|g| g.name).collect(),
+            scheduling_group: spec.scheduling_group.pod_group_name.filter(|s| !s.is_empty()),
             phase: self.status.phase,
             requests: running,
             host_ports,
@@ -420,5 +431,105 @@ impl Pdb {
             disrupted_pods: self.status.disrupted_pods.into_keys().collect(),
             current_healthy: self.status.current_healthy,
         }
+    }
+}
+
+/// A PodGroup of any source: native `scheduling.k8s.io` (v1beta1, v1alpha2), coscheduling
+/// `scheduling.x-k8s.io/v1alpha1` or Volcano `scheduling.volcano.sh/v1beta1`. Their specs
+/// share no field names that mean different things, so one lean type reads all of them.
+#[derive(Deserialize, Default)]
+pub struct PodGroupJson {
+    #[serde(default, deserialize_with = "nullable")]
+    pub metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "nullable")]
+    pub spec: PodGroupSpecJson,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PodGroupSpecJson {
+    /// Native: `schedulingPolicy.gang.minCount` (absent with the `basic` policy).
+    #[serde(default, deserialize_with = "nullable")]
+    pub scheduling_policy: SchedulingPolicyJson,
+    /// Coscheduling and Volcano.
+    #[serde(default)]
+    pub min_member: Option<i64>,
+    /// Native: `Single`/`All` (v1beta1, also as `{all: {}}`), `Pod`/`PodGroup` (v1alpha2).
+    #[serde(default)]
+    pub disruption_mode: Option<DisruptionModeJson>,
+    #[serde(default)]
+    pub priority: Option<i32>,
+    #[serde(default)]
+    pub priority_class_name: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct SchedulingPolicyJson {
+    #[serde(default)]
+    pub gang: Option<GangPolicyJson>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct GangPolicyJson {
+    #[serde(default)]
+    pub min_count: Option<i64>,
+}
+
+/// A mode name, or the v1beta1 union object (`{"all": {}}`, exactly one key set).
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub enum DisruptionModeJson {
+    Name(String),
+    Union(BTreeMap<String, serde::de::IgnoredAny>),
+}
+
+impl DisruptionModeJson {
+    fn into_model(self) -> Result<model::DisruptionMode, FieldError> {
+        let name = match self {
+            DisruptionModeJson::Name(n) => n,
+            DisruptionModeJson::Union(m) if m.len() == 1 => m.into_keys().next().unwrap_or_default(),
+            DisruptionModeJson::Union(m) => {
+                return Err(FieldError { field: "spec.disruptionMode".into(), message: format!("exactly one mode must be set, found {:?}", m.keys().collect::<Vec<_>>()) })
+            }
+        };
+        match name.to_ascii_lowercase().as_str() {
+            "" | "single" | "pod" => Ok(model::DisruptionMode::Single),
+            "all" | "podgroup" => Ok(model::DisruptionMode::All),
+            _ => Err(FieldError { field: "spec.disruptionMode".into(), message: format!("unknown mode {name:?} (Single, All, Pod or PodGroup)") }),
+        }
+    }
+}
+
+impl PodGroupJson {
+    pub fn into_model(self, source: model::GangSource) -> Result<model::PodGroup, FieldError> {
+        let spec = self.spec;
+        let (field, min) = match source {
+            model::GangSource::Native => ("spec.schedulingPolicy.gang.minCount", spec.scheduling_policy.gang.and_then(|g| g.min_count)),
+            _ => ("spec.minMember", spec.min_member),
+        };
+        let min_count = match min {
+            Some(n) if n < 0 => return Err(FieldError { field: field.into(), message: format!("{n} is negative") }),
+            n => n.map(|n| n as usize),
+        };
+        Ok(model::PodGroup {
+            source,
+            namespace: self.metadata.namespace,
+            name: self.metadata.name,
+            min_count,
+            disruption: spec.disruption_mode.map(DisruptionModeJson::into_model).transpose()?.unwrap_or_default(),
+            priority: spec.priority,
+            priority_class_name: spec.priority_class_name.filter(|s| !s.is_empty()),
+        })
+    }
+}
+
+/// Which gang source a PodGroup's API group belongs to (`apiVersion` or bare group).
+pub fn pod_group_source(api_version: &str) -> Option<model::GangSource> {
+    match api_version.split('/').next().unwrap_or("") {
+        "scheduling.k8s.io" => Some(model::GangSource::Native),
+        "scheduling.x-k8s.io" => Some(model::GangSource::Coscheduling),
+        "scheduling.volcano.sh" => Some(model::GangSource::Volcano),
+        _ => None,
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use coloc_extender::cluster::{Objects, View};
 use coloc_extender::decide::{self, Context, Explanation, Requeue};
 use coloc_extender::requeue::RequeueIntent;
-use coloc_extender::model::{HostPort, Node, OwnerRef, Pdb, Pod, Resources, Selector};
+use coloc_extender::model::{DisruptionMode, GangSource, HostPort, Node, OwnerRef, Pdb, Pod, PodGroup, Resources, Selector};
 use coloc_extender::policy::Policy;
 use coloc_extender::wire::request::{MetaVictims, Victims};
 use coloc_extender::wire::{Candidates, PreemptArgs, PreemptionResult};
@@ -81,6 +81,8 @@ pub trait PodExt {
     fn host_port(self, port: i32) -> Self;
     fn scalar(self, name: &str, n: i64) -> Self;
     fn never(self) -> Self;
+    /// `spec.schedulingGroup.podGroupName`: a member of a native PodGroup.
+    fn in_pod_group(self, name: &str) -> Self;
 }
 
 impl PodExt for Pod {
@@ -116,6 +118,23 @@ impl PodExt for Pod {
     fn never(mut self) -> Self {
         self.preemption_never = true;
         self
+    }
+    fn in_pod_group(mut self, name: &str) -> Self {
+        self.scheduling_group = Some(name.into());
+        self
+    }
+}
+
+/// A PodGroup in `default` with minimum `min` that members may leave one at a time.
+pub fn pod_group(source: GangSource, name: &str, min: usize) -> PodGroup {
+    PodGroup {
+        source,
+        namespace: "default".into(),
+        name: name.into(),
+        min_count: Some(min),
+        disruption: DisruptionMode::Single,
+        priority: None,
+        priority_class_name: None,
     }
 }
 
@@ -191,6 +210,11 @@ impl Scenario {
 
     pub fn pdb(mut self, p: Pdb) -> Self {
         self.objects.pdbs.push(p);
+        self
+    }
+
+    pub fn pod_group(mut self, g: PodGroup) -> Self {
+        self.objects.pod_groups.push(g);
         self
     }
 

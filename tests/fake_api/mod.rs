@@ -113,6 +113,18 @@ impl FakeApi {
         self.shared.store.lock().unwrap().list_kind(kind)
     }
 
+    /// Stops serving `group/version` (a CRD uninstalled, an API version switched off):
+    /// discovery and its paths answer 404. Stored objects stay, for when it is served again.
+    pub fn unserve(&self, api_version: &str) {
+        self.shared.store.lock().unwrap().unserved.insert(api_version.to_string());
+        self.break_watches();
+    }
+
+    /// Serves `group/version` again (a CRD installed).
+    pub fn serve(&self, api_version: &str) {
+        self.shared.store.lock().unwrap().unserved.remove(api_version);
+    }
+
     /// Makes the next `times` matching requests (u32::MAX: until cleared) fail with `status`
     /// and a Status body whose reason derives from it. `verb` is "list", "watch", "get",
     /// "create", "patch", "update", "delete" (or "evict", "bind", "deletecollection");
@@ -182,4 +194,15 @@ impl Drop for FakeApi {
             let _ = tx.send(());
         }
     }
+}
+
+/// Polls `ok` every 25 ms for up to 5 s; true once it holds.
+pub async fn wait_until(mut ok: impl FnMut() -> bool) -> bool {
+    for _ in 0..200 {
+        if ok() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    false
 }

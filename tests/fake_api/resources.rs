@@ -26,6 +26,9 @@ pub const RESOURCES: &[Resource] = &[
     r("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", false),
     r("events.k8s.io", "v1", "events", "Event", true),
     r("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", true),
+    r("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", true),
+    r("scheduling.k8s.io", "v1alpha2", "podgroups", "PodGroup", true),
+    r("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", true),
 ];
 
 impl Resource {
@@ -48,9 +51,23 @@ pub fn by_kind(kind: &str) -> impl Iterator<Item = usize> + '_ {
     RESOURCES.iter().enumerate().filter(move |(_, r)| r.kind == kind).map(|(i, _)| i)
 }
 
-/// The table index for an object's `kind` and `apiVersion`: the entry whose group matches,
-/// else (no or unknown apiVersion) the first entry with that kind.
+/// The table index for an object's `kind` and `apiVersion`: the entry whose group and
+/// version match, else the first whose group matches, else (no or unknown apiVersion) the
+/// first entry with that kind.
 pub fn for_object(kind: &str, api_version: Option<&str>) -> Option<usize> {
     let group = api_version.map(|av| av.rsplit_once('/').map_or("", |(g, _)| g));
-    by_kind(kind).find(|&i| group.is_none_or(|g| RESOURCES[i].group == g)).or_else(|| by_kind(kind).next())
+    by_kind(kind)
+        .find(|&i| api_version.is_some_and(|av| RESOURCES[i].api_version() == av))
+        .or_else(|| by_kind(kind).find(|&i| group.is_none_or(|g| RESOURCES[i].group == g)))
+        .or_else(|| by_kind(kind).next())
+}
+
+/// Discovery for one group version (`GET /apis/{group}/{version}`), if the table has it.
+pub fn api_resource_list(api_version: &str) -> Option<serde_json::Value> {
+    let served: Vec<serde_json::Value> = RESOURCES
+        .iter()
+        .filter(|r| !r.group.is_empty() && r.api_version() == api_version)
+        .map(|r| serde_json::json!({"name": r.plural, "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}))
+        .collect();
+    (!served.is_empty()).then(|| serde_json::json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": api_version, "resources": served}))
 }

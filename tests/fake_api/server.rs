@@ -149,7 +149,15 @@ pub async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, hea
         return error_response(&ApiError::new(code, format!("injected fault: {verb} {kind}")));
     }
 
+    let unserved = |api_version: &str| sh.store.lock().unwrap().unserved.contains(api_version);
+    let target = target.filter(|t| !unserved(&RESOURCES[t.res].api_version()));
     let Some(t) = target else {
+        if let (&Method::GET, ["apis", group, version]) = (&method, path.trim_matches('/').split('/').collect::<Vec<_>>().as_slice()) {
+            let api_version = format!("{group}/{version}");
+            if let Some(list) = resources::api_resource_list(&api_version).filter(|_| !unserved(&api_version)) {
+                return json_response(200, &list);
+            }
+        }
         if method == Method::GET && path == "/version" {
             return json_response(200, &json!({"major": "1", "minor": "35", "gitVersion": "v1.35.0-fake", "platform": "linux/amd64"}));
         }

@@ -133,6 +133,9 @@ pub struct Store {
     pub expired: HashSet<usize>,
     /// The server is going away: watches end.
     pub closed: bool,
+    /// Group versions (`group/version`) the server does not serve now: discovery and
+    /// their resource paths answer 404, as for a CRD not installed.
+    pub unserved: HashSet<String>,
     uids: u64,
     hasher: RandomState,
 }

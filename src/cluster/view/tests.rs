@@ -160,15 +160,16 @@ fn incremental_changes_agree_with_a_view_built_from_scratch() {
     for n in ["n1", "n2"] {
         assert_eq!(names(view.pods_on(n)), names(built.pods_on(n)));
     }
-    assert_eq!(view.gang_size("b/g"), 5);
-    assert_eq!(built.gang_size("b/g"), 5);
+    let g = view.gang_of(&view.pod("b/w0").unwrap().clone()).expect("a coscheduling gang");
+    assert_eq!(view.gang_size(&g), 5);
+    assert_eq!(built.gang_size(&g), 5);
     assert_eq!(view.tenant_share("b"), built.tenant_share("b"));
     assert_eq!(view.pod_count(), built.pod_count());
     let w0 = view.pod("b/w0").unwrap().clone();
     assert_eq!(view.pdbs_covering(&w0).count(), 1);
     let rebuilt = view.rebuild(&p);
     assert_eq!(rebuilt.tenant_share("b"), view.tenant_share("b"));
-    assert_eq!(rebuilt.gang_size("b/g"), 5);
+    assert_eq!(rebuilt.gang_size(&g), 5);
 }
 
 #[test]
