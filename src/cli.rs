@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 use crate::cluster::{self, Objects, View, ViewCell};
 use crate::http::{self, AppState, Limits, ViewSource};
 use crate::pipeline::{self, Verb};
-use crate::policy::Policy;
+use crate::policy::{Mode, Policy};
 use crate::tls::{self, TlsAcceptorCell, TlsFiles};
 
 #[derive(Parser)]
@@ -50,6 +50,20 @@ pub enum Command {
         /// are protected. By default replay shows what would be requeued (it never writes).
         #[arg(long)]
         no_requeue: bool,
+        /// Override the policy's mode: `shadow` prints kube-scheduler's own answer on stdout
+        /// and the policy's answer, with what it would change, on stderr.
+        #[arg(long)]
+        mode: Option<Mode>,
+    },
+    /// Print a pod's recent decisions from a running extender (GET /decisions on its
+    /// health port), e.g. `kubectl -n kube-system port-forward deploy/coloc-extender 8081`
+    /// then `coloc-extender explain online/web-0`.
+    Explain {
+        /// NAMESPACE/NAME
+        pod: String,
+        /// The extender's health listener (`serve --health-listen`).
+        #[arg(long, default_value = crate::explain::DEFAULT_SERVER)]
+        server: String,
     },
 }
 
@@ -102,6 +116,24 @@ pub struct ServeArgs {
     /// Log lines as JSON (for log pipelines) instead of text.
     #[arg(long)]
     pub log_json: bool,
+    #[command(flatten)]
+    pub ops: OpsArgs,
+}
+
+/// Adoption and day-2 operations: shadow mode, decision lookup, Events.
+#[derive(clap::Args)]
+pub struct OpsArgs {
+    /// Override the policy's `mode`: `shadow` answers exactly as kube-scheduler would decide
+    /// without the extender and counts what the policy would change
+    /// (coloc_shadow_diffs_total); nothing is written to the API server.
+    #[arg(long)]
+    pub mode: Option<Mode>,
+    /// Decisions kept for GET /decisions and `explain` (on --health-listen), newest kept.
+    #[arg(long, default_value_t = 10_000)]
+    pub decisions_entries: usize,
+    /// Memory bound of the kept decisions, in bytes.
+    #[arg(long, default_value_t = 32 << 20)]
+    pub decisions_bytes: usize,
 }
 
 /// A duration of at least one second ("4s", "1m"): kube-scheduler's own timeouts are in
@@ -182,8 +214,15 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Replay { verb, payload, policy, snapshot, now, no_requeue } => {
-            let policy = load_policy(policy.as_deref())?;
+        Command::Explain { pod, server } => {
+            print!("{}", crate::explain::run(&pod, &server)?);
+            Ok(())
+        }
+        Command::Replay { verb, payload, policy, snapshot, now, no_requeue, mode } => {
+            let mut policy = load_policy(policy.as_deref())?;
+            if let Some(mode) = mode {
+                policy.mode = mode;
+            }
             let view = match snapshot {
                 Some(s) => Some(View::build(cluster::snapshot::load(&s)?, &policy)),
                 None => None,
@@ -203,6 +242,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             }
             for r in &answer.requeues {
                 eprintln!("  would requeue {} as {} (attempt {}; replay writes nothing)", r.original_key(), r.replacement, r.attempt);
+            }
+            if let Some(would) = &answer.would_answer {
+                eprintln!("shadow: stdout is kube-scheduler's own answer; the policy would answer ({}) and change: {}", answer.summary, answer.diffs);
+                eprintln!("  {}", String::from_utf8_lossy(would));
             }
             use std::io::Write;
             let mut out = std::io::stdout().lock();
@@ -234,7 +277,13 @@ fn init_logging(json: bool) {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     check_prefix(&args.path_prefix)?;
-    let policy = load_policy(args.policy.as_deref())?;
+    let mut policy = load_policy(args.policy.as_deref())?;
+    if let Some(mode) = args.ops.mode {
+        policy.mode = mode;
+    }
+    if policy.mode == Mode::Shadow {
+        tracing::warn!("shadow mode: answers are kube-scheduler's own; the policy's decisions are only logged, counted (coloc_shadow_diffs_total) and kept for /decisions");
+    }
     let view = Arc::new(ViewCell::default());
     let (source, snapshot) = match (&args.snapshot, args.kube) {
         (Some(path), _) => {
@@ -251,6 +300,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let requeue_classes = policy.requeue_classes().join(", ");
     let mut state = AppState::new(policy, view.clone(), source);
+    state.decisions = Arc::new(http::decisions::DecisionLog::new(http::decisions::RingLimits {
+        entries: args.ops.decisions_entries,
+        bytes: args.ops.decisions_bytes,
+    }));
     state.limits = Limits {
         max_body_bytes: args.max_body_bytes,
         request_timeout: args.request_timeout,
@@ -264,7 +317,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let reload = http::server::reload_signals();
     if let Some(path) = args.policy.clone() {
-        tokio::spawn(reload_policy(path, state.policy.clone(), view.clone(), snapshot, state.policy_problem.clone(), reload.clone()));
+        tokio::spawn(reload_policy(path, args.ops.mode, state.policy.clone(), view.clone(), snapshot, state.policy_problem.clone(), reload.clone()));
     }
     if source == ViewSource::Kubernetes {
         let client = kube::Client::try_default().await.context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
@@ -314,6 +367,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 /// the metrics and `/readyz`.
 async fn reload_policy(
     path: PathBuf,
+    mode: Option<Mode>,
     policy: Arc<ArcSwap<Policy>>,
     view: Arc<ViewCell>,
     snapshot: Option<Objects>,
@@ -342,7 +396,11 @@ async fn reload_policy(
         last = now.clone();
         let parsed = tokio::task::spawn_blocking(move || {
             let text = String::from_utf8(now).map_err(|e| anyhow::anyhow!("not UTF-8: {e}"))?;
-            Ok::<_, anyhow::Error>(Policy::from_yaml(&text)?)
+            let mut p = Policy::from_yaml(&text)?;
+            if let Some(mode) = mode {
+                p.mode = mode;
+            }
+            Ok::<_, anyhow::Error>(p)
         })
         .await;
         match parsed {

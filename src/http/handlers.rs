@@ -39,6 +39,7 @@ async fn handle(verb: Verb, State(state): State<AppState>, body: Result<Bytes, B
         Ok(answer) => {
             log_answer(verb, &answer, started);
             metrics::record_decisions(verb.as_str(), &answer.explanations);
+            super::observe::answered(&state, verb, &answer);
             ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response()
         }
         Err(e) => {

@@ -42,6 +42,23 @@ fn describe() {
     metrics::describe_counter!("coloc_policy_reloads_total", "Policy reloads by result");
     metrics::describe_gauge!("coloc_view_ready", "1 when the cluster view has synced");
     metrics::describe_gauge!("coloc_view_age_seconds", "Seconds since the cluster view was last rebuilt");
+    metrics::describe_counter!("coloc_shadow_diffs_total", "Shadow mode: what the policy would have changed, by verb and kind");
+    // Series alerts and dashboards read exist from the start (rate() of a missing series
+    // is no data, not zero).
+    for verb in ["filter", "prioritize", "preempt"] {
+        for kind in crate::shadow::DiffKind::ALL {
+            metrics::counter!("coloc_shadow_diffs_total", "verb" => verb, "kind" => kind.as_str()).increment(0);
+        }
+    }
+    for result in ["ok", "error", "unreadable"] {
+        metrics::counter!("coloc_policy_reloads_total", "result" => result).increment(0);
+    }
+}
+
+pub fn record_shadow_diffs(verb: &'static str, diffs: &crate::shadow::Diffs) {
+    for (kind, n) in &diffs.0 {
+        metrics::counter!("coloc_shadow_diffs_total", "verb" => verb, "kind" => kind.as_str()).increment(*n);
+    }
 }
 
 pub fn record_request(verb: &'static str, status: u16, seconds: f64) {
