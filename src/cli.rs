@@ -134,6 +134,16 @@ pub struct OpsArgs {
     /// Memory bound of the kept decisions, in bytes.
     #[arg(long, default_value_t = 32 << 20)]
     pub decisions_bytes: usize,
+    /// Write Events on preemptors: a Warning when no node can make room under the policy
+    /// (with the reason per node), a Normal naming the victims. Needs events create/patch.
+    #[arg(long, requires = "kube")]
+    pub events: bool,
+    /// Per pod: an unchanged Event is written again only after this long, e.g. 10m.
+    #[arg(long, default_value = "10m", value_parser = parse_secs)]
+    pub events_repeat_after: Duration,
+    /// Per pod: a changed Event waits at least this long after the previous one, e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = parse_secs)]
+    pub events_min_interval: Duration,
 }
 
 /// A duration of at least one second ("4s", "1m"): kube-scheduler's own timeouts are in
@@ -323,8 +333,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let client = kube::Client::try_default().await.context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
         let fresh = Arc::new(cluster::watch::Freshness::default());
         state.freshness = Some(fresh.clone());
+        let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
+        if args.ops.events {
+            let throttle = crate::events::Throttle::new(args.ops.events_min_interval.as_secs() as i64, args.ops.events_repeat_after.as_secs() as i64, 50_000);
+            let reporter = crate::events::kube::reporter(instance.clone());
+            state.events = Some(Arc::new(crate::events::kube::EventSink::start(client.clone(), reporter, throttle, state.clock.clone())));
+            tracing::info!("events on preemptors are on");
+        }
         if args.requeue {
-            let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
             let requeuer = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance));
             tokio::spawn(requeuer.clone().reconcile_loop(view.clone(), Duration::from_secs(1), args.requeue_evict_within.as_secs() as i64));
             state.requeuer = Some(requeuer);

@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod decide;
+pub mod events;
 pub mod explain;
 pub mod http;
 pub mod model;

@@ -44,6 +44,8 @@ impl FromStr for Verb {
 pub struct Answer {
     pub body: Vec<u8>,
     pub pod: String,
+    /// The pod's UID: Events are matched to the pod by it.
+    pub pod_uid: String,
     pub explanations: Vec<Explanation>,
     /// Replacements to store before `body` may be sent (preempt only; never in shadow mode).
     pub requeues: Vec<RequeueIntent>,
@@ -58,8 +60,8 @@ pub struct Answer {
 }
 
 impl Answer {
-    fn enforced(body: Vec<u8>, pod: String, explanations: Vec<Explanation>, requeues: Vec<RequeueIntent>, summary: String) -> Answer {
-        Answer { body, pod, explanations, requeues, mode: Mode::Enforce, summary, diffs: Diffs::default(), would_answer: None }
+    fn enforced(body: Vec<u8>, pod: &crate::model::Pod, explanations: Vec<Explanation>, requeues: Vec<RequeueIntent>, summary: String) -> Answer {
+        Answer { body, pod: pod.key(), pod_uid: pod.uid.clone(), explanations, requeues, mode: Mode::Enforce, summary, diffs: Diffs::default(), would_answer: None }
     }
 
     /// In shadow mode `body` becomes kube-scheduler's own answer (`neutral`) and the
@@ -102,14 +104,14 @@ pub fn answer_in(verb: Verb, body: &[u8], ctx: &Context) -> Result<Answer, Decod
                 )),
             };
             let summary = format!("kept {} of {} node(s)", out.kept.len(), args.nodes.len());
-            Ok(Answer::enforced(body, args.pod.key(), out.explanations, Vec::new(), summary)
+            Ok(Answer::enforced(body, &args.pod, out.explanations, Vec::new(), summary)
                 .in_mode(mode, || shadow::filter_answer(&args), |_| shadow::filter_diffs(&args, out.kept.len())))
         }
         Verb::Prioritize => {
             let args = wire::decode_extender_args(body)?;
             let out = decide::prioritize(&args, &ctx);
             let summary = scores_summary(&out.scores);
-            Ok(Answer::enforced(to_json(&out.scores), args.pod.key(), out.explanations, Vec::new(), summary)
+            Ok(Answer::enforced(to_json(&out.scores), &args.pod, out.explanations, Vec::new(), summary)
                 .in_mode(mode, || shadow::prioritize_answer(&args), |_| shadow::prioritize_diffs(&out.scores)))
         }
         Verb::Preempt => {
@@ -119,7 +121,7 @@ pub fn answer_in(verb: Verb, body: &[u8], ctx: &Context) -> Result<Answer, Decod
             let summary = candidates_summary(&out.result);
             let result = out.result;
             let kube = (mode == Mode::Shadow).then(|| shadow::kube_candidates(&args));
-            Ok(Answer::enforced(to_json(&result), args.pod.key(), out.explanations, out.requeues, summary).in_mode(
+            Ok(Answer::enforced(to_json(&result), &args.pod, out.explanations, out.requeues, summary).in_mode(
                 mode,
                 || to_json(kube.as_ref().expect("made in shadow mode")),
                 |a| {

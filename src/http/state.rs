@@ -61,6 +61,8 @@ pub struct AppState {
     pub policy_problem: Arc<ArcSwapOption<String>>,
     /// Recent decisions per pod (`GET /decisions` on the health port).
     pub decisions: Arc<DecisionLog>,
+    /// Writes Events on preemptors (`serve --kube --events`).
+    pub events: Option<Arc<crate::events::kube::EventSink>>,
 }
 
 impl AppState {
@@ -75,6 +77,7 @@ impl AppState {
             freshness: None,
             policy_problem: Arc::new(ArcSwapOption::empty()),
             decisions: Arc::new(DecisionLog::default()),
+            events: None,
         }
     }
 
