@@ -160,6 +160,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-pub async fn metrics_text() -> Response {
+pub async fn metrics_text(State(state): State<AppState>) -> Response {
+    super::observe::view_freshness(&state);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::handle().render()).into_response()
 }

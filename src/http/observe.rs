@@ -2,7 +2,8 @@
 //! `/decisions`, the preemptor's Event queued (written by another task).
 
 use super::metrics;
-use super::state::AppState;
+use super::state::{system_now, AppState, ViewSource};
+use crate::cluster::watch::STALE_AFTER_SECS;
 use crate::pipeline::{Answer, Verb};
 use crate::policy::Mode;
 
@@ -15,4 +16,21 @@ pub fn answered(state: &AppState, verb: Verb, answer: &Answer) {
             sink.offer(event);
         }
     }
+}
+
+/// View freshness as gauges, computed when scraped: `coloc_view_stale` (1 once a watch has
+/// failed for longer than STALE_AFTER_SECS and decisions fall back to `withoutView`) and
+/// `coloc_view_watch_failing_seconds` (the longest-failing watch, 0 when all are well).
+pub fn view_freshness(state: &AppState) {
+    if state.view_source == ViewSource::None {
+        return;
+    }
+    let now = system_now();
+    ::metrics::gauge!("coloc_view_ready").set(if state.view.is_ready() { 1.0 } else { 0.0 });
+    let (stale, failing) = match &state.freshness {
+        Some(f) => (f.is_stale(now, STALE_AFTER_SECS), f.failing_kinds().iter().map(|k| now - f.failing_since(k)).max().unwrap_or(0)),
+        None => (false, 0),
+    };
+    ::metrics::gauge!("coloc_view_stale").set(if stale { 1.0 } else { 0.0 });
+    ::metrics::gauge!("coloc_view_watch_failing_seconds").set(failing.max(0) as f64);
 }
