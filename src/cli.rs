@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 use crate::cluster::{self, Objects, View, ViewCell};
 use crate::http::{self, AppState, Limits, ViewSource};
 use crate::pipeline::{self, Verb};
-use crate::policy::Policy;
+use crate::policy::{Mode, Policy};
 use crate::tls::{self, TlsAcceptorCell, TlsFiles};
 use crate::wire::Caps;
 
@@ -51,6 +51,20 @@ pub enum Command {
         /// are protected. By default replay shows what would be requeued (it never writes).
         #[arg(long)]
         no_requeue: bool,
+        /// Override the policy's mode: `shadow` prints kube-scheduler's own answer on stdout
+        /// and the policy's answer, with what it would change, on stderr.
+        #[arg(long)]
+        mode: Option<Mode>,
+    },
+    /// Print a pod's recent decisions from a running extender (GET /decisions on its
+    /// health port), e.g. `kubectl -n kube-system port-forward deploy/coloc-extender 8081`
+    /// then `coloc-extender explain online/web-0`.
+    Explain {
+        /// NAMESPACE/NAME
+        pod: String,
+        /// The extender's health listener (`serve --health-listen`).
+        #[arg(long, default_value = crate::explain::DEFAULT_SERVER)]
+        server: String,
     },
 }
 
@@ -97,6 +111,34 @@ pub struct ServeArgs {
     /// Log lines as JSON (for log pipelines) instead of text.
     #[arg(long)]
     pub log_json: bool,
+    #[command(flatten)]
+    pub ops: OpsArgs,
+}
+
+/// Adoption and day-2 operations: shadow mode, decision lookup, Events.
+#[derive(clap::Args)]
+pub struct OpsArgs {
+    /// Override the policy's `mode`: `shadow` answers exactly as kube-scheduler would decide
+    /// without the extender and counts what the policy would change
+    /// (coloc_shadow_diffs_total); nothing is written to the API server.
+    #[arg(long)]
+    pub mode: Option<Mode>,
+    /// Decisions kept for GET /decisions and `explain` (on --health-listen), newest kept.
+    #[arg(long, default_value_t = 10_000)]
+    pub decisions_entries: usize,
+    /// Memory bound of the kept decisions, in bytes.
+    #[arg(long, default_value_t = 32 << 20)]
+    pub decisions_bytes: usize,
+    /// Write Events on preemptors: a Warning when no node can make room under the policy
+    /// (with the reason per node), a Normal naming the victims. Needs events create/patch.
+    #[arg(long, requires = "kube")]
+    pub events: bool,
+    /// Per pod: an unchanged Event is written again only after this long, e.g. 10m.
+    #[arg(long, default_value = "10m", value_parser = parse_secs)]
+    pub events_repeat_after: Duration,
+    /// Per pod: a changed Event waits at least this long after the previous one, e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = parse_secs)]
+    pub events_min_interval: Duration,
 }
 
 /// What one request may cost, and how many may run at once.
@@ -241,8 +283,15 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Replay { verb, payload, policy, snapshot, now, no_requeue } => {
-            let policy = load_policy(policy.as_deref())?;
+        Command::Explain { pod, server } => {
+            print!("{}", crate::explain::run(&pod, &server)?);
+            Ok(())
+        }
+        Command::Replay { verb, payload, policy, snapshot, now, no_requeue, mode } => {
+            let mut policy = load_policy(policy.as_deref())?;
+            if let Some(mode) = mode {
+                policy.mode = mode;
+            }
             let view = match snapshot {
                 Some(s) => Some(View::build(cluster::snapshot::load(&s)?, &policy)),
                 None => None,
@@ -262,6 +311,10 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             }
             for r in &answer.requeues {
                 eprintln!("  would requeue {} as {} (attempt {}; replay writes nothing)", r.original_key(), r.replacement, r.attempt);
+            }
+            if let Some(would) = &answer.would_answer {
+                eprintln!("shadow: stdout is kube-scheduler's own answer; the policy would answer ({}) and change: {}", answer.summary, answer.diffs);
+                eprintln!("  {}", String::from_utf8_lossy(would));
             }
             use std::io::Write;
             let mut out = std::io::stdout().lock();
@@ -293,7 +346,13 @@ fn init_logging(json: bool) {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     check_prefix(&args.path_prefix)?;
-    let policy = load_policy(args.policy.as_deref())?;
+    let mut policy = load_policy(args.policy.as_deref())?;
+    if let Some(mode) = args.ops.mode {
+        policy.mode = mode;
+    }
+    if policy.mode == Mode::Shadow {
+        tracing::warn!("shadow mode: answers are kube-scheduler's own; the policy's decisions are only logged, counted (coloc_shadow_diffs_total) and kept for /decisions");
+    }
     let view = Arc::new(ViewCell::default());
     let (source, snapshot) = match (&args.snapshot, args.kube) {
         (Some(path), _) => {
@@ -310,6 +369,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let requeue_classes = policy.requeue_classes().join(", ");
     let mut state = AppState::new(policy, view.clone(), source);
+    state.decisions = Arc::new(http::decisions::DecisionLog::new(http::decisions::RingLimits {
+        entries: args.ops.decisions_entries,
+        bytes: args.ops.decisions_bytes,
+    }));
     state.limits = Limits { requeue_budget: Duration::from_millis(args.requeue_budget_ms), ..args.limits.limits()? };
     if !args.requeue && !requeue_classes.is_empty() {
         tracing::warn!(classes = %requeue_classes,
@@ -317,14 +380,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let reload = http::server::reload_signals();
     if let Some(path) = args.policy.clone() {
-        tokio::spawn(reload_policy(path, state.policy.clone(), view.clone(), snapshot, state.policy_problem.clone(), reload.clone()));
+        tokio::spawn(reload_policy(path, args.ops.mode, state.policy.clone(), view.clone(), snapshot, state.policy_problem.clone(), reload.clone()));
     }
     if source == ViewSource::Kubernetes {
         let client = kube::Client::try_default().await.context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
         let fresh = Arc::new(cluster::watch::Freshness::default());
         state.freshness = Some(fresh.clone());
+        let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
+        if args.ops.events {
+            let throttle = crate::events::Throttle::new(args.ops.events_min_interval.as_secs() as i64, args.ops.events_repeat_after.as_secs() as i64, 50_000);
+            let reporter = crate::events::kube::reporter(instance.clone());
+            state.events = Some(Arc::new(crate::events::kube::EventSink::start(client.clone(), reporter, throttle, state.clock.clone())));
+            tracing::info!("events on preemptors are on");
+        }
         if args.requeue {
-            let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
             let requeuer = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance));
             tokio::spawn(requeuer.clone().reconcile_loop(view.clone(), Duration::from_secs(1), args.requeue_evict_within.as_secs() as i64));
             state.requeuer = Some(requeuer);
@@ -367,6 +436,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 /// the metrics and `/readyz`.
 async fn reload_policy(
     path: PathBuf,
+    mode: Option<Mode>,
     policy: Arc<ArcSwap<Policy>>,
     view: Arc<ViewCell>,
     snapshot: Option<Objects>,
@@ -395,7 +465,11 @@ async fn reload_policy(
         last = now.clone();
         let parsed = tokio::task::spawn_blocking(move || {
             let text = String::from_utf8(now).map_err(|e| anyhow::anyhow!("not UTF-8: {e}"))?;
-            Ok::<_, anyhow::Error>(Policy::from_yaml(&text)?)
+            let mut p = Policy::from_yaml(&text)?;
+            if let Some(mode) = mode {
+                p.mode = mode;
+            }
+            Ok::<_, anyhow::Error>(p)
         })
         .await;
         match parsed {

@@ -7,11 +7,14 @@
 pub mod cli;
 pub mod cluster;
 pub mod decide;
+pub mod events;
+pub mod explain;
 pub mod http;
 pub mod model;
 pub mod pipeline;
 pub mod policy;
 pub mod quantity;
 pub mod requeue;
+pub mod shadow;
 pub mod tls;
 pub mod wire;

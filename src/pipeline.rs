@@ -6,9 +6,10 @@ use std::str::FromStr;
 use crate::cluster::View;
 use crate::decide::{self, Context, Explanation, Requeue};
 use crate::model::Timestamp;
-use crate::policy::Policy;
+use crate::policy::{Mode, Policy};
 use crate::requeue::RequeueIntent;
-use crate::wire::{self, response::to_json, Bounds, response::to_json_sized, DecodeError, FilterResult, NodeSet};
+use crate::shadow::{self, Diffs};
+use crate::wire::{self, response::to_json, response::to_json_sized, Bounds, DecodeError, FilterResult, HostPriority, NodeSet, PreemptionResult};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
@@ -43,9 +44,50 @@ impl FromStr for Verb {
 pub struct Answer {
     pub body: Vec<u8>,
     pub pod: String,
+    /// The pod's UID: Events are matched to the pod by it.
+    pub pod_uid: String,
     pub explanations: Vec<Explanation>,
-    /// Replacements to store before `body` may be sent (preempt only).
+    /// Replacements to store before `body` may be sent (preempt only; never in shadow mode).
     pub requeues: Vec<RequeueIntent>,
+    /// The policy's `mode` this answer was made in.
+    pub mode: Mode,
+    /// One line on the policy's answer, e.g. "kept 3 of 5 node(s)".
+    pub summary: String,
+    /// Shadow mode: what the policy's answer would have changed (empty when enforcing).
+    pub diffs: Diffs,
+    /// Shadow mode: the policy's answer, which was not sent.
+    pub would_answer: Option<Vec<u8>>,
+    /// The decision's time (`Context::now`).
+    pub decided_at: Timestamp,
+}
+
+impl Answer {
+    fn enforced(ctx: &Context, body: Vec<u8>, pod: &crate::model::Pod, explanations: Vec<Explanation>, requeues: Vec<RequeueIntent>, summary: String) -> Answer {
+        Answer {
+            body,
+            pod: pod.key(),
+            pod_uid: pod.uid.clone(),
+            explanations,
+            requeues,
+            mode: Mode::Enforce,
+            summary,
+            diffs: Diffs::default(),
+            would_answer: None,
+            decided_at: ctx.now,
+        }
+    }
+
+    /// In shadow mode `body` becomes kube-scheduler's own answer (`neutral`) and the
+    /// policy's is kept aside; requeue intents are dropped, so nothing is written.
+    fn in_mode(mut self, mode: Mode, neutral: impl FnOnce() -> Vec<u8>, diffs: impl FnOnce(&Answer) -> Diffs) -> Answer {
+        if mode == Mode::Shadow {
+            self.diffs = diffs(&self);
+            self.would_answer = Some(std::mem::replace(&mut self.body, neutral()));
+            self.requeues.clear();
+            self.mode = Mode::Shadow;
+        }
+        self
+    }
 }
 
 /// Answers with `view` as the whole truth (replay, tests, benchmarks). Requeue is
@@ -54,6 +96,7 @@ pub fn answer(verb: Verb, body: &[u8], policy: &Policy, view: Option<&View>, now
     answer_in(verb, body, &Context { policy, view, view_expected: view.is_some(), now, requeue: Requeue::enabled() })
 }
 
+/// Answers in the policy's `mode`: enforced, or in shadow as if the extender were absent.
 pub fn answer_in(verb: Verb, body: &[u8], ctx: &Context) -> Result<Answer, DecodeError> {
     answer_within(verb, body, ctx, &Bounds::default())
 }
@@ -62,6 +105,7 @@ pub fn answer_in(verb: Verb, body: &[u8], ctx: &Context) -> Result<Answer, Decod
 /// decoding, or before deciding.
 pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) -> Result<Answer, DecodeError> {
     let ctx = *ctx;
+    let mode = ctx.policy.mode;
     match verb {
         Verb::Filter => {
             let args = wire::decode_extender_args_within(body, bounds)?;
@@ -79,20 +123,57 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
                     &out.unresolvable,
                 )),
             };
-            Ok(Answer { body, pod: args.pod.key(), explanations: out.explanations, requeues: Vec::new() })
+            let summary = format!("kept {} of {} node(s)", out.kept.len(), args.nodes.len());
+            Ok(Answer::enforced(&ctx, body, &args.pod, out.explanations, Vec::new(), summary)
+                .in_mode(mode, || shadow::filter_answer(&args), |_| shadow::filter_diffs(&args, out.kept.len())))
         }
         Verb::Prioritize => {
             let args = wire::decode_extender_args_within(body, bounds)?;
             bounds.check()?;
             let out = decide::prioritize(&args, &ctx);
-            Ok(Answer { body: to_json(&out.scores), pod: args.pod.key(), explanations: out.explanations, requeues: Vec::new() })
+            let summary = scores_summary(&out.scores);
+            Ok(Answer::enforced(&ctx, to_json(&out.scores), &args.pod, out.explanations, Vec::new(), summary)
+                .in_mode(mode, || shadow::prioritize_answer(&args), |_| shadow::prioritize_diffs(&out.scores)))
         }
         Verb::Preempt => {
             // Nodes the view knows are re-selected from its pods: skip decoding kube's.
             let args = wire::decode_preempt_args_for(body, |node| ctx.view.is_none_or(|v| v.node(node).is_none()), bounds)?;
             bounds.check()?;
             let out = decide::preempt(&args, &ctx);
-            Ok(Answer { body: to_json(&out.result), pod: args.pod.key(), explanations: out.explanations, requeues: out.requeues })
+            let summary = candidates_summary(&out.result);
+            let result = out.result;
+            let kube = (mode == Mode::Shadow).then(|| shadow::kube_candidates(&args));
+            Ok(Answer::enforced(&ctx, to_json(&result), &args.pod, out.explanations, out.requeues, summary).in_mode(
+                mode,
+                || to_json(kube.as_ref().expect("made in shadow mode")),
+                |a| {
+                    let requeued = a.requeues.iter().map(|r| r.uid.as_str()).collect();
+                    shadow::preempt_diffs(&args, kube.as_ref().expect("made in shadow mode"), &result, &requeued, &ctx)
+                },
+            ))
         }
     }
+}
+
+/// "node-a=6 node-b=2 …" (at most 8 nodes named).
+fn scores_summary(scores: &[HostPriority]) -> String {
+    const SHOWN: usize = 8;
+    let mut s: Vec<String> = scores.iter().take(SHOWN).map(|h| format!("{}={}", h.host, h.score)).collect();
+    if scores.len() > SHOWN {
+        s.push(format!("… {} more", scores.len() - SHOWN));
+    }
+    format!("scores {}", s.join(" "))
+}
+
+/// "no candidates" or "node-c1: 3 victim(s), 1 PDB violation(s)".
+fn candidates_summary(result: &PreemptionResult) -> String {
+    if result.node_name_to_meta_victims.is_empty() {
+        return "no candidates: the pod stays pending".into();
+    }
+    let nodes: Vec<String> = result
+        .node_name_to_meta_victims
+        .iter()
+        .map(|(n, v)| format!("{n}: {} victim(s), {} PDB violation(s)", v.pods.len(), v.num_pdb_violations))
+        .collect();
+    format!("candidates {}", nodes.join("; "))
 }

@@ -211,3 +211,33 @@ fn replay_reads_podgroups_from_the_snapshot() {
     assert!(why.contains("[gang_all_split] PodGroup ml/train-7 (native, disruptionMode All)"), "{why}");
     assert!(why.contains("PodGroup ml/vc (volcano, minMember 0, 0 would remain)"), "{why}");
 }
+
+#[cfg(unix)]
+#[test]
+fn explain_prints_a_pods_recent_decisions_from_the_health_port() {
+    let health = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+    };
+    let snapshot = root().join("tests/fixtures/payloads/r1-nodecache-false/0037-preempt.snapshot.json");
+    let (mut child, addr) = start_serve(&["--snapshot".as_ref(), snapshot.as_os_str(), "--health-listen".as_ref(), health.as_ref()]);
+    let body = std::fs::read_to_string(root().join("tests/fixtures/payloads/r1-nodecache-false/0037-preempt.json")).unwrap();
+    let reply = http(&addr, &format!("POST /preempt HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()));
+    assert!(reply.starts_with("HTTP/1.1 200"), "{}", &reply[..reply.len().min(300)]);
+
+    let server = format!("http://{health}");
+    let out = Command::new(BIN).args(["explain", "online/online-2", "--server", &server]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.starts_with("online/online-2: 1 decision(s)"), "{text}");
+    assert!(text.contains(" preempt: ") && text.contains("[classified]"), "{text}");
+
+    let out = Command::new(BIN).args(["explain", "online/nobody", "--server", &server]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("no decisions about online/nobody"));
+    let out = Command::new(BIN).args(["explain", "not-a-pod", "--server", &server]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("is not NAMESPACE/NAME"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let out = Command::new(BIN).args(["explain", "online/online-2", "--server", &server]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cannot connect to"), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -9,29 +9,31 @@ fn load(file: &str) -> Value {
     serde_yaml_ng::from_str(&text).unwrap()
 }
 
-#[test]
-fn the_cluster_role_only_reads_what_the_view_watches() {
-    let role = load("clusterrole.yaml");
+/// Every grant of a ClusterRole as `group/resource:verb`, sorted.
+fn grants(role: &Value) -> Vec<String> {
     let mut granted = Vec::new();
     for rule in role["rules"].as_sequence().unwrap() {
-        let verbs: Vec<&str> = rule["verbs"].as_sequence().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
-        assert_eq!(verbs, ["get", "list", "watch"], "read-only verbs only");
         for group in rule["apiGroups"].as_sequence().unwrap() {
             for res in rule["resources"].as_sequence().unwrap() {
-                granted.push(format!("{}/{}", group.as_str().unwrap(), res.as_str().unwrap()));
+                for verb in rule["verbs"].as_sequence().unwrap() {
+                    granted.push(format!("{}/{}:{}", group.as_str().unwrap(), res.as_str().unwrap(), verb.as_str().unwrap()));
+                }
             }
         }
     }
     granted.sort();
-    assert_eq!(granted, [
-        "/nodes",
-        "/pods",
-        "policy/poddisruptionbudgets",
-        "scheduling.k8s.io/podgroups",
-        "scheduling.k8s.io/priorityclasses",
-        "scheduling.volcano.sh/podgroups",
-        "scheduling.x-k8s.io/podgroups",
-    ]);
+    granted
+}
+
+#[test]
+fn the_cluster_role_reads_what_the_view_watches_and_writes_only_events() {
+    let granted = grants(&load("clusterrole.yaml"));
+    let read = |r: &str| ["get", "list", "watch"].map(|v| format!("{r}:{v}"));
+    let mut expected: Vec<String> = ["/nodes", "/pods", "policy/poddisruptionbudgets", "scheduling.k8s.io/podgroups", "scheduling.k8s.io/priorityclasses", "scheduling.volcano.sh/podgroups", "scheduling.x-k8s.io/podgroups"].iter().flat_map(|r| read(r)).collect();
+    // Events on preemptors (serve --events): the Warning/Normal `kubectl describe pod` shows.
+    expected.extend(["events.k8s.io/events:create".to_string(), "events.k8s.io/events:patch".to_string()]);
+    expected.sort();
+    assert_eq!(granted, expected);
 }
 
 #[test]
@@ -50,7 +52,7 @@ fn the_deployment_is_hardened_and_probed() {
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], Value::from("/healthz"));
     assert!(c["resources"]["limits"]["memory"].is_string() && c["resources"]["requests"]["cpu"].is_string());
     let args: Vec<&str> = c["args"].as_sequence().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
-    for flag in ["--kube", "--tls-cert", "--client-ca", "--health-listen", "--policy"] {
+    for flag in ["--kube", "--tls-cert", "--client-ca", "--health-listen", "--policy", "--events"] {
         assert!(args.contains(&flag), "missing {flag}");
     }
     assert!(!spec["affinity"]["podAntiAffinity"].is_null());
@@ -59,18 +61,8 @@ fn the_deployment_is_hardened_and_probed() {
 #[test]
 fn requeue_writes_are_an_opt_in_component_with_only_the_writes_it_needs() {
     let role = load("requeue/clusterrole.yaml");
-    let mut granted = Vec::new();
-    for rule in role["rules"].as_sequence().unwrap() {
-        for group in rule["apiGroups"].as_sequence().unwrap() {
-            for res in rule["resources"].as_sequence().unwrap() {
-                for verb in rule["verbs"].as_sequence().unwrap() {
-                    granted.push(format!("{}/{}:{}", group.as_str().unwrap(), res.as_str().unwrap(), verb.as_str().unwrap()));
-                }
-            }
-        }
-    }
-    granted.sort();
-    assert_eq!(granted, ["/pods:create", "/pods:delete", "/pods:patch", "events.k8s.io/events:create", "events.k8s.io/events:patch"]);
+    // Events are in the base role already (serve --events).
+    assert_eq!(grants(&role), ["/pods:create", "/pods:delete", "/pods:patch"]);
     let component = load("requeue/kustomization.yaml");
     assert_eq!(component["kind"], Value::from("Component"));
     assert!(serde_yaml_ng::to_string(&component["patches"]).unwrap().contains("--requeue"));

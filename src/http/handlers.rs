@@ -54,6 +54,7 @@ async fn handle(verb: Verb, State(state): State<AppState>, Extension(verbs): Ext
             log_answer(verb, &answer, started);
             metrics::record_decisions(verb.as_str(), &answer.explanations);
             metrics::record_request(verb.as_str(), 200, "ok", seconds());
+            super::observe::answered(&state, verb, &answer);
             ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response()
         }
         Err(e) => {
@@ -181,6 +182,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-pub async fn metrics_text() -> Response {
+pub async fn metrics_text(State(state): State<AppState>) -> Response {
+    super::observe::view_freshness(&state);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::handle().render()).into_response()
 }

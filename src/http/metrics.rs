@@ -44,6 +44,37 @@ fn describe() {
     metrics::describe_counter!("coloc_policy_reloads_total", "Policy reloads by result");
     metrics::describe_gauge!("coloc_view_ready", "1 when the cluster view has synced");
     metrics::describe_gauge!("coloc_view_age_seconds", "Seconds since the cluster view was last rebuilt");
+    metrics::describe_gauge!("coloc_view_stale", "1 when a watch has failed long enough that decisions run without the view");
+    metrics::describe_gauge!("coloc_view_watch_failing_seconds", "Seconds the longest-failing watch has been failing (0: all well)");
+    metrics::describe_counter!("coloc_requeue_replacements_total", "Requeue replacements stored, by outcome");
+    metrics::describe_counter!("coloc_requeue_released_total", "Requeue replacements released (original gone)");
+    metrics::describe_counter!("coloc_requeue_cleaned_total", "Requeue replacements deleted (original not evicted in time)");
+    metrics::describe_counter!("coloc_events_total", "Events on preemptors by result: written, failed, throttled, dropped");
+    metrics::describe_counter!("coloc_shadow_diffs_total", "Shadow mode: what the policy would have changed, by verb and kind");
+    // Series alerts and dashboards read exist from the start (rate() of a missing series
+    // is no data, not zero).
+    for verb in ["filter", "prioritize", "preempt"] {
+        for kind in crate::shadow::DiffKind::ALL {
+            metrics::counter!("coloc_shadow_diffs_total", "verb" => verb, "kind" => kind.as_str()).increment(0);
+        }
+    }
+    for result in ["ok", "error", "unreadable"] {
+        metrics::counter!("coloc_policy_reloads_total", "result" => result).increment(0);
+    }
+    for outcome in ["created", "existed", "failed"] {
+        metrics::counter!("coloc_requeue_replacements_total", "outcome" => outcome).increment(0);
+    }
+    metrics::counter!("coloc_requeue_released_total").increment(0);
+    metrics::counter!("coloc_requeue_cleaned_total").increment(0);
+    for result in ["written", "failed", "throttled", "dropped"] {
+        metrics::counter!("coloc_events_total", "result" => result).increment(0);
+    }
+}
+
+pub fn record_shadow_diffs(verb: &'static str, diffs: &crate::shadow::Diffs) {
+    for (kind, n) in &diffs.0 {
+        metrics::counter!("coloc_shadow_diffs_total", "verb" => verb, "kind" => kind.as_str()).increment(*n);
+    }
 }
 
 /// An answered request; `code` is "ok" or the error's code.

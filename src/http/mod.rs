@@ -1,8 +1,10 @@
 //! The HTTP edge: routing, limits, errors, metrics.
 
 mod admission;
+pub mod decisions;
 mod error;
 mod handlers;
+mod observe;
 pub mod metrics;
 pub mod server;
 mod state;
@@ -58,15 +60,17 @@ pub fn router(state: AppState, prefix: &str) -> Router {
         .with_state(state)
 }
 
-/// Only `/healthz`, `/readyz` and `/metrics`: for a plain-HTTP port that probes and
-/// Prometheus can reach without the client certificate the verbs require.
+/// `/healthz`, `/readyz`, `/metrics` and `/decisions`: for a plain-HTTP port that probes,
+/// Prometheus and operators (`explain`) reach without the client certificate the verbs
+/// require. Decisions name pods and reasons: they are not served to the scheduler-facing port.
 pub fn health_router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .route("/metrics", get(handlers::metrics_text))
+        .route("/decisions", get(decisions::handler))
         .fallback(|req: Request| async move {
-            ApiError::new(StatusCode::NOT_FOUND, "unknown_path", format!("no route for {}: this port serves /healthz, /readyz, /metrics", req.uri().path()))
+            ApiError::new(StatusCode::NOT_FOUND, "unknown_path", format!("no route for {}: this port serves /healthz, /readyz, /metrics, /decisions", req.uri().path()))
         })
         .with_state(state)
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 
+use super::decisions::DecisionLog;
 use crate::cluster::watch::Freshness;
 use crate::cluster::ViewCell;
 use crate::model::Timestamp;
@@ -71,6 +72,10 @@ pub struct AppState {
     pub freshness: Option<Arc<Freshness>>,
     /// Why the policy file could not be reloaded (the last good policy is in force).
     pub policy_problem: Arc<ArcSwapOption<String>>,
+    /// Recent decisions per pod (`GET /decisions` on the health port).
+    pub decisions: Arc<DecisionLog>,
+    /// Writes Events on preemptors (`serve --kube --events`).
+    pub events: Option<Arc<crate::events::kube::EventSink>>,
 }
 
 impl AppState {
@@ -84,6 +89,8 @@ impl AppState {
             requeuer: None,
             freshness: None,
             policy_problem: Arc::new(ArcSwapOption::empty()),
+            decisions: Arc::new(DecisionLog::default()),
+            events: None,
         }
     }
 

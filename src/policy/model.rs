@@ -9,6 +9,11 @@ use crate::model::{GangRef, GangSource, Labels, Pod};
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Policy {
+    /// `enforce` (default) answers with the policy's decisions; `shadow` answers exactly as
+    /// kube-scheduler would decide without the extender and only counts the differences.
+    /// `serve --mode` overrides it.
+    #[serde(default)]
+    pub mode: Mode,
     /// Class for pods no class matches.
     pub default_class: String,
     /// How many candidate nodes preempt returns (best first); kube-scheduler picks among them.
@@ -51,6 +56,25 @@ pub struct Class {
     /// own victims (fail-open), `refuse` answers no candidates (fail-closed).
     #[serde(default)]
     pub without_view: WithoutView,
+}
+
+/// Whether decisions reach kube-scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Enforce,
+    /// Decide, explain and count, but answer as if the extender were absent.
+    Shadow,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams, Preconditions};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
@@ -18,8 +18,7 @@ use super::plan::{self, Action, Release};
 use super::{replacement, RequeueIntent, FROM_UID, GATE};
 use crate::cluster::ViewCell;
 
-/// The reporting controller on our Events.
-pub const REPORTER: &str = "coloc-extender";
+pub use crate::events::kube::REPORTER;
 
 pub struct Requeuer {
     client: Client,
@@ -58,7 +57,7 @@ fn api_code(e: &kube::Error) -> Option<u16> {
 impl Requeuer {
     /// `instance` names this replica in Events (the pod name, typically).
     pub fn new(client: Client, instance: Option<String>) -> Requeuer {
-        let recorder = Recorder::new(client.clone(), Reporter { controller: REPORTER.into(), instance });
+        let recorder = Recorder::new(client.clone(), crate::events::kube::reporter(instance));
         Requeuer { client, recorder }
     }
 

@@ -1,0 +1,184 @@
+//! Reasons on the pod: which Event a preempt answer deserves (pure), and how often one may
+//! be written per pod (`Throttle`). `kube` writes them, off the request path.
+
+pub mod kube;
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::decide::Explanation;
+use crate::model::Timestamp;
+use crate::pipeline::Answer;
+use crate::wire::request::clip;
+
+/// An Event on the preemptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEvent {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub warning: bool,
+    /// `PreemptionBlocked` (no candidate left, or the pod may not preempt) or
+    /// `PreemptionVictims` (who is evicted and why).
+    pub reason: &'static str,
+    pub note: String,
+}
+
+/// The Events API limit for `note`.
+const NOTE_LIMIT: usize = 1000;
+
+/// The Event a preempt answer deserves, if any: a Warning when it vetoes every candidate
+/// or the pod may not preempt, a Normal naming the victims when it has some.
+pub fn for_preempt(answer: &Answer) -> Option<PodEvent> {
+    let (namespace, name) = answer.pod.split_once('/')?;
+    let event = |warning, reason, note: String| PodEvent {
+        namespace: namespace.into(),
+        name: name.into(),
+        uid: answer.pod_uid.clone(),
+        warning,
+        reason,
+        note: clip(&note, NOTE_LIMIT).into_owned(),
+    };
+    let ex = &answer.explanations;
+    if let Some(refused) = ex.iter().find(|e| e.subject == "request" && e.verdict == "refused") {
+        return Some(event(true, "PreemptionBlocked", format!("coloc-extender: no preemption: {}", refused.detail)));
+    }
+    let candidates_left = ex.iter().filter(|e| e.subject == "node" && e.verdict == "kept" && e.code == "selected").count();
+    if candidates_left == 0 {
+        let vetoes = vetoes(ex);
+        if vetoes.is_empty() {
+            return None;
+        }
+        return Some(event(true, "PreemptionBlocked", format!("coloc-extender: no node can make room under the policy: {vetoes}")));
+    }
+    // Victims of the returned nodes only (others were outranked); a victim may have
+    // several lines (e.g. its PDB violation, then its fate): one entry, every phrase.
+    let selected: Vec<&str> = ex.iter().filter(|e| e.subject == "node" && e.verdict == "kept" && e.code == "selected").filter_map(|e| e.node.as_deref()).collect();
+    let mut by_node: BTreeMap<&str, BTreeMap<&str, Vec<&str>>> = BTreeMap::new();
+    for v in ex.iter().filter(|e| e.subject == "pod" && e.verdict == "victim") {
+        let (Some(node), Some(pod)) = (v.node.as_deref(), v.pod.as_deref()) else { continue };
+        if selected.contains(&node) {
+            let phrases = by_node.entry(node).or_default().entry(pod).or_default();
+            if !phrases.contains(&victim_phrase(v)) {
+                phrases.push(victim_phrase(v));
+            }
+        }
+    }
+    if by_node.is_empty() {
+        return None;
+    }
+    let nodes: Vec<String> = by_node
+        .into_iter()
+        .map(|(n, pods)| format!("{n}: {}", pods.into_iter().map(|(p, why)| format!("{p} ({})", why.join(", "))).collect::<Vec<_>>().join(", ")))
+        .collect();
+    let why = "the cheapest choice under the policy (no broken gang, then fewest PDB violations, requeues and lost run time)";
+    Some(event(false, "PreemptionVictims", format!("coloc-extender: victims {}; {why}", nodes.join("; "))))
+}
+
+/// Why one victim, in a few words.
+fn victim_phrase(e: &Explanation) -> &'static str {
+    match e.code {
+        "requeued" => "bare pod, requeued",
+        "lost" => "bare pod, lost: its class allows it",
+        "pdb_violation" => "violates its PDB, best-effort class",
+        _ => "recreated by its controller",
+    }
+}
+
+/// "2 nodes: only bare pods could make room (requeue disabled); 1 node: strict PDB ns/name":
+/// one phrase per vetoed node, grouped, most frequent first.
+pub fn vetoes(ex: &[Explanation]) -> String {
+    let mut per_node: BTreeMap<&str, String> = BTreeMap::new();
+    for e in ex.iter().filter(|e| e.subject == "node" && e.verdict == "dropped") {
+        let node = e.node.as_deref().unwrap_or("-");
+        per_node.entry(node).or_insert_with(|| veto_phrase(e, ex));
+    }
+    let mut groups: BTreeMap<&str, usize> = BTreeMap::new();
+    for phrase in per_node.values() {
+        *groups.entry(phrase).or_insert(0) += 1;
+    }
+    let mut groups: Vec<(&str, usize)> = groups.into_iter().collect();
+    groups.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    groups.iter().map(|(p, n)| format!("{n} node{}: {p}", if *n == 1 { "" } else { "s" })).collect::<Vec<_>>().join("; ")
+}
+
+fn veto_phrase(dropped: &Explanation, ex: &[Explanation]) -> String {
+    match dropped.code {
+        "does_not_fit" => {
+            // What kept the room: the pods spared on that node, most telling reason first.
+            let spared: Vec<&str> = ex
+                .iter()
+                .filter(|e| e.subject == "pod" && e.node == dropped.node && matches!(e.verdict, "spared" | "protected"))
+                .map(|e| e.code)
+                .collect();
+            match PROTECTION_ORDER.iter().find(|c| spared.contains(c)) {
+                Some(code) => phrase(code).to_string(),
+                None => "does not fit even after evicting every pod the policy allows".into(),
+            }
+        }
+        "pdb_strict" => match dropped.detail.split_once("PDB ").and_then(|(_, rest)| rest.split_whitespace().next()) {
+            Some(pdb) => format!("strict PDB {pdb}"),
+            None => "strict PDB".into(),
+        },
+        code => phrase(code).to_string(),
+    }
+}
+
+/// Protection codes, the one an operator can act on first.
+const PROTECTION_ORDER: [&str; 8] =
+    ["requeue_disabled", "requeue_failed", "not_recreatable", "min_runtime", "class_protected", "class_not_preemptible", "not_lower_priority", "terminating"];
+
+fn phrase(code: &str) -> &str {
+    match code {
+        "requeue_disabled" => "only bare pods could make room (requeue disabled)",
+        "requeue_failed" => "only bare pods could make room (their replacements could not be stored)",
+        "not_recreatable" => "only bare pods could make room (their class protects them)",
+        "min_runtime" => "only pods younger than their class's minRuntime could make room",
+        "class_protected" => "only pods of never-evicted classes could make room",
+        "class_not_preemptible" => "only pods of classes this pod may not preempt could make room",
+        "not_lower_priority" => "only pods of equal or higher priority could make room",
+        "terminating" => "only terminating pods could make room",
+        "gang_broken" => "would break a gang while another node does not",
+        "gang_unknown" => "a victim belongs to a gang and there is no cluster view to check it",
+        "no_view_uids_only" | "node_not_in_view" => "its victims cannot be checked (no cluster view of the node)",
+        "view_disagrees" => "the cluster view and kube-scheduler disagree (one is stale)",
+        "victim_elsewhere" => "a proposed victim is on another node",
+        "outranked" => "a cheaper node was chosen",
+        other => other,
+    }
+}
+
+/// Per pod, how often an Event may be written: the same reason and note at most once per
+/// `repeat_after`, a changed note at most once per `min_interval`. A pod retrying every
+/// 10 s with the same story writes once.
+pub struct Throttle {
+    pub min_interval: i64,
+    pub repeat_after: i64,
+    pub capacity: usize,
+    last: HashMap<(String, &'static str), (String, Timestamp)>,
+}
+
+impl Throttle {
+    pub fn new(min_interval: i64, repeat_after: i64, capacity: usize) -> Self {
+        Throttle { min_interval, repeat_after, capacity, last: HashMap::new() }
+    }
+
+    /// May `e` be written at `now`? If so it is remembered as written.
+    pub fn admit(&mut self, e: &PodEvent, now: Timestamp) -> bool {
+        let key = (format!("{}/{}/{}", e.namespace, e.name, e.uid), e.reason);
+        if let Some((note, at)) = self.last.get(&key) {
+            let wait = if *note == e.note { self.repeat_after } else { self.min_interval };
+            if now - at < wait {
+                return false;
+            }
+        }
+        if self.last.len() >= self.capacity && !self.last.contains_key(&key) {
+            let horizon = self.repeat_after;
+            self.last.retain(|_, (_, at)| now - *at < horizon);
+            if self.last.len() >= self.capacity {
+                return false;
+            }
+        }
+        self.last.insert(key, (e.note.clone(), now));
+        true
+    }
+}

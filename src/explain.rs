@@ -1,0 +1,81 @@
+//! `coloc-extender explain NAMESPACE/NAME`: the pod's recent decisions from a running
+//! extender's health port (`GET /decisions`), printed for a person.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use axum::body::Body;
+use hyper::Uri;
+use hyper_util::rt::TokioIo;
+
+use crate::http::decisions::{parse_pod_key, PodDecisions};
+
+/// The health port of the shipped manifests (`--health-listen 0.0.0.0:8081`).
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8081";
+
+/// Fetches and renders; `Err` says what went wrong in words.
+pub fn run(pod: &str, server: &str) -> anyhow::Result<String> {
+    parse_pod_key(pod).map_err(anyhow::Error::msg)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let decisions = runtime.block_on(fetch(server, pod))?;
+    Ok(render(&decisions))
+}
+
+async fn fetch(server: &str, pod: &str) -> anyhow::Result<PodDecisions> {
+    let base: Uri = server.parse().with_context(|| format!("--server {server:?} is not a URL"))?;
+    if base.scheme_str() != Some("http") {
+        bail!("--server {server:?}: only http:// (the plain health port, --health-listen) is supported");
+    }
+    let host = base.host().context("--server has no host")?.trim_start_matches('[').trim_end_matches(']').to_string();
+    let port = base.port_u16().unwrap_or(80);
+    let path = format!("{}/decisions?pod={pod}", base.path().trim_end_matches('/'));
+    let work = async {
+        let stream = tokio::net::TcpStream::connect((host.as_str(), port)).await.with_context(|| format!("cannot connect to {server}"))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(conn);
+        let request = hyper::Request::get(path.as_str()).header(hyper::header::HOST, format!("{host}:{port}")).body(Body::empty())?;
+        let response = sender.send_request(request).await?;
+        let status = response.status();
+        let body = axum::body::to_bytes(Body::new(response.into_body()), 64 << 20).await?;
+        if !status.is_success() {
+            bail!("{server} answered {status}: {}", String::from_utf8_lossy(&body).trim());
+        }
+        serde_json::from_slice::<PodDecisions>(&body).with_context(|| format!("{server}/decisions answered something else than decisions"))
+    };
+    tokio::time::timeout(Duration::from_secs(10), work).await.with_context(|| format!("{server} did not answer within 10 s"))?
+}
+
+/// Newest decision last, each reason on its own line.
+pub fn render(d: &PodDecisions) -> String {
+    let mut out = String::new();
+    if d.decisions.is_empty() {
+        let _ = writeln!(
+            out,
+            "no decisions about {} in the last {} kept (the extender has not been asked about it recently, or this replica was not the one asked)",
+            d.pod, d.held
+        );
+        return out;
+    }
+    let _ = writeln!(out, "{}: {} decision(s)", d.pod, d.decisions.len());
+    for dec in &d.decisions {
+        let when = jiff::Timestamp::from_second(dec.time).map(|t| t.to_string()).unwrap_or_else(|_| dec.time.to_string());
+        let shadow = if dec.mode == "shadow" { " [shadow: kube-scheduler's own answer was sent]" } else { "" };
+        let _ = writeln!(out, "\n{when} {}{shadow}: {}", dec.verb, dec.summary);
+        if !dec.diffs.is_empty() {
+            let _ = writeln!(out, "  would have changed: {}", dec.diffs);
+        }
+        for r in &dec.reasons {
+            let place = match (&r.node, &r.pod) {
+                (Some(n), Some(p)) => format!("{n} {p}"),
+                (Some(n), None) => n.clone(),
+                _ => "-".into(),
+            };
+            let _ = writeln!(out, "  {:<10} {:<28} [{}] {}", r.verdict, place, r.code, r.detail);
+        }
+        if dec.routine > 0 || dec.truncated > 0 {
+            let _ = writeln!(out, "  ({} routine line(s) not kept, {} cut for size)", dec.routine, dec.truncated);
+        }
+    }
+    out
+}

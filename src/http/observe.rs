@@ -1,0 +1,36 @@
+//! What happens once an answer is made: shadow differences counted, the decision kept for
+//! `/decisions`, the preemptor's Event queued (written by another task).
+
+use super::metrics;
+use super::state::{system_now, AppState, ViewSource};
+use crate::cluster::watch::STALE_AFTER_SECS;
+use crate::pipeline::{Answer, Verb};
+use crate::policy::Mode;
+
+pub fn answered(state: &AppState, verb: Verb, answer: &Answer) {
+    metrics::record_shadow_diffs(verb.as_str(), &answer.diffs);
+    state.decisions.record(verb, answer, answer.decided_at);
+    // Shadow answers are kube-scheduler's own: an Event about the policy's would mislead.
+    if let (Some(sink), Verb::Preempt, Mode::Enforce) = (&state.events, verb, answer.mode) {
+        if let Some(event) = crate::events::for_preempt(answer) {
+            sink.offer(event);
+        }
+    }
+}
+
+/// View freshness as gauges, computed when scraped: `coloc_view_stale` (1 once a watch has
+/// failed for longer than STALE_AFTER_SECS and decisions fall back to `withoutView`) and
+/// `coloc_view_watch_failing_seconds` (the longest-failing watch, 0 when all are well).
+pub fn view_freshness(state: &AppState) {
+    if state.view_source == ViewSource::None {
+        return;
+    }
+    let now = system_now();
+    ::metrics::gauge!("coloc_view_ready").set(if state.view.is_ready() { 1.0 } else { 0.0 });
+    let (stale, failing) = match &state.freshness {
+        Some(f) => (f.is_stale(now, STALE_AFTER_SECS), f.failing_kinds().iter().map(|k| now - f.failing_since(k)).max().unwrap_or(0)),
+        None => (false, 0),
+    };
+    ::metrics::gauge!("coloc_view_stale").set(if stale { 1.0 } else { 0.0 });
+    ::metrics::gauge!("coloc_view_watch_failing_seconds").set(failing.max(0) as f64);
+}
