@@ -368,6 +368,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     let requeue_classes = policy.requeue_classes().join(", ");
+    http::memory::tune();
     let mut state = AppState::new(policy, view.clone(), source);
     state.decisions = Arc::new(http::decisions::DecisionLog::new(http::decisions::RingLimits {
         entries: args.ops.decisions_entries,
@@ -412,12 +413,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     if let Some(addr) = args.health_listen {
-        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
-        let health = http::health_router(state.clone());
-        let mut rx = stop_rx.clone();
-        tokio::spawn(http::server::serve(listener, health, Default::default(), async move {
-            let _ = rx.changed().await;
-        }));
+        let listener = std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+        serve_health_apart(listener, http::health_router(state.clone()), stop_rx.clone())?;
     }
     let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(listen = %args.listen, prefix = %args.path_prefix, tls = opts.tls.is_some(), view = ?source, "serving");
@@ -427,6 +424,28 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     })
     .await;
     drop(stop_rx);
+    Ok(())
+}
+
+/// Probes and scrapes get a thread and runtime of their own: while the verb threads are
+/// busy receiving large bodies, `/healthz` still answers within milliseconds (measured by
+/// coloc-hostile), so a kubelet never restarts a busy extender.
+fn serve_health_apart(listener: std::net::TcpListener, app: axum::Router, mut stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
+    listener.set_nonblocking(true)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the health listener's runtime")?;
+    std::thread::Builder::new().name("health".into()).spawn(move || {
+        runtime.block_on(async move {
+            match tokio::net::TcpListener::from_std(listener) {
+                Ok(listener) => {
+                    http::server::serve(listener, app, Default::default(), async move {
+                        let _ = stop.changed().await;
+                    })
+                    .await
+                }
+                Err(e) => tracing::error!(error = %e, "health listener failed"),
+            }
+        })
+    })?;
     Ok(())
 }
 

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::admission::{Admitted, Gate};
 use super::error::ApiError;
-use super::metrics;
+use super::{memory, metrics};
 use super::state::{AppState, ViewSource};
 use super::workers::{Cancel, Workers};
 use crate::decide::{Context, Requeue};
@@ -43,11 +43,18 @@ async fn handle(verb: Verb, State(state): State<AppState>, Extension(verbs): Ext
     let cancel = Cancel::default();
     let guard = cancel.on_drop();
     let (parts, body) = req.into_parts();
+    let mut body_bytes = 0;
     let result = match verbs.gate.admit(&parts.headers, body, &state.limits).await {
-        Ok((body, admitted)) => run(verb, &state, &verbs, AdmittedRequest { body, admitted: Arc::new(admitted), cancel }).await,
+        Ok((body, admitted)) => {
+            body_bytes = body.len();
+            run(verb, &state, &verbs, AdmittedRequest { body, admitted: Arc::new(admitted), cancel }).await
+        }
         Err(e) => Err(e),
     };
     guard.disarm();
+    if body_bytes >= memory::TRIM_AFTER_BODY_BYTES {
+        verbs.workers.detach(memory::trim);
+    }
     let seconds = || started.elapsed().as_secs_f64();
     match result {
         Ok(answer) => {

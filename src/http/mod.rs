@@ -4,6 +4,7 @@ mod admission;
 pub mod decisions;
 mod error;
 mod handlers;
+pub mod memory;
 mod observe;
 pub mod metrics;
 pub mod server;

@@ -43,6 +43,13 @@ impl Workers {
         Ok(Workers { jobs: Mutex::new(tx) })
     }
 
+    /// Runs `work` on a worker, without waiting for it.
+    pub fn detach(&self, work: impl FnOnce() + Send + 'static) {
+        if let Ok(jobs) = self.jobs.lock() {
+            let _ = jobs.send(Box::new(work));
+        }
+    }
+
     /// Runs `work` on a worker; `None` if the workers are gone.
     pub async fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
         let (tx, rx) = tokio::sync::oneshot::channel();
