@@ -84,6 +84,21 @@ impl Gate {
     }
 }
 
+/// A router with one slot, taken by a request whose decision waits at the clock.
+async fn one_slot_held(request_timeout: Duration) -> (Router, Arc<Gate>, tokio::task::JoinHandle<(StatusCode, Value)>) {
+    let mut state = state();
+    state.limits.max_concurrency = 1;
+    state.limits.request_timeout = request_timeout;
+    let gate = blocking_clock(&mut state);
+    let app = router(state, "");
+    let first = tokio::spawn({
+        let app = app.clone();
+        async move { post(&app, filter_body(), None).await }
+    });
+    gate.wait_entered().await;
+    (app, gate, first)
+}
+
 #[tokio::test]
 async fn a_slow_upload_holds_no_slot() {
     let mut state = state();
@@ -152,15 +167,7 @@ async fn a_body_without_length_counts_against_the_limit_as_it_arrives() {
 
 #[tokio::test]
 async fn a_request_beyond_the_concurrency_limit_is_refused_not_queued() {
-    let mut state = state();
-    state.limits.max_concurrency = 1;
-    let gate = blocking_clock(&mut state);
-    let app = router(state, "");
-    let first = tokio::spawn({
-        let app = app.clone();
-        async move { post(&app, filter_body(), None).await }
-    });
-    gate.wait_entered().await;
+    let (app, gate, first) = one_slot_held(Duration::from_secs(30)).await;
     let m = metrics(&app).await;
     let in_flight = m.lines().find_map(|l| l.strip_prefix("coloc_requests_in_flight ")).and_then(|v| v.parse::<f64>().ok());
     assert!(in_flight >= Some(1.0), "the gauge counts the request being decided: {m}");
@@ -174,16 +181,7 @@ async fn a_request_beyond_the_concurrency_limit_is_refused_not_queued() {
 
 #[tokio::test]
 async fn timed_out_work_keeps_its_slot_until_it_stops_and_then_stops_at_once() {
-    let mut state = state();
-    state.limits.max_concurrency = 1;
-    state.limits.request_timeout = Duration::from_secs(1);
-    let gate = blocking_clock(&mut state);
-    let app = router(state, "");
-    let first = tokio::spawn({
-        let app = app.clone();
-        async move { post(&app, filter_body(), None).await }
-    });
-    gate.wait_entered().await;
+    let (app, gate, first) = one_slot_held(Duration::from_secs(1)).await;
     let (status, v) = first.await.unwrap();
     assert_eq!((status, v["code"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("timeout")), "{v}");
     // The answer is gone but its work is not: the slot is still taken.

@@ -51,6 +51,32 @@ fn stop<E: de::Error>(bounds: &Bounds, why: Stop) -> E {
     E::custom("decoding stopped")
 }
 
+/// `null` (`None`), or what `S` reads.
+struct Nullable<S>(S);
+
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Nullable<S> {
+    type Value = Option<S::Value>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de, S: DeserializeSeed<'de>> Visitor<'de> for Nullable<S> {
+    type Value = Option<S::Value>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a value or null")
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        self.0.deserialize(d).map(Some)
+    }
+}
+
 // ---- capped lists -----------------------------------------------------------------------
 
 /// Which list of the request a [`CappedSeq`] reads: its cap, and its name in errors.
@@ -78,7 +104,7 @@ impl List<'_> {
     }
 }
 
-/// A JSON array of at most its list's cap of `T` (`null`: `None`).
+/// A JSON array of at most its list's cap of `T`.
 struct CappedSeq<'b, 'c, 'n, T> {
     bounds: &'b Bounds<'c>,
     list: List<'n>,
@@ -92,25 +118,16 @@ impl<'b, 'c, 'n, T> CappedSeq<'b, 'c, 'n, T> {
 }
 
 impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for CappedSeq<'_, '_, '_, T> {
-    type Value = Option<Vec<T>>;
+    type Value = Vec<T>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_option(self)
+        d.deserialize_seq(self)
     }
 }
 
 impl<'de, T: Deserialize<'de>> Visitor<'de> for CappedSeq<'_, '_, '_, T> {
-    type Value = Option<Vec<T>>;
+    type Value = Vec<T>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an array")
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_seq(self)
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let (cap, flag) = self.list.cap(self.bounds);
@@ -126,7 +143,7 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for CappedSeq<'_, '_, '_, T> {
             }
             out.push(item);
         }
-        Ok(Some(out))
+        Ok(out)
     }
 }
 
@@ -159,9 +176,9 @@ impl<'de> Visitor<'de> for ExtenderArgsSeed<'_, '_> {
             if is(&key, "Pod") {
                 out.pod = next_pod(&mut map)?;
             } else if is(&key, "Nodes") {
-                out.node_items = map.next_value_seed(NodeListSeed(self.0))?.flatten();
+                out.node_items = map.next_value_seed(Nullable(NodeListSeed(self.0)))?.flatten();
             } else if is(&key, "NodeNames") {
-                out.node_names = map.next_value_seed(CappedSeq::new(self.0, List::NodeNames))?;
+                out.node_names = map.next_value_seed(Nullable(CappedSeq::new(self.0, List::NodeNames)))?;
             } else {
                 skip(&mut map)?;
             }
@@ -170,40 +187,31 @@ impl<'de> Visitor<'de> for ExtenderArgsSeed<'_, '_> {
     }
 }
 
-/// `{items: [Node…]}` (an object only, or `null`); the items stay raw.
+/// `{items: [Node…]}` (an object only); the items stay raw.
 struct NodeListSeed<'b, 'c>(&'b Bounds<'c>);
 
 impl<'de> DeserializeSeed<'de> for NodeListSeed<'_, '_> {
-    type Value = Option<Option<Vec<&'de RawValue>>>;
+    type Value = Option<Vec<&'de RawValue>>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_option(self)
+        d.deserialize_map(self)
     }
 }
 
 impl<'de> Visitor<'de> for NodeListSeed<'_, '_> {
-    type Value = Option<Option<Vec<&'de RawValue>>>;
+    type Value = Option<Vec<&'de RawValue>>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a NodeList object {items}")
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_map(self)
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut items = None;
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             if is(&key, "items") {
-                items = map.next_value_seed(CappedSeq::new(self.0, List::NodeItems))?;
+                items = map.next_value_seed(Nullable(CappedSeq::new(self.0, List::NodeItems)))?;
             } else {
                 skip(&mut map)?;
             }
         }
-        Ok(Some(items))
+        Ok(items)
     }
 }
 
@@ -245,9 +253,9 @@ impl<'de> Visitor<'de> for PreemptArgsSeed<'_, '_> {
             if is(&key, "Pod") {
                 out.pod = next_pod(&mut map)?;
             } else if is(&key, FULL) {
-                out.full = map.next_value_seed(CandidateMap::new(self.0, FULL))?;
+                out.full = map.next_value_seed(Nullable(CandidateMap::new(self.0, FULL)))?;
             } else if is(&key, META) {
-                out.meta = map.next_value_seed(CandidateMap::new(self.0, META))?;
+                out.meta = map.next_value_seed(Nullable(CandidateMap::new(self.0, META)))?;
             } else {
                 skip(&mut map)?;
             }
@@ -256,7 +264,7 @@ impl<'de> Visitor<'de> for PreemptArgsSeed<'_, '_> {
     }
 }
 
-/// `{node: {Pods, NumPDBViolations}, …}` (or `null`), at most `--max-nodes` nodes.
+/// `{node: {Pods, NumPDBViolations}, …}`, at most `--max-nodes` nodes.
 struct CandidateMap<'b, 'c, P> {
     bounds: &'b Bounds<'c>,
     map: &'static str,
@@ -270,25 +278,16 @@ impl<'b, 'c, P> CandidateMap<'b, 'c, P> {
 }
 
 impl<'de, P: Deserialize<'de>> DeserializeSeed<'de> for CandidateMap<'_, '_, P> {
-    type Value = Option<Entries<P>>;
+    type Value = Entries<P>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_option(self)
+        d.deserialize_map(self)
     }
 }
 
 impl<'de, P: Deserialize<'de>> Visitor<'de> for CandidateMap<'_, '_, P> {
-    type Value = Option<Entries<P>>;
+    type Value = Entries<P>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a map of node name to victims")
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_map(self)
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let cap = self.bounds.caps.max_nodes;
@@ -303,7 +302,7 @@ impl<'de, P: Deserialize<'de>> Visitor<'de> for CandidateMap<'_, '_, P> {
             let victims = map.next_value_seed(VictimsSeed { bounds: self.bounds, list: List::Victims { map: self.map, node: &node }, pod: PhantomData })?;
             out.push((node, victims));
         }
-        Ok(Some(out))
+        Ok(out)
     }
 }
 
@@ -330,7 +329,7 @@ impl<'de, P: Deserialize<'de>> Visitor<'de> for VictimsSeed<'_, '_, '_, P> {
         let mut out = Listed { pods: Vec::new(), num_pdb_violations: 0 };
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             if is(&key, "Pods") {
-                out.pods = map.next_value_seed(CappedSeq::new(self.bounds, self.list))?.unwrap_or_default();
+                out.pods = map.next_value_seed(Nullable(CappedSeq::new(self.bounds, self.list)))?.unwrap_or_default();
             } else if is(&key, "NumPDBViolations") {
                 out.num_pdb_violations = map.next_value::<Option<i64>>()?.unwrap_or(0);
             } else {
