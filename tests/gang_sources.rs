@@ -47,11 +47,17 @@ fn detail<'a>(out: &'a Outcome, code: &str) -> &'a str {
     out.explanations.iter().find(|e| e.code == code).map(|e| e.detail.as_str()).unwrap_or_else(|| panic!("no {code}:\n{}", out.explain()))
 }
 
+/// The source a gang decision carries (the `source` label of `coloc_gang_decisions_total`).
+fn gang_source(out: &Outcome, code: &str) -> Option<&'static str> {
+    out.explanations.iter().find(|e| e.code == code).and_then(|e| e.gang_source)
+}
+
 #[test]
 fn native_podgroup_below_min_count_is_not_broken_when_another_node_avoids_it() {
     let out = one_member_on_n1(four(|p| p.in_pod_group("train-7")), |s| s.pod_group(pod_group(GangSource::Native, "train-7", 4)));
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["plain"]))]), "{}", out.explain());
     assert!(detail(&out, "gang_broken").contains("breaks PodGroup default/train-7 (native, minCount 4, 3 would remain)"), "{}", out.explain());
+    assert_eq!(gang_source(&out, "gang_broken"), Some("native"));
 }
 
 #[test]
@@ -68,6 +74,7 @@ fn a_crd_podgroup_min_member_decides(#[case] source: GangSource, #[case] declare
     let out = one_member_on_n1(four(declare), |s| s.pod_group(pod_group(source, "pg", 3)));
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["m-1"]))]), "{}", out.explain());
     assert!(detail(&out, "gang_surplus").contains(surplus), "{}", out.explain());
+    assert_eq!(gang_source(&out, "gang_surplus"), Some(source.name()), "the metrics label names the source");
     let out = one_member_on_n1(four(declare), |s| s.pod_group(pod_group(source, "pg", 4)));
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["plain"]))]), "{}", out.explain());
 }

@@ -1,5 +1,6 @@
 //! May this pod be evicted for that preemptor? The per-pod rules of the policy.
 
+use crate::decide::Explanation;
 use super::Context;
 use crate::model::Pod;
 use crate::policy::{BareVictims, ClassId};
@@ -18,10 +19,23 @@ pub struct Preemptor<'a> {
 pub struct Protection {
     pub code: &'static str,
     pub detail: String,
+    /// Protected as a member of a gang declared by this source.
+    pub gang_source: Option<crate::model::GangSource>,
+}
+
+impl Protection {
+    /// This protection as a decision about `pod` on `node`.
+    pub fn explain(&self, node: &str, pod: &str, verdict: &'static str) -> Explanation {
+        let why = Explanation::pod(node, pod, verdict, self.code, self.detail.clone());
+        match self.gang_source {
+            Some(source) => why.for_gang(source),
+            None => why,
+        }
+    }
 }
 
 fn protected<T>(code: &'static str, detail: String) -> Result<T, Protection> {
-    Err(Protection { code, detail })
+    Err(Protection { code, detail, gang_source: None })
 }
 
 /// What becomes of a victim once evicted.
@@ -60,7 +74,8 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
         Some((gang, info.priority?))
     }) {
         if group_priority >= preemptor.priority {
-            return protected("gang_priority", format!("{gang} ({}) has priority {group_priority}, not below the preemptor's {}", gang.source.name(), preemptor.priority));
+            let detail = format!("{gang} ({}) has priority {group_priority}, not below the preemptor's {}", gang.source.name(), preemptor.priority);
+            return Err(Protection { code: "gang_priority", detail, gang_source: Some(gang.source) });
         }
     }
     if !class.victim.allowed {
@@ -87,20 +102,17 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
 fn bare_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Result<Fate, Protection> {
     let fate = match class.victim.bare() {
         BareVictims::Protect => {
-            return Err(Protection {
-                code: "not_recreatable",
-                detail: format!("bare pod (no controller owner): evicting it would lose it; class {} protects bare pods", class.name),
-            })
+            return protected("not_recreatable", format!("bare pod (no controller owner): evicting it would lose it; class {} protects bare pods", class.name))
         }
         BareVictims::Lose => Fate::Lost,
         BareVictims::Requeue if !ctx.requeue.enabled => {
-            return Err(Protection {
-                code: "requeue_disabled",
-                detail: format!("bare pod: class {} requeues bare victims, but requeue is off (serve --kube --requeue), so it is protected", class.name),
-            })
+            return protected(
+                "requeue_disabled",
+                format!("bare pod: class {} requeues bare victims, but requeue is off (serve --kube --requeue), so it is protected", class.name),
+            )
         }
         BareVictims::Requeue => match ctx.requeue.failed.get(&victim.uid) {
-            Some(why) => return Err(Protection { code: "requeue_failed", detail: format!("bare pod: its replacement could not be stored: {why}") }),
+            Some(why) => return protected("requeue_failed", format!("bare pod: its replacement could not be stored: {why}")),
             None => Fate::Requeued,
         },
     };

@@ -17,6 +17,10 @@ pub struct Explanation {
     /// Why, as a stable identifier.
     pub code: &'static str,
     pub detail: String,
+    /// For decisions about a gang: where the gang is declared (`GangSource::name`), a
+    /// bounded metrics label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gang_source: Option<&'static str>,
 }
 
 impl Explanation {
@@ -27,11 +31,11 @@ impl Explanation {
     }
 
     pub fn request(verdict: &'static str, code: &'static str, detail: impl Into<String>) -> Self {
-        Explanation { subject: "request", node: None, pod: None, verdict, code, detail: detail.into() }
+        Explanation { subject: "request", node: None, pod: None, verdict, code, detail: detail.into(), gang_source: None }
     }
 
     pub fn node(node: &str, verdict: &'static str, code: &'static str, detail: impl Into<String>) -> Self {
-        Explanation { subject: "node", node: Some(node.to_string()), pod: None, verdict, code, detail: detail.into() }
+        Explanation { subject: "node", node: Some(node.to_string()), pod: None, verdict, code, detail: detail.into(), gang_source: None }
     }
 
     pub fn pod(node: &str, pod: &str, verdict: &'static str, code: &'static str, detail: impl Into<String>) -> Self {
@@ -42,7 +46,14 @@ impl Explanation {
             verdict,
             code,
             detail: detail.into(),
+            gang_source: None,
         }
+    }
+
+    /// The decision is about a gang declared by `source`.
+    pub fn for_gang(mut self, source: crate::model::GangSource) -> Self {
+        self.gang_source = Some(source.name());
+        self
     }
 }
 

@@ -250,14 +250,14 @@ fn judge_request_victims<'a>(ctx: &Context<'a>, preemptor: Preemptor, node: &str
         let eligible = match eligibility::check(ctx, preemptor, pod) {
             Ok(e) => e,
             Err(p) => {
-                ex.push(Explanation::pod(node, &pod.key(), "protected", p.code, p.detail.clone()));
+                ex.push(p.explain(node, &pod.key(), "protected"));
                 ex.push(Explanation::node(node, "dropped", p.code, format!("proposed victim {} is protected: {}", pod.key(), p.detail)));
                 return None;
             }
         };
         if let Some(g) = ctx.policy.gangs.gang_of(pod) {
             ex.push(Explanation::node(node, "dropped", "gang_unknown",
-                format!("proposed victim {} belongs to {g} ({}); without a cluster view we cannot tell whether evicting it breaks the gang", pod.key(), g.source.name())));
+                format!("proposed victim {} belongs to {g} ({}); without a cluster view we cannot tell whether evicting it breaks the gang", pod.key(), g.source.name())).for_gang(g.source));
             return None;
         }
         victims.push(victim(ctx, pod, eligible, None, true));
@@ -337,7 +337,7 @@ fn reselect(
         }
         match eligibility::check(ctx, preemptor, p) {
             Ok(eligible) => candidates.push(victim(ctx, p, eligible, Some(view), proposed.contains(&p.uid))),
-            Err(prot) => ex.push(Explanation::pod(node_name, &p.key(), "spared", prot.code, prot.detail)),
+            Err(prot) => ex.push(prot.explain(node_name, &p.key(), "spared")),
         }
     }
     if ctx.policy.tenants.fair_sharing && ctx.policy.class(preemptor.class).victim.allowed {

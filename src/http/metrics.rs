@@ -40,6 +40,7 @@ fn describe() {
     metrics::describe_counter!("coloc_requests_abandoned_total", "Decisions stopped early because their request timed out or its client went away");
     metrics::describe_gauge!("coloc_requests_in_flight", "Verb requests admitted and not yet finished (work that outlives a timeout included)");
     metrics::describe_counter!("coloc_decisions_total", "Decisions by verb, verdict and reason code");
+    metrics::describe_counter!("coloc_gang_decisions_total", "Decisions about gangs by verb, verdict, reason code and where the gang is declared (native, coscheduling, volcano, kueue, labels)");
     metrics::describe_counter!("coloc_pdb_violations_total", "PDB violations in preempt answers");
     metrics::describe_counter!("coloc_policy_reloads_total", "Policy reloads by result");
     metrics::describe_gauge!("coloc_view_ready", "1 when the cluster view has synced");
@@ -100,6 +101,11 @@ pub fn record_decisions(verb: &'static str, explanations: &[Explanation]) {
     }
     for ((verdict, reason), n) in counts {
         metrics::counter!("coloc_decisions_total", "verb" => verb, "verdict" => verdict, "reason" => reason).increment(n);
+    }
+    // Gang decisions once more with the gang's source (bounded: five sources).
+    for e in explanations.iter().filter(|e| e.gang_source.is_some()) {
+        let source = e.gang_source.unwrap_or_default();
+        metrics::counter!("coloc_gang_decisions_total", "verb" => verb, "verdict" => e.verdict, "reason" => e.code, "source" => source).increment(1);
     }
 }
 

@@ -28,7 +28,7 @@ pub(super) fn keep_whole_groups<'a>(node: &str, candidates: Vec<Victim<'a>>, ex:
         ex.push(Explanation::pod(node, &v.pod.key(), "spared", "gang_all_split", format!(
             "{g} ({}, disruptionMode All): only {n} of its {size} members could be evicted here; the group goes whole or not at all",
             g.source.name()
-        )));
+        )).for_gang(g.source));
     }
     keep
 }
@@ -61,7 +61,7 @@ pub(super) fn charge(node: &str, chosen: &[Victim], ex: &mut Vec<Explanation>) -
     for (n, g) in evicted.into_values() {
         let remaining = g.size.saturating_sub(n);
         if remaining >= g.min {
-            ex.push(Explanation::node(node, "charged", "gang_surplus", format!("evicting {n} surplus member(s) of {}", g.describe(remaining))));
+            ex.push(Explanation::node(node, "charged", "gang_surplus", format!("evicting {n} surplus member(s) of {}", g.describe(remaining))).for_gang(g.gang.source));
             continue;
         }
         broken += g.size as i64;
@@ -70,7 +70,7 @@ pub(super) fn charge(node: &str, chosen: &[Victim], ex: &mut Vec<Explanation>) -
         } else {
             format!("breaks {}: evicting {n} of {} member(s), the whole gang is charged", g.describe(remaining), g.size)
         };
-        ex.push(Explanation::node(node, "charged", "gang_broken", detail));
+        ex.push(Explanation::node(node, "charged", "gang_broken", detail).for_gang(g.gang.source));
     }
     broken
 }
