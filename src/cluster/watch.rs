@@ -361,7 +361,6 @@ pub async fn run_with(
         probe_failing(&client, &fresh).await;
         let now = crate::http::system_now();
         cell.set_stale(fresh.is_stale(now, STALE_AFTER_SECS));
-        metrics::gauge!("coloc_view_ready").set(if cell.is_ready() { 1.0 } else { 0.0 });
         if let Some(v) = cell.load() {
             metrics::gauge!("coloc_view_nodes").set(v.node_count() as f64);
             metrics::gauge!("coloc_view_pods").set(v.pod_count() as f64);
