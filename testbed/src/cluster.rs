@@ -1,0 +1,213 @@
+//! Objects for scenarios, built as the Kubernetes JSON a user would write, and created
+//! concurrently.
+
+use futures::{stream, StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+/// The label the default policy requires for offline pods (placement.requireNodeLabels).
+pub const OFFLINE_ALLOWED: &str = "colocation.example.com/offline-allowed";
+
+/// A Ready node with `milli_cpu` CPU, `mem_gi` GiB and 110 pods; labelled for offline work
+/// and with a zone, as a cloud node would be.
+pub fn node(name: &str, milli_cpu: i64, mem_gi: i64, zone: &str) -> Node {
+    from(json!({
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name, OFFLINE_ALLOWED: "true",
+            "topology.kubernetes.io/zone": zone, "topology.kubernetes.io/region": "region-1"}},
+        "status": {
+            "capacity": {"cpu": format!("{milli_cpu}m"), "memory": format!("{mem_gi}Gi"), "pods": "110"},
+            "allocatable": {"cpu": format!("{milli_cpu}m"), "memory": format!("{mem_gi}Gi"), "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        }
+    }))
+}
+
+pub fn priority_class(name: &str, value: i32) -> PriorityClass {
+    from(json!({"metadata": {"name": name}, "value": value}))
+}
+
+/// The default policy's classes: online-prod, offline-batch, free.
+pub fn default_priority_classes() -> Vec<PriorityClass> {
+    vec![
+        priority_class("online-prod", 10_000),
+        priority_class("offline-batch", 6_000),
+        priority_class("free", 3_000),
+    ]
+}
+
+pub fn namespace(name: &str) -> Namespace {
+    from(json!({"metadata": {"name": name}}))
+}
+
+/// A pod template's spec: one container requesting `milli_cpu` and 64 MiB.
+pub fn pod_spec(priority_class: &str, milli_cpu: i64) -> Value {
+    json!({
+        "priorityClassName": priority_class,
+        "terminationGracePeriodSeconds": 30,
+        "containers": [{"name": "main", "image": "registry.example/work:1",
+            "resources": {"requests": {"cpu": format!("{milli_cpu}m", ), "memory": "64Mi"}}}],
+    })
+}
+
+/// A pod as a user writes it; `PodBuilder::on` binds it directly (no scheduling).
+pub struct PodBuilder(Value);
+
+impl PodBuilder {
+    pub fn new(namespace: &str, name: &str, priority_class: &str, milli_cpu: i64) -> PodBuilder {
+        PodBuilder(
+            json!({"metadata": {"name": name, "namespace": namespace, "labels": {"app": name}}, "spec": pod_spec(priority_class, milli_cpu)}),
+        )
+    }
+
+    pub fn on(mut self, node: &str) -> PodBuilder {
+        self.0["spec"]["nodeName"] = json!(node);
+        self
+    }
+
+    pub fn label(mut self, k: &str, v: &str) -> PodBuilder {
+        self.0["metadata"]["labels"][k] = json!(v);
+        self
+    }
+
+    pub fn annotate(mut self, k: &str, v: &str) -> PodBuilder {
+        self.0["metadata"]["annotations"][k] = json!(v);
+        self
+    }
+
+    pub fn never_preempts(mut self) -> PodBuilder {
+        self.0["spec"]["preemptionPolicy"] = json!("Never");
+        self
+    }
+
+    /// Adds an extended resource request (e.g. a marker resource) of 1.
+    pub fn request(mut self, resource: &str) -> PodBuilder {
+        self.0["spec"]["containers"][0]["resources"]["requests"][resource] = json!("1");
+        self.0["spec"]["containers"][0]["resources"]["limits"][resource] = json!("1");
+        self
+    }
+
+    pub fn build(self) -> Pod {
+        from(self.0)
+    }
+}
+
+/// A ReplicaSet of `replicas` pods labelled `app: name`.
+pub fn replica_set(
+    namespace: &str,
+    name: &str,
+    replicas: i32,
+    priority_class: &str,
+    milli_cpu: i64,
+) -> ReplicaSet {
+    from(json!({
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec(priority_class, milli_cpu)}}
+    }))
+}
+
+/// A PDB over `app: app` allowing `max_unavailable` disruptions.
+pub fn pdb(namespace: &str, name: &str, app: &str, max_unavailable: i32) -> PodDisruptionBudget {
+    from(json!({
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": {"app": app}}}
+    }))
+}
+
+/// A Job of `parallelism` pods labelled `app: name`, each running `run_seconds` (0: until
+/// evicted), with `backoff_limit` and an optional podFailurePolicy action on DisruptionTarget.
+pub fn job(
+    namespace: &str,
+    name: &str,
+    parallelism: i32,
+    backoff_limit: i32,
+    on_disruption: Option<&str>,
+    priority_class: &str,
+    milli_cpu: i64,
+) -> Job {
+    let mut spec = pod_spec(priority_class, milli_cpu);
+    spec["restartPolicy"] = json!("Never");
+    let mut job = json!({
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"parallelism": parallelism, "completions": parallelism * 100, "backoffLimit": backoff_limit,
+            "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}
+    });
+    if let Some(action) = on_disruption {
+        job["spec"]["podFailurePolicy"] = json!({"rules": [{"action": action, "onPodConditions": [{"type": "DisruptionTarget"}]}]});
+    }
+    from(job)
+}
+
+fn from<T: DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("a test-bed object is valid Kubernetes JSON")
+}
+
+/// Creates every object, 64 at a time.
+pub async fn create_all<K>(client: &Client, objects: Vec<K>) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = ()> + Serialize,
+{
+    let resource = ApiResource::erase::<K>(&());
+    let objects: Vec<DynamicObject> = objects
+        .iter()
+        .map(|o| serde_json::to_value(o).and_then(serde_json::from_value))
+        .collect::<Result<_, _>>()?;
+    stream::iter(objects.into_iter().map(|o| {
+        let api: Api<DynamicObject> = match o.metadata.namespace.as_deref() {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        async move { api.create(&PostParams::default(), &o).await.map(|_| ()) }
+    }))
+    .buffer_unordered(64)
+    .try_collect::<Vec<()>>()
+    .await?;
+    Ok(())
+}
+
+pub async fn create<K>(client: &Client, object: K) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = ()> + Serialize,
+{
+    create_all(client, vec![object]).await
+}
+
+/// Every pod in `namespace` (all namespaces for `None`).
+pub async fn pods(client: &Client, namespace: Option<&str>) -> anyhow::Result<Vec<Pod>> {
+    let api: Api<Pod> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    Ok(api.list(&ListParams::default()).await?.items)
+}
+
+pub fn phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending")
+}
+
+pub fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
+}
+
+pub fn name(pod: &Pod) -> &str {
+    pod.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// Running or about to run on a node, and not being deleted.
+pub fn is_placed(pod: &Pod) -> bool {
+    node_of(pod).is_some()
+        && pod.metadata.deletion_timestamp.is_none()
+        && !matches!(phase(pod), "Failed" | "Succeeded")
+}

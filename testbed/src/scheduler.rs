@@ -1,0 +1,166 @@
+//! kube-scheduler with a given list of extender registrations.
+
+use std::time::Duration;
+
+use crate::control_plane::strings;
+use crate::ports::free_port;
+use crate::process::Proc;
+use crate::ControlPlane;
+
+/// One `extenders:` entry of a KubeSchedulerConfiguration.
+#[derive(Debug, Clone)]
+pub struct ExtenderEntry {
+    pub url_prefix: String,
+    pub filter: bool,
+    pub prioritize: bool,
+    pub preempt: bool,
+    pub node_cache_capable: bool,
+    pub ignorable: bool,
+    /// `managedResources` names, each `ignoredByScheduler: true`: the entry then sees only
+    /// pods that request one of them.
+    pub managed_resources: Vec<String>,
+    pub http_timeout: Duration,
+}
+
+impl ExtenderEntry {
+    /// filter, prioritize and preempt for every pod.
+    pub fn all_verbs(url_prefix: &str, node_cache_capable: bool) -> ExtenderEntry {
+        ExtenderEntry {
+            url_prefix: url_prefix.to_string(),
+            filter: true,
+            prioritize: true,
+            preempt: true,
+            node_cache_capable,
+            ignorable: false,
+            managed_resources: Vec::new(),
+            http_timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn yaml(&self) -> String {
+        let mut s = format!("- urlPrefix: {}\n", self.url_prefix);
+        if self.filter {
+            s += "  filterVerb: filter\n";
+        }
+        if self.prioritize {
+            s += "  prioritizeVerb: prioritize\n  weight: 1\n";
+        }
+        if self.preempt {
+            s += "  preemptVerb: preempt\n";
+        }
+        s += &format!(
+            "  nodeCacheCapable: {}\n  ignorable: {}\n  httpTimeout: {}ms\n  enableHTTPS: false\n",
+            self.node_cache_capable,
+            self.ignorable,
+            self.http_timeout.as_millis()
+        );
+        if !self.managed_resources.is_empty() {
+            s += "  managedResources:\n";
+            for r in &self.managed_resources {
+                s += &format!("  - name: {r}\n    ignoredByScheduler: true\n");
+            }
+        }
+        s
+    }
+}
+
+pub struct Scheduler {
+    pub proc: Proc,
+    pub port: u16,
+    pub config: String,
+    client: kube::Client,
+}
+
+/// The KubeSchedulerConfiguration the test bed runs kube-scheduler with.
+pub fn config(kubeconfig: &str, extenders: &[ExtenderEntry], qps: u32) -> String {
+    let mut s = format!(
+        "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: {kubeconfig}\n  qps: {qps}\n  burst: {}\nleaderElection:\n  leaderElect: false\nprofiles:\n- schedulerName: default-scheduler\n",
+        qps * 2
+    );
+    if !extenders.is_empty() {
+        s += "extenders:\n";
+        for e in extenders {
+            s += &e.yaml();
+        }
+    }
+    s
+}
+
+impl Scheduler {
+    /// Starts kube-scheduler against `plane` with these extenders; client QPS `qps`, so
+    /// that binding is not what limits throughput. Returns once `/readyz` answers.
+    pub async fn start(
+        plane: &ControlPlane,
+        name: &str,
+        extenders: &[ExtenderEntry],
+        qps: u32,
+    ) -> anyhow::Result<Scheduler> {
+        let config = config(
+            &plane.admin_kubeconfig.display().to_string(),
+            extenders,
+            qps,
+        );
+        let path = plane.dir().join(format!("{name}.yaml"));
+        std::fs::write(&path, &config)?;
+        let port = free_port();
+        let (cert, key) = plane.serving_pair();
+        let proc = Proc::spawn(
+            name,
+            &plane.bins.kube_scheduler,
+            &strings(&[
+                "--config",
+                &path.display().to_string(),
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                &port.to_string(),
+                "--tls-cert-file",
+                &cert.display().to_string(),
+                "--tls-private-key-file",
+                &key.display().to_string(),
+                "--authorization-always-allow-paths",
+                "/healthz,/readyz,/livez,/metrics",
+                "-v",
+                "2",
+            ]),
+            &[],
+            plane.dir(),
+        )?;
+        let client = crate::control_plane::component_client(plane, port).await?;
+        let mut s = Scheduler {
+            proc,
+            port,
+            config,
+            client,
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = s.proc.exited() {
+                anyhow::bail!(
+                    "kube-scheduler exited ({status}):\n{}",
+                    s.proc.log_tail(4000)
+                );
+            }
+            if s.get("/readyz").await.is_ok_and(|b| b.trim() == "ok") {
+                return Ok(s);
+            }
+            if std::time::Instant::now() > deadline {
+                anyhow::bail!("kube-scheduler not ready:\n{}", s.proc.log_tail(4000));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// GET on kube-scheduler's secure port (these paths need no authentication).
+    pub async fn get(&self, path: &str) -> anyhow::Result<String> {
+        Ok(self
+            .client
+            .request_text(crate::control_plane::http_get(path))
+            .await?)
+    }
+
+    /// kube-scheduler's Prometheus text.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        self.get("/metrics").await
+    }
+}

@@ -1,0 +1,202 @@
+//! One case's world: a control plane, the kubelet stand-in, the namespaces, the default
+//! policy's PriorityClasses, the shipped RBAC, the extender(s) and kube-scheduler.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use coloc_testbed::cluster::{self, PodBuilder};
+use coloc_testbed::control_plane::Options;
+use coloc_testbed::{
+    kubelet, wait, Binaries, ControlPlane, Extender, ExtenderEntry, Kubelet, Scheduler,
+};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+
+/// The extender binary this test run built.
+pub const EXTENDER: &str = env!("CARGO_BIN_EXE_coloc-extender");
+
+/// kube-scheduler's client QPS: binding is never what limits a case.
+pub const QPS: u32 = 1000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `nodeCacheCapable: true`: names and victim UIDs.
+    Names,
+    /// `nodeCacheCapable: false`: full Node and Pod objects.
+    Objects,
+}
+
+impl Mode {
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::Names => "names",
+            Mode::Objects => "objects",
+        }
+    }
+
+    pub fn node_cache_capable(self) -> bool {
+        self == Mode::Names
+    }
+}
+
+pub fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+pub struct Bed {
+    pub mode: Mode,
+    // Field order is drop order: kube-scheduler first, the control plane last.
+    pub scheduler: Option<Scheduler>,
+    pub extenders: Vec<Extender>,
+    pub kubelet: Kubelet,
+    pub client: Client,
+    pub plane: ControlPlane,
+}
+
+impl Bed {
+    /// A control plane with the controllers, namespaces `online` and `batch`, the default
+    /// policy's PriorityClasses and the shipped RBAC (base and requeue) for the extender.
+    pub async fn up(bins: Binaries, mode: Mode) -> anyhow::Result<Bed> {
+        Bed::up_with(bins, mode, Options::default()).await
+    }
+
+    pub async fn up_with(bins: Binaries, mode: Mode, opts: Options) -> anyhow::Result<Bed> {
+        let plane = ControlPlane::start(&bins, opts).await?;
+        let client = plane.client().await?;
+        cluster::create_all(
+            &client,
+            vec![cluster::namespace("online"), cluster::namespace("batch")],
+        )
+        .await?;
+        cluster::create_all(&client, cluster::default_priority_classes()).await?;
+        for f in [
+            "manifests/clusterrole.yaml",
+            "manifests/clusterrolebinding.yaml",
+            "manifests/requeue/clusterrole.yaml",
+            "manifests/requeue/clusterrolebinding.yaml",
+        ] {
+            plane.apply(&repo(f))?;
+        }
+        let kubelet = Kubelet::start(client.clone(), kubelet::Options::default());
+        Ok(Bed {
+            mode,
+            scheduler: None,
+            extenders: Vec::new(),
+            kubelet,
+            client,
+            plane,
+        })
+    }
+
+    /// Ready nodes `names`, each `milli_cpu` and 64 GiB, in zone-1.
+    pub async fn nodes(&self, names: &[&str], milli_cpu: i64) -> anyhow::Result<()> {
+        cluster::create_all(
+            &self.client,
+            names
+                .iter()
+                .map(|n| cluster::node(n, milli_cpu, 64, "zone-1"))
+                .collect(),
+        )
+        .await
+    }
+
+    /// Bare pods bound directly to their node (running before the scenario starts).
+    pub async fn bound(&self, pods: Vec<PodBuilder>) -> anyhow::Result<()> {
+        cluster::create_all(
+            &self.client,
+            pods.into_iter().map(PodBuilder::build).collect(),
+        )
+        .await
+    }
+
+    /// Starts an extender process: `serve --kube <args>` with the default policy.
+    pub async fn extender(&mut self, args: &[&str]) -> anyhow::Result<usize> {
+        let i = self.extenders.len();
+        let mut all = vec!["--kube"];
+        all.extend_from_slice(args);
+        let e = Extender::start(
+            &self.plane,
+            &format!("coloc-extender-{i}"),
+            Path::new(EXTENDER),
+            &all,
+        )
+        .await?;
+        self.extenders.push(e);
+        Ok(i)
+    }
+
+    /// The all-verbs registration of extender `i`, in this case's mode.
+    pub fn entry(&self, i: usize) -> ExtenderEntry {
+        ExtenderEntry::all_verbs(&self.extenders[i].url(), self.mode.node_cache_capable())
+    }
+
+    pub async fn schedule_with(&mut self, entries: &[ExtenderEntry]) -> anyhow::Result<()> {
+        self.scheduler = Some(Scheduler::start(&self.plane, "kube-scheduler", entries, QPS).await?);
+        Ok(())
+    }
+
+    /// Waits until `check` accepts the pods of `namespace`.
+    pub async fn until_pods<T>(
+        &self,
+        namespace: &str,
+        timeout: Duration,
+        what: &str,
+        check: impl Fn(&[Pod]) -> Result<T, String>,
+    ) -> anyhow::Result<T> {
+        let r = wait::until(timeout, what, || async {
+            let pods = cluster::pods(&self.client, Some(namespace))
+                .await
+                .map_err(|e| e.to_string())?;
+            check(&pods)
+        })
+        .await;
+        r.map_err(|e| anyhow::anyhow!("{e:#}\n{}", self.logs()))
+    }
+
+    /// Checks that hold at the end of every case: kube-scheduler never had a preemption
+    /// fail on the extender's answer (a victim it does not have, an empty victim list).
+    pub fn finish(&self) -> anyhow::Result<()> {
+        if let Some(k) = &self.scheduler {
+            let log = std::fs::read_to_string(&k.proc.log).unwrap_or_default();
+            for bad in ["claims to preempt pod", "expected at least one victim pod"] {
+                if let Some(line) = log.lines().find(|l| l.contains(bad)) {
+                    anyhow::bail!("kube-scheduler rejected a preempt answer: {line}");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The tail of every component's log, for a failure message.
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        for e in &self.extenders {
+            s += &format!(
+                "--- {} (last 3 KB) ---\n{}\n",
+                e.proc.name,
+                e.proc.log_tail(3000)
+            );
+        }
+        if let Some(k) = &self.scheduler {
+            s += &format!(
+                "--- kube-scheduler (last 3 KB) ---\n{}\n",
+                k.proc.log_tail(3000)
+            );
+        }
+        s
+    }
+}
+
+/// name → node for the placed pods.
+pub fn placement(pods: &[Pod]) -> BTreeMap<String, String> {
+    pods.iter()
+        .filter(|p| cluster::is_placed(p))
+        .map(|p| {
+            (
+                cluster::name(p).to_string(),
+                cluster::node_of(p).unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,258 @@
+//! Faults: each asserts that no bare pod is lost, that no replacement stays gated after
+//! its original is gone, and that online pods are placed as without the fault.
+
+use std::time::Duration;
+
+use coloc_testbed::cluster::{self, PodBuilder};
+use coloc_testbed::control_plane::Options;
+use coloc_testbed::proxy::Proxy;
+use coloc_testbed::Binaries;
+
+use crate::bed::placement;
+use crate::invariants::{bare_pods, is_replacement, nothing_lost};
+use crate::scenarios::MINUTE;
+use crate::{Bed, Case, Mode};
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "fault_extender_sigkilled_mid_storm_then_restarted",
+            run: |b, m| Box::pin(extender_killed(b, m)),
+        },
+        Case {
+            name: "fault_two_replicas_behind_one_url",
+            run: |b, m| Box::pin(two_replicas(b, m)),
+        },
+        Case {
+            name: "fault_apiserver_restarted_mid_storm",
+            run: |b, m| Box::pin(apiserver_restarted(b, m)),
+        },
+        Case {
+            name: "fault_watches_expire_410_under_churn",
+            run: |b, m| Box::pin(watches_expire(b, m)),
+        },
+        Case {
+            name: "fault_requeue_permission_removed_bare_victims_spared",
+            run: |b, m| Box::pin(permission_removed(b, m)),
+        },
+    ]
+}
+
+const NODES: &[&str] = &["node-1", "node-2", "node-3", "node-4"];
+
+/// Four nodes, each full with two bare `free` pods; returns the originals.
+async fn storm_cluster(bed: &Bed) -> anyhow::Result<Vec<(String, String)>> {
+    bed.nodes(NODES, 4000).await?;
+    let pods = NODES
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| {
+            (1..=2).map(move |j| {
+                PodBuilder::new("batch", &format!("free-{}", 2 * i + j), "free", 1900).on(n)
+            })
+        })
+        .collect();
+    bed.bound(pods).await?;
+    bed.until_pods("batch", MINUTE, "8 free pods running", |pods| {
+        let n = pods
+            .iter()
+            .filter(|p| cluster::phase(p) == "Running")
+            .count();
+        if n == 8 {
+            Ok(())
+        } else {
+            Err(format!("{n} running"))
+        }
+    })
+    .await?;
+    bare_pods(bed, "batch").await
+}
+
+/// Four online pods at once, each needing a whole node.
+async fn storm(bed: &Bed) -> anyhow::Result<()> {
+    cluster::create_all(
+        &bed.client,
+        (1..=4)
+            .map(|i| PodBuilder::new("online", &format!("web-{i}"), "online-prod", 3000).build())
+            .collect(),
+    )
+    .await
+}
+
+async fn all_online_placed(bed: &Bed, timeout: Duration) -> anyhow::Result<()> {
+    bed.until_pods("online", timeout, "all 4 online pods placed", |pods| {
+        let placed = placement(pods);
+        if placed.len() == 4 {
+            Ok(())
+        } else {
+            Err(format!("placed: {placed:?}"))
+        }
+    })
+    .await
+}
+
+async fn first_replacement(bed: &Bed) -> anyhow::Result<()> {
+    bed.until_pods("batch", MINUTE, "a first replacement stored", |pods| {
+        if pods.iter().any(is_replacement) {
+            Ok(())
+        } else {
+            Err("none yet".into())
+        }
+    })
+    .await
+}
+
+/// SIGKILL while replacements are being stored; back a second later. The online pods
+/// are placed within a minute (kube-scheduler parks a pod whose preempt call failed for
+/// up to 5 minutes unless something wakes it).
+async fn extender_killed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    let originals = storm_cluster(&bed).await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    storm(&bed).await?;
+    first_replacement(&bed).await?;
+    bed.extenders[e].kill();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    bed.extenders[e].restart().await?;
+    all_online_placed(&bed, MINUTE).await?;
+    nothing_lost(&bed, "batch", &originals).await?;
+    bed.finish()
+}
+
+/// Two replicas behind a round-robin proxy: no duplicate replacement, nothing lost.
+async fn two_replicas(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    let originals = storm_cluster(&bed).await?;
+    let a = bed.extender(&["--requeue"]).await?;
+    let b = bed.extender(&["--requeue"]).await?;
+    let proxy = Proxy::start(vec![bed.extenders[a].port, bed.extenders[b].port]).await?;
+    let mut entry = bed.entry(a);
+    entry.url_prefix = proxy.url();
+    bed.schedule_with(&[entry]).await?;
+    storm(&bed).await?;
+    all_online_placed(&bed, MINUTE).await?;
+    nothing_lost(&bed, "batch", &originals).await?;
+    bed.finish()
+}
+
+/// kube-apiserver killed and restarted after the first online pod is placed.
+async fn apiserver_restarted(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    let originals = storm_cluster(&bed).await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    storm(&bed).await?;
+    first_replacement(&bed).await?;
+    bed.plane.restart_apiserver().await?;
+    all_online_placed(&bed, MINUTE).await?;
+    nothing_lost(&bed, "batch", &originals).await?;
+    bed.finish()
+}
+
+/// Pods come and go while kube-apiserver restarts with etcd compacting every second: every
+/// watch resumes from a compacted resource version, gets 410 Gone, and must list again.
+async fn watches_expire(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let opts = Options {
+        apiserver_args: vec!["--etcd-compaction-interval=1s".into()],
+        ..Options::default()
+    };
+    let mut bed = Bed::up_with(bins, mode, opts).await?;
+    let originals = storm_cluster(&bed).await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    // Churn: short-lived unrelated pods, created and deleted, in a namespace of their own.
+    cluster::create(&bed.client, cluster::namespace("churn")).await?;
+    let client = bed.client.clone();
+    let churn = tokio::spawn(async move {
+        let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(client.clone(), "churn");
+        for i in 0.. {
+            let pod = PodBuilder::new("churn", &format!("c-{i}"), "free", 10)
+                .never_preempts()
+                .build();
+            let _ = api.create(&Default::default(), &pod).await;
+            let _ = api
+                .delete(
+                    &format!("c-{i}"),
+                    &kube::api::DeleteParams {
+                        grace_period_seconds: Some(0),
+                        ..Default::default()
+                    },
+                )
+                .await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    storm(&bed).await?;
+    first_replacement(&bed).await?;
+    bed.plane.restart_apiserver().await?;
+    all_online_placed(&bed, MINUTE).await?;
+    nothing_lost(&bed, "batch", &originals).await?;
+    churn.abort();
+    let log = &bed.extenders[e].proc.log;
+    coloc_testbed::wait::until(
+        MINUTE,
+        "the pod watch to list again after 410 Gone",
+        || async {
+            let text = std::fs::read_to_string(log).map_err(|e| e.to_string())?;
+            let relists = text
+                .lines()
+                .filter(|l| l.contains("watch listed") && l.contains("kind=\"Pod\""))
+                .count();
+            if relists >= 2 {
+                Ok(())
+            } else {
+                Err(format!("listed {relists} time(s)"))
+            }
+        },
+    )
+    .await?;
+    bed.finish()
+}
+
+/// The requeue RBAC binding is deleted mid-run: the extender can no longer store
+/// replacements, so bare victims are spared (the online pod waits) and never lost.
+async fn permission_removed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(&["node-1"], 4000).await?;
+    bed.bound(vec![
+        PodBuilder::new("batch", "free-1", "free", 1900).on("node-1"),
+        PodBuilder::new("batch", "free-2", "free", 1900).on("node-1"),
+    ])
+    .await?;
+    let originals = bare_pods(&bed, "batch").await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    bed.plane
+        .kubectl(&["delete", "clusterrolebinding", "coloc-extender-requeue"])?;
+    crate::scenarios::online(&bed, "web", 3000).await?;
+    coloc_testbed::wait::until(MINUTE, "a replacement that could not be stored", || async {
+        let failed = bed.extenders[e]
+            .metric_sum("coloc_requeue_replacements_total", "outcome=\"failed\"")
+            .await
+            .map_err(|e| e.to_string())?;
+        if failed > 0.0 {
+            Ok(())
+        } else {
+            Err("none failed yet".into())
+        }
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pods = cluster::pods(&bed.client, Some("batch")).await?;
+    for (name, uid) in &originals {
+        anyhow::ensure!(
+            pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)
+                && p.metadata.deletion_timestamp.is_none()),
+            "{name} was evicted without a stored replacement"
+        );
+    }
+    anyhow::ensure!(
+        !pods.iter().any(is_replacement),
+        "a replacement exists although the permission was removed"
+    );
+    nothing_lost(&bed, "batch", &originals).await?;
+    bed.finish()
+}

@@ -1,0 +1,422 @@
+//! One rule each, on the smallest cluster that shows it.
+
+use std::time::Duration;
+
+use coloc_testbed::cluster::{self, PodBuilder};
+use coloc_testbed::Binaries;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams};
+
+use crate::bed::placement;
+use crate::invariants::{gated, is_replacement, uid};
+use crate::{Bed, Case, Mode};
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "online_pod_evicts_replicaset_workers_and_the_controller_recreates_them",
+            run: |b, m| Box::pin(replicaset_workers(b, m)),
+        },
+        Case {
+            name: "bare_victims_are_requeued_and_each_replacement_is_bound_once_room_frees",
+            run: |b, m| Box::pin(bare_requeued(b, m)),
+        },
+        Case {
+            name: "a_gang_is_kept_whole_where_stock_breaks_it",
+            run: |b, m| Box::pin(gang_kept_whole(b, m)),
+        },
+        Case {
+            name: "shadow_mode_places_and_evicts_as_stock_does",
+            run: |b, m| Box::pin(shadow_as_stock(b, m)),
+        },
+        Case {
+            name: "a_strict_pdb_is_respected_and_describe_pod_says_why",
+            run: |b, m| Box::pin(strict_pdb(b, m)),
+        },
+    ]
+}
+
+pub const MINUTE: Duration = Duration::from_secs(60);
+
+pub async fn online(bed: &Bed, name: &str, milli_cpu: i64) -> anyhow::Result<()> {
+    cluster::create(
+        &bed.client,
+        PodBuilder::new("online", name, "online-prod", milli_cpu).build(),
+    )
+    .await
+}
+
+pub async fn online_placed(bed: &Bed, name: &str) -> anyhow::Result<String> {
+    let want = name.to_string();
+    bed.until_pods(
+        "online",
+        MINUTE,
+        &format!("online/{name} placed"),
+        move |pods| {
+            placement(pods)
+                .get(&want)
+                .cloned()
+                .ok_or_else(|| format!("placed: {:?}", placement(pods)))
+        },
+    )
+    .await
+}
+
+/// Two nodes, two ReplicaSet workers on each; an online pod needs a whole node's room.
+async fn replicaset_workers(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(&["node-1", "node-2"], 4000).await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    cluster::create(
+        &bed.client,
+        cluster::replica_set("batch", "workers", 4, "offline-batch", 1900),
+    )
+    .await?;
+    let first = bed
+        .until_pods("batch", MINUTE, "4 workers running", |pods| {
+            let running: Vec<String> = pods
+                .iter()
+                .filter(|p| cluster::is_placed(p) && cluster::phase(p) == "Running")
+                .map(uid)
+                .collect();
+            if running.len() == 4 {
+                Ok(running)
+            } else {
+                Err(format!("{} running", running.len()))
+            }
+        })
+        .await?;
+
+    online(&bed, "web", 3000).await?;
+    let node = online_placed(&bed, "web").await?;
+
+    bed.until_pods(
+        "batch",
+        MINUTE,
+        "the ReplicaSet back at 4 pods, 2 of them new",
+        |pods| {
+            let live: Vec<&Pod> = pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            let new = live.iter().filter(|p| !first.contains(&uid(p))).count();
+            let on_node = live
+                .iter()
+                .filter(|p| cluster::node_of(p) == Some(node.as_str()) && first.contains(&uid(p)))
+                .count();
+            if live.len() == 4 && new == 2 && on_node == 0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} live, {new} new, {on_node} old on {node}",
+                    live.len()
+                ))
+            }
+        },
+    )
+    .await?;
+    let replacements = cluster::pods(&bed.client, Some("batch"))
+        .await?
+        .iter()
+        .filter(|p| is_replacement(p))
+        .count();
+    anyhow::ensure!(
+        replacements == 0,
+        "controller-owned victims are never requeued, found {replacements} replacements"
+    );
+    bed.finish()
+}
+
+/// One node with two bare `free` pods; an online pod needs the room of both.
+async fn bare_requeued(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(&["node-1"], 4000).await?;
+    bed.bound(vec![
+        PodBuilder::new("batch", "free-1", "free", 1900).on("node-1"),
+        PodBuilder::new("batch", "free-2", "free", 1900).on("node-1"),
+    ])
+    .await?;
+    bed.until_pods("batch", MINUTE, "2 free pods running", |pods| {
+        let n = pods
+            .iter()
+            .filter(|p| cluster::phase(p) == "Running")
+            .count();
+        if n == 2 {
+            Ok(())
+        } else {
+            Err(format!("{n} running"))
+        }
+    })
+    .await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+
+    online(&bed, "web", 3000).await?;
+    online_placed(&bed, "web").await?;
+    bed.until_pods(
+        "batch",
+        MINUTE,
+        "both originals gone, two released replacements pending",
+        |pods| {
+            let originals = pods.iter().filter(|p| !is_replacement(p)).count();
+            let released = pods
+                .iter()
+                .filter(|p| is_replacement(p) && !gated(p))
+                .count();
+            if originals == 0 && released == 2 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{originals} originals, {released} released of {} replacements",
+                    pods.iter().filter(|p| is_replacement(p)).count()
+                ))
+            }
+        },
+    )
+    .await?;
+
+    let online_api: Api<Pod> = Api::namespaced(bed.client.clone(), "online");
+    online_api
+        .delete(
+            "web",
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await?;
+    bed.until_pods(
+        "batch",
+        MINUTE,
+        "each replacement bound once the room frees",
+        |pods| {
+            let running = pods
+                .iter()
+                .filter(|p| is_replacement(p) && cluster::phase(p) == "Running")
+                .count();
+            if pods.len() == 2 && running == 2 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} pods, {running} replacements running",
+                    pods.len()
+                ))
+            }
+        },
+    )
+    .await?;
+    bed.finish()
+}
+
+const GANG_NAME: &str = "pod-group.scheduling.sigs.k8s.io/name";
+const GANG_MIN: &str = "pod-group.scheduling.sigs.k8s.io/min-available";
+
+/// node-1: gang members g-1, g-2; node-3: g-3 (gang of 3, all needed; class free);
+/// node-2: bare batch pods b-1, b-2. Stock takes g-3 alone (cheapest by priority) and
+/// breaks the gang; the policy takes node-2 and requeues the batch pods.
+async fn gang_cluster(bed: &Bed) -> anyhow::Result<()> {
+    bed.nodes(&["node-1", "node-2", "node-3"], 4000).await?;
+    let member = |name: &str, node: &str| {
+        PodBuilder::new("batch", name, "free", 1900)
+            .label(GANG_NAME, "train")
+            .annotate(GANG_MIN, "3")
+            .on(node)
+    };
+    bed.bound(vec![
+        member("g-1", "node-1"),
+        member("g-2", "node-1"),
+        member("g-3", "node-3"),
+        PodBuilder::new("batch", "b-1", "offline-batch", 1900).on("node-2"),
+        PodBuilder::new("batch", "b-2", "offline-batch", 1900).on("node-2"),
+    ])
+    .await?;
+    bed.until_pods("batch", MINUTE, "5 pods running", |pods| {
+        let n = pods
+            .iter()
+            .filter(|p| cluster::phase(p) == "Running")
+            .count();
+        if n == 5 {
+            Ok(())
+        } else {
+            Err(format!("{n} running"))
+        }
+    })
+    .await
+}
+
+/// Where the online pod went, and which batch pods were evicted (by name).
+async fn gang_outcome(
+    bed: &Bed,
+    before: &[(String, String)],
+) -> anyhow::Result<(String, Vec<String>)> {
+    online(bed, "web", 3000).await?;
+    let node = online_placed(bed, "web").await?;
+    let evicted = bed
+        .until_pods("batch", MINUTE, "the victims gone", |pods| {
+            let alive: Vec<String> = pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .map(uid)
+                .collect();
+            let gone: Vec<String> = before
+                .iter()
+                .filter(|(_, u)| !alive.contains(u))
+                .map(|(n, _)| n.clone())
+                .collect();
+            let terminating = pods.iter().any(|p| p.metadata.deletion_timestamp.is_some());
+            if !gone.is_empty() && !terminating {
+                Ok(gone)
+            } else {
+                Err(format!("gone so far {gone:?}"))
+            }
+        })
+        .await?;
+    Ok((node, evicted))
+}
+
+async fn gang_kept_whole(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    gang_cluster(&bed).await?;
+    let before = crate::invariants::bare_pods(&bed, "batch").await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    let (node, evicted) = gang_outcome(&bed, &before).await?;
+    anyhow::ensure!(
+        node == "node-2",
+        "web placed on {node}, evicting {evicted:?}; the gang-free choice was node-2"
+    );
+    anyhow::ensure!(evicted == ["b-1", "b-2"], "evicted {evicted:?}");
+    crate::invariants::nothing_lost(&bed, "batch", &before).await?;
+    bed.finish()
+}
+
+/// The same cluster behind stock kube-scheduler, then behind the extender in shadow mode:
+/// the same node and the same victims (and shadow mode writes no replacement).
+async fn shadow_as_stock(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let stock = {
+        let mut bed = Bed::up(bins.clone(), mode).await?;
+        gang_cluster(&bed).await?;
+        let before = crate::invariants::bare_pods(&bed, "batch").await?;
+        bed.schedule_with(&[]).await?;
+        gang_outcome(&bed, &before).await?
+    };
+    let mut bed = Bed::up(bins, mode).await?;
+    gang_cluster(&bed).await?;
+    let before = crate::invariants::bare_pods(&bed, "batch").await?;
+    let e = bed.extender(&["--requeue", "--mode", "shadow"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    let shadow = gang_outcome(&bed, &before).await?;
+    anyhow::ensure!(shadow == stock, "shadow {shadow:?}, stock {stock:?}");
+    let replacements = cluster::pods(&bed.client, Some("batch"))
+        .await?
+        .iter()
+        .filter(|p| is_replacement(p))
+        .count();
+    anyhow::ensure!(
+        replacements == 0,
+        "shadow mode stored {replacements} replacements"
+    );
+    let diffs = bed.extenders[e]
+        .metric_sum("coloc_shadow_diffs_total", "")
+        .await?;
+    anyhow::ensure!(
+        diffs > 0.0,
+        "shadow mode counted no difference where the policy chose another node"
+    );
+    bed.finish()
+}
+
+/// One node with two ReplicaSet workers under a PDB that allows no disruption (status
+/// from the real disruption controller); the policy makes batch PDBs strict.
+async fn strict_pdb(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(&["node-1"], 4000).await?;
+    let policy = std::fs::read_to_string(crate::bed::repo("policy/default.yaml"))?
+        .replace("pdb: prefer", "pdb: strict");
+    let policy_path = bed.plane.dir().join("strict-policy.yaml");
+    std::fs::write(&policy_path, policy)?;
+    let policy_arg = policy_path.display().to_string();
+    let e = bed
+        .extender(&["--requeue", "--events", "--policy", &policy_arg])
+        .await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    cluster::create(
+        &bed.client,
+        cluster::replica_set("batch", "workers", 2, "offline-batch", 1900),
+    )
+    .await?;
+    cluster::create(&bed.client, cluster::pdb("batch", "workers", "workers", 0)).await?;
+    let workers = bed
+        .until_pods("batch", MINUTE, "2 workers running", |pods| {
+            let running: Vec<String> = pods
+                .iter()
+                .filter(|p| cluster::phase(p) == "Running")
+                .map(uid)
+                .collect();
+            if running.len() == 2 {
+                Ok(running)
+            } else {
+                Err(format!("{} running", running.len()))
+            }
+        })
+        .await?;
+    coloc_testbed::wait::until(MINUTE, "the disruption controller's PDB status", || async {
+        let out = bed
+            .plane
+            .kubectl(&[
+                "get",
+                "pdb",
+                "-n",
+                "batch",
+                "workers",
+                "-o",
+                "jsonpath={.status.currentHealthy}/{.status.disruptionsAllowed}",
+            ])
+            .map_err(|e| e.to_string())?;
+        if out == "2/0" {
+            Ok(())
+        } else {
+            Err(out)
+        }
+    })
+    .await?;
+
+    online(&bed, "web", 3000).await?;
+    let describe =
+        coloc_testbed::wait::until(MINUTE, "describe pod to show PreemptionBlocked", || async {
+            let out = bed
+                .plane
+                .kubectl(&["describe", "pod", "-n", "online", "web"])
+                .map_err(|e| e.to_string())?;
+            if out.contains("PreemptionBlocked") {
+                Ok(out)
+            } else {
+                Err("no PreemptionBlocked event yet".into())
+            }
+        })
+        .await?;
+    anyhow::ensure!(
+        describe.contains("disruption budget")
+            || describe.contains("PDB")
+            || describe.contains("pdb"),
+        "the event does not name the PDB:\n{describe}"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pods = cluster::pods(&bed.client, Some("batch")).await?;
+    let alive: Vec<String> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(uid)
+        .collect();
+    anyhow::ensure!(
+        workers.iter().all(|w| alive.contains(w)),
+        "a worker under a strict PDB was evicted"
+    );
+    let web = cluster::pods(&bed.client, Some("online")).await?;
+    anyhow::ensure!(
+        web.iter().all(|p| cluster::node_of(p).is_none()),
+        "web was placed although only a PDB violation could place it"
+    );
+    bed.finish()
+}
