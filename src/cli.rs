@@ -92,6 +92,18 @@ pub struct ServeArgs {
     /// Time for storing requeue replacements within one preempt, in milliseconds.
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(100..=4000))]
     pub requeue_budget_ms: u64,
+    /// Wake pods kube-scheduler parked while we could not answer a preempt well (restart,
+    /// view not ready, replacements not stored): once ready again, store and delete a
+    /// placeholder pod bound to no real node, which kube-scheduler takes as a reason to
+    /// retry them. Writes pods in --wake-namespace: needs the `manifests/wake` RBAC component.
+    #[arg(long, requires = "kube")]
+    pub wake: bool,
+    /// Namespace of the wake placeholders (default: $POD_NAMESPACE, else kube-system).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+    pub wake_namespace: String,
+    /// Least time between two wakes, e.g. 10s.
+    #[arg(long, default_value = "10s", value_parser = parse_secs)]
+    pub wake_min_interval: Duration,
     /// A gated replacement whose original has not started terminating by then is deleted
     /// (kube-scheduler chose otherwise), e.g. 60s.
     #[arg(long, default_value = "60s", value_parser = parse_secs)]
@@ -399,6 +411,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             tokio::spawn(requeuer.clone().reconcile_loop(view.clone(), Duration::from_secs(1), args.requeue_evict_within.as_secs() as i64));
             state.requeuer = Some(requeuer);
             tracing::info!(budget_ms = args.requeue_budget_ms, evict_within_s = args.requeue_evict_within.as_secs(), "requeue is on");
+        }
+        if args.wake {
+            let waker = crate::wake::kube::Waker::new(client.clone(), args.wake_namespace.clone());
+            tokio::spawn(waker.clone().run(view.clone(), args.wake_min_interval));
+            state.waker = Some(waker);
+            tracing::info!(namespace = %args.wake_namespace, min_interval_s = args.wake_min_interval.as_secs(), "waking parked pods is on");
         }
         tokio::spawn(cluster::watch::run(client, view.clone(), state.policy.clone(), fresh, Duration::from_millis(500)));
     }

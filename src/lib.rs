@@ -17,4 +17,5 @@ pub mod quantity;
 pub mod requeue;
 pub mod shadow;
 pub mod tls;
+pub mod wake;
 pub mod wire;

@@ -59,6 +59,9 @@ pub struct Answer {
     pub would_answer: Option<Vec<u8>>,
     /// The decision's time (`Context::now`).
     pub decided_at: Timestamp,
+    /// Preempt: replacements could not be stored, so this answer was made with requeue off
+    /// (the edge sets it; kube-scheduler may park the pod, see `wake`).
+    pub requeue_gave_up: bool,
 }
 
 impl Answer {
@@ -74,6 +77,7 @@ impl Answer {
             diffs: Diffs::default(),
             would_answer: None,
             decided_at: ctx.now,
+            requeue_gave_up: false,
         }
     }
 

@@ -71,3 +71,16 @@ fn requeue_writes_are_an_opt_in_component_with_only_the_writes_it_needs() {
     let binding = load("requeue/clusterrolebinding.yaml");
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
 }
+
+#[test]
+fn wake_writes_are_an_opt_in_component_limited_to_pods_in_the_extenders_namespace() {
+    let role = load("wake/role.yaml");
+    assert_eq!(role["kind"], Value::from("Role"), "namespaced, not cluster-wide");
+    assert_eq!(grants(&role), ["/pods:create", "/pods:delete"]);
+    let component = load("wake/kustomization.yaml");
+    assert_eq!(component["kind"], Value::from("Component"));
+    assert!(serde_yaml_ng::to_string(&component["patches"]).unwrap().contains("--wake"));
+    let binding = load("wake/rolebinding.yaml");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(binding["metadata"]["namespace"], role["metadata"]["namespace"]);
+}

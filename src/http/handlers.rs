@@ -17,6 +17,7 @@ use super::workers::{Cancel, Workers};
 use crate::decide::{Context, Requeue};
 use crate::pipeline::{self, Answer, Verb};
 use crate::requeue::kube::Requeuer;
+use crate::wake::Reason as WakeReason;
 use crate::wire::{Bounds, DecodeError};
 
 /// What the verb routes share besides `AppState`: admission budgets and the workers.
@@ -56,6 +57,9 @@ async fn handle(verb: Verb, State(state): State<AppState>, Extension(verbs): Ext
         verbs.workers.detach(memory::trim);
     }
     let seconds = || started.elapsed().as_secs_f64();
+    if verb == Verb::Preempt {
+        ask_wake(&state, &result);
+    }
     match result {
         Ok(answer) => {
             log_answer(verb, &answer, started);
@@ -69,6 +73,18 @@ async fn handle(verb: Verb, State(state): State<AppState>, Extension(verbs): Ext
             metrics::warn_refusal(verb.as_str(), e.status.as_u16(), e.code, &e.message);
             e.into_response()
         }
+    }
+}
+
+/// A preempt answered in doubt leaves its pod parked in kube-scheduler: ask for a wake,
+/// carried out once the cause has cleared (`wake`).
+fn ask_wake(state: &AppState, result: &Result<Answer, ApiError>) {
+    let Some(waker) = &state.waker else { return };
+    match result {
+        Err(_) => waker.request(WakeReason::PreemptFailed),
+        Ok(_) if !state.is_ready() => waker.request(WakeReason::ViewNotReady),
+        Ok(answer) if answer.requeue_gave_up => waker.request(WakeReason::RequeueUnavailable),
+        Ok(_) => {}
     }
 }
 
@@ -112,7 +128,9 @@ async fn preempt_with_requeue(state: &AppState, verbs: &Verbs, requeuer: &Requeu
         failed.extend(newly);
     }
     tracing::warn!(failed = failed.len(), "requeue replacements keep failing: answering with requeue off for this preempt");
-    decide(Verb::Preempt, state, verbs, req, None).await
+    let mut answer = decide(Verb::Preempt, state, verbs, req, None).await?;
+    answer.requeue_gave_up = true;
+    Ok(answer)
 }
 
 /// One decision. `requeue`: `None` when requeue is off, else the pods whose replacement

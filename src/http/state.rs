@@ -76,6 +76,9 @@ pub struct AppState {
     pub decisions: Arc<DecisionLog>,
     /// Writes Events on preemptors (`serve --kube --events`).
     pub events: Option<Arc<crate::events::kube::EventSink>>,
+    /// Wakes pods kube-scheduler parked after a preempt we could not answer well
+    /// (`serve --kube --wake`).
+    pub waker: Option<Arc<crate::wake::kube::Waker>>,
 }
 
 impl AppState {
@@ -91,6 +94,7 @@ impl AppState {
             policy_problem: Arc::new(ArcSwapOption::empty()),
             decisions: Arc::new(DecisionLog::default()),
             events: None,
+            waker: None,
         }
     }
 

@@ -1,7 +1,8 @@
 //! The replacement's manifest: the original pod, as the API server returned it, made into a
 //! new pending pod. Same labels, annotations and spec; minus what belongs to the original
-//! instance (uid, node, status, the injected service-account token); plus our annotations
-//! and the scheduling gate that keeps it from running beside the original.
+//! instance (uid, node, status, the injected service-account token, the node's topology
+//! labels copied at binding); plus our annotations and the scheduling gate that keeps it
+//! from running beside the original.
 
 use serde_json::{json, Map, Value};
 
@@ -31,6 +32,12 @@ const INSTANCE_METADATA: &[&str] = &[
     "ownerReferences",
     "finalizers",
 ];
+
+/// Labels the API server derives from where the original ran: since v1.35 the
+/// PodTopologyLabels admission copies these from the node onto a pod when it is bound, and
+/// overwrites whatever the pod had, so dropping them loses nothing. A copy would claim the
+/// old node's zone while it waits (and would mislead topology spreading and selectors).
+pub const BOUND_NODE_LABELS: &[&str] = &["topology.kubernetes.io/zone", "topology.kubernetes.io/region"];
 
 /// The token volume the ServiceAccount admission plugin injects (it injects a new one).
 fn is_injected_token_volume(volume: &Value) -> bool {
@@ -65,7 +72,11 @@ pub fn build(original: &Value, intent: &RequeueIntent) -> Result<Value, Replacem
     annotations.insert(ATTEMPT.into(), json!(intent.attempt.to_string()));
     annotations.insert(PREEMPTED_BY.into(), json!(intent.preemptor));
     annotations.insert(BASE_NAME.into(), json!(base));
-    object_at(meta, "labels").insert(LABEL.into(), json!("true"));
+    let labels = object_at(meta, "labels");
+    for key in BOUND_NODE_LABELS {
+        labels.remove(*key);
+    }
+    labels.insert(LABEL.into(), json!("true"));
 
     let spec = object_at(obj, "spec");
     spec.remove("nodeName");
@@ -165,6 +176,17 @@ mod tests {
         assert_eq!(r["spec"]["volumes"], json!([{"name": "data", "emptyDir": {}}]));
         assert_eq!(r["spec"]["containers"][0]["volumeMounts"], json!([{"name": "data", "mountPath": "/data"}]));
         assert_eq!(r["spec"]["priorityClassName"], "free");
+    }
+
+    #[test]
+    fn labels_the_api_server_copied_from_the_old_node_stay_behind() {
+        let mut o = original();
+        o["metadata"]["labels"]["topology.kubernetes.io/zone"] = json!("zone-3");
+        o["metadata"]["labels"]["topology.kubernetes.io/region"] = json!("region-1");
+        let r = build(&o, &intent()).unwrap();
+        assert!(r["metadata"]["labels"].get("topology.kubernetes.io/zone").is_none());
+        assert!(r["metadata"]["labels"].get("topology.kubernetes.io/region").is_none());
+        assert_eq!(r["metadata"]["labels"]["app"], "free", "what the user wrote is kept");
     }
 
     #[test]

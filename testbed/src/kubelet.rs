@@ -80,8 +80,13 @@ async fn run(client: Client, opts: Options) {
         let (client, limit, opts) = (client.clone(), limit.clone(), opts.clone());
         tokio::spawn(async move {
             let _permit = limit.acquire().await;
-            if let Err(e) = act(&client, &pod, action, &opts).await {
-                tracing::debug!(error = %e, "kubelet stand-in: action failed");
+            // A kubelet keeps at it until the API server answers (e.g. across a restart).
+            for attempt in 0..60 {
+                match act(&client, &pod, action, &opts).await {
+                    Ok(()) => return,
+                    Err(e) => tracing::debug!(error = %e, attempt, "kubelet stand-in: action failed; retrying"),
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
             }
         });
     }
@@ -147,15 +152,15 @@ async fn act(client: &Client, pod: &Pod, action: Action, opts: &Options) -> anyh
                 "conditions": [cond("PodReadyToStartContainers"), cond("Initialized"), cond("ContainersReady"), cond("Ready")],
                 "containerStatuses": containers,
             }});
-            api.patch_status(name, &strategic, &Patch::Strategic(status))
-                .await?;
+            ok_if_gone(api.patch_status(name, &strategic, &Patch::Strategic(status))
+                .await)?;
         }
         Action::Complete(secs) => {
             tokio::time::sleep(Duration::from_secs(secs)).await;
             let done = json!({"status": {"phase": "Succeeded",
                 "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
-            api.patch_status(name, &strategic, &Patch::Strategic(done))
-                .await?;
+            ok_if_gone(api.patch_status(name, &strategic, &Patch::Strategic(done))
+                .await)?;
         }
         Action::Terminate => {
             let phase = pod
@@ -167,8 +172,8 @@ async fn act(client: &Client, pod: &Pod, action: Action, opts: &Options) -> anyh
                 // Only the phase: the conditions (DisruptionTarget) stay as they are.
                 let failed = json!({"status": {"phase": "Failed", "reason": "Terminated",
                     "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": now}]}});
-                api.patch_status(name, &strategic, &Patch::Strategic(failed))
-                    .await?;
+                ok_if_gone(api.patch_status(name, &strategic, &Patch::Strategic(failed))
+                    .await)?;
             }
             tokio::time::sleep(opts.delete_after).await;
             let params = DeleteParams {
@@ -187,4 +192,13 @@ async fn act(client: &Client, pod: &Pod, action: Action, opts: &Options) -> anyh
         }
     }
     Ok(())
+}
+
+/// A pod deleted meanwhile needs nothing more.
+fn ok_if_gone<T>(r: Result<T, kube::Error>) -> anyhow::Result<()> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }

@@ -105,6 +105,26 @@ impl Proc {
         }
     }
 
+    /// SIGSTOP: frozen, as a process starved of CPU or stuck in a long GC pause would be;
+    /// its connections stay open and unread.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT after [`Proc::pause`].
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, sig: i32) {
+        if let Some(c) = &self.child {
+            // SAFETY: plain kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(c.id() as i32, sig);
+            }
+        }
+    }
+
     /// Starts it again with the same command line (after `kill` or `stop`).
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();

@@ -75,6 +75,8 @@ impl Bed {
             "manifests/clusterrolebinding.yaml",
             "manifests/requeue/clusterrole.yaml",
             "manifests/requeue/clusterrolebinding.yaml",
+            "manifests/wake/role.yaml",
+            "manifests/wake/rolebinding.yaml",
         ] {
             plane.apply(&repo(f))?;
         }
@@ -110,10 +112,11 @@ impl Bed {
         .await
     }
 
-    /// Starts an extender process: `serve --kube <args>` with the default policy.
+    /// Starts an extender process: `serve --kube --wake <args>` with the default policy,
+    /// as the shipped Deployment with the wake component runs it.
     pub async fn extender(&mut self, args: &[&str]) -> anyhow::Result<usize> {
         let i = self.extenders.len();
-        let mut all = vec!["--kube"];
+        let mut all = vec!["--kube", "--wake"];
         all.extend_from_slice(args);
         let e = Extender::start(
             &self.plane,

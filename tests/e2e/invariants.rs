@@ -1,6 +1,6 @@
 //! What must hold after any scenario or fault: nothing lost, nothing left gated.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use coloc_testbed::cluster;
@@ -52,46 +52,31 @@ pub async fn bare_pods(bed: &Bed, namespace: &str) -> anyhow::Result<Vec<(String
         .collect())
 }
 
-/// Every original is alive, or is followed (through replacements of replacements) by
-/// exactly one live pod; no live replacement is still gated once its original is gone.
+/// The first pod of a replacement chain (every replacement names it).
+pub const BASE_NAME: &str = "coloc-extender.io/base-name";
+
+fn base_name(p: &Pod) -> Option<&str> {
+    p.metadata.annotations.as_ref()?.get(BASE_NAME).map(String::as_str)
+}
+
+/// Every original is alive, or exactly one live replacement of its chain (replacements of
+/// replacements keep the first pod's name as their base name) stands for it; no live
+/// replacement is still gated once its own original is gone.
 pub fn check_nothing_lost(pods: &[Pod], originals: &[(String, String)]) -> Result<(), String> {
-    let by_uid: BTreeMap<String, &Pod> = pods.iter().map(|p| (uid(p), p)).collect();
-    let mut children: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
-    for p in pods
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-    {
-        if let Some(from) = from_uid(p) {
-            children.entry(from).or_default().push(p);
-        }
-    }
+    let live_uids: BTreeSet<String> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).map(uid).collect();
     for (name, original) in originals {
-        let mut at = original.clone();
-        let mut seen = BTreeSet::new();
-        loop {
-            if !seen.insert(at.clone()) {
-                return Err(format!("{name}: requeue cycle"));
-            }
-            if by_uid.get(&at).is_some_and(|p| live(p)) {
-                break;
-            }
-            match children.get(at.as_str()).map(Vec::as_slice) {
-                None | Some([]) => {
-                    return Err(format!("{name} lost: pod {at} gone and no replacement"))
-                }
-                Some([one]) => {
-                    if gated(one) {
-                        return Err(format!(
-                            "{name}: replacement {} still gated after its original is gone",
-                            cluster::name(one)
-                        ));
-                    }
-                    at = uid(one);
-                }
-                Some(many) => {
-                    return Err(format!("{name}: {} live replacements of {at}", many.len()))
+        let alive = pods.iter().any(|p| &uid(p) == original && live(p));
+        let standing_in: Vec<&Pod> = pods.iter().filter(|p| live(p) && base_name(p) == Some(name.as_str())).collect();
+        match (alive, standing_in.as_slice()) {
+            (true, []) => {}
+            (true, [r, ..]) if from_uid(r) == Some(original.as_str()) => {} // stored, not yet released
+            (false, [one]) => {
+                if gated(one) && !from_uid(one).is_some_and(|f| live_uids.contains(f)) {
+                    return Err(format!("{name}: replacement {} still gated after its original is gone", cluster::name(one)));
                 }
             }
+            (false, []) => return Err(format!("{name} lost: gone, and no live replacement")),
+            (_, many) => return Err(format!("{name}: {} live replacements ({})", many.len(), many.iter().map(|p| cluster::name(p)).collect::<Vec<_>>().join(", "))),
         }
     }
     Ok(())

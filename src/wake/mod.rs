@@ -1,0 +1,81 @@
+//! Waking the pods kube-scheduler parked because of us.
+//!
+//! When a `preempt` call fails (the extender is restarting, its view is not ready, the API
+//! server refuses the replacements), kube-scheduler parks the pod as unschedulable. With
+//! queueing hints (the default), it retries such a pod only on a cluster event its filters
+//! care about, or after `podMaxInUnschedulablePodsDuration` (5 minutes): an online pod
+//! waits although the extender is back. The event that NodeResourcesFit (the filter that
+//! rejects a pod waiting for preemption) always takes as a reason to retry is the deletion
+//! of an assigned pod. So a wake is: store a placeholder pod bound to a node that cannot
+//! exist, keep it a moment so kube-scheduler's informer sees it, and delete it. It never
+//! runs (no kubelet has that node) and carries no requests; the pod GC controller removes
+//! a leftover one (orphaned on a missing node) if our delete fails.
+
+pub mod kube;
+
+use serde_json::{json, Value};
+
+/// The node a placeholder is bound to: a reserved `.invalid` name no node can have.
+pub const NODE: &str = "coloc-extender-wake.invalid";
+/// Label on every placeholder, to find leftovers.
+pub const LABEL: &str = "coloc-extender.io/wake";
+
+/// Why a wake was asked for (a metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// The view became ready: after a start, or after it went stale.
+    Ready,
+    /// A preempt was answered while the view was not ready.
+    ViewNotReady,
+    /// A preempt was answered with requeue off because replacements could not be stored.
+    RequeueUnavailable,
+    /// A preempt call was answered with an error.
+    PreemptFailed,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Ready => "ready",
+            Reason::ViewNotReady => "view_not_ready",
+            Reason::RequeueUnavailable => "requeue_unavailable",
+            Reason::PreemptFailed => "preempt_failed",
+        }
+    }
+}
+
+/// The placeholder pod: bound to [`NODE`], no requests, no token, never run.
+pub fn placeholder(namespace: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "coloc-extender-wake-",
+            "namespace": namespace,
+            "labels": {LABEL: "true", "app.kubernetes.io/managed-by": "coloc-extender"},
+            "annotations": {"coloc-extender.io/why": "wakes pods kube-scheduler parked while the extender could not answer; deleted at once"},
+        },
+        "spec": {
+            "nodeName": NODE,
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "wake", "image": "registry.k8s.io/pause:3.10"}],
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_placeholder_is_bound_to_a_node_that_cannot_exist_and_requests_nothing() {
+        let p = placeholder("kube-system");
+        assert_eq!(p["spec"]["nodeName"], NODE);
+        assert!(NODE.ends_with(".invalid"));
+        assert!(p["spec"]["containers"][0].get("resources").is_none());
+        assert_eq!(p["spec"]["automountServiceAccountToken"], false);
+        assert_eq!(p["metadata"]["labels"][LABEL], "true");
+        assert_eq!(p["metadata"]["namespace"], "kube-system");
+    }
+}
