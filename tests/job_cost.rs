@@ -251,6 +251,18 @@ fn with_backoff_limit_per_index_an_index_at_its_limit_is_spared() {
 }
 
 #[test]
+fn an_explicit_backoff_limit_holds_for_an_indexed_job_too() {
+    // Index 0 has retries left, but the Job as a whole has used up its backoffLimit.
+    let j = Job { backoff_limit: 2, failed: 2, ..indexed("sweep", 3, &[]) };
+    let s = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 2000, 8))
+        .pods([index_pod("i-0", "sweep", 0, 0), pod("r", "batch", Some("n1"), 1000)])
+        .job(j);
+    let out = s.preempt(online(1000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["r"]))]), "{}", out.explain());
+}
+
+#[test]
 fn a_fail_index_rule_fails_the_index_at_once() {
     let j = on_disruption(indexed("sweep", 3, &[]), DisruptionAction::FailIndex);
     let s = Scenario::new(policy("prefer", ""))

@@ -34,10 +34,10 @@ impl JobLedger {
     pub fn take(&mut self, view: Option<&View>, pod: &Pod) -> Option<JobCharge> {
         let jobs = view?.jobs();
         let job = jobs.of(pod)?;
-        if job.finished {
-            return None;
-        }
         let key = job.key();
+        if job.finished {
+            return Some(JobCharge { fails: false, note: format!("Job {key} has finished: its preemption changes nothing for the Job") });
+        }
         let action = job.on_disruption;
         if action == Some(DisruptionAction::Ignore) {
             return Some(JobCharge { fails: false, note: format!("Job {key}: podFailurePolicy Ignore on DisruptionTarget: recreated, not counted as a failure") });
@@ -45,23 +45,22 @@ impl JobLedger {
         if action == Some(DisruptionAction::FailJob) {
             return Some(JobCharge { fails: true, note: format!("Job {key}: podFailurePolicy FailJob on DisruptionTarget: preemption fails the Job") });
         }
-        let index = pod.completion_index().filter(|_| job.indexed);
         let taken = self.taken.entry(key.clone()).or_insert(0);
         *taken += 1;
-        if let (Some(limit), Some(index)) = (job.backoff_limit_per_index, index) {
-            let earlier = self.taken_index.entry((key.clone(), index)).or_insert(0);
-            *earlier += 1;
-            return Some(per_index(job, &key, index, limit, pod, *earlier, action));
-        }
         let counted = job.failed;
         let uncounted = jobs.uncounted_failures(job);
         let failure = counted.saturating_add(uncounted).saturating_add(*taken);
         let detail = format!("{counted} counted, {uncounted} seen but not counted yet{}", if *taken > 1 { format!(", {} more in this answer", *taken - 1) } else { String::new() });
-        Some(if failure > job.backoff_limit {
-            JobCharge { fails: true, note: format!("Job {key}: preemption would be failure {failure} of backoffLimit {} ({detail}): preemption fails the Job", job.backoff_limit) }
-        } else {
-            JobCharge { fails: false, note: format!("Job {key}: preemption {failure} of backoffLimit {} ({detail}): recreated", job.backoff_limit) }
-        })
+        // backoffLimit holds with backoffLimitPerIndex too, where it is set explicitly.
+        if failure > job.backoff_limit {
+            return Some(JobCharge { fails: true, note: format!("Job {key}: preemption would be failure {failure} of backoffLimit {} ({detail}): preemption fails the Job", job.backoff_limit) });
+        }
+        if let (Some(limit), Some(index)) = (job.backoff_limit_per_index, pod.completion_index().filter(|_| job.indexed)) {
+            let earlier = self.taken_index.entry((key.clone(), index)).or_insert(0);
+            *earlier += 1;
+            return Some(per_index(job, &key, index, limit, pod, *earlier, action));
+        }
+        Some(JobCharge { fails: false, note: format!("Job {key}: preemption {failure} of backoffLimit {} ({detail}): recreated", job.backoff_limit) })
     }
 }
 
