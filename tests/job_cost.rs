@@ -62,10 +62,13 @@ fn victim_detail<'a>(out: &'a Outcome, pod: &str) -> &'a str {
 /// n1 holds the Job's pod and a ReplicaSet pod that has run longer: by run time alone the
 /// Job's pod is the cheaper victim.
 fn job_beside_a_worker(j: Job) -> Scenario {
-    Scenario::new(policy("prefer", ""))
-        .node(node("n1", 2000, 8))
-        .pods([job_pod("j", &j.name.clone(), "n1", 1000), pod("r", "batch", Some("n1"), 1000)])
-        .job(j)
+    let p = job_pod("j", &j.name, "n1", 1000);
+    beside_a_worker(j, p)
+}
+
+/// n1 holds `job_pod` of Job `j` and the ReplicaSet pod `r`.
+fn beside_a_worker(j: Job, job_pod: Pod) -> Scenario {
+    Scenario::new(policy("prefer", "")).node(node("n1", 2000, 8)).pods([job_pod, pod("r", "batch", Some("n1"), 1000)]).job(j)
 }
 
 #[test]
@@ -254,22 +257,14 @@ fn with_backoff_limit_per_index_an_index_at_its_limit_is_spared() {
 fn an_explicit_backoff_limit_holds_for_an_indexed_job_too() {
     // Index 0 has retries left, but the Job as a whole has used up its backoffLimit.
     let j = Job { backoff_limit: 2, failed: 2, ..indexed("sweep", 3, &[]) };
-    let s = Scenario::new(policy("prefer", ""))
-        .node(node("n1", 2000, 8))
-        .pods([index_pod("i-0", "sweep", 0, 0), pod("r", "batch", Some("n1"), 1000)])
-        .job(j);
-    let out = s.preempt(online(1000), &["n1"]);
+    let out = beside_a_worker(j, index_pod("i-0", "sweep", 0, 0)).preempt(online(1000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["r"]))]), "{}", out.explain());
 }
 
 #[test]
 fn a_fail_index_rule_fails_the_index_at_once() {
     let j = on_disruption(indexed("sweep", 3, &[]), DisruptionAction::FailIndex);
-    let s = Scenario::new(policy("prefer", ""))
-        .node(node("n1", 2000, 8))
-        .pods([index_pod("i-0", "sweep", 0, 0), pod("r", "batch", Some("n1"), 1000)])
-        .job(j);
-    let out = s.preempt(online(1000), &["n1"]);
+    let out = beside_a_worker(j, index_pod("i-0", "sweep", 0, 0)).preempt(online(1000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["r"]))]), "{}", out.explain());
 }
 
