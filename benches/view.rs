@@ -124,7 +124,7 @@ fn objects(nodes: usize) -> Objects {
         .into_iter()
         .map(|(n, v)| PriorityClass { name: n.into(), value: v })
         .collect();
-    Objects { nodes: (0..nodes).map(node).collect(), pods: (0..nodes * PER_NODE).map(|p| pod(p, 0)).collect(), pdbs, priority_classes, pod_groups: Vec::new() }
+    Objects { nodes: (0..nodes).map(node).collect(), pods: (0..nodes * PER_NODE).map(|p| pod(p, 0)).collect(), pdbs, priority_classes, pod_groups: Vec::new(), jobs: Vec::new() }
 }
 
 /// The 5,000-node / 150,000-pod view, built once.

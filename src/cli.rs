@@ -40,7 +40,7 @@ pub enum Command {
         /// Policy file (default: the shipped default policy).
         #[arg(long)]
         policy: Option<PathBuf>,
-        /// Cluster snapshot (`kubectl get nodes,pods,pdb,priorityclasses -A -o json`)
+        /// Cluster snapshot (`kubectl get nodes,pods,pdb,priorityclasses,jobs -A -o json`)
         /// for full victim re-selection.
         #[arg(long)]
         snapshot: Option<PathBuf>,

@@ -3,6 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+mod job;
+pub use job::{parse_index_ranges, DisruptionAction, Job, COMPLETION_INDEX, INDEX_FAILURE_COUNT, TRACKING_FINALIZER};
+
 pub type Labels = BTreeMap<String, String>;
 /// Seconds since the Unix epoch; decisions take `now` in the same unit.
 pub type Timestamp = i64;
@@ -114,6 +117,9 @@ pub struct Pod {
     /// `spec.schedulingGroup.podGroupName`: the native PodGroup this pod belongs to.
     pub scheduling_group: Option<String>,
     pub phase: Option<String>,
+    /// Carries the Job controller's `batch.kubernetes.io/job-tracking` finalizer: a Job pod
+    /// that has ended (or is terminating) with it has not been recorded by its Job yet.
+    pub job_tracking: bool,
     /// Effective requests: max(init, sum(app)) + sidecars + overhead.
     pub requests: Resources,
     pub host_ports: Vec<HostPort>,
@@ -127,6 +133,16 @@ impl Pod {
     /// When the pod began to run (or was created, if it never started).
     pub fn running_since(&self) -> Option<Timestamp> {
         self.start_time.or(self.creation_time)
+    }
+
+    /// The Job that controls this pod (ownerReference kind Job, controller true).
+    pub fn job(&self) -> Option<&str> {
+        self.controller.as_ref().filter(|c| c.kind == "Job").map(|c| c.name.as_str())
+    }
+
+    /// The completion index of an Indexed Job's pod (annotation, else label).
+    pub fn completion_index(&self) -> Option<u32> {
+        self.annotations.get(COMPLETION_INDEX).or_else(|| self.labels.get(COMPLETION_INDEX))?.parse().ok()
     }
 
     pub fn is_terminal(&self) -> bool {

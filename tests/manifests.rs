@@ -29,7 +29,7 @@ fn grants(role: &Value) -> Vec<String> {
 fn the_cluster_role_reads_what_the_view_watches_and_writes_only_events() {
     let granted = grants(&load("clusterrole.yaml"));
     let read = |r: &str| ["get", "list", "watch"].map(|v| format!("{r}:{v}"));
-    let mut expected: Vec<String> = ["/nodes", "/pods", "policy/poddisruptionbudgets", "scheduling.k8s.io/podgroups", "scheduling.k8s.io/priorityclasses", "scheduling.volcano.sh/podgroups", "scheduling.x-k8s.io/podgroups"].iter().flat_map(|r| read(r)).collect();
+    let mut expected: Vec<String> = ["/nodes", "/pods", "batch/jobs", "policy/poddisruptionbudgets", "scheduling.k8s.io/podgroups", "scheduling.k8s.io/priorityclasses", "scheduling.volcano.sh/podgroups", "scheduling.x-k8s.io/podgroups"].iter().flat_map(|r| read(r)).collect();
     // Events on preemptors (serve --events): the Warning/Normal `kubectl describe pod` shows.
     expected.extend(["events.k8s.io/events:create".to_string(), "events.k8s.io/events:patch".to_string()]);
     expected.sort();

@@ -44,7 +44,8 @@ async fn fake_apiserver() -> SocketAddr {
         .route("/api/v1/nodes", get(list_or_watch).with_state("Node"))
         .route("/api/v1/pods", get(list_or_watch).with_state("Pod"))
         .route("/apis/policy/v1/poddisruptionbudgets", get(list_or_watch).with_state("PodDisruptionBudget"))
-        .route("/apis/scheduling.k8s.io/v1/priorityclasses", get(list_or_watch).with_state("PriorityClass"));
+        .route("/apis/scheduling.k8s.io/v1/priorityclasses", get(list_or_watch).with_state("PriorityClass"))
+        .route("/apis/batch/v1/jobs", get(list_or_watch).with_state("Job"));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

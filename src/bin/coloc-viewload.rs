@@ -437,6 +437,8 @@ enum Kind {
     Node,
     Pdb,
     PriorityClass,
+    /// Served empty: the synthetic cluster has no Jobs (the view requires the kind).
+    Job,
 }
 
 struct Server {
@@ -462,6 +464,7 @@ impl Server {
             Kind::Node => self.spec.nodes,
             Kind::Pdb => NAMESPACES,
             Kind::PriorityClass => PRIORITY_CLASSES.len(),
+            Kind::Job => 0,
         }
     }
 }
@@ -476,6 +479,7 @@ async fn list_or_watch(State((server, kind)): State<(Arc<Server>, Kind)>, Query(
                 Kind::Node => "Node",
                 Kind::Pdb => "PodDisruptionBudget",
                 Kind::PriorityClass => "PriorityClass",
+                Kind::Job => "Job",
             };
             let mut w = server.watches.lock().unwrap();
             let n = w.entry(name).or_default();
@@ -505,6 +509,7 @@ async fn list_or_watch(State((server, kind)): State<(Arc<Server>, Kind)>, Query(
         Kind::Node => ("v1", "NodeList"),
         Kind::Pdb => ("policy/v1", "PodDisruptionBudgetList"),
         Kind::PriorityClass => ("scheduling.k8s.io/v1", "PriorityClassList"),
+        Kind::Job => ("batch/v1", "JobList"),
     };
     let mut out = String::with_capacity((to - from) * 3300 + 256);
     let cont = if to < total { format!(r#","continue":"{to}""#) } else { String::new() };
@@ -518,6 +523,7 @@ async fn list_or_watch(State((server, kind)): State<(Arc<Server>, Kind)>, Query(
             Kind::Node => write_node(&mut out, i, 100 + i as u64 % 800),
             Kind::Pdb => write_pdb(&mut out, i, server.current_healthy.then(|| batch_pods_in(server.spec, i))),
             Kind::PriorityClass => write_priority_class(&mut out, i),
+            Kind::Job => unreachable!("no Jobs are served"),
         }
     }
     out.push_str("]}");
@@ -535,7 +541,8 @@ async fn start_server(server: Arc<Server>) -> anyhow::Result<SocketAddr> {
         .route("/api/v1/pods", get(list_or_watch).with_state((server.clone(), Kind::Pod)))
         .route("/api/v1/nodes", get(list_or_watch).with_state((server.clone(), Kind::Node)))
         .route("/apis/policy/v1/poddisruptionbudgets", get(list_or_watch).with_state((server.clone(), Kind::Pdb)))
-        .route("/apis/scheduling.k8s.io/v1/priorityclasses", get(list_or_watch).with_state((server, Kind::PriorityClass)));
+        .route("/apis/scheduling.k8s.io/v1/priorityclasses", get(list_or_watch).with_state((server.clone(), Kind::PriorityClass)))
+        .route("/apis/batch/v1/jobs", get(list_or_watch).with_state((server, Kind::Job)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     // Like the real API server (Go sets TCP_NODELAY by default): without it, Nagle's

@@ -152,6 +152,24 @@ impl LeanKind for PdbKind {
 }
 
 #[derive(Clone, Debug)]
+pub struct JobKind;
+impl LeanKind for JobKind {
+    const KIND: &'static str = "Job";
+    const GROUP: &'static str = "batch";
+    const VERSION: &'static str = "v1";
+    const PLURAL: &'static str = "jobs";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+    type Json = crate::wire::job::JobJson;
+    type Model = model::Job;
+    fn meta(json: &Self::Json) -> (String, String, String) {
+        object_meta(&json.metadata)
+    }
+    fn into_model(json: Self::Json) -> Result<model::Job, String> {
+        json.into_model().map_err(|e| e.to_string())
+    }
+}
+
+#[derive(Clone, Debug)]
 pub struct PriorityClassKind;
 impl LeanKind for PriorityClassKind {
     const KIND: &'static str = "PriorityClass";

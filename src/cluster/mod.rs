@@ -1,6 +1,7 @@
 //! The cluster view and its sources: a snapshot file or Kubernetes watches. Decisions
 //! only see `View` and never know which source built it.
 
+pub mod jobs;
 pub mod lean;
 pub mod snapshot;
 mod view;

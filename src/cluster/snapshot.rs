@@ -1,4 +1,4 @@
-//! Loading a cluster view from `kubectl get nodes,pods,pdb,priorityclasses -A -o json`,
+//! Loading a cluster view from `kubectl get nodes,pods,pdb,priorityclasses,jobs -A -o json`,
 //! optionally with the gang objects (`podgroups.scheduling.k8s.io`,
 //! `podgroups.scheduling.x-k8s.io`, `podgroups.scheduling.volcano.sh`).
 
@@ -62,6 +62,11 @@ pub fn parse(bytes: &[u8]) -> Result<Objects, SnapshotError> {
             "PodDisruptionBudget" => {
                 let p: k8s::Pdb = serde_json::from_str(raw.get())?;
                 objects.pdbs.push(p.into_model());
+            }
+            "Job" => {
+                let j: crate::wire::job::JobJson = serde_json::from_str(raw.get())?;
+                let name = format!("{}/{}", j.metadata.namespace, j.metadata.name);
+                objects.jobs.push(j.into_model().map_err(|e| item_err(name, e.to_string()))?);
             }
             "PriorityClass" => {
                 let p: k8s::PriorityClassJson = serde_json::from_str(raw.get())?;

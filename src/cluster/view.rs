@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use imbl::{HashMap as PMap, OrdMap};
 
-use crate::model::{DisruptionMode, GangInfo, GangRef, GangSource, Node, Pdb, Pod, PodGroup, PodRef, PriorityClass, Resources};
+use super::jobs::Jobs;
+use crate::model::{DisruptionMode, GangInfo, GangRef, GangSource, Job, Node, Pdb, Pod, PodGroup, PodRef, PriorityClass, Resources};
 use crate::policy::{GangConfig, Policy};
 
 /// Raw objects a view is built from.
@@ -22,6 +23,7 @@ pub struct Objects {
     pub pdbs: Vec<Pdb>,
     pub priority_classes: Vec<PriorityClass>,
     pub pod_groups: Vec<PodGroup>,
+    pub jobs: Vec<Job>,
 }
 
 /// One node's state: the Node object (if the view has seen it), the pods bound to it and
@@ -85,6 +87,8 @@ pub struct View {
     /// Requests held by evictable classes, per tenant (fair sharing).
     tenant_usage: PMap<String, Resources>,
     tenant_weights: Arc<BTreeMap<String, f64>>,
+    /// Jobs and their pods' failures not counted yet (`cluster::jobs`).
+    jobs: Jobs,
     /// Sum of node allocatable: the denominator of shares.
     capacity: Resources,
     node_count: usize,
@@ -119,6 +123,9 @@ impl View {
         for group in objects.pod_groups {
             view.apply_pod_group(group);
         }
+        for job in objects.jobs {
+            view.apply_job(job);
+        }
         for pod in objects.pods {
             view.apply_pod(Arc::new(pod), policy);
         }
@@ -131,6 +138,7 @@ impl View {
         view.priority_classes = self.priority_classes.clone();
         view.pdbs_by_namespace = self.pdbs_by_namespace.clone();
         view.pod_groups = self.pod_groups.clone();
+        view.jobs = self.jobs.clone();
         // Counted again as the pods are applied below.
         for info in self.nodes.values() {
             if let Some(n) = &info.node {
@@ -168,6 +176,7 @@ impl View {
     /// kube-scheduler's cache holds only bound, non-terminal pods.
     pub fn apply_pod(&mut self, pod: PodRef, policy: &Policy) {
         let key = pod.key();
+        self.jobs.observe_pod(&pod);
         if let Some(old) = self.pods.get(&key).cloned() {
             self.detach(&old, policy);
         }
@@ -179,6 +188,7 @@ impl View {
     /// Removes the pod `namespace/name`; returns it if it was there.
     pub fn remove_pod(&mut self, key: &str, policy: &Policy) -> Option<PodRef> {
         let old = self.pods.get(key).cloned()?;
+        self.jobs.forget_pod(&old);
         self.detach(&old, policy);
         Some(old)
     }
@@ -337,6 +347,21 @@ impl View {
     /// PodGroups of `source` in the view.
     pub fn pod_groups(&self, source: GangSource) -> impl Iterator<Item = &PodGroup> + '_ {
         self.pod_groups.values().filter(move |g| g.source == source).map(|g| &**g)
+    }
+
+    pub fn apply_job(&mut self, job: Job) {
+        self.bump();
+        self.jobs.apply(job);
+    }
+
+    pub fn remove_job(&mut self, namespace: &str, name: &str) -> bool {
+        self.bump();
+        self.jobs.remove(namespace, name)
+    }
+
+    /// Jobs and the failures of their pods not counted yet.
+    pub fn jobs(&self) -> &Jobs {
+        &self.jobs
     }
 
     pub fn apply_priority_class(&mut self, pc: PriorityClass) {

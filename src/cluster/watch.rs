@@ -1,7 +1,9 @@
 //! The cluster view from the Kubernetes API: one kube-rs watcher per kind, decoded once into
 //! the lean model (`lean`), each event applied to the view at once and a new view
 //! published for the very next request. No debounce: a deleted or terminating pod must not
-//! be offered as a victim a moment after kube-scheduler's cache dropped it. Gang kinds
+//! be offered as a victim a moment after kube-scheduler's cache dropped it. Jobs are
+//! required like PDBs: a Job victim is costed by what its preemption does to the Job, and
+//! a view without Jobs would cost every Job pod as merely recreated. Gang kinds
 //! (PodGroups) are optional: watched while the API server serves them (`optional`).
 
 use std::collections::{BTreeMap, HashSet};
@@ -14,7 +16,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 
-use super::lean::{Lean, LeanKind, NodeKind, PdbKind, PodGroupApi, PodGroupKind, PodKind, PriorityClassKind};
+use super::lean::{JobKind, Lean, LeanKind, NodeKind, PdbKind, PodGroupApi, PodGroupKind, PodKind, PriorityClassKind};
 use super::{View, ViewCell};
 use crate::policy::Policy;
 
@@ -30,7 +32,7 @@ pub const DISCOVERY_EVERY: Duration = Duration::from_secs(180);
 
 /// The kinds the view is built from; it is published once every one has synced (and the
 /// gang kinds served at start-up).
-pub const KINDS: [&str; 4] = [PodKind::KIND, NodeKind::KIND, PdbKind::KIND, PriorityClassKind::KIND];
+pub const KINDS: [&str; 5] = [PodKind::KIND, NodeKind::KIND, PdbKind::KIND, PriorityClassKind::KIND, JobKind::KIND];
 
 #[derive(Debug, Default, Clone, Copy)]
 struct KindHealth {
@@ -194,6 +196,19 @@ impl Applies for PdbKind {
     }
 }
 
+impl Applies for JobKind {
+    fn apply(view: &mut View, model: Self::Model, _: &Policy) {
+        view.apply_job(model);
+    }
+    fn remove(view: &mut View, key: &str, _: &Policy) {
+        let (ns, name) = split(key);
+        view.remove_job(ns, name);
+    }
+    fn keys(view: &View) -> Vec<String> {
+        view.jobs().keys().cloned().collect()
+    }
+}
+
 impl Applies for PriorityClassKind {
     fn apply(view: &mut View, model: Self::Model, _: &Policy) {
         view.apply_priority_class(model);
@@ -294,6 +309,7 @@ async fn probe_failing(client: &Client, fresh: &Freshness) {
             k if k == NodeKind::KIND => probe_path::<NodeKind>(),
             k if k == PdbKind::KIND => probe_path::<PdbKind>(),
             k if k == PriorityClassKind::KIND => probe_path::<PriorityClassKind>(),
+            k if k == JobKind::KIND => probe_path::<JobKind>(),
             k => match optional::probe_path_of(k) {
                 Some(path) => path,
                 None => continue,
@@ -351,6 +367,7 @@ pub async fn run_with(
     tokio::spawn(follow::<NodeKind>(Api::all(client.clone()), Default::default(), shared.clone()));
     tokio::spawn(follow::<PdbKind>(Api::all(client.clone()), Default::default(), shared.clone()));
     tokio::spawn(follow::<PriorityClassKind>(Api::all(client.clone()), Default::default(), shared.clone()));
+    tokio::spawn(follow::<JobKind>(Api::all(client.clone()), Default::default(), shared.clone()));
 
     loop {
         tokio::time::sleep(tick).await;

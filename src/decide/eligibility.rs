@@ -3,7 +3,7 @@
 use crate::decide::Explanation;
 use super::Context;
 use crate::model::Pod;
-use crate::policy::{BareVictims, ClassId};
+use crate::policy::{BareVictims, ClassId, JobVictims};
 
 /// The pod asking for room.
 #[derive(Debug, Clone, Copy)]
@@ -87,7 +87,7 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
     if victim.deletion_time.is_some() {
         return protected("terminating", "already terminating".into());
     }
-    let fate = if victim.controller.is_some() { Fate::Recreated } else { bare_fate(ctx, class, victim)? };
+    let fate = if victim.controller.is_some() { job_fate(ctx, class, victim)? } else { bare_fate(ctx, class, victim)? };
     let min = class.victim.min_runtime;
     if min > 0 {
         let ran = victim.running_since().map(|t| ctx.now - t).unwrap_or(0);
@@ -96,6 +96,20 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
         }
     }
     Ok(Eligible { class: class_id, fate })
+}
+
+/// A controller-owned pod is recreated, unless it is a Job's and evicting it alone fails
+/// the Job: then it is lost work, or protected where the class says `jobs: protect`.
+/// (Several pods of one Job in one answer are counted together when the victim set is
+/// known: `preempt::jobs`.)
+fn job_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Result<Fate, Protection> {
+    match super::jobs::charge_alone(ctx.view, victim) {
+        Some(c) if c.fails && class.victim.jobs == JobVictims::Protect => {
+            protected("job_would_fail", format!("{}; class {} protects such Job pods (jobs: protect)", c.note, class.name))
+        }
+        Some(c) if c.fails => Ok(Fate::Lost),
+        _ => Ok(Fate::Recreated),
+    }
 }
 
 /// A bare pod (no controller owner) is protected, requeued or lost, as its class says.

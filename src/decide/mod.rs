@@ -5,6 +5,7 @@ mod eligibility;
 mod explain;
 pub mod filter;
 pub mod fit;
+mod jobs;
 pub mod preempt;
 pub mod prioritize;
 

@@ -12,6 +12,7 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 
 mod gangs;
+mod jobs;
 
 use super::eligibility::{self, Fate, Preemptor};
 use super::fit::{fits, NodeUsage};
@@ -72,6 +73,8 @@ struct Victim<'a> {
     /// kube-scheduler proposed it: among equals, prefer kube's own choice (its cache
     /// certainly holds that pod on that node).
     proposed: bool,
+    /// What its eviction does to its Job, once the victim set is known (`jobs::charge`).
+    job_note: Option<String>,
 }
 
 impl Victim<'_> {
@@ -270,6 +273,8 @@ fn judge_request_victims<'a>(ctx: &Context<'a>, preemptor: Preemptor, node: &str
             return None;
         }
     }
+    victims.sort_by(|a, b| a.value_order(b));
+    jobs::charge(ctx, node, &mut victims, ex)?;
     let mut cost = cost_of(ctx, &victims);
     cost.pdb_violations = v.num_pdb_violations;
     Some(finish(ctx, preemptor, node, victims, v.num_pdb_violations, cost, "kube's victims, all allowed", ex))
@@ -295,6 +300,7 @@ fn victim<'a>(ctx: &Context, pod: &'a Pod, eligible: eligibility::Eligible, view
         tenant_share: view.map(|v| v.tenant_share(&ctx.policy.tenants.tenant_of(pod))).unwrap_or(0.0),
         gang,
         proposed,
+        job_note: None,
     }
 }
 
@@ -362,10 +368,13 @@ fn reselect(
     candidates.sort_by(|a, b| a.value_order(b));
     let mut budgets = Budgets::new(view);
     let violating: Vec<bool> = candidates.iter().map(|c| budgets.take(c.pod)).collect();
+    // A pod whose eviction fails its Job is lost work: tried for reprieve right after
+    // the PDB-violating ones.
+    let fails_job = jobs::failing(ctx, &candidates);
     let mut pdb_first: Vec<usize> = (0..candidates.len()).collect();
-    pdb_first.sort_by_key(|&i| (!violating[i], candidates[i].gang.is_none(), i));
+    pdb_first.sort_by_key(|&i| (!violating[i], !fails_job[i], candidates[i].gang.is_none(), i));
     let mut gang_first = pdb_first.clone();
-    gang_first.sort_by_key(|&i| (candidates[i].gang.is_none(), !violating[i], i));
+    gang_first.sort_by_key(|&i| (candidates[i].gang.is_none(), !violating[i], !fails_job[i], i));
     let mut orders = vec![pdb_first];
     if gang_first != orders[0] {
         orders.push(gang_first);
@@ -442,6 +451,7 @@ fn reprieve(
         }
     }
 
+    jobs::charge(ctx, node_name, &mut chosen, ex)?;
     let mut cost = cost_of(ctx, &chosen);
     cost.pdb_violations = violations;
     cost.broken_gang_members = gangs::charge(node_name, &chosen, ex);
@@ -571,14 +581,18 @@ fn finish(ctx: &Context, preemptor: Preemptor, node: &str, mut victims: Vec<Vict
                 requeues.push(intent);
                 ("requeued", detail)
             }
-            Fate::Lost => ("lost", format!("{why}; bare pod: lost (class {class} is bare: lose)")),
-            Fate::Recreated => match &v.pod.controller {
-                Some(c) if c.kind == "Job" => ("chosen", format!(
-                    "{why}; recreated by Job {}, and the preemption counts against its backoffLimit unless its podFailurePolicy ignores DisruptionTarget",
+            Fate::Lost => match &v.job_note {
+                Some(note) => ("lost", format!("{why}; lost work: {note}")),
+                None => ("lost", format!("{why}; bare pod: lost (class {class} is bare: lose)")),
+            },
+            Fate::Recreated => match (&v.pod.controller, &v.job_note) {
+                (Some(_), Some(note)) => ("chosen", format!("{why}; {note}")),
+                (Some(c), None) if c.kind == "Job" => ("chosen", format!(
+                    "{why}; recreated by Job {} (not in the cluster view), and the preemption counts against its backoffLimit unless its podFailurePolicy ignores DisruptionTarget",
                     c.name
                 )),
-                Some(c) => ("chosen", format!("{why}; recreated by its {} {}", c.kind, c.name)),
-                None => ("chosen", why),
+                (Some(c), None) => ("chosen", format!("{why}; recreated by its {} {}", c.kind, c.name)),
+                (None, _) => ("chosen", why),
             },
         };
         ex.push(Explanation::pod(node, &v.pod.key(), "victim", code, detail));

@@ -4,7 +4,7 @@ mod model;
 
 use std::path::Path;
 
-pub use model::{parse_duration, BareVictims, Class, GangConfig, GangSources, Mode, PdbMode, Placement, Policy, Scoring, Selector, TenantConfig, VictimRules, WithoutView};
+pub use model::{parse_duration, BareVictims, Class, GangConfig, GangSources, JobVictims, Mode, PdbMode, Placement, Policy, Scoring, Selector, TenantConfig, VictimRules, WithoutView};
 
 use crate::model::Pod;
 

@@ -139,6 +139,19 @@ pub enum BareVictims {
     Lose,
 }
 
+/// What may happen to a Job's pod whose preemption would fail its Job (its last failure
+/// under `backoffLimit` or `backoffLimitPerIndex`, or a `FailJob`/`FailIndex` rule on
+/// `DisruptionTarget`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum JobVictims {
+    /// Cost it as lost work: chosen only where no other candidate places the preemptor.
+    #[default]
+    Count,
+    /// Never evict it.
+    Protect,
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct VictimRules {
@@ -156,6 +169,9 @@ pub struct VictimRules {
     /// Time a pod must have run before it may be evicted (anti-thrash), e.g. "10m".
     #[serde(default, with = "duration")]
     pub min_runtime: i64,
+    /// Job pods whose preemption would fail their Job: `count` (default) or `protect`.
+    #[serde(default)]
+    pub jobs: JobVictims,
 }
 
 impl VictimRules {
@@ -172,7 +188,7 @@ impl VictimRules {
 
 impl Default for VictimRules {
     fn default() -> Self {
-        VictimRules { allowed: false, pdb: PdbMode::Strict, bare: None, recreatable_only: None, min_runtime: 0 }
+        VictimRules { allowed: false, pdb: PdbMode::Strict, bare: None, recreatable_only: None, min_runtime: 0, jobs: JobVictims::Count }
     }
 }
 

@@ -113,6 +113,7 @@ fn preemption_matrix_follows_preempts() {
 #[case::inverted_range("defaultClass: a\nclasses:\n  - name: a\n    match: [{priority: {min: 10, max: 5}}]\n", "classes[0].match[0].priority: min 10 is greater than max 5", "line 4")]
 #[case::bad_duration("defaultClass: a\nclasses:\n  - name: a\n    victim: {allowed: true, minRuntime: soon}\n", "invalid duration \"soon\"", "line 4")]
 #[case::bad_pdb_mode("defaultClass: a\nclasses:\n  - name: a\n    victim: {allowed: true, pdb: maybe}\n", "unknown variant `maybe`", "line 4")]
+#[case::bad_jobs_mode("defaultClass: a\nclasses:\n  - name: a\n    victim: {allowed: true, jobs: maybe}\n", "unknown variant `maybe`", "line 4")]
 #[case::no_classes("defaultClass: a\nclasses: []\n", "at least one class", "")]
 #[case::zero_candidates("defaultClass: a\nmaxCandidates: 0\nclasses: [{name: a}]\n", "maxCandidates: must be at least 1", "line 2")]
 #[case::bad_weight("defaultClass: a\ntenants: {weights: {t1: 0}}\nclasses: [{name: a}]\n", "tenants.weights.t1", "line 2")]

@@ -40,6 +40,8 @@ pub struct ObjectMeta {
     pub creation_timestamp: Option<String>,
     #[serde(default)]
     pub deletion_timestamp: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub finalizers: Vec<String>,
 }
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -362,6 +364,7 @@ impl Pod {
             .collect();
 
         Ok(model::Pod {
+            job_tracking: m.finalizers.iter().any(|f| f == model::TRACKING_FINALIZER),
             creation_time: parse_time("metadata.creationTimestamp", &m.creation_timestamp)?,
             deletion_time: parse_time("metadata.deletionTimestamp", &m.deletion_timestamp)?,
             start_time: parse_time("status.startTime", &self.status.start_time)?,

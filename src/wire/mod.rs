@@ -1,6 +1,7 @@
 //! The extender wire format: decoding requests, encoding answers.
 
 pub mod bounds;
+pub mod job;
 pub mod k8s;
 pub mod request;
 pub mod response;

@@ -24,6 +24,7 @@ pub const RESOURCES: &[Resource] = &[
     r("", "v1", "namespaces", "Namespace", false),
     r("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true),
     r("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", false),
+    r("batch", "v1", "jobs", "Job", true),
     r("events.k8s.io", "v1", "events", "Event", true),
     r("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", true),
     r("scheduling.k8s.io", "v1beta1", "podgroups", "PodGroup", true),

@@ -1,0 +1,91 @@
+//! What a preemption does to a Job (DESIGN §2): the Job controller recreates the pod, but
+//! the preemption counts as a failure against `backoffLimit` (or the index's
+//! `backoffLimitPerIndex`) unless the Job's `podFailurePolicy` ignores `DisruptionTarget`;
+//! a `FailJob` (`FailIndex`) rule on that condition fails the Job (the index) at once.
+//!
+//! Only the first rule with an `onPodConditions` entry of type `DisruptionTarget`
+//! (status `True`) is read (`wire::job`); a rule on exit codes never matches a deleted pod,
+//! and a rule on another condition is taken not to match a preemption.
+
+use std::collections::HashMap;
+
+use crate::cluster::View;
+use crate::model::{DisruptionAction, Job, Pod, INDEX_FAILURE_COUNT};
+
+/// What evicting one Job pod does to its Job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobCharge {
+    /// The Job (or the pod's index) fails: the Job's work is lost.
+    pub fails: bool,
+    /// "Job batch/train: preemption is failure 2 of backoffLimit 3 ...".
+    pub note: String,
+}
+
+/// Failures a victim set adds, per Job and per index, while it is built: the second pod
+/// of a Job in one answer is its Job's next failure.
+#[derive(Default)]
+pub struct JobLedger {
+    taken: HashMap<String, i32>,
+    taken_index: HashMap<(String, u32), i32>,
+}
+
+impl JobLedger {
+    /// Counts `pod`'s eviction; `None` for a pod no Job in the view controls.
+    pub fn take(&mut self, view: Option<&View>, pod: &Pod) -> Option<JobCharge> {
+        let jobs = view?.jobs();
+        let job = jobs.of(pod)?;
+        let key = job.key();
+        if job.finished {
+            return Some(JobCharge { fails: false, note: format!("Job {key} has finished: its preemption changes nothing for the Job") });
+        }
+        let action = job.on_disruption;
+        if action == Some(DisruptionAction::Ignore) {
+            return Some(JobCharge { fails: false, note: format!("Job {key}: podFailurePolicy Ignore on DisruptionTarget: recreated, not counted as a failure") });
+        }
+        if action == Some(DisruptionAction::FailJob) {
+            return Some(JobCharge { fails: true, note: format!("Job {key}: podFailurePolicy FailJob on DisruptionTarget: preemption fails the Job") });
+        }
+        let taken = self.taken.entry(key.clone()).or_insert(0);
+        *taken += 1;
+        let counted = job.failed;
+        let uncounted = jobs.uncounted_failures(job);
+        let failure = counted.saturating_add(uncounted).saturating_add(*taken);
+        let detail = format!("{counted} counted, {uncounted} seen but not counted yet{}", if *taken > 1 { format!(", {} more in this answer", *taken - 1) } else { String::new() });
+        // backoffLimit holds with backoffLimitPerIndex too, where it is set explicitly.
+        if failure > job.backoff_limit {
+            return Some(JobCharge { fails: true, note: format!("Job {key}: preemption would be failure {failure} of backoffLimit {} ({detail}): preemption fails the Job", job.backoff_limit) });
+        }
+        if let (Some(limit), Some(index)) = (job.backoff_limit_per_index, pod.completion_index().filter(|_| job.indexed)) {
+            let earlier = self.taken_index.entry((key.clone(), index)).or_insert(0);
+            *earlier += 1;
+            return Some(per_index(job, &key, index, limit, pod, *earlier, action));
+        }
+        Some(JobCharge { fails: false, note: format!("Job {key}: preemption {failure} of backoffLimit {} ({detail}): recreated", job.backoff_limit) })
+    }
+}
+
+/// An Indexed Job with `backoffLimitPerIndex`: the index fails once its failures exceed
+/// the limit (or at once with `FailIndex`), and a Job with a failed index ends Failed.
+fn per_index(job: &Job, key: &str, index: u32, limit: i32, pod: &Pod, in_answer: i32, action: Option<DisruptionAction>) -> JobCharge {
+    let already = job.failed_index_count();
+    let failed_note = if already > 0 { format!("; {already} index(es) failed already") } else { String::new() };
+    let max_note = match job.max_failed_indexes {
+        Some(max) if already + 1 > max.max(0) as u64 => format!(", more than maxFailedIndexes {max}: the Job fails at once"),
+        _ => String::new(),
+    };
+    if action == Some(DisruptionAction::FailIndex) {
+        return JobCharge { fails: true, note: format!("Job {key}: podFailurePolicy FailIndex on DisruptionTarget: preemption fails index {index}{max_note}{failed_note}") };
+    }
+    let before: i32 = pod.annotations.get(INDEX_FAILURE_COUNT).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let failure = before.saturating_add(in_answer);
+    if failure > limit {
+        JobCharge { fails: true, note: format!("Job {key}: preemption would be failure {failure} of index {index}, backoffLimitPerIndex {limit}: preemption fails the index{max_note}{failed_note}") }
+    } else {
+        JobCharge { fails: false, note: format!("Job {key}: index {index}: preemption {failure} of backoffLimitPerIndex {limit}: recreated{failed_note}") }
+    }
+}
+
+/// What evicting `pod` alone does to its Job.
+pub fn charge_alone(view: Option<&View>, pod: &Pod) -> Option<JobCharge> {
+    JobLedger::default().take(view, pod)
+}

@@ -1,0 +1,39 @@
+//! Job victims in a victim set: the failures of each Job's pods in one answer are counted
+//! together, so a Job at its last allowed failure loses at most what its limit allows.
+
+use super::Victim;
+use crate::decide::eligibility::Fate;
+use crate::decide::jobs::JobLedger;
+use crate::decide::{Context, Explanation};
+use crate::policy::JobVictims;
+
+/// Charges the Job pods of `chosen` (most valuable first) to their Jobs: a pod whose
+/// eviction fails its Job is lost work. `None`: a `jobs: protect` class would lose a Job,
+/// so the node is dropped.
+pub(super) fn charge(ctx: &Context, node: &str, chosen: &mut [Victim], ex: &mut Vec<Explanation>) -> Option<()> {
+    let mut ledger = JobLedger::default();
+    for c in chosen.iter_mut() {
+        let Some(charge) = ledger.take(ctx.view, c.pod) else { continue };
+        if charge.fails {
+            let class = ctx.policy.class(c.class);
+            if class.victim.jobs == JobVictims::Protect {
+                ex.push(Explanation::node(node, "dropped", "job_would_fail", format!(
+                    "the preemptor needs {} evicted: {} (class {} is jobs: protect)", c.pod.key(), charge.note, class.name
+                )));
+                return None;
+            }
+            c.fate = Fate::Lost;
+        } else {
+            c.fate = Fate::Recreated;
+        }
+        c.job_note = Some(charge.note);
+    }
+    Some(())
+}
+
+/// Which candidates would fail their Job if all of them were evicted (most valuable
+/// first): they are tried for reprieve first, like PDB-violating ones.
+pub(super) fn failing(ctx: &Context, candidates: &[Victim]) -> Vec<bool> {
+    let mut ledger = JobLedger::default();
+    candidates.iter().map(|c| ledger.take(ctx.view, c.pod).is_some_and(|j| j.fails)).collect()
+}
