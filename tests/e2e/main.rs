@@ -10,6 +10,7 @@
 mod bed;
 mod faults;
 mod invariants;
+mod jobs;
 mod scenarios;
 
 use std::time::{Duration, Instant};
@@ -28,6 +29,7 @@ pub struct Case {
 
 fn all_cases() -> Vec<Case> {
     let mut v = scenarios::cases();
+    v.extend(jobs::cases());
     v.extend(faults::cases());
     v
 }
