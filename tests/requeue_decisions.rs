@@ -13,6 +13,12 @@ use coloc_extender::wire::Candidates;
 
 /// online preempts batch; batch's bare pods are handled as `bare` says.
 fn requeue_policy(bare: &str) -> Policy {
+    requeue_policy_with(bare, "{}")
+}
+
+/// ... and batch's requeued pods come back as `requeue` (RequeueRules) says; batch may
+/// preempt free.
+fn requeue_policy_with(bare: &str, requeue: &str) -> Policy {
     Policy::from_yaml(&format!(
         r#"
 defaultClass: unclassified
@@ -23,7 +29,12 @@ classes:
     preempts: [batch]
   - name: batch
     match: [{{priorityClassNames: [batch]}}]
+    preempts: [free]
     victim: {{allowed: true, pdb: prefer, bare: {bare}}}
+    requeue: {requeue}
+  - name: free
+    match: [{{priorityClassNames: [free]}}]
+    victim: {{allowed: true, pdb: prefer}}
   - name: unclassified
 "#
     ))
@@ -161,4 +172,54 @@ fn a_proposed_victim_the_view_knows_is_terminating_is_judged_by_the_view() {
     let out = s.preempt_with(online(2000), candidates, Some(&view));
     assert!(out.victims().is_empty(), "{}", out.explain());
     assert!(out.has("protected", "terminating"), "{}", out.explain());
+}
+
+
+/// A released replacement of a batch pod, needing the room a free pod holds.
+fn returning_replacement() -> Pod {
+    pod("work-rq-0000000001", "batch", None, 2000)
+        .bare()
+        .annotate(coloc_extender::requeue::FROM_UID, "uid-work")
+        .annotate(coloc_extender::requeue::BASE_NAME, "work")
+        .annotate(coloc_extender::requeue::ATTEMPT, "1")
+}
+
+#[test]
+fn with_requeue_preemption_never_a_returning_replacement_waits_for_free_room() {
+    let s = Scenario::new(requeue_policy_with("requeue", "{preemption: never}")).node(node("n1", 2000, 8)).pods([pod("free-1", "free", Some("n1"), 2000).bare()]);
+    let out = s.preempt(returning_replacement(), &["n1"]);
+    assert!(out.victims().is_empty(), "{}", out.explain());
+    assert!(out.has("refused", "replacement_waits"), "{}", out.explain());
+    // The original pod of the same class still preempts as its class allows.
+    let out = s.preempt(pod("fresh", "batch", None, 2000).bare(), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["free-1"]))]), "{}", out.explain());
+}
+
+#[test]
+fn with_requeue_preemption_keep_a_returning_replacement_preempts_as_its_original_could() {
+    let s = Scenario::new(requeue_policy_with("requeue", "{preemption: keep}")).node(node("n1", 2000, 8)).pods([pod("free-1", "free", Some("n1"), 2000).bare()]);
+    let out = s.preempt(returning_replacement(), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["free-1"]))]), "{}", out.explain());
+}
+
+#[test]
+fn after_max_attempts_requeues_a_pod_is_no_longer_a_victim() {
+    let twice = pod("work-rq-2", "batch", Some("n1"), 2000).bare().annotate(coloc_extender::requeue::ATTEMPT, "2");
+    let s = Scenario::new(requeue_policy_with("requeue", "{maxAttempts: 2}")).node(node("n1", 2000, 8)).pods([twice]);
+    let out = s.preempt(online(2000), &["n1"]);
+    assert!(out.victims().is_empty(), "{}", out.explain());
+    assert!(out.has("spared", "requeue_attempts"), "{}", out.explain());
+    let once = pod("work-rq-1", "batch", Some("n1"), 2000).bare().annotate(coloc_extender::requeue::ATTEMPT, "1");
+    let s = Scenario::new(requeue_policy_with("requeue", "{maxAttempts: 2}")).node(node("n1", 2000, 8)).pods([once]);
+    assert_eq!(s.preempt(online(2000), &["n1"]).victims(), BTreeMap::from([("n1".into(), uids(&["work-rq-1"]))]));
+}
+
+#[test]
+fn max_attempts_of_zero_is_refused_at_load_naming_the_field() {
+    let err = Policy::from_yaml(
+        "defaultClass: a\nclasses:\n  - name: a\n    requeue: {maxAttempts: 0}\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("classes[0].requeue.maxAttempts"), "{err}");
 }

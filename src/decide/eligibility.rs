@@ -125,6 +125,17 @@ fn bare_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Resul
                 format!("bare pod: class {} requeues bare victims, but requeue is off (serve --kube --requeue), so it is protected", class.name),
             )
         }
+        BareVictims::Requeue if class.requeue.max_attempts.is_some_and(|max| crate::requeue::attempt_of(victim) >= max) => {
+            return protected(
+                "requeue_attempts",
+                format!(
+                    "bare pod requeued {} time(s) already; class {} allows requeue.maxAttempts {}, so it is no longer a victim",
+                    crate::requeue::attempt_of(victim),
+                    class.name,
+                    class.requeue.max_attempts.unwrap_or_default()
+                ),
+            )
+        }
         BareVictims::Requeue => match ctx.requeue.failed.get(&victim.uid) {
             Some(why) => return protected("requeue_failed", format!("bare pod: its replacement could not be stored: {why}")),
             None => Fate::Requeued,

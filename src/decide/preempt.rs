@@ -19,7 +19,7 @@ use super::fit::{fits, NodeUsage};
 use super::{Context, Explanation};
 use crate::cluster::View;
 use crate::model::{GangInfo, Pod, Timestamp};
-use crate::policy::{ClassId, PdbMode, WithoutView};
+use crate::policy::{ClassId, PdbMode, ReplacementPreemption, WithoutView};
 use crate::requeue::RequeueIntent;
 use crate::wire::request::{MetaVictims, Victims};
 use crate::wire::{self, Candidates, PreemptArgs, PreemptionResult};
@@ -111,6 +111,14 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     let class_name = &ctx.policy.class(class_id).name;
     if pod.preemption_never {
         out.explanations.push(Explanation::request("refused", "preemption_never", "the pod's preemptionPolicy is Never"));
+        return out;
+    }
+    if crate::requeue::is_replacement(pod) && ctx.policy.class(class_id).requeue.preemption == ReplacementPreemption::Never {
+        out.explanations.push(Explanation::request(
+            "refused",
+            "replacement_waits",
+            format!("{} is a requeued pod of class {class_name}: it waits for free room (requeue.preemption: never)", pod.key()),
+        ));
         return out;
     }
     if !ctx.policy.preempts_anything(class_id) {

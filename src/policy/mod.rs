@@ -4,7 +4,7 @@ mod model;
 
 use std::path::Path;
 
-pub use model::{parse_duration, BareVictims, Class, GangConfig, GangSources, JobVictims, Mode, PdbMode, Placement, Policy, Scoring, Selector, TenantConfig, VictimRules, WithoutView};
+pub use model::{parse_duration, BareVictims, Class, GangConfig, GangSources, JobVictims, Mode, PdbMode, Placement, Policy, ReplacementPreemption, RequeueRules, Scoring, Selector, TenantConfig, VictimRules, WithoutView};
 
 use crate::model::Pod;
 
@@ -81,6 +81,9 @@ impl Policy {
             }
             if c.victim.min_runtime < 0 {
                 return Err(invalid(field(".victim.minRuntime"), "must not be negative".into(), None));
+            }
+            if c.requeue.max_attempts == Some(0) {
+                return Err(invalid(field(".requeue.maxAttempts"), "must be at least 1 (leave it out for no bound)".into(), Some("maxAttempts")));
             }
         }
         let index = |name: &str| self.classes.iter().position(|c| c.name == name);

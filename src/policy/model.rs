@@ -56,6 +56,32 @@ pub struct Class {
     /// own victims (fail-open), `refuse` answers no candidates (fail-closed).
     #[serde(default)]
     pub without_view: WithoutView,
+    /// How this class's requeued pods come back.
+    #[serde(default)]
+    pub requeue: RequeueRules,
+}
+
+/// How a requeued pod (a released replacement) comes back, and how often one workload may
+/// be requeued.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequeueRules {
+    /// `keep`: the replacement may preempt as its original could; `never`: it waits for
+    /// free room (the extender answers its preempt calls with no candidates).
+    #[serde(default)]
+    pub preemption: ReplacementPreemption,
+    /// Requeues of one workload (the original and its replacements) after which its pod is
+    /// no longer a victim: protected, with reason `requeue_attempts`. Unset: no bound.
+    #[serde(default)]
+    pub max_attempts: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplacementPreemption {
+    #[default]
+    Keep,
+    Never,
 }
 
 /// Whether decisions reach kube-scheduler.

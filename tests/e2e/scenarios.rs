@@ -30,6 +30,10 @@ pub fn cases() -> Vec<Case> {
             run: |b, m| Box::pin(shadow_as_stock(b, m)),
         },
         Case {
+            name: "released_replacements_wait_for_room_and_evict_nobody",
+            run: |b, m| Box::pin(replacements_wait(b, m)),
+        },
+        Case {
             name: "a_strict_pdb_is_respected_and_describe_pod_says_why",
             run: |b, m| Box::pin(strict_pdb(b, m)),
         },
@@ -228,6 +232,11 @@ const GANG_MIN: &str = "pod-group.scheduling.sigs.k8s.io/min-available";
 /// so the replacements wait for room instead of coming back as preemptors: see
 /// "replacements preempt" in docs/e2e.md.)
 async fn gang_cluster(bed: &Bed) -> anyhow::Result<()> {
+    gang_cluster_with(bed, "free").await
+}
+
+/// The gang cluster with b-1, b-2 of `b_class`.
+async fn gang_cluster_with(bed: &Bed, b_class: &str) -> anyhow::Result<()> {
     bed.nodes(&["node-1", "node-2", "node-3"], 4000).await?;
     let member = |name: &str, node: &str| {
         PodBuilder::new("batch", name, "free", 1900)
@@ -239,8 +248,8 @@ async fn gang_cluster(bed: &Bed) -> anyhow::Result<()> {
         member("g-1", "node-1"),
         member("g-2", "node-1"),
         member("g-3", "node-3"),
-        PodBuilder::new("batch", "b-1", "free", 1900).on("node-2"),
-        PodBuilder::new("batch", "b-2", "free", 1900).on("node-2"),
+        PodBuilder::new("batch", "b-1", b_class, 1900).on("node-2"),
+        PodBuilder::new("batch", "b-2", b_class, 1900).on("node-2"),
     ])
     .await?;
     bed.until_pods("batch", MINUTE, "5 pods running", |pods| {
@@ -431,4 +440,43 @@ async fn strict_pdb(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         "web was placed although only a PDB violation could place it"
     );
     bed.finish()
+}
+
+/// The gang cluster with b-1, b-2 of class batch, which may preempt free pods (the gang
+/// members). Once the online pod has taken node-2, b-1 and b-2's replacements come back:
+/// with the shipped policy (`requeue.preemption: never`) they wait for room; with `keep`
+/// one of them evicts a gang member (counted, printed, not asserted: it depends on timing).
+async fn replacements_wait(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut evictions = Vec::new();
+    for preemption in ["never", "keep"] {
+        let mut bed = Bed::up(bins.clone(), mode).await?;
+        gang_cluster_with(&bed, "offline-batch").await?;
+        let before = crate::invariants::bare_pods(&bed, "batch").await?;
+        let policy = std::fs::read_to_string(crate::bed::repo("policy/default.yaml"))?.replace("preemption: never", &format!("preemption: {preemption}"));
+        let path = bed.plane.dir().join("policy.yaml");
+        std::fs::write(&path, policy)?;
+        let path = path.display().to_string();
+        let e = bed.extender(&["--requeue", "--policy", &path]).await?;
+        bed.schedule_with(&[bed.entry(e)]).await?;
+        let (node, evicted) = gang_outcome(&bed, &before).await?;
+        anyhow::ensure!(node == "node-2" && evicted == ["b-1", "b-2"], "web on {node}, evicted {evicted:?}");
+        // The replacements are released once b-1 and b-2 are gone; give them time to act.
+        bed.until_pods("batch", MINUTE, "both replacements released", |pods| {
+            let released = pods.iter().filter(|p| is_replacement(p) && !gated(p)).count();
+            if released == 2 { Ok(()) } else { Err(format!("{released} released")) }
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let log = std::fs::read_to_string(&bed.scheduler.as_ref().expect("started").proc.log)?;
+        let by_replacements = log.lines().filter(|l| l.contains("Preemptor Pod preempted victim Pod") && l.contains("-rq-")).count();
+        evictions.push((preemption, by_replacements));
+        if preemption == "never" {
+            anyhow::ensure!(by_replacements == 0, "{by_replacements} eviction(s) by replacements with requeue.preemption: never");
+            let gang: Vec<String> = cluster::pods(&bed.client, Some("batch")).await?.iter().filter(|p| cluster::name(p).starts_with("g-") && cluster::is_placed(p)).map(|p| cluster::name(p).to_string()).collect();
+            anyhow::ensure!(gang.len() == 3, "gang members left placed: {gang:?}");
+        }
+        bed.finish()?;
+    }
+    println!("  evictions by replacements ({}): {evictions:?}", mode.label());
+    Ok(())
 }
