@@ -3,6 +3,7 @@
 
 pub mod lean;
 pub mod snapshot;
+pub mod usage;
 mod view;
 pub mod watch;
 

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::cluster::usage::{Aggregates, Counted};
 use crate::model::{OwnerRef, Selector};
 
 fn policy() -> Policy {
@@ -200,4 +201,77 @@ fn a_pdb_budget_counts_covered_pods_gone_since_the_controller_looked() {
     assert_eq!(view.disruptions_allowed(&unknown), 2, "without currentHealthy the status is all we have");
     assert_eq!(view.pods_in_namespace("b").count(), 3);
     assert_eq!(view.pods_in_namespace("other").count(), 1);
+}
+
+// ---- per-node aggregates ------------------------------------------------------------------
+
+/// The aggregates a walk over the node's pods would give.
+fn walked(view: &View, node: &str, p: &Policy) -> Aggregates {
+    let mut a = Aggregates::default();
+    for pod in view.pods_on(node) {
+        a.add(pod, Counted::of(pod, p.classify(pod, view.priority_of(pod)), p));
+    }
+    a
+}
+
+fn usage_of<'a>(view: &'a View, node: &str) -> &'a Aggregates {
+    view.node_info(node).expect("node in the view").usage()
+}
+
+#[test]
+fn node_aggregates_follow_every_pod_event_and_equal_a_walk_over_its_pods() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 8000));
+    view.apply_node(node("n2", 8000));
+    let mut bare = pod("b", "bare", Some("n1"));
+    bare.controller = None;
+    let mut online = pod("o", "api", Some("n1"));
+    online.priority = Some(10_000);
+    online.priority_class_name = Some("online-prod".into());
+    online.host_ports = vec![crate::model::HostPort { port: 80, protocol: "TCP".into(), ip: String::new() }];
+    let mut terminating = pod("b", "w3", Some("n1"));
+    terminating.deletion_time = Some(1);
+    let mut moved = pod("b", "w1", Some("n2"));
+    moved.requests.milli_cpu = 700;
+    let steps: Vec<Box<dyn Fn(&mut View)>> = vec![
+        Box::new(|v| v.apply_pod(Arc::new(pod("b", "w1", Some("n1"))), &p)),
+        Box::new(|v| v.apply_pod(Arc::new(pod("b", "w2", Some("n1"))), &p)),
+        Box::new(|v| v.apply_pod(Arc::new(bare.clone()), &p)),
+        Box::new(|v| v.apply_pod(Arc::new(online.clone()), &p)),
+        Box::new(|v| v.apply_pod(Arc::new(terminating.clone()), &p)),
+        Box::new(|v| v.apply_pod(Arc::new(moved.clone()), &p)),
+        Box::new(|v| drop(v.remove_pod("b/w2", &p))),
+        Box::new(|v| drop(v.remove_pod("o/api", &p))),
+    ];
+    for (i, step) in steps.iter().enumerate() {
+        step(&mut view);
+        for n in ["n1", "n2"] {
+            assert_eq!(usage_of(&view, n), &walked(&view, n, &p), "step {i}, {n}");
+        }
+    }
+    let n1 = usage_of(&view, "n1");
+    assert_eq!((n1.all.pods, n1.all.requested.milli_cpu), (2, 1000), "bare and terminating are left");
+    assert!(n1.all.ports.is_empty(), "the online pod's host port left with it");
+}
+
+#[test]
+fn a_preemptor_could_free_the_evictable_pods_of_the_classes_it_may_preempt() {
+    let p = policy();
+    let (online, batch) = (p.classes.iter().position(|c| c.name == "online").unwrap(), p.classes.iter().position(|c| c.name == "batch").unwrap());
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 8000));
+    view.apply_pod(Arc::new(pod("b", "owned", Some("n1"))), &p);
+    let mut bare = pod("b", "bare", Some("n1"));
+    bare.controller = None;
+    view.apply_pod(Arc::new(bare), &p);
+    let mut prod = pod("o", "api", Some("n1"));
+    (prod.priority, prod.priority_class_name) = (Some(10_000), Some("online-prod".into()));
+    view.apply_pod(Arc::new(prod), &p);
+    let usage = usage_of(&view, "n1");
+    // Online may evict batch: the owned pod always, the bare one only if it can be requeued.
+    assert_eq!(usage.after_evicting(&p, online, false).pods, 2);
+    assert_eq!(usage.after_evicting(&p, online, true).pods, 1);
+    // Batch may evict only free pods: nothing here.
+    assert_eq!(usage.after_evicting(&p, batch, true).pods, 3);
 }
