@@ -9,7 +9,7 @@ pub mod preempt;
 pub mod prioritize;
 
 pub use eligibility::Fate;
-pub use explain::Explanation;
+pub use explain::{count_reasons, Explanation};
 pub use filter::{filter, FilterOutcome};
 pub use preempt::{preempt, PreemptOutcome};
 pub use prioritize::{prioritize, PrioritizeOutcome};

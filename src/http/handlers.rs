@@ -164,10 +164,10 @@ fn log_answer(verb: Verb, answer: &Answer, started: Instant) {
             tracing::debug!(verb = verb.as_str(), pod = %answer.pod, node = e.node.as_deref(), victim = e.pod.as_deref(), verdict = e.verdict, reason = e.code, detail = %e.detail, "decision");
         }
     }
-    let reasons = reason_counts(&answer.explanations);
-    if reasons.is_empty() {
+    if answer.explanations.iter().all(|e| e.is_routine()) {
         tracing::debug!(verb = verb.as_str(), pod = %answer.pod, micros, summary = %answer.summary, "answered");
-    } else {
+    } else if tracing::enabled!(tracing::Level::INFO) {
+        let reasons = reason_counts(&answer.explanations);
         tracing::info!(verb = verb.as_str(), pod = %answer.pod, micros, summary = %answer.summary, %reasons, "answered");
     }
 }
@@ -176,29 +176,16 @@ fn log_answer(verb: Verb, answer: &Answer, started: Instant) {
 /// counted by verdict and reason (at most `SHOWN` kinds named).
 fn reason_counts(explanations: &[crate::decide::Explanation]) -> String {
     const SHOWN: usize = 12;
-    let mut counts: Vec<((&str, &str), usize)> = Vec::new();
-    for e in explanations.iter().filter(|e| !e.is_routine()) {
-        match counts.iter_mut().find(|(k, _)| *k == (e.verdict, e.code)) {
-            Some((_, n)) => *n += 1,
-            None => counts.push(((e.verdict, e.code), 1)),
-        }
-    }
-    let mut out = String::new();
-    for ((verdict, code), n) in counts.iter().take(SHOWN) {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(verdict);
-        out.push('/');
-        out.push_str(code);
-        if *n > 1 {
-            out.push_str(&format!("×{n}"));
-        }
-    }
+    let counts = crate::decide::count_reasons(explanations);
+    let mut out: Vec<String> = counts
+        .iter()
+        .take(SHOWN)
+        .map(|((verdict, code), n)| if *n > 1 { format!("{verdict}/{code}×{n}") } else { format!("{verdict}/{code}") })
+        .collect();
     if counts.len() > SHOWN {
-        out.push_str(&format!(" … {} more kinds", counts.len() - SHOWN));
+        out.push(format!("… {} more kinds", counts.len() - SHOWN));
     }
-    out
+    out.join(" ")
 }
 
 pub async fn healthz() -> &'static str {
