@@ -168,7 +168,9 @@ fn log_answer(verb: Verb, answer: &Answer, started: Instant) {
         tracing::debug!(verb = verb.as_str(), pod = %answer.pod, micros, summary = %answer.summary, "answered");
     } else if tracing::enabled!(tracing::Level::INFO) {
         let reasons = reason_counts(&answer.explanations);
-        tracing::info!(verb = verb.as_str(), pod = %answer.pod, micros, summary = %answer.summary, %reasons, "answered");
+        // maxCandidates may name many nodes in a preempt summary: one line stays short.
+        let summary = crate::wire::request::clip(&answer.summary, 512);
+        tracing::info!(verb = verb.as_str(), pod = %answer.pod, micros, %summary, %reasons, "answered");
     }
 }
 
