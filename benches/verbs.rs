@@ -97,6 +97,9 @@ fn run(bencher: Bencher, verb: Verb, body: &'static [u8], view: Option<&'static 
 // Heavy cases (40 MB bodies) take ~0.1-0.5 s per call: a handful of samples each, and a
 // time cap per benchmark keeps the whole run under ~10 minutes on 2 cores.
 const SIZES: [usize; 3] = [100, 1_000, 5_000];
+/// Candidate names with a view of as many nodes (issue 21: 1,000 nodes × 30 pods). One
+/// call per sample, so `slowest` bounds the p99 from above.
+const VIEW_SIZES: [usize; 1] = [1_000];
 
 mod filter {
     use super::*;
@@ -112,6 +115,13 @@ mod filter {
     fn names(bencher: Bencher, nodes: usize) {
         run(bencher, Verb::Filter, filter_body(nodes, "names"), None);
     }
+
+    /// Node names judged by the cluster view (nodes × 31 pods): what `serve --kube` does
+    /// with `nodeCacheCapable: true`.
+    #[divan::bench(args = VIEW_SIZES, sample_count = 1000, sample_size = 1, max_time = 10)]
+    fn names_view(bencher: Bencher, nodes: usize) {
+        run(bencher, Verb::Filter, filter_body(nodes, "names"), Some(view(nodes)));
+    }
 }
 
 mod prioritize {
@@ -125,6 +135,13 @@ mod prioritize {
     #[divan::bench(args = SIZES, sample_count = 100, max_time = 3)]
     fn names(bencher: Bencher, nodes: usize) {
         run(bencher, Verb::Prioritize, filter_body(nodes, "names"), None);
+    }
+
+    /// Scores from the cluster view (nodes × 31 pods). The preemptor (24 cpu) fits on no
+    /// node as is, so every node also asks "would it fit after preemption?".
+    #[divan::bench(args = VIEW_SIZES, sample_count = 1000, sample_size = 1, max_time = 10)]
+    fn names_view(bencher: Bencher, nodes: usize) {
+        run(bencher, Verb::Prioritize, filter_body(nodes, "names"), Some(view(nodes)));
     }
 }
 

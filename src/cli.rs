@@ -315,6 +315,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
                 view_expected: view.is_some(),
                 now: parse_now(now.as_deref())?,
                 requeue: if no_requeue { crate::decide::Requeue::disabled() } else { crate::decide::Requeue::enabled() },
+                // replay prints every line, each node's score too.
+                detail: crate::decide::Detail::Routine,
             };
             let answer = pipeline::answer_in(verb, &body, &ctx).map_err(|e| anyhow::anyhow!("{}: {e}", payload.display()))?;
             eprintln!("{} {} ({})", verb.as_str(), answer.pod, if view.is_some() { "with cluster view" } else { "request only" });

@@ -4,7 +4,7 @@
 use std::str::FromStr;
 
 use crate::cluster::View;
-use crate::decide::{self, Context, Explanation, Requeue};
+use crate::decide::{self, Context, Detail, Explanation, Requeue};
 use crate::model::Timestamp;
 use crate::policy::{Mode, Policy};
 use crate::requeue::RequeueIntent;
@@ -97,7 +97,7 @@ impl Answer {
 /// Answers with `view` as the whole truth (replay, tests, benchmarks). Requeue is
 /// simulated as enabled: the answer shows what would be requeued, and nothing is written.
 pub fn answer(verb: Verb, body: &[u8], policy: &Policy, view: Option<&View>, now: Timestamp) -> Result<Answer, DecodeError> {
-    answer_in(verb, body, &Context { policy, view, view_expected: view.is_some(), now, requeue: Requeue::enabled() })
+    answer_in(verb, body, &Context { policy, view, view_expected: view.is_some(), now, requeue: Requeue::enabled(), detail: Detail::Decisions })
 }
 
 /// Answers in the policy's `mode`: enforced, or in shadow as if the extender were absent.

@@ -103,7 +103,7 @@ pub fn filter_diffs(args: &ExtenderArgs, kept: usize) -> Diffs {
 
 /// prioritize without the extender: 0 for every node.
 pub fn prioritize_answer(args: &ExtenderArgs) -> Vec<u8> {
-    let scores: Vec<HostPriority> = args.nodes.names().into_iter().map(|host| HostPriority { host: host.to_string(), score: 0 }).collect();
+    let scores: Vec<HostPriority> = args.nodes.names().into_iter().map(|host| HostPriority { host, score: 0 }).collect();
     to_json(&scores)
 }
 

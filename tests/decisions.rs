@@ -60,7 +60,7 @@ async fn a_preempt_decision_is_served_with_every_reason_on_the_health_port_only(
     // Every reason the decision gave (routine lines aside) is there.
     let policy = Policy::builtin_default();
     let view = View::build(snapshot::load(&Path::new(PAYLOADS).join("0037-preempt.snapshot.json")).unwrap(), &policy);
-    let ctx = Context { policy: &policy, view: Some(&view), view_expected: true, now: 1_795_000_000, requeue: Requeue::disabled() };
+    let ctx = Context { policy: &policy, view: Some(&view), view_expected: true, now: 1_795_000_000, requeue: Requeue::disabled(), detail: Default::default() };
     let decided = answer_in(Verb::Preempt, &std::fs::read(Path::new(PAYLOADS).join("0037-preempt.json")).unwrap(), &ctx).unwrap();
     let expected: Vec<_> = decided.explanations.iter().filter(|e| !e.is_routine()).map(|e| (e.verdict, e.code, e.detail.clone())).collect();
     assert_eq!(d.reasons.iter().map(|r| (r.verdict.as_str(), r.code.as_str(), r.detail.clone())).collect::<Vec<_>>(), expected);

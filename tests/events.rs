@@ -31,7 +31,7 @@ fn decided(step: &str, requeue: bool) -> Answer {
     let policy = Policy::builtin_default();
     let view = View::build(snapshot::parse(&fixture(&format!("{step}-preempt.snapshot.json"))).unwrap(), &policy);
     let ctx = Context { policy: &policy, view: Some(&view), view_expected: true, now: 1_795_000_000,
-        requeue: if requeue { Requeue::enabled() } else { Requeue::disabled() } };
+        requeue: if requeue { Requeue::enabled() } else { Requeue::disabled() }, detail: Default::default() };
     answer_in(Verb::Preempt, &fixture(&format!("{step}-preempt.json")), &ctx).unwrap()
 }
 

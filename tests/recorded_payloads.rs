@@ -190,6 +190,7 @@ fn default_policy_with_requeue_off_protects_bare_pods_and_says_so(
         view_expected: true,
         now: now(),
         requeue: coloc_extender::decide::Requeue::disabled(),
+        detail: Default::default(),
     };
     let a = coloc_extender::pipeline::answer_in(Verb::Preempt, &rec.request, &ctx).unwrap();
     assert!(a.requeues.is_empty());

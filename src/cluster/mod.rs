@@ -4,6 +4,7 @@
 pub mod jobs;
 pub mod lean;
 pub mod snapshot;
+pub mod usage;
 mod view;
 pub mod watch;
 

@@ -12,8 +12,9 @@ use std::sync::Arc;
 use imbl::{HashMap as PMap, OrdMap};
 
 use super::jobs::Jobs;
+use super::usage::{Aggregates, Counted};
 use crate::model::{DisruptionMode, GangInfo, GangRef, GangSource, Job, Node, Pdb, Pod, PodGroup, PodRef, PriorityClass, Resources};
-use crate::policy::{GangConfig, Policy};
+use crate::policy::{ClassId, GangConfig, Policy};
 
 /// Raw objects a view is built from.
 #[derive(Debug, Clone, Default)]
@@ -35,6 +36,10 @@ pub struct NodeInfo {
     pub node: Option<Arc<Node>>,
     /// Bound, non-terminal pods, sorted by namespace/name so explanations are stable.
     pods: Vec<PodRef>,
+    /// How each of `pods` (same index) is counted in `usage`.
+    counted: Vec<Counted>,
+    /// What `pods` hold, in total and per class of evictable pods.
+    usage: Aggregates,
     /// Pending pods with `status.nominatedNodeName` = this node.
     nominated: Vec<PodRef>,
     /// The view generation of the last change to this node's state.
@@ -44,6 +49,44 @@ pub struct NodeInfo {
 impl NodeInfo {
     fn is_empty(&self) -> bool {
         self.node.is_none() && self.pods.is_empty() && self.nominated.is_empty()
+    }
+
+    pub fn node(&self) -> Option<&Node> {
+        self.node.as_deref()
+    }
+
+    /// What the bound pods hold: requests, count, host ports, and per class what could
+    /// be evicted. O(1) to read.
+    pub fn usage(&self) -> &Aggregates {
+        &self.usage
+    }
+
+    fn add_pod(&mut self, pod: PodRef, counted: Counted) {
+        let at = self.pods.partition_point(|p| (&p.namespace, &p.name) < (&pod.namespace, &pod.name));
+        self.usage.add(&pod, counted);
+        self.pods.insert(at, pod);
+        self.counted.insert(at, counted);
+    }
+
+    /// `pod` has `old`'s namespace/name, so it keeps its place in the sorted list.
+    fn replace_pod(&mut self, old: &PodRef, pod: PodRef, counted: Counted) {
+        match self.pods.iter().position(|p| Arc::ptr_eq(p, old)) {
+            Some(at) => {
+                self.usage.remove(old, self.counted[at]);
+                self.usage.add(&pod, counted);
+                self.pods[at] = pod;
+                self.counted[at] = counted;
+            }
+            None => self.add_pod(pod, counted),
+        }
+    }
+
+    fn remove_pod(&mut self, pod: &PodRef) {
+        if let Some(at) = self.pods.iter().position(|p| Arc::ptr_eq(p, pod)) {
+            self.pods.remove(at);
+            let counted = self.counted.remove(at);
+            self.usage.remove(pod, counted);
+        }
     }
 }
 
@@ -177,11 +220,54 @@ impl View {
     pub fn apply_pod(&mut self, pod: PodRef, policy: &Policy) {
         let key = pod.key();
         self.jobs.observe_pod(&pod);
-        if let Some(old) = self.pods.get(&key).cloned() {
-            self.detach(&old, policy);
+        let old = self.pods.get(&key).cloned();
+        if let Some(old) = &old {
+            if self.stays_in_place(old, &pod) {
+                return self.update_in_place(old, pod, key, policy);
+            }
+            self.detach(old, policy);
         }
         if !pod.is_terminal() {
             self.attach(pod, key, policy);
+        }
+    }
+
+    /// A new version of the same pod in the same place (the common MODIFIED: status,
+    /// labels, annotations), whose UID entry is `old`'s.
+    fn stays_in_place(&self, old: &PodRef, pod: &Pod) -> bool {
+        let same_place = match (slot(old), slot(pod)) {
+            (Slot::Bound(a), Slot::Bound(b)) | (Slot::Nominated(a), Slot::Nominated(b)) => a == b,
+            (Slot::Pending, Slot::Pending) => true,
+            _ => false,
+        };
+        same_place && old.uid == pod.uid && !pod.is_terminal() && self.pods_by_uid.get(&pod.uid).is_some_and(|p| Arc::ptr_eq(p, old))
+    }
+
+    /// Swaps `old` for `pod` where it stands: one write per map and one node copy, instead
+    /// of detach + attach (two of each, plus a remove and a sorted insert in the node).
+    fn update_in_place(&mut self, old: &PodRef, pod: PodRef, key: String, policy: &Policy) {
+        if crate::requeue::is_replacement(&pod) {
+            self.replacements.insert(key.clone(), pod.clone());
+        } else if crate::requeue::is_replacement(old) {
+            self.replacements.remove(&key);
+        }
+        self.pods.insert(key, pod.clone());
+        self.pods_by_uid.insert(pod.uid.clone(), pod.clone());
+        match slot(&pod) {
+            Slot::Bound(node) => {
+                let old_class = policy.classify(old, self.priority_of(old));
+                self.count_bound(old, old_class, policy, -1);
+                let class = policy.classify(&pod, self.priority_of(&pod));
+                let counted = Counted::of(&pod, class, policy);
+                self.node_mut(node).replace_pod(old, pod.clone(), counted);
+                self.count_bound(&pod, class, policy, 1);
+            }
+            Slot::Nominated(node) => {
+                if let Some(p) = self.node_mut(node).nominated.iter_mut().find(|p| Arc::ptr_eq(p, old)) {
+                    *p = pod;
+                }
+            }
+            Slot::Pending => {}
         }
     }
 
@@ -201,10 +287,9 @@ impl View {
         self.pods_by_uid.insert(pod.uid.clone(), pod.clone());
         match slot(&pod) {
             Slot::Bound(node) => {
-                let info = self.node_mut(node);
-                let at = info.pods.partition_point(|p| (&p.namespace, &p.name) < (&pod.namespace, &pod.name));
-                info.pods.insert(at, pod.clone());
-                self.count_bound(&pod, policy, 1);
+                let class = policy.classify(&pod, self.priority_of(&pod));
+                self.node_mut(node).add_pod(pod.clone(), Counted::of(&pod, class, policy));
+                self.count_bound(&pod, class, policy, 1);
             }
             Slot::Nominated(node) => self.node_mut(node).nominated.push(pod.clone()),
             Slot::Pending => {}
@@ -222,10 +307,10 @@ impl View {
         }
         match slot(pod) {
             Slot::Bound(node) => {
-                let info = self.node_mut(node);
-                info.pods.retain(|p| !Arc::ptr_eq(p, pod));
+                self.node_mut(node).remove_pod(pod);
                 self.drop_if_empty(node);
-                self.count_bound(pod, policy, -1);
+                let class = policy.classify(pod, self.priority_of(pod));
+                self.count_bound(pod, class, policy, -1);
             }
             Slot::Nominated(node) => {
                 self.node_mut(node).nominated.retain(|p| !Arc::ptr_eq(p, pod));
@@ -235,9 +320,10 @@ impl View {
         }
     }
 
-    /// What a bound pod adds to (`delta` 1) or takes from (-1) the view's counters: bound
-    /// pods, PDB presence, gang sizes, tenant usage.
-    fn count_bound(&mut self, pod: &Pod, policy: &Policy, delta: i32) {
+    /// What a bound pod of `class` adds to (`delta` 1) or takes from (-1) the view's
+    /// counters: bound pods, PDB presence, gang sizes, tenant usage (only pods of evictable
+    /// classes count toward their tenant's share).
+    fn count_bound(&mut self, pod: &Pod, class: ClassId, policy: &Policy, delta: i32) {
         self.bound_pods = self.bound_pods.saturating_add_signed(delta as isize);
         if let Some(list) = self.pdbs_by_namespace.get(&pod.namespace).cloned() {
             for pdb in list.iter().filter(|p| counts_toward(p, pod)) {
@@ -251,7 +337,7 @@ impl View {
                 self.gang_sizes.remove(&group);
             }
         }
-        if let Some(tenant) = self.tenant_counted(pod, policy) {
+        if let Some(tenant) = policy.class(class).victim.allowed.then(|| policy.tenants.tenant_of(pod)) {
             let usage = self.tenant_usage.entry(tenant).or_default();
             if delta > 0 {
                 usage.add(&pod.requests);
@@ -264,12 +350,6 @@ impl View {
     fn recount_pdb(&mut self, pdb: &Pdb) {
         let present = self.pods_in_namespace(&pdb.namespace).filter(|p| counts_toward(pdb, p)).count() as i32;
         self.pdb_present.insert(pdb.key(), present);
-    }
-
-    /// The tenant whose share this pod counts toward: only pods of evictable classes.
-    fn tenant_counted(&self, pod: &Pod, policy: &Policy) -> Option<String> {
-        let class = policy.classify(pod, self.priority_of(pod));
-        policy.class(class).victim.allowed.then(|| policy.tenants.tenant_of(pod))
     }
 
     pub fn apply_node(&mut self, node: Node) {
@@ -378,6 +458,11 @@ impl View {
 
     pub fn node(&self, name: &str) -> Option<&Node> {
         self.nodes.get(name)?.node.as_deref()
+    }
+
+    /// A node's state (Node object, aggregates), if the view knows anything about it.
+    pub fn node_info(&self, name: &str) -> Option<&NodeInfo> {
+        self.nodes.get(name).map(|i| &**i)
     }
 
     /// The generation of the last change to `name`'s state (0: unknown node).

@@ -57,6 +57,19 @@ impl Explanation {
     }
 }
 
+/// The non-routine decisions counted by (verdict, code), in order of first appearance: a
+/// large answer has thousands of lines but only a handful of distinct reasons.
+pub fn count_reasons(explanations: &[Explanation]) -> Vec<((&'static str, &'static str), u64)> {
+    let mut counts: Vec<((&'static str, &'static str), u64)> = Vec::new();
+    for e in explanations.iter().filter(|e| !e.is_routine()) {
+        match counts.iter_mut().find(|(k, _)| *k == (e.verdict, e.code)) {
+            Some((_, n)) => *n += 1,
+            None => counts.push(((e.verdict, e.code), 1)),
+        }
+    }
+    counts
+}
+
 impl std::fmt::Display for Explanation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (&self.node, &self.pod) {

@@ -1,53 +1,44 @@
 //! Does a pod fit on a node? The checks of kube-scheduler's NodeResourcesFit and
 //! NodePorts filters, over the plain model.
 
-use crate::model::{HostPort, Node, Pod, Resources};
+use std::fmt;
 
-/// What the pods on a node hold.
-#[derive(Debug, Clone, Default)]
-pub struct NodeUsage {
-    pub requested: Resources,
-    pub pods: i64,
-    pub ports: Vec<HostPort>,
+pub use crate::cluster::usage::NodeUsage;
+use crate::model::{Node, Pod};
+
+/// Why a pod does not fit: numbers only, so checking costs no allocation (preempt asks
+/// many times per node); formatted only when a reason is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Misfit<'a> {
+    TooManyPods { used: i64, allowed: i64 },
+    Insufficient { resource: &'a str, want: i64, free: i64, allocatable: i64, unit: &'static str },
+    HostPort { port: i32, protocol: &'a str },
 }
 
-impl NodeUsage {
-    pub fn of<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> NodeUsage {
-        let mut u = NodeUsage::default();
-        for p in pods {
-            u.add(p);
-        }
-        u
-    }
-
-    pub fn add(&mut self, pod: &Pod) {
-        self.requested.add(&pod.requests);
-        self.pods += 1;
-        self.ports.extend(pod.host_ports.iter().cloned());
-    }
-
-    pub fn remove(&mut self, pod: &Pod) {
-        self.requested.sub(&pod.requests);
-        self.pods -= 1;
-        for hp in &pod.host_ports {
-            if let Some(i) = self.ports.iter().position(|p| p == hp) {
-                self.ports.swap_remove(i);
+impl fmt::Display for Misfit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Misfit::TooManyPods { used, allowed } => write!(f, "too many pods ({used} of {allowed} allowed)"),
+            Misfit::Insufficient { resource, want, free, allocatable, unit } => {
+                write!(f, "insufficient {resource}: requests {want}{unit}, {free}{unit} free of {allocatable}{unit}")
             }
+            Misfit::HostPort { port, protocol } => write!(f, "host port {port}/{protocol} already in use"),
         }
     }
 }
 
 /// Why `pod` does not fit on `node` given `usage`, or `Ok` if it does.
-pub fn fits(pod: &Pod, node: &Node, usage: &NodeUsage) -> Result<(), String> {
+pub fn fits<'a>(pod: &'a Pod, node: &'a Node, usage: &NodeUsage) -> Result<(), Misfit<'a>> {
     if usage.pods + 1 > node.allocatable_pods {
-        return Err(format!("too many pods ({} of {} allowed)", usage.pods, node.allocatable_pods));
+        return Err(Misfit::TooManyPods { used: usage.pods, allowed: node.allocatable_pods });
     }
     let r = &pod.requests;
     let a = &node.allocatable;
     let u = &usage.requested;
-    let check = |name: &str, want: i64, used: i64, alloc: i64, unit: &str| {
-        if want > 0 && want > alloc - used {
-            Err(format!("insufficient {name}: requests {want}{unit}, {}{unit} free of {alloc}{unit}", alloc - used))
+    let check = |resource: &'a str, want: i64, used: i64, allocatable: i64, unit: &'static str| {
+        let free = allocatable.saturating_sub(used);
+        if want > 0 && want > free {
+            Err(Misfit::Insufficient { resource, want, free, allocatable, unit })
         } else {
             Ok(())
         }
@@ -59,19 +50,20 @@ pub fn fits(pod: &Pod, node: &Node, usage: &NodeUsage) -> Result<(), String> {
         check(name, *want, u.scalar(name), a.scalar(name), "")?;
     }
     if let Some(hp) = pod.host_ports.iter().find(|hp| usage.ports.iter().any(|p| p.conflicts(hp))) {
-        return Err(format!("host port {}/{} already in use", hp.port, hp.protocol));
+        return Err(Misfit::HostPort { port: hp.port, protocol: &hp.protocol });
     }
     Ok(())
 }
 
 /// Why `pod` could not fit on `node` even if the node were empty, if so.
 pub fn exceeds_allocatable(pod: &Pod, node: &Node) -> Option<String> {
-    fits(pod, node, &NodeUsage::default()).err()
+    fits(pod, node, &NodeUsage::default()).err().map(|m| m.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Resources;
     use crate::wire::k8s;
 
     #[test]

@@ -10,7 +10,7 @@ pub mod preempt;
 pub mod prioritize;
 
 pub use eligibility::Fate;
-pub use explain::Explanation;
+pub use explain::{count_reasons, Explanation};
 pub use filter::{filter, FilterOutcome};
 pub use preempt::{preempt, PreemptOutcome};
 pub use prioritize::{prioritize, PrioritizeOutcome};
@@ -31,6 +31,18 @@ pub struct Context<'a> {
     pub view_expected: bool,
     pub now: Timestamp,
     pub requeue: Requeue<'a>,
+    pub detail: Detail,
+}
+
+/// How much a decision explains.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Detail {
+    /// Every decision that rejects, changes or degrades something, and the request-level
+    /// lines: what logs at info, metrics and `/decisions` keep. The hot path.
+    #[default]
+    Decisions,
+    /// Also the routine per-node lines (each node's score): `replay` and debug logs.
+    Routine,
 }
 
 /// Can bare victims of `requeue` classes be requeued in this decision?

@@ -1,87 +1,129 @@
-//! prioritize: a preemption-aware score in 0..=10 per node.
+//! prioritize: a score in 0..=10 per node, from the node's labels and the view's per-node
+//! aggregates: O(1) per node, no walk over its pods, nothing allocated per node.
 //!
-//! score = fit (0..=6) + placement (0..=2) + packing (0..=2)
-//! - fit: 6 if the pod fits without evicting anything, 2 if it fits after evicting pods
-//!   the policy lets it evict, 0 if not even then; 3 when unknown (no cluster view).
-//! - placement: 2 if the node has all of the class's `scoring.preferNodeLabels` (or the
-//!   class prefers nothing), 0 if not, 1 when the node's labels are unknown.
-//! - packing: for `scoring.pack` classes 2 × utilisation after placement (fuller is
-//!   better), otherwise 2 × (1 − utilisation); 1 when unknown.
+//! kube-scheduler sends prioritize only nodes where its own filters found that the pod
+//! fits without preemption, so the score leaves out what is the same on all of them and
+//! ranks by what differs:
+//!
+//! score = placement (0 or 4) + packing (0..=6)
+//! - placement: 4 if the class prefers node labels (`scoring.preferNodeLabels`) and the
+//!   node has them all, else 0 (a class that prefers nothing scores 0 everywhere); 2 when
+//!   the node's labels are unknown.
+//! - packing: 6 × utilisation once the pod is placed (mean of cpu and memory) for
+//!   `scoring.pack` classes (fuller is better), 6 × (1 − utilisation) for the others;
+//!   3 when unknown (no cluster view).
+//!
+//! Where the view disagrees with kube-scheduler and says the pod does not fit as is (one
+//! of them is stale), the node scores 1 if evicting every pod its class rules let this pod
+//! evict would make room, 0 if not even that. "Class rules" are the view's aggregates
+//! (`cluster::usage`): the class matrix, `victim.allowed`, bare pods and requeue,
+//! terminating pods; not priority, gang priority or minRuntime. So "would make room" is
+//! optimistic, and exact when classes are priority bands without a minRuntime.
 
-use super::eligibility::{self, Preemptor};
-use super::fit::{fits, NodeUsage};
-use super::{Context, Explanation};
-use crate::model::{Node, Pod, PodRef};
+use super::fit::{fits, Misfit};
+use super::{Context, Detail, Explanation};
+use crate::cluster::usage::{Aggregates, NodeUsage};
+use crate::cluster::NodeInfo;
+use crate::model::{Node, Pod};
+use crate::policy::{ClassId, Scoring};
 use crate::wire::{ExtenderArgs, HostPriority, NodeSet};
 
 pub const MAX_SCORE: i64 = 10;
+const PLACEMENT: i64 = 4;
+const PACKING: i64 = 6;
 
 #[derive(Debug, Default)]
-pub struct PrioritizeOutcome {
-    pub scores: Vec<HostPriority>,
+pub struct PrioritizeOutcome<'a> {
+    /// Borrows the node names from the request.
+    pub scores: Vec<HostPriority<'a>>,
+    /// Per-node score lines only with `Detail::Routine`.
     pub explanations: Vec<Explanation>,
 }
 
-pub fn prioritize(args: &ExtenderArgs, ctx: &Context) -> PrioritizeOutcome {
-    let class_id = ctx.class_of(&args.pod);
-    let class = ctx.policy.class(class_id);
-    let key = args.pod.key();
-    let preemptor = Preemptor { priority: ctx.priority_of(&args.pod), class: class_id, key: &key };
-    let mut out = PrioritizeOutcome::default();
-    for (i, name) in args.nodes.names().into_iter().enumerate() {
+pub fn prioritize<'a>(args: &'a ExtenderArgs, ctx: &Context) -> PrioritizeOutcome<'a> {
+    let class = ctx.class_of(&args.pod);
+    let scoring = &ctx.policy.class(class).scoring;
+    let names = args.nodes.names();
+    let mut out = PrioritizeOutcome { scores: Vec::with_capacity(names.len()), explanations: Vec::new() };
+    for (i, name) in names.into_iter().enumerate() {
+        let info = ctx.view.and_then(|v| v.node_info(name));
         let node: Option<&Node> = match &args.nodes {
             NodeSet::Objects(nodes) => Some(&nodes[i].node),
-            NodeSet::Names(_) => ctx.view_node(name),
+            NodeSet::Names(_) => info.and_then(NodeInfo::node),
         };
-        // What the view says is on the node, computed once for fit and packing.
-        let on_node = ctx.view.filter(|v| v.node(name).is_some()).map(|v| {
-            let pods = v.pods_on(name);
-            (pods, NodeUsage::of(pods.iter().map(|p| &**p)))
-        });
-        let (fit, fit_why) = match (node, &on_node) {
-            (Some(node), Some((pods, usage))) => fit_score(ctx, pods, usage.clone(), preemptor, &args.pod, node),
-            _ => (3, "fit unknown without a cluster view"),
-        };
-        let prefer = &class.scoring.prefer_node_labels;
-        let placement = match node {
-            _ if prefer.is_empty() => 2,
-            Some(n) if prefer.iter().all(|(k, v)| n.labels.get(k) == Some(v)) => 2,
-            Some(_) => 0,
-            None => 1,
-        };
-        let packing = match (node, &on_node) {
-            (Some(node), Some((_, usage))) => {
-                let util = utilisation_after(node, usage, &args.pod);
-                let u = if class.scoring.pack { util } else { 1.0 - util };
-                (2.0 * u).round() as i64
-            }
-            _ => 1,
-        };
-        let score = (fit + placement + packing).clamp(0, MAX_SCORE);
-        out.explanations.push(Explanation::node(
-            name,
-            "score",
-            "score",
-            format!("{score} = fit {fit} ({fit_why}) + placement {placement} + packing {packing}"),
-        ));
-        out.scores.push(HostPriority { host: name.to_string(), score });
+        // The aggregates describe the node only once the view has its Node object.
+        let usage = info.filter(|i| i.node().is_some()).map(NodeInfo::usage);
+        let parts = Parts::of(ctx, class, scoring, &args.pod, node, usage);
+        if ctx.detail == Detail::Routine {
+            out.explanations.push(Explanation::node(name, "score", "score", parts.describe(&args.pod, node, usage)));
+        }
+        out.scores.push(HostPriority { host: name, score: parts.score() });
     }
     out
 }
 
-fn fit_score(ctx: &Context, pods: &[PodRef], mut usage: NodeUsage, preemptor: Preemptor, pod: &Pod, node: &Node) -> (i64, &'static str) {
-    if fits(pod, node, &usage).is_ok() {
-        return (6, "fits without preemption");
+/// Where the pod fits, per the view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fit {
+    /// As is (what kube-scheduler's filters found), or unknown without a view.
+    AsIs,
+    /// Only once the pods its class rules allow are evicted.
+    AfterEviction,
+    Not,
+}
+
+/// A node's score in its parts, numbers only.
+#[derive(Debug, Clone, Copy)]
+struct Parts {
+    fit: Fit,
+    placement: i64,
+    packing: i64,
+}
+
+impl Parts {
+    fn of(ctx: &Context, class: ClassId, scoring: &Scoring, pod: &Pod, node: Option<&Node>, usage: Option<&Aggregates>) -> Parts {
+        let prefer = &scoring.prefer_node_labels;
+        let placement = match node {
+            _ if prefer.is_empty() => 0,
+            Some(n) if prefer.iter().all(|(k, v)| n.labels.get(k) == Some(v)) => PLACEMENT,
+            Some(_) => 0,
+            None => PLACEMENT / 2,
+        };
+        let (fit, packing) = match (node, usage) {
+            (Some(node), Some(usage)) => {
+                let fit = if fits(pod, node, &usage.all).is_ok() {
+                    Fit::AsIs
+                } else if fits(pod, node, &usage.after_evicting(ctx.policy, class, ctx.requeue.enabled)).is_ok() {
+                    Fit::AfterEviction
+                } else {
+                    Fit::Not
+                };
+                let util = utilisation_after(node, &usage.all, pod);
+                let u = if scoring.pack { util } else { 1.0 - util };
+                (fit, (PACKING as f64 * u).round() as i64)
+            }
+            _ => (Fit::AsIs, PACKING / 2),
+        };
+        Parts { fit, placement, packing }
     }
-    for p in pods {
-        if eligibility::check(ctx, preemptor, p).is_ok() {
-            usage.remove(p);
+
+    fn score(&self) -> i64 {
+        match self.fit {
+            Fit::AsIs => (self.placement + self.packing).clamp(0, MAX_SCORE),
+            Fit::AfterEviction => 1,
+            Fit::Not => 0,
         }
     }
-    if fits(pod, node, &usage).is_ok() {
-        (2, "fits after preemption")
-    } else {
-        (0, "does not fit even with preemption")
+
+    /// The sentence for `replay` and debug logs (built only when asked for).
+    fn describe(&self, pod: &Pod, node: Option<&Node>, usage: Option<&Aggregates>) -> String {
+        let misfit = || -> Option<Misfit> { fits(pod, node?, &usage?.all).err() };
+        let known = if usage.is_some() { "" } else { " (usage unknown without the view)" };
+        match (self.fit, misfit()) {
+            (Fit::AsIs, _) => format!("{} = placement {} + packing {}{known}", self.score(), self.placement, self.packing),
+            (Fit::AfterEviction, Some(why)) => format!("1: the view says it does not fit as is ({why}), but would after evicting what its class may evict"),
+            (_, why) => format!("0: the view says it does not fit, even after evicting what its class may evict ({})", why.map(|w| w.to_string()).unwrap_or_default()),
+        }
     }
 }
 
@@ -91,10 +133,13 @@ fn utilisation_after(node: &Node, usage: &NodeUsage, pod: &Pod) -> f64 {
         if alloc <= 0 {
             1.0
         } else {
-            ((used + add) as f64 / alloc as f64).clamp(0.0, 1.0)
+            (used.saturating_add(add) as f64 / alloc as f64).clamp(0.0, 1.0)
         }
     };
     let cpu = frac(usage.requested.milli_cpu, pod.requests.milli_cpu, node.allocatable.milli_cpu);
     let mem = frac(usage.requested.memory, pod.requests.memory, node.allocatable.memory);
     (cpu + mem) / 2.0
 }
+
+#[cfg(test)]
+mod tests;

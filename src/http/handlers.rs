@@ -14,7 +14,7 @@ use super::error::ApiError;
 use super::{memory, metrics};
 use super::state::{AppState, ViewSource};
 use super::workers::{Cancel, Workers};
-use crate::decide::{Context, Requeue};
+use crate::decide::{Context, Detail, Requeue};
 use crate::pipeline::{self, Answer, Verb};
 use crate::requeue::kube::Requeuer;
 use crate::wake::Reason as WakeReason;
@@ -151,7 +151,9 @@ async fn decide(verb: Verb, state: &AppState, verbs: &Verbs, req: &AdmittedReque
             Some(failed) => Requeue { enabled: true, failed },
             None => Requeue::disabled(),
         };
-        let ctx = Context { policy: &policy, view: view.as_deref(), view_expected, now, requeue };
+        // Routine lines (each node's score) are only ever logged at debug: built only then.
+        let detail = if tracing::enabled!(tracing::Level::DEBUG) { Detail::Routine } else { Detail::Decisions };
+        let ctx = Context { policy: &policy, view: view.as_deref(), view_expected, now, requeue, detail };
         // Errors are rendered here: a message quoting a huge input is clipped off the I/O threads.
         let answer = pipeline::answer_within(verb, &body, &ctx, &Bounds::new(caps, Some(cancel.flag())));
         if matches!(answer, Err(DecodeError::Cancelled)) {
@@ -171,28 +173,40 @@ async fn decide(verb: Verb, state: &AppState, verbs: &Verbs, req: &AdmittedReque
 
 fn log_answer(verb: Verb, answer: &Answer, started: Instant) {
     let micros = started.elapsed().as_micros() as u64;
-    // Per-request lines are debug: at thousands of requests per second they would cost
-    // more than the answers. Decisions that change something are logged at info below.
-    tracing::debug!(verb = verb.as_str(), pod = %answer.pod, micros, decisions = answer.explanations.len(), "answered");
-    // A request cannot flood the log: at most INFO_LINES decision lines at info, the rest at
-    // debug, announced by one line (a hostile body of 266k unknown UIDs made 266k lines).
-    let mut at_info = 0;
-    for e in &answer.explanations {
-        if e.is_routine() || at_info >= INFO_LINES {
+    // Every decision line is debug; info gets at most one line per request, and only for
+    // a request whose answer rejects, changes or degrades something. kube-scheduler calls
+    // per pod from its one scheduling thread: a line per node or victim would cost more
+    // than the answer (a hostile body of 266k unknown UIDs once made 266k lines).
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        for e in &answer.explanations {
             tracing::debug!(verb = verb.as_str(), pod = %answer.pod, node = e.node.as_deref(), victim = e.pod.as_deref(), verdict = e.verdict, reason = e.code, detail = %e.detail, "decision");
-        } else {
-            at_info += 1;
-            tracing::info!(verb = verb.as_str(), pod = %answer.pod, node = e.node.as_deref(), victim = e.pod.as_deref(), verdict = e.verdict, reason = e.code, detail = %e.detail, "decision");
         }
     }
-    let more = answer.explanations.iter().filter(|e| !e.is_routine()).count().saturating_sub(at_info);
-    if more > 0 {
-        tracing::info!(verb = verb.as_str(), pod = %answer.pod, more, "… and {more} more decision lines (at debug level)");
+    if answer.explanations.iter().all(|e| e.is_routine()) {
+        tracing::debug!(verb = verb.as_str(), pod = %answer.pod, micros, summary = %answer.summary, "answered");
+    } else if tracing::enabled!(tracing::Level::INFO) {
+        let reasons = reason_counts(&answer.explanations);
+        // maxCandidates may name many nodes in a preempt summary: one line stays short.
+        let summary = crate::wire::request::clip(&answer.summary, 512);
+        tracing::info!(verb = verb.as_str(), pod = %answer.pod, micros, %summary, %reasons, "answered");
     }
 }
 
-/// Decision lines a request may log at info.
-const INFO_LINES: usize = 64;
+/// "unresolvable/placement×57 victim/chosen×3": the request's non-routine decisions,
+/// counted by verdict and reason (at most `SHOWN` kinds named).
+fn reason_counts(explanations: &[crate::decide::Explanation]) -> String {
+    const SHOWN: usize = 12;
+    let counts = crate::decide::count_reasons(explanations);
+    let mut out: Vec<String> = counts
+        .iter()
+        .take(SHOWN)
+        .map(|((verdict, code), n)| if *n > 1 { format!("{verdict}/{code}×{n}") } else { format!("{verdict}/{code}") })
+        .collect();
+    if counts.len() > SHOWN {
+        out.push(format!("… {} more kinds", counts.len() - SHOWN));
+    }
+    out.join(" ")
+}
 
 pub async fn healthz() -> &'static str {
     "ok"

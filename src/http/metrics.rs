@@ -87,18 +87,8 @@ pub fn record_request(verb: &'static str, status: u16, code: &'static str, secon
 /// Counts every decision except per-node "kept"/"score" lines, which would only
 /// restate the request size.
 pub fn record_decisions(verb: &'static str, explanations: &[Explanation]) {
-    // One registry lookup per (verdict, reason), not per decision: a 5,000-node answer
-    // has thousands of lines but only a handful of distinct reasons.
-    let mut counts: Vec<((&'static str, &'static str), u64)> = Vec::new();
-    for e in explanations {
-        if e.is_routine() {
-            continue;
-        }
-        match counts.iter_mut().find(|(k, _)| *k == (e.verdict, e.code)) {
-            Some((_, n)) => *n += 1,
-            None => counts.push(((e.verdict, e.code), 1)),
-        }
-    }
+    // One registry lookup per (verdict, reason), not per decision.
+    let counts = crate::decide::count_reasons(explanations);
     for ((verdict, reason), n) in counts {
         metrics::counter!("coloc_decisions_total", "verb" => verb, "verdict" => verdict, "reason" => reason).increment(n);
     }

@@ -78,7 +78,8 @@ impl Requeuer {
                 Ok(stored) => {
                     let outcome = if stored == Stored::Created { "created" } else { "existed" };
                     metrics::counter!("coloc_requeue_replacements_total", "outcome" => outcome).increment(1);
-                    tracing::info!(original = %intent.original_key(), replacement = %intent.replacement, node = %intent.node,
+                    // The preempt's one info line counts its requeued victims; this is the detail.
+                    tracing::debug!(original = %intent.original_key(), replacement = %intent.replacement, node = %intent.node,
                         preemptor = %intent.preemptor, attempt = intent.attempt, outcome, "requeue replacement stored (gated)");
                 }
                 Err(why) => {

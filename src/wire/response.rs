@@ -58,11 +58,11 @@ impl<'a> FilterResult<'a> {
     }
 }
 
-/// `HostPriority`.
+/// `HostPriority`; the name is borrowed from the request.
 #[derive(Serialize, Debug, Clone, PartialEq, Eq)]
-pub struct HostPriority {
+pub struct HostPriority<'a> {
     #[serde(rename = "Host")]
-    pub host: String,
+    pub host: &'a str,
     #[serde(rename = "Score")]
     pub score: i64,
 }

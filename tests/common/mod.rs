@@ -256,7 +256,7 @@ impl Scenario {
 
     pub fn preempt_with(&self, preemptor: Pod, candidates: Candidates, view: Option<&View>) -> Outcome {
         let requeue = Requeue { enabled: self.requeue, failed: &self.requeue_failed };
-        let ctx = Context { policy: &self.policy, view, view_expected: self.view_expected, now: NOW, requeue };
+        let ctx = Context { policy: &self.policy, view, view_expected: self.view_expected, now: NOW, requeue, detail: Default::default() };
         let out = decide::preempt(&PreemptArgs { pod: preemptor, candidates }, &ctx);
         Outcome { result: out.result, explanations: out.explanations, requeues: out.requeues }
     }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::cluster::usage::{Aggregates, Counted};
 use crate::model::{OwnerRef, Selector};
 
 fn policy() -> Policy {
@@ -153,23 +154,29 @@ fn incremental_changes_agree_with_a_view_built_from_scratch() {
         }
     }
     view.remove_pod("b/w3", &p);
+    // An update in place: w4 leaves the gang and asks for more.
+    let w4 = Pod { requests: Resources { milli_cpu: 800, ..Default::default() }, ..pod("b", "w4", Some("n1")) };
+    view.apply_pod(Arc::new(w4.clone()), &p);
+    objects.pods.retain(|x| x.name != "w4");
+    objects.pods.push(w4);
     let pdb = Pdb { name: "pdb".into(), namespace: "b".into(), selector: Some(Selector::default()), disruptions_allowed: 1, disrupted_pods: vec![], current_healthy: None };
     view.apply_pdb(pdb.clone());
     objects.pdbs.push(pdb);
     let built = View::build(objects, &p);
     for n in ["n1", "n2"] {
         assert_eq!(names(view.pods_on(n)), names(built.pods_on(n)));
+        assert_eq!(view.node_info(n).unwrap().usage(), built.node_info(n).unwrap().usage(), "{n}");
     }
     let g = view.gang_of(&view.pod("b/w0").unwrap().clone()).expect("a coscheduling gang");
-    assert_eq!(view.gang_size(&g), 5);
-    assert_eq!(built.gang_size(&g), 5);
+    assert_eq!(view.gang_size(&g), 4);
+    assert_eq!(built.gang_size(&g), 4);
     assert_eq!(view.tenant_share("b"), built.tenant_share("b"));
     assert_eq!(view.pod_count(), built.pod_count());
     let w0 = view.pod("b/w0").unwrap().clone();
     assert_eq!(view.pdbs_covering(&w0).count(), 1);
     let rebuilt = view.rebuild(&p);
     assert_eq!(rebuilt.tenant_share("b"), view.tenant_share("b"));
-    assert_eq!(rebuilt.gang_size(&g), 5);
+    assert_eq!(rebuilt.gang_size(&g), 4);
 }
 
 #[test]
@@ -200,4 +207,80 @@ fn a_pdb_budget_counts_covered_pods_gone_since_the_controller_looked() {
     assert_eq!(view.disruptions_allowed(&unknown), 2, "without currentHealthy the status is all we have");
     assert_eq!(view.pods_in_namespace("b").count(), 3);
     assert_eq!(view.pods_in_namespace("other").count(), 1);
+}
+
+// ---- per-node aggregates ------------------------------------------------------------------
+
+/// The aggregates a walk over the node's pods would give.
+fn walked(view: &View, node: &str, p: &Policy) -> Aggregates {
+    let mut a = Aggregates::default();
+    for pod in view.pods_on(node) {
+        a.add(pod, Counted::of(pod, p.classify(pod, view.priority_of(pod)), p));
+    }
+    a
+}
+
+fn usage_of<'a>(view: &'a View, node: &str) -> &'a Aggregates {
+    view.node_info(node).expect("node in the view").usage()
+}
+
+#[test]
+fn node_aggregates_follow_every_pod_event_and_equal_a_walk_over_its_pods() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 8000));
+    view.apply_node(node("n2", 8000));
+    let mut bare = pod("b", "bare", Some("n1"));
+    bare.controller = None;
+    let mut online = pod("o", "api", Some("n1"));
+    online.priority = Some(10_000);
+    online.priority_class_name = Some("online-prod".into());
+    online.host_ports = vec![crate::model::HostPort { port: 80, protocol: "TCP".into(), ip: String::new() }];
+    let mut terminating = pod("b", "w3", Some("n1"));
+    terminating.deletion_time = Some(1);
+    let mut moved = pod("b", "w1", Some("n2"));
+    moved.requests.milli_cpu = 700;
+    let steps: Vec<Box<dyn Fn(&mut View)>> = vec![
+        Box::new(|v| v.apply_pod(Arc::new(pod("b", "w1", Some("n1"))), &p)),
+        Box::new(|v| v.apply_pod(Arc::new(pod("b", "w2", Some("n1"))), &p)),
+        Box::new(|v| v.apply_pod(Arc::new(bare.clone()), &p)),
+        Box::new(|v| v.apply_pod(Arc::new(online.clone()), &p)),
+        Box::new(|v| v.apply_pod(Arc::new(terminating.clone()), &p)),
+        // Updates in place: more cpu, then terminating (no longer evictable).
+        Box::new(|v| v.apply_pod(Arc::new(Pod { requests: Resources { milli_cpu: 900, ..Default::default() }, ..pod("b", "w2", Some("n1")) }), &p)),
+        Box::new(|v| v.apply_pod(Arc::new(Pod { deletion_time: Some(2), ..pod("b", "w2", Some("n1")) }), &p)),
+        Box::new(|v| v.apply_pod(Arc::new(moved.clone()), &p)),
+        Box::new(|v| drop(v.remove_pod("b/w2", &p))),
+        Box::new(|v| drop(v.remove_pod("o/api", &p))),
+    ];
+    for (i, step) in steps.iter().enumerate() {
+        step(&mut view);
+        for n in ["n1", "n2"] {
+            assert_eq!(usage_of(&view, n), &walked(&view, n, &p), "step {i}, {n}");
+        }
+    }
+    let n1 = usage_of(&view, "n1");
+    assert_eq!((n1.all.pods, n1.all.requested.milli_cpu), (2, 1000), "bare and terminating are left");
+    assert!(n1.all.ports.is_empty(), "the online pod's host port left with it");
+}
+
+#[test]
+fn a_preemptor_could_free_the_evictable_pods_of_the_classes_it_may_preempt() {
+    let p = policy();
+    let (online, batch) = (p.classes.iter().position(|c| c.name == "online").unwrap(), p.classes.iter().position(|c| c.name == "batch").unwrap());
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 8000));
+    view.apply_pod(Arc::new(pod("b", "owned", Some("n1"))), &p);
+    let mut bare = pod("b", "bare", Some("n1"));
+    bare.controller = None;
+    view.apply_pod(Arc::new(bare), &p);
+    let mut prod = pod("o", "api", Some("n1"));
+    (prod.priority, prod.priority_class_name) = (Some(10_000), Some("online-prod".into()));
+    view.apply_pod(Arc::new(prod), &p);
+    let usage = usage_of(&view, "n1");
+    // Online may evict batch: the owned pod always, the bare one only if it can be requeued.
+    assert_eq!(usage.after_evicting(&p, online, false).pods, 2);
+    assert_eq!(usage.after_evicting(&p, online, true).pods, 1);
+    // Batch may evict only free pods: nothing here.
+    assert_eq!(usage.after_evicting(&p, batch, true).pods, 3);
 }

@@ -1,0 +1,96 @@
+//! prioritize, rule by rule: kube-scheduler sends only nodes where the pod fits, so the
+//! score ranks by what differs between them (placement, packing), and a node the view
+//! says is full ranks at the bottom.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use coloc_extender::cluster::{Objects, View};
+use coloc_extender::model::{Node, Pod};
+use coloc_extender::pipeline::{answer, Verb};
+use coloc_extender::policy::Policy;
+use common::{node, pod, NOW};
+use serde_json::{json, Value};
+
+const COLOCATION: &str = "colocation.example.com/offline-allowed";
+
+fn labelled(mut n: Node) -> Node {
+    n.labels.insert(COLOCATION.into(), "true".into());
+    n
+}
+
+/// A pod of the shipped policy's class `batch` (packs, prefers co-location nodes) or
+/// `online` (prefers emptier nodes), by its PriorityClass.
+fn of_class(mut p: Pod, class: &str) -> Pod {
+    (p.priority, p.priority_class_name) = match class {
+        "batch" => (Some(6000), Some("offline-batch".into())),
+        _ => (Some(10_000), Some("online-prod".into())),
+    };
+    p
+}
+
+fn request(class: &str, milli_cpu: i64, nodes: &[&str]) -> Vec<u8> {
+    let (priority, pc) = if class == "batch" { (6000, "offline-batch") } else { (10_000, "online-prod") };
+    json!({"Pod": {"metadata": {"name": "p", "namespace": "default", "uid": "u-p"},
+                   "spec": {"priority": priority, "priorityClassName": pc,
+                            "containers": [{"resources": {"requests": {"cpu": format!("{milli_cpu}m")}}}]}},
+           "NodeNames": nodes})
+    .to_string()
+    .into_bytes()
+}
+
+fn scores(body: &[u8], view: Option<&View>) -> BTreeMap<String, i64> {
+    let policy = Policy::builtin_default();
+    let a = answer(Verb::Prioritize, body, &policy, view, NOW).unwrap();
+    let list: Vec<Value> = serde_json::from_slice(&a.body).unwrap();
+    list.iter().map(|h| (h["Host"].as_str().unwrap().to_string(), h["Score"].as_i64().unwrap())).collect()
+}
+
+fn view(nodes: Vec<Node>, pods: Vec<Pod>) -> View {
+    View::build(Objects { nodes, pods, ..Default::default() }, &Policy::builtin_default())
+}
+
+/// `pods` batch pods of 1 cpu on `node`.
+fn filled(node: &str, pods: usize, class: &str) -> Vec<Pod> {
+    (0..pods).map(|i| of_class(pod(&format!("{node}-{class}-{i}"), class, Some(node), 1000), class)).collect()
+}
+
+#[test]
+fn a_batch_pod_prefers_colocation_nodes_then_fuller_ones() {
+    let nodes = vec![labelled(node("half", 8000, 64)), node("unlabelled", 8000, 64), labelled(node("empty", 8000, 64))];
+    let pods = [filled("half", 4, "batch"), filled("unlabelled", 4, "batch")].concat();
+    let s = scores(&request("batch", 1000, &["half", "unlabelled", "empty"]), Some(&view(nodes, pods)));
+    assert!(s["half"] > s["empty"], "fuller is better for a packing class: {s:?}");
+    assert!(s["half"] > s["unlabelled"], "the preferred labels count: {s:?}");
+}
+
+#[test]
+fn an_online_pod_prefers_emptier_nodes() {
+    let nodes = vec![node("half", 8000, 64), node("empty", 8000, 64)];
+    let s = scores(&request("online", 1000, &["half", "empty"]), Some(&view(nodes, filled("half", 4, "batch"))));
+    assert!(s["empty"] > s["half"], "{s:?}");
+}
+
+#[test]
+fn a_node_the_view_says_is_full_scores_1_if_eviction_would_make_room_and_0_if_not() {
+    let nodes = vec![node("room", 8000, 64), node("full-of-batch", 8000, 64), node("full-of-online", 8000, 64)];
+    let pods = [filled("room", 6, "batch"), filled("full-of-batch", 8, "batch"), filled("full-of-online", 8, "online")].concat();
+    let s = scores(&request("online", 2000, &["room", "full-of-batch", "full-of-online"]), Some(&view(nodes, pods)));
+    assert_eq!((s["full-of-batch"], s["full-of-online"]), (1, 0), "{s:?}");
+    assert!(s["room"] > 1, "{s:?}");
+}
+
+#[test]
+fn without_a_view_only_what_the_request_says_counts() {
+    // Names only and no view: nothing tells the nodes apart.
+    let s = scores(&request("batch", 1000, &["a", "b"]), None);
+    assert_eq!(s["a"], s["b"], "{s:?}");
+}
+
+#[test]
+fn scores_stay_within_0_and_10() {
+    let nodes = vec![labelled(node("tiny", 100, 1)), labelled(node("big", 64_000, 256))];
+    let s = scores(&request("batch", 1000, &["tiny", "big", "unknown"]), Some(&view(nodes, Vec::new())));
+    assert!(s.values().all(|v| (0..=10).contains(v)), "{s:?}");
+}
