@@ -59,6 +59,19 @@ fn the_deployment_is_hardened_and_probed() {
 }
 
 #[test]
+fn a_rolling_update_keeps_serving_until_the_endpoint_is_gone_and_drains_within_the_grace_period() {
+    let d = load("deployment.yaml");
+    let spec = &d["spec"]["template"]["spec"];
+    let container = &spec["containers"][0];
+    let pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"].as_i64().expect("a preStop sleep");
+    let grace = spec["terminationGracePeriodSeconds"].as_i64().unwrap();
+    // preStop, then the server's 20 s drain (serve's ServeOptions::drain_timeout), inside the grace period.
+    assert!(pre_stop >= 3 && pre_stop + 20 <= grace, "preStop {pre_stop}s + 20s drain must fit in {grace}s");
+    assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], Value::from(0));
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], Value::from("/readyz"));
+}
+
+#[test]
 fn requeue_writes_are_an_opt_in_component_with_only_the_writes_it_needs() {
     let role = load("requeue/clusterrole.yaml");
     // Events are in the base role already (serve --events).

@@ -18,6 +18,7 @@ pub mod pki;
 pub mod ports;
 pub mod process;
 pub mod proxy;
+pub mod scenario;
 pub mod scheduler;
 pub mod wait;
 
