@@ -10,6 +10,7 @@
 mod bed;
 mod faults;
 mod invariants;
+mod profiles;
 mod scenarios;
 
 use std::time::{Duration, Instant};
@@ -29,6 +30,7 @@ pub struct Case {
 fn all_cases() -> Vec<Case> {
     let mut v = scenarios::cases();
     v.extend(faults::cases());
+    v.extend(profiles::cases());
     v
 }
 
