@@ -96,6 +96,27 @@ async fn per_pod_verbs(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         )
         .await?;
     anyhow::ensure!(!marked(&made), "online pods are never marked");
+    // A pod of free's priority range under a PriorityClass the policy does not name, with
+    // no resources at all, gets both maps; one marked already is admitted as it was.
+    cluster::create(&bed.client, cluster::priority_class("spare-capacity", 3500)).await?;
+    let bare: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "probe-2", "namespace": "batch"},
+        "spec": {"priorityClassName": "spare-capacity",
+            "containers": [{"name": "main", "image": "registry.example/work:1"}]}
+    }))?;
+    anyhow::ensure!(
+        marked(&batch.create(&dry, &bare).await?),
+        "a free-range pod without resources is marked"
+    );
+    let already = PodBuilder::new("batch", "probe-3", "free", 100)
+        .request(MARKER)
+        .build();
+    let made = batch.create(&dry, &already).await?;
+    anyhow::ensure!(
+        made.spec.as_ref().map(|s| &s.containers[0].resources)
+            == already.spec.as_ref().map(|s| &s.containers[0].resources),
+        "an already marked pod is left as it was"
+    );
 
     bed.nodes(&["node-1", "node-2"], 4000).await?;
     let e = bed.extender(&["--requeue"]).await?;
