@@ -241,3 +241,27 @@ fn explain_prints_a_pods_recent_decisions_from_the_health_port() {
     let out = Command::new(BIN).args(["explain", "online/online-2", "--server", &server]).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cannot connect to"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn check_policy_says_which_classes_need_filter_and_prioritize() {
+    let out = Command::new(BIN).arg("check-policy").arg(root().join("policy/default.yaml")).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Placement rules and scoring live only in the offline classes of the default policy.
+    assert!(text.contains("needed by: batch (placement, packing, preferred nodes), free (placement, packing); the other classes need only preempt"), "{text}");
+    for advice in ["kube-scheduler-config-per-pod-verbs.yaml", "coloc-extender.io/per-pod-verbs", "priorityClassName in [offline-batch, koord-batch, free, free-tier, koord-free]"] {
+        assert!(text.contains(advice), "missing {advice} in:\n{text}");
+    }
+
+    let dir = std::env::temp_dir().join(format!("coloc-cli-verbs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // No placement, no scoring: preempt alone carries the policy.
+    let plain = dir.join("plain.yaml");
+    std::fs::write(&plain, "defaultClass: a\nclasses:\n  - name: online\n    match: [{priority: {min: 9000}}]\n    preempts: [a]\n  - name: a\n    victim: {allowed: true}\n").unwrap();
+    let text = String::from_utf8_lossy(&Command::new(BIN).arg("check-policy").arg(&plain).output().unwrap().stdout).into_owned();
+    assert!(text.contains("no class needs filter/prioritize"), "{text}");
+    // A class found by labels cannot be marked by PriorityClass or priority.
+    let labelled = dir.join("labelled.yaml");
+    std::fs::write(&labelled, "defaultClass: a\nclasses:\n  - name: spot\n    match: [{labels: {tier: spot}}]\n    placement: {requireNodeLabels: {spot: \"true\"}}\n  - name: a\n").unwrap();
+    let text = String::from_utf8_lossy(&Command::new(BIN).arg("check-policy").arg(&labelled).output().unwrap().stdout).into_owned();
+    assert!(text.contains("needed by: spot (placement)") && text.contains("note: class spot also matches pods by namespace or labels"), "{text}");
+}

@@ -97,3 +97,56 @@ fn wake_writes_are_an_opt_in_component_limited_to_pods_in_the_extenders_namespac
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     assert_eq!(binding["metadata"]["namespace"], role["metadata"]["namespace"]);
 }
+
+#[test]
+fn the_per_pod_verbs_profile_sends_every_pod_to_preempt_and_only_marked_ones_to_filter() {
+    use coloc_extender::policy::PER_POD_VERBS_MARKER as MARKER;
+    let config = load("scheduler/kube-scheduler-config-per-pod-verbs.yaml");
+    let entries = config["extenders"].as_sequence().unwrap();
+    assert_eq!(entries.len(), 2);
+    let (every_pod, marked) = (&entries[0], &entries[1]);
+    assert_eq!(every_pod["urlPrefix"], marked["urlPrefix"], "one service");
+    assert_eq!(every_pod["nodeCacheCapable"], marked["nodeCacheCapable"]);
+    // A: preempt for every pod, online ones included.
+    assert_eq!(every_pod["preemptVerb"], Value::from("preempt"));
+    assert!(every_pod["filterVerb"].is_null() && every_pod["prioritizeVerb"].is_null());
+    assert!(every_pod["managedResources"].is_null());
+    // B: filter and prioritize for pods with the marker, which kube-scheduler's fit ignores.
+    assert_eq!((&marked["filterVerb"], &marked["prioritizeVerb"]), (&Value::from("filter"), &Value::from("prioritize")));
+    assert!(marked["preemptVerb"].is_null());
+    assert!(marked["weight"].as_i64().unwrap() > 0);
+    let managed = marked["managedResources"].as_sequence().unwrap();
+    assert_eq!(managed.len(), 1);
+    assert_eq!((&managed[0]["name"], &managed[0]["ignoredByScheduler"]), (&Value::from(MARKER), &Value::Bool(true)));
+}
+
+#[test]
+fn the_marker_policy_is_an_opt_in_component_that_marks_the_classes_needing_filter() {
+    use coloc_extender::policy::{Policy, PER_POD_VERBS_MARKER as MARKER};
+    let component = load("per-pod-verbs/kustomization.yaml");
+    assert_eq!(component["kind"], Value::from("Component"));
+    let files: Vec<&str> = component["resources"].as_sequence().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    assert_eq!(files, ["mutatingadmissionpolicy.yaml", "mutatingadmissionpolicybinding.yaml"]);
+    assert!(load("kustomization.yaml")["components"].is_null(), "off unless an operator opts in");
+
+    let policy = load("per-pod-verbs/mutatingadmissionpolicy.yaml");
+    assert_eq!(policy["apiVersion"], Value::from("admissionregistration.k8s.io/v1"));
+    let spec = &policy["spec"];
+    assert_eq!(spec["reinvocationPolicy"], Value::from("Never"));
+    let rule = &spec["matchConstraints"]["resourceRules"][0];
+    assert_eq!((&rule["operations"][0], &rule["resources"][0]), (&Value::from("CREATE"), &Value::from("pods")));
+    assert!(serde_yaml_ng::to_string(&spec["variables"]).unwrap().contains(MARKER));
+    let binding = load("per-pod-verbs/mutatingadmissionpolicybinding.yaml");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+
+    // Every PriorityClass name of a default-policy class that needs filter/prioritize is
+    // marked; the online ones are not.
+    let conditions = serde_yaml_ng::to_string(&spec["matchConditions"]).unwrap();
+    let default = Policy::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policy/default.yaml")).unwrap();
+    for class in &default.classes {
+        let needs = !class.per_pod_verbs_reasons().is_empty();
+        for name in class.r#match.iter().flat_map(|s| &s.priority_class_names) {
+            assert_eq!(conditions.contains(&format!("'{name}'")), needs, "class {} name {name}", class.name);
+        }
+    }
+}

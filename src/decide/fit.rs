@@ -83,4 +83,18 @@ mod tests {
         usage.add(&pod);
         assert_eq!(usage.requested.milli_cpu, i64::MAX, "usage saturates too");
     }
+
+    #[test]
+    fn the_per_pod_verbs_marker_is_no_resource() {
+        // kube-scheduler ignores it (ignoredByScheduler) and no node lists it; a real
+        // extended resource the node lacks still keeps the pod off.
+        let pod = |extra: &str| -> Pod {
+            let json = format!(r#"{{"metadata":{{"name":"p","namespace":"x"}},"spec":{{"containers":[
+                {{"resources":{{"requests":{{"cpu":"1","{extra}":"1"}},"limits":{{"{extra}":"1"}}}}}}]}}}}"#);
+            serde_json::from_str::<k8s::Pod>(&json).unwrap().into_model().unwrap()
+        };
+        let node = Node { name: "n".into(), allocatable: Resources { milli_cpu: 4_000, ..Default::default() }, allocatable_pods: 110, ..Default::default() };
+        assert_eq!(exceeds_allocatable(&pod(crate::policy::PER_POD_VERBS_MARKER), &node), None);
+        assert!(exceeds_allocatable(&pod("vendor.example/gpu"), &node).is_some());
+    }
 }

@@ -19,6 +19,11 @@ pub enum PolicyError {
     Invalid { field: String, message: String, line: Option<usize> },
 }
 
+/// The extended resource that marks a pod for filter/prioritize in the per-pod-verbs
+/// registration (manifests/scheduler/kube-scheduler-config-per-pod-verbs.yaml, entry with
+/// `managedResources`). No node offers it: it is `ignoredByScheduler`.
+pub const PER_POD_VERBS_MARKER: &str = "coloc-extender.io/per-pod-verbs";
+
 /// Index of a class in the policy: lower means listed earlier, i.e. more valuable.
 pub type ClassId = usize;
 

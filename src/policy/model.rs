@@ -84,6 +84,25 @@ pub enum ReplacementPreemption {
     Never,
 }
 
+impl Class {
+    /// What this class gets from filter/prioritize beyond kube-scheduler's own fit and
+    /// spreading: placement rules, packing, preferred nodes. Empty: preempt alone carries
+    /// its policy, and its pods can skip the per-pod verbs (README "Online pods pay nothing").
+    pub fn per_pod_verbs_reasons(&self) -> Vec<&'static str> {
+        let mut why = Vec::new();
+        if !self.placement.require_node_labels.is_empty() || !self.placement.forbid_node_labels.is_empty() {
+            why.push("placement");
+        }
+        if self.scoring.pack {
+            why.push("packing");
+        }
+        if !self.scoring.prefer_node_labels.is_empty() {
+            why.push("preferred nodes");
+        }
+        why
+    }
+}
+
 /// Whether decisions reach kube-scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]

@@ -311,6 +311,9 @@ pub fn resources(field: impl Fn() -> String, list: &BTreeMap<String, String>) ->
             "memory" => r.memory = q.value_ceil(),
             "ephemeral-storage" => r.ephemeral_storage = q.value_ceil(),
             "pods" => pods = q.value_ceil(),
+            // The per-pod-verbs marker is registered ignoredByScheduler and no node offers
+            // it: kube-scheduler's fit does not count it, and neither may ours.
+            crate::policy::PER_POD_VERBS_MARKER => {}
             // Extended resources (vendor.com/x) and hugepages are counted as whole units;
             // other native names (storage, ...) are not checked by NodeResourcesFit.
             n if n.contains('/') || n.starts_with("hugepages-") => {

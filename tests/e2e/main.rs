@@ -11,6 +11,7 @@ mod bed;
 mod faults;
 mod invariants;
 mod jobs;
+mod profiles;
 mod scenarios;
 
 use std::time::{Duration, Instant};
@@ -31,6 +32,7 @@ fn all_cases() -> Vec<Case> {
     let mut v = scenarios::cases();
     v.extend(jobs::cases());
     v.extend(faults::cases());
+    v.extend(profiles::cases());
     v
 }
 
