@@ -20,6 +20,16 @@ pub fn cpu_ticks(pid: &str) -> Option<u64> {
     Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
+/// The 1-minute load average: how busy the shared machine was around a measurement.
+pub fn load_avg_1m() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// utime + stime in seconds.
 pub fn cpu_seconds(pid: &str) -> Option<f64> {
     // SAFETY: sysconf has no preconditions.

@@ -49,6 +49,9 @@ pub struct RunResult {
     pub scheduler_cpu_s: Option<f64>,
     /// kube-apiserver from kube-scheduler's start to the last bind.
     pub apiserver_cpu_s: Option<f64>,
+    /// The machine's 1-minute load average at the last bind (other work on shared cores
+    /// shows here).
+    pub load_avg_1m: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -130,6 +133,7 @@ pub fn table(runs: &[RunResult]) -> String {
         "extender peak RSS MiB",
         "extender ready s",
         "kube-scheduler CPU s",
+        "load 1m",
     ];
     markdown(
         &head,
@@ -149,6 +153,7 @@ pub fn table(runs: &[RunResult]) -> String {
                 opt(r.extender_peak_rss_mb, 0),
                 opt(r.extender_ready_s, 1),
                 opt(r.scheduler_cpu_s, 1),
+                opt(r.load_avg_1m, 1),
             ]
         }),
     )

@@ -60,6 +60,7 @@ pub async fn one(
     let end = times.last().copied().unwrap_or_else(Instant::now);
     let (ext_cpu1, api_cpu1) = (cpu(ext_pid), cpu(world.plane.apiserver.pid()));
     let sched_cpu = cpu(scheduler.proc.pid());
+    let load_avg_1m = procstat::load_avg_1m();
     let peak_kib = ext_pid.and_then(|p| procstat::status_kib(&p.to_string(), "VmHWM:"));
     // kube-scheduler records a bind's metrics after the API call returns: let it finish.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -121,5 +122,6 @@ pub async fn one(
         extender_peak_rss_mb: peak_kib.map(|k| round3(k as f64 / 1024.0)),
         scheduler_cpu_s: sched_cpu.map(round3),
         apiserver_cpu_s: api_cpu1.zip(api_cpu0).map(|(b, a)| round3(b - a)),
+        load_avg_1m,
     })
 }
