@@ -11,9 +11,14 @@ WORKDIR /build
 #    refuses a manifest whose declared target files are missing. Afterwards forget the stub
 #    build of this crate so the real sources are always recompiled, whatever their mtimes
 #    (COPY keeps the build context's timestamps, which may be older than the stub build).
+#    The other workspace members (test bed, measuring tools) only need a manifest and an
+#    empty lib for cargo to load the workspace; they are never built here.
 COPY Cargo.toml Cargo.lock ./
+COPY testbed/Cargo.toml testbed/
+COPY bench/Cargo.toml bench/
 RUN set -eu; \
-    mkdir -p src; echo 'fn main() {}' > src/main.rs; \
+    mkdir -p src testbed/src bench/src; echo 'fn main() {}' > src/main.rs; \
+    : > testbed/src/lib.rs; : > bench/src/lib.rs; \
     awk -F'"' ' \
       function flush() { if (kind != "") print kind, (path != "" ? path : (kind == "lib" ? "src/lib.rs" : dir "/" name ".rs")); kind = ""; name = ""; path = "" } \
       /^\[/ { flush() } \

@@ -18,7 +18,7 @@ PAYLOADS=target/bench-payloads
 RESULTS=target/load-results
 mkdir -p "$PAYLOADS" "$RESULTS"
 
-cargo build --release --bin coloc-extender --bin coloc-load >&2
+cargo build --release -p coloc-extender -p coloc-bench --bin coloc-extender --bin coloc-load >&2
 SERVER=target/release/coloc-extender
 LOAD=target/release/coloc-load
 

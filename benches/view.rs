@@ -23,7 +23,8 @@ use coloc_extender::model::{Node, OwnerRef, Pdb, Pod, PodRef, PriorityClass, Res
 use coloc_extender::policy::Policy;
 use divan::{black_box, Bencher};
 
-#[path = "../src/bin/common/ids.rs"]
+// Shared with coloc-viewload (bench/), which builds the same synthetic cluster.
+#[path = "../bench/src/ids.rs"]
 mod ids;
 use ids::{mix, uuid};
 

@@ -156,6 +156,19 @@ pub async fn create_all<K>(client: &Client, objects: Vec<K>) -> anyhow::Result<(
 where
     K: Resource<DynamicType = ()> + Serialize,
 {
+    create_all_with(client, objects, 64).await
+}
+
+/// Creates every object, `concurrency` requests at a time (the loop benchmark builds tens
+/// of thousands of pods).
+pub async fn create_all_with<K>(
+    client: &Client,
+    objects: Vec<K>,
+    concurrency: usize,
+) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = ()> + Serialize,
+{
     let resource = ApiResource::erase::<K>(&());
     let objects: Vec<DynamicObject> = objects
         .iter()
@@ -168,7 +181,7 @@ where
         };
         async move { api.create(&PostParams::default(), &o).await.map(|_| ()) }
     }))
-    .buffer_unordered(64)
+    .buffer_unordered(concurrency.max(1))
     .try_collect::<Vec<()>>()
     .await?;
     Ok(())

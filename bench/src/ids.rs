@@ -13,5 +13,12 @@ pub fn mix(mut x: u64) -> u64 {
 pub fn uuid(tag: u64, i: u64) -> String {
     let a = mix(tag.wrapping_mul(0x1000_0000_0000) ^ i);
     let b = mix(a);
-    format!("{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}", a >> 32, (a >> 16) & 0xffff, a & 0xfff, 0x8000 | (b >> 48) & 0x3fff, b & 0xffff_ffff_ffff)
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        0x8000 | (b >> 48) & 0x3fff,
+        b & 0xffff_ffff_ffff
+    )
 }

@@ -60,9 +60,8 @@ use coloc_extender::pipeline::{self, Verb};
 use coloc_extender::policy::Policy;
 use tokio::sync::mpsc;
 
-#[path = "common/ids.rs"]
-mod ids;
-use ids::{mix, uuid};
+use coloc_bench::ids::{mix, uuid};
+use coloc_bench::procstat::status_kib;
 
 // ---- heap accounting --------------------------------------------------------------------
 
@@ -138,14 +137,7 @@ struct Mem {
 }
 
 fn mem() -> Mem {
-    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
+    let field = |name: &str| status_kib("self", name).unwrap_or(0);
     Mem { rss_kb: field("VmRSS:"), hwm_kb: field("VmHWM:") }
 }
 

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
+use coloc_bench::procstat;
 
 #[derive(Parser, Debug)]
 #[command(name = "coloc-hostile", about = "Peak RSS, answers, log volume and /healthz latency of coloc-extender under hostile bodies")]
@@ -67,7 +68,7 @@ fn repeat(prefix: &str, item: impl Fn(usize) -> String, suffix: &str, size: usiz
     out
 }
 
-const RECORDED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/payloads/r1-nodecache-false");
+const RECORDED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/payloads/r1-nodecache-false");
 
 /// Realistic bodies of `size`, within the caps: a recorded Node object and a recorded victim
 /// pod, repeated under new names (what a large cluster sends in `nodeCacheCapable: false`).
@@ -170,10 +171,7 @@ fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8], timeout: Dur
 }
 
 fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
-        .unwrap_or(0)
+    procstat::status_kib(&pid.to_string(), field).unwrap_or(0)
 }
 
 struct Server {

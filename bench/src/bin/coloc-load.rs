@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
+use coloc_bench::procstat::{cpu_ticks, status_kib};
 use hyper::body::{Body, Bytes, Frame, Incoming};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
@@ -263,20 +264,8 @@ struct Mem {
 }
 
 fn read_mem(pid: u32) -> Option<Mem> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| -> Option<u64> {
-        text.lines().find(|l| l.starts_with(name))?.split_whitespace().nth(1)?.parse().ok()
-    };
-    Some(Mem { rss_kb: field("VmRSS:")?, hwm_kb: field("VmHWM:")? })
-}
-
-/// utime + stime of a process in clock ticks (USER_HZ, 100 on Linux), from /proc/PID/stat.
-fn cpu_ticks(pid: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces: count fields after its closing ')'.
-    let rest = &text[text.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+    let pid = pid.to_string();
+    Some(Mem { rss_kb: status_kib(&pid, "VmRSS:")?, hwm_kb: status_kib(&pid, "VmHWM:")? })
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
