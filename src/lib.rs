@@ -5,6 +5,7 @@
 //! `cluster` view) → `wire` again; `http`, `cli` and `tls` are the edges.
 
 pub mod cli;
+pub mod clock;
 pub mod cluster;
 pub mod decide;
 pub mod events;
@@ -14,6 +15,7 @@ pub mod model;
 pub mod pipeline;
 pub mod policy;
 pub mod quantity;
+pub mod reload;
 pub mod requeue;
 pub mod shadow;
 pub mod tls;

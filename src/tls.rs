@@ -103,7 +103,7 @@ impl TlsAcceptorCell {
 /// metrics.
 pub async fn watch(files: TlsFiles, cell: Arc<TlsAcceptorCell>, every: std::time::Duration, reload: tokio::sync::watch::Receiver<u64>) {
     let mut last = files.fingerprint();
-    let mut ticker = crate::http::server::ReloadTicker::new(every, reload);
+    let mut ticker = crate::reload::ReloadTicker::new(every, reload);
     loop {
         let forced = ticker.next().await;
         let now = files.fingerprint();

@@ -291,7 +291,7 @@ async fn follow<K: Applies>(api: Api<Lean<K>>, config: watcher::Config, shared: 
                 handle(&shared, event);
             }
             Err(e) => {
-                shared.fresh.failed(K::LABEL, crate::http::system_now());
+                shared.fresh.failed(K::LABEL, crate::clock::system_now());
                 metrics::counter!("coloc_watch_errors_total", "kind" => K::LABEL).increment(1);
                 tracing::warn!(kind = K::LABEL, error = %e, "watch failed; retrying with backoff");
             }
@@ -376,7 +376,7 @@ pub async fn run_with(
             discovered_at = tokio::time::Instant::now();
         }
         probe_failing(&client, &fresh).await;
-        let now = crate::http::system_now();
+        let now = crate::clock::system_now();
         cell.set_stale(fresh.is_stale(now, STALE_AFTER_SECS));
         if let Some(v) = cell.load() {
             metrics::gauge!("coloc_view_nodes").set(v.node_count() as f64);

@@ -10,6 +10,7 @@ use crate::cluster::watch::Freshness;
 use crate::cluster::ViewCell;
 use crate::model::Timestamp;
 use crate::policy::Policy;
+pub use crate::clock::system_now;
 use crate::requeue::kube::Requeuer;
 use crate::wire::Caps;
 
@@ -129,9 +130,3 @@ impl AppState {
     }
 }
 
-pub fn system_now() -> Timestamp {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}

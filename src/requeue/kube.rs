@@ -128,7 +128,7 @@ impl Requeuer {
     /// "gone", never "not listed yet").
     pub async fn reconcile_once(&self, cell: &ViewCell, evict_within: i64) {
         let Some(view) = cell.load() else { return };
-        for action in plan::reconcile(&view, crate::http::system_now(), evict_within) {
+        for action in plan::reconcile(&view, crate::clock::system_now(), evict_within) {
             match action {
                 Action::Release(r) => self.release(&r).await,
                 Action::Delete { namespace, name, uid, reason } => self.delete(&namespace, &name, &uid, &reason).await,

@@ -1,6 +1,7 @@
 //! The extender wire format: decoding requests, encoding answers.
 
 pub mod bounds;
+mod error;
 pub mod job;
 pub mod k8s;
 pub mod request;

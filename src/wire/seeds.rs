@@ -12,11 +12,10 @@ use serde_json::value::RawValue;
 
 use super::bounds::{Bounds, Stop};
 use super::k8s;
-use super::request::{clip, DecodeError, QUOTE_LIMIT};
+use super::error::{clip, DecodeError, QUOTE_LIMIT};
 use super::strict;
 
-pub const FULL: &str = "NodeNameToVictims";
-pub const META: &str = "NodeNameToMetaVictims";
+pub use super::error::{FULL, META};
 
 /// Go matches JSON keys to field names case-insensitively, and so do we.
 fn is(key: &str, name: &str) -> bool {
