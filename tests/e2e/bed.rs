@@ -171,6 +171,26 @@ impl Bed {
         Ok(())
     }
 
+    /// Waits until `n` pods of `namespace` are Running.
+    pub async fn until_running(&self, namespace: &str, n: usize) -> anyhow::Result<()> {
+        self.until_pods(namespace, Duration::from_secs(60), &format!("{n} pods running"), |pods| {
+            let running = pods.iter().filter(|p| cluster::phase(p) == "Running").count();
+            if running == n { Ok(()) } else { Err(format!("{running} running")) }
+        })
+        .await
+    }
+
+    /// The smallest full node: node-1 (4 CPU) with two bare `free` pods of 1.9 CPU, running.
+    pub async fn one_node_two_free_pods(&self) -> anyhow::Result<()> {
+        self.nodes(&["node-1"], 4000).await?;
+        self.bound(vec![
+            PodBuilder::new("batch", "free-1", "free", 1900).on("node-1"),
+            PodBuilder::new("batch", "free-2", "free", 1900).on("node-1"),
+        ])
+        .await?;
+        self.until_running("batch", 2).await
+    }
+
     /// The tail of every component's log, for a failure message.
     pub fn logs(&self) -> String {
         let mut s = String::new();

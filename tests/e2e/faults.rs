@@ -53,18 +53,7 @@ async fn storm_cluster(bed: &Bed) -> anyhow::Result<Vec<(String, String)>> {
         })
         .collect();
     bed.bound(pods).await?;
-    bed.until_pods("batch", MINUTE, "8 free pods running", |pods| {
-        let n = pods
-            .iter()
-            .filter(|p| cluster::phase(p) == "Running")
-            .count();
-        if n == 8 {
-            Ok(())
-        } else {
-            Err(format!("{n} running"))
-        }
-    })
-    .await?;
+    bed.until_running("batch", 8).await?;
     bare_pods(bed, "batch").await
 }
 
@@ -196,12 +185,7 @@ async fn watches_expire(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 /// replacements, so bare victims are spared (the online pod waits) and never lost.
 async fn permission_removed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
-    bed.nodes(&["node-1"], 4000).await?;
-    bed.bound(vec![
-        PodBuilder::new("batch", "free-1", "free", 1900).on("node-1"),
-        PodBuilder::new("batch", "free-2", "free", 1900).on("node-1"),
-    ])
-    .await?;
+    bed.one_node_two_free_pods().await?;
     let originals = bare_pods(&bed, "batch").await?;
     let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;

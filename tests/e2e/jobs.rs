@@ -8,7 +8,7 @@ use coloc_testbed::Binaries;
 use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 
-use crate::scenarios::{online, online_placed, MINUTE};
+use crate::scenarios::{online, online_placed};
 use crate::{Bed, Case, Mode};
 
 pub fn cases() -> Vec<Case> {
@@ -40,11 +40,7 @@ async fn jobs_not_failed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         vec![pinned_job("last", 0, None, "node-1"), pinned_job("failjob", 6, Some("FailJob"), "node-2"), pinned_job("ignore", 0, Some("Ignore"), "node-3")],
     )
     .await?;
-    bed.until_pods("batch", MINUTE, "6 Job pods running", |pods| {
-        let n = pods.iter().filter(|p| cluster::phase(p) == "Running").count();
-        if n == 6 { Ok(()) } else { Err(format!("{n} running")) }
-    })
-    .await?;
+    bed.until_running("batch", 6).await?;
 
     online(&bed, "web", 3000).await?;
     let node = online_placed(&bed, "web").await?;

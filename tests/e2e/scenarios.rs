@@ -135,24 +135,7 @@ async fn replicaset_workers(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 /// One node with two bare `free` pods; an online pod needs the room of both.
 async fn bare_requeued(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
-    bed.nodes(&["node-1"], 4000).await?;
-    bed.bound(vec![
-        PodBuilder::new("batch", "free-1", "free", 1900).on("node-1"),
-        PodBuilder::new("batch", "free-2", "free", 1900).on("node-1"),
-    ])
-    .await?;
-    bed.until_pods("batch", MINUTE, "2 free pods running", |pods| {
-        let n = pods
-            .iter()
-            .filter(|p| cluster::phase(p) == "Running")
-            .count();
-        if n == 2 {
-            Ok(())
-        } else {
-            Err(format!("{n} running"))
-        }
-    })
-    .await?;
+    bed.one_node_two_free_pods().await?;
     let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
 
@@ -252,18 +235,7 @@ async fn gang_cluster_with(bed: &Bed, b_class: &str) -> anyhow::Result<()> {
         PodBuilder::new("batch", "b-2", b_class, 1900).on("node-2"),
     ])
     .await?;
-    bed.until_pods("batch", MINUTE, "5 pods running", |pods| {
-        let n = pods
-            .iter()
-            .filter(|p| cluster::phase(p) == "Running")
-            .count();
-        if n == 5 {
-            Ok(())
-        } else {
-            Err(format!("{n} running"))
-        }
-    })
-    .await
+    bed.until_running("batch", 5).await
 }
 
 /// Where the online pod went, and which batch pods were evicted (by name).
