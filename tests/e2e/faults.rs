@@ -91,22 +91,36 @@ async fn first_replacement(bed: &Bed) -> anyhow::Result<()> {
     .await
 }
 
-/// SIGKILL while replacements are being stored; back a second later. The online pods
-/// are placed within a minute (kube-scheduler parks a pod whose preempt call failed for
-/// up to 5 minutes unless something wakes it).
-async fn extender_killed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
-    let mut bed = Bed::up(bins, mode).await?;
+/// The storm under way: the storm cluster, one extender with `--requeue` registered in
+/// all verbs, the four online pods created, and a first replacement stored. Returns the
+/// bed, the bare originals and the extender's index.
+async fn storm_under_way(bins: Binaries, mode: Mode, opts: Options) -> anyhow::Result<(Bed, Vec<(String, String)>, usize)> {
+    let mut bed = Bed::up_with(bins, mode, opts).await?;
     let originals = storm_cluster(&bed).await?;
     let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
     storm(&bed).await?;
     first_replacement(&bed).await?;
+    Ok((bed, originals, e))
+}
+
+/// What every fault must leave: all online pods placed within a minute, nothing lost,
+/// nothing left gated, no preempt answer rejected.
+async fn storm_survived(bed: &Bed, originals: &[(String, String)]) -> anyhow::Result<()> {
+    all_online_placed(bed, MINUTE).await?;
+    nothing_lost(bed, "batch", originals).await?;
+    bed.finish()
+}
+
+/// SIGKILL while replacements are being stored; back a second later. The online pods
+/// are placed within a minute (kube-scheduler parks a pod whose preempt call failed for
+/// up to 5 minutes unless something wakes it).
+async fn extender_killed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let (mut bed, originals, e) = storm_under_way(bins, mode, Options::default()).await?;
     bed.extenders[e].kill();
     tokio::time::sleep(Duration::from_secs(1)).await;
     bed.extenders[e].restart().await?;
-    all_online_placed(&bed, MINUTE).await?;
-    nothing_lost(&bed, "batch", &originals).await?;
-    bed.finish()
+    storm_survived(&bed, &originals).await
 }
 
 /// Two replicas behind a round-robin proxy: no duplicate replacement, nothing lost.
@@ -120,23 +134,14 @@ async fn two_replicas(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     entry.url_prefix = proxy.url();
     bed.schedule_with(&[entry]).await?;
     storm(&bed).await?;
-    all_online_placed(&bed, MINUTE).await?;
-    nothing_lost(&bed, "batch", &originals).await?;
-    bed.finish()
+    storm_survived(&bed, &originals).await
 }
 
-/// kube-apiserver killed and restarted after the first online pod is placed.
+/// kube-apiserver killed and restarted once a first replacement is stored.
 async fn apiserver_restarted(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
-    let mut bed = Bed::up(bins, mode).await?;
-    let originals = storm_cluster(&bed).await?;
-    let e = bed.extender(&["--requeue"]).await?;
-    bed.schedule_with(&[bed.entry(e)]).await?;
-    storm(&bed).await?;
-    first_replacement(&bed).await?;
+    let (mut bed, originals, _) = storm_under_way(bins, mode, Options::default()).await?;
     bed.plane.restart_apiserver().await?;
-    all_online_placed(&bed, MINUTE).await?;
-    nothing_lost(&bed, "batch", &originals).await?;
-    bed.finish()
+    storm_survived(&bed, &originals).await
 }
 
 /// The extender is frozen (SIGSTOP) mid-storm while kube-apiserver restarts and pods keep
