@@ -62,6 +62,8 @@ pub struct Answer {
     /// Preempt: replacements could not be stored, so this answer was made with requeue off
     /// (the edge sets it; kube-scheduler may park the pod, see `wake`).
     pub requeue_gave_up: bool,
+    /// Preempt: kube-scheduler's cache was ahead of the view (see `PreemptOutcome`).
+    pub view_behind: bool,
 }
 
 impl Answer {
@@ -78,6 +80,7 @@ impl Answer {
             would_answer: None,
             decided_at: ctx.now,
             requeue_gave_up: false,
+            view_behind: false,
         }
     }
 
@@ -147,7 +150,9 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
             let summary = candidates_summary(&out.result);
             let result = out.result;
             let kube = (mode == Mode::Shadow).then(|| shadow::kube_candidates(&args));
-            Ok(Answer::enforced(&ctx, to_json(&result), &args.pod, out.explanations, out.requeues, summary).in_mode(
+            let mut answer = Answer::enforced(&ctx, to_json(&result), &args.pod, out.explanations, out.requeues, summary);
+            answer.view_behind = out.view_behind;
+            Ok(answer.in_mode(
                 mode,
                 || to_json(kube.as_ref().expect("made in shadow mode")),
                 |a| {

@@ -413,6 +413,30 @@ fn uids_proposed_on_another_node_are_never_returned_there() {
     assert!(out.has("ignored", "unknown_uid"));
 }
 
+/// A pod bound a moment ago: kube-scheduler proposes it on n1, the view still has it
+/// pending. The view is behind (the edge waits for it), which a pod on another node is not.
+#[test]
+fn a_proposed_victim_the_view_has_unbound_marks_the_view_behind() {
+    let just_bound = || pod("just-bound", "free", Some("n1"), 1000);
+    let mut pending = just_bound();
+    pending.node_name = None;
+    let behind = Scenario::new(policy("strict", "")).node(node("n1", 1000, 8)).pods([pending]);
+    let caught_up = Scenario::new(policy("strict", "")).node(node("n1", 1000, 8)).pods([just_bound()]);
+    let candidates = || caught_up.meta_candidates(&online(1000), &["n1"]);
+
+    let out = behind.preempt_with(online(1000), candidates(), Some(&behind.view()));
+    assert!(out.view_behind && out.victims().is_empty(), "{}", out.explain());
+    let out = caught_up.preempt_with(online(1000), candidates(), Some(&caught_up.view()));
+    assert!(!out.view_behind, "{}", out.explain());
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["just-bound"]))]));
+
+    let elsewhere = Scenario::new(policy("strict", ""))
+        .node(node("n1", 1000, 8))
+        .node(node("n2", 1000, 8))
+        .pods([pod("just-bound", "free", Some("n2"), 1000)]);
+    assert!(!elsewhere.preempt_with(online(1000), candidates(), Some(&elsewhere.view())).view_behind);
+}
+
 #[test]
 fn an_unusable_view_degrades_or_refuses_per_class() {
     let yaml = |mode: &str| {

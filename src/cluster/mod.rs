@@ -16,11 +16,18 @@ use arc_swap::ArcSwapOption;
 pub use view::{NodeInfo, Objects, View};
 
 /// Where the current view lives; empty until the source has synced.
-#[derive(Default)]
 pub struct ViewCell {
     current: ArcSwapOption<View>,
     /// The source has been failing long enough that the view can no longer be trusted.
     stale: AtomicBool,
+    /// Counts publications, so a decision that found the view behind can wait for the next.
+    published: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for ViewCell {
+    fn default() -> Self {
+        ViewCell { current: ArcSwapOption::empty(), stale: AtomicBool::new(false), published: tokio::sync::watch::Sender::new(0) }
+    }
 }
 
 impl ViewCell {
@@ -34,6 +41,12 @@ impl ViewCell {
 
     pub fn publish(&self, view: View) {
         self.current.store(Some(Arc::new(view)));
+        self.published.send_modify(|n| *n += 1);
+    }
+
+    /// Resolves at the next `publish` after this call (`changed()` on the receiver).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.published.subscribe()
     }
 
     pub fn set_stale(&self, stale: bool) {

@@ -31,6 +31,10 @@ pub struct PreemptOutcome {
     /// Replacements that must be stored before `result` may be answered (bare victims of
     /// `requeue` classes on the returned nodes).
     pub requeues: Vec<RequeueIntent>,
+    /// kube-scheduler proposed pods or nodes the view has not caught up with (unknown, or
+    /// still unbound there): its cache is ahead, and a moment later the view may decide
+    /// better (the edge may wait for the next view and decide again).
+    pub view_behind: bool,
 }
 
 /// What evicting a victim set costs; compared field by field, lower is better.
@@ -161,6 +165,7 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
                 let plan = if v.count == 0 {
                     Some(placeholder(node, v.num_pdb_violations, ex))
                 } else if let Some(view) = view.filter(|vw| vw.node(node).is_some()) {
+                    out.view_behind |= lags_behind(view, &v.uids);
                     reselect_or_drop(ctx, view, preemptor, pod, node, &v.uids, ex)
                 } else {
                     if view.is_some() {
@@ -184,11 +189,13 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
                             None
                         }
                         Some(view) if view.node(node).is_none() => {
+                            out.view_behind = true;
                             ex.push(Explanation::node(node, "dropped", "node_not_in_view",
                                 "node unknown to the cluster view: its victims cannot be checked"));
                             None
                         }
                         Some(view) => {
+                            out.view_behind |= lags_behind(view, &v.uids);
                             note_misplaced_uids(view, node, v, ex);
                             reselect_or_drop(ctx, view, preemptor, pod, node, &v.uids, ex)
                         }
@@ -229,6 +236,12 @@ fn reselect_or_drop(
 fn placeholder(node: &str, num_pdb_violations: i64, ex: &mut Vec<Explanation>) -> Plan {
     ex.push(Explanation::node(node, "kept", "no_victims", "candidate without victims: returned as is"));
     Plan { node: node.to_string(), uids: Vec::new(), pdb_violations: num_pdb_violations, cost: Cost::default(), requeues: Vec::new() }
+}
+
+/// Does kube-scheduler know proposed victims the view does not, or has it seen them bound
+/// where the view has them pending? (A pod on another node is a disagreement, not a lag.)
+fn lags_behind(view: &View, uids: &[String]) -> bool {
+    uids.iter().any(|uid| view.pod_by_uid(uid).is_none_or(|p| p.node_name.is_none()))
 }
 
 fn note_misplaced_uids(view: &View, node: &str, v: &MetaVictims, ex: &mut Vec<Explanation>) {

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::{Extension, Request as HttpRequest, State};
@@ -98,7 +98,32 @@ struct AdmittedRequest {
 async fn run(verb: Verb, state: &AppState, verbs: &Verbs, req: AdmittedRequest) -> Result<Answer, ApiError> {
     match (&state.requeuer, verb) {
         (Some(requeuer), Verb::Preempt) => preempt_with_requeue(state, verbs, requeuer, &req).await,
+        (None, Verb::Preempt) => decide_preempt(state, verbs, &req, None).await,
         _ => decide(verb, state, verbs, &req, None).await,
+    }
+}
+
+/// How long a preempt waits for the view to catch up with kube-scheduler's cache. The
+/// watch trails it by milliseconds; this bounds what a view that never catches up (a pod
+/// deleted since kube-scheduler looked) costs the scheduling thread.
+const VIEW_CATCH_UP: Duration = Duration::from_millis(250);
+
+/// A preempt decided on a view that has caught up with what kube-scheduler proposed. A
+/// pod bound a moment ago may be missing from the view: deciding without it would drop
+/// its node as "fits without evictions" and pick a worse one (a gang member's node).
+async fn decide_preempt(state: &AppState, verbs: &Verbs, req: &AdmittedRequest, requeue: Option<Arc<BTreeMap<String, String>>>) -> Result<Answer, ApiError> {
+    let deadline = tokio::time::Instant::now() + VIEW_CATCH_UP;
+    loop {
+        let mut published = state.view.subscribe();
+        let answer = decide(Verb::Preempt, state, verbs, req, requeue.clone()).await?;
+        let live = state.view_source == ViewSource::Kubernetes;
+        if !answer.view_behind || !live {
+            return Ok(answer);
+        }
+        if !matches!(tokio::time::timeout_at(deadline, published.changed()).await, Ok(Ok(()))) {
+            tracing::debug!(pod = %answer.pod, "the view did not catch up with kube-scheduler's proposal in time: answering as decided");
+            return Ok(answer);
+        }
     }
 }
 
@@ -112,7 +137,7 @@ async fn preempt_with_requeue(state: &AppState, verbs: &Verbs, requeuer: &Requeu
     let deadline = tokio::time::Instant::now() + state.limits.requeue_budget;
     let mut failed = BTreeMap::new();
     for _ in 0..REQUEUE_ROUNDS {
-        let answer = decide(Verb::Preempt, state, verbs, req, Some(Arc::new(failed.clone()))).await?;
+        let answer = decide_preempt(state, verbs, req, Some(Arc::new(failed.clone()))).await?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         if answer.requeues.is_empty() {
             return Ok(answer);
@@ -128,7 +153,7 @@ async fn preempt_with_requeue(state: &AppState, verbs: &Verbs, requeuer: &Requeu
         failed.extend(newly);
     }
     tracing::warn!(failed = failed.len(), "requeue replacements keep failing: answering with requeue off for this preempt");
-    let mut answer = decide(Verb::Preempt, state, verbs, req, None).await?;
+    let mut answer = decide_preempt(state, verbs, req, None).await?;
     answer.requeue_gave_up = true;
     Ok(answer)
 }

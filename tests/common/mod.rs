@@ -164,6 +164,7 @@ pub struct Outcome {
     pub result: PreemptionResult,
     pub explanations: Vec<Explanation>,
     pub requeues: Vec<RequeueIntent>,
+    pub view_behind: bool,
 }
 
 impl Outcome {
@@ -258,7 +259,7 @@ impl Scenario {
         let requeue = Requeue { enabled: self.requeue, failed: &self.requeue_failed };
         let ctx = Context { policy: &self.policy, view, view_expected: self.view_expected, now: NOW, requeue, detail: Default::default() };
         let out = decide::preempt(&PreemptArgs { pod: preemptor, candidates }, &ctx);
-        Outcome { result: out.result, explanations: out.explanations, requeues: out.requeues }
+        Outcome { result: out.result, explanations: out.explanations, requeues: out.requeues, view_behind: out.view_behind }
     }
 
     /// Preempt with the cluster view, candidates in UID form for `nodes`.
