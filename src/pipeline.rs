@@ -125,7 +125,7 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
                     to_json_sized(&FilterResult::objects(kept, &out.failed, &out.unresolvable), size)
                 }
                 NodeSet::Names(names) => to_json(&FilterResult::names(
-                    out.kept.iter().map(|&i| names[i].as_str()).collect(),
+                    out.kept.iter().map(|&i| names[i].as_ref()).collect(),
                     &out.failed,
                     &out.unresolvable,
                 )),
@@ -167,6 +167,9 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
 /// "node-a=6 node-b=2 …" (at most 8 nodes named).
 fn scores_summary(scores: &[HostPriority]) -> String {
     const SHOWN: usize = 8;
+    if scores.is_empty() {
+        return "no scores: kube-scheduler's own rank the nodes".into();
+    }
     let mut s: Vec<String> = scores.iter().take(SHOWN).map(|h| format!("{}={}", h.host, h.score)).collect();
     if scores.len() > SHOWN {
         s.push(format!("… {} more", scores.len() - SHOWN));

@@ -91,7 +91,7 @@ pub fn filter_answer(args: &ExtenderArgs) -> Vec<u8> {
             let size = nodes.iter().map(|n| n.raw.get().len() + 1).sum::<usize>() + 256;
             to_json_sized(&FilterResult::objects(nodes.iter().map(|n| n.raw).collect(), &none, &none), size)
         }
-        NodeSet::Names(names) => to_json(&FilterResult::names(names.iter().map(String::as_str).collect(), &none, &none)),
+        NodeSet::Names(names) => to_json(&FilterResult::names(names.iter().map(|n| n.as_ref()).collect(), &none, &none)),
     }
 }
 

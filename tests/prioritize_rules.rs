@@ -1,6 +1,6 @@
 //! prioritize, rule by rule: kube-scheduler sends only nodes where the pod fits, so the
-//! score ranks by what differs between them (placement, packing), and a node the view
-//! says is full ranks at the bottom.
+//! score ranks by what differs between them (placement, packing), a node the view says is
+//! full ranks at the bottom, and a class that prefers nothing is left to kube-scheduler.
 
 mod common;
 
@@ -20,18 +20,24 @@ fn labelled(mut n: Node) -> Node {
     n
 }
 
-/// A pod of the shipped policy's class `batch` (packs, prefers co-location nodes) or
-/// `online` (prefers emptier nodes), by its PriorityClass.
+/// The shipped policy's classes by PriorityClass: `batch` (packs, prefers co-location
+/// nodes), `free` (packs) and `online` (prefers nothing).
+fn priority_class(class: &str) -> (i32, &'static str) {
+    match class {
+        "batch" => (6000, "offline-batch"),
+        "free" => (3500, "free"),
+        _ => (10_000, "online-prod"),
+    }
+}
+
 fn of_class(mut p: Pod, class: &str) -> Pod {
-    (p.priority, p.priority_class_name) = match class {
-        "batch" => (Some(6000), Some("offline-batch".into())),
-        _ => (Some(10_000), Some("online-prod".into())),
-    };
+    let (priority, pc) = priority_class(class);
+    (p.priority, p.priority_class_name) = (Some(priority), Some(pc.into()));
     p
 }
 
 fn request(class: &str, milli_cpu: i64, nodes: &[&str]) -> Vec<u8> {
-    let (priority, pc) = if class == "batch" { (6000, "offline-batch") } else { (10_000, "online-prod") };
+    let (priority, pc) = priority_class(class);
     json!({"Pod": {"metadata": {"name": "p", "namespace": "default", "uid": "u-p"},
                    "spec": {"priority": priority, "priorityClassName": pc,
                             "containers": [{"resources": {"requests": {"cpu": format!("{milli_cpu}m")}}}]}},
@@ -51,7 +57,7 @@ fn view(nodes: Vec<Node>, pods: Vec<Pod>) -> View {
     View::build(Objects { nodes, pods, ..Default::default() }, &Policy::builtin_default())
 }
 
-/// `pods` batch pods of 1 cpu on `node`.
+/// `pods` pods of `class`, 1 cpu each, on `node`.
 fn filled(node: &str, pods: usize, class: &str) -> Vec<Pod> {
     (0..pods).map(|i| of_class(pod(&format!("{node}-{class}-{i}"), class, Some(node), 1000), class)).collect()
 }
@@ -66,18 +72,23 @@ fn a_batch_pod_prefers_colocation_nodes_then_fuller_ones() {
 }
 
 #[test]
-fn an_online_pod_prefers_emptier_nodes() {
+fn an_online_pod_is_ranked_by_kube_scheduler_alone() {
+    // Its class prefers nothing; kube-scheduler's LeastAllocated already spreads it.
     let nodes = vec![node("half", 8000, 64), node("empty", 8000, 64)];
-    let s = scores(&request("online", 1000, &["half", "empty"]), Some(&view(nodes, filled("half", 4, "batch"))));
-    assert!(s["empty"] > s["half"], "{s:?}");
+    let policy = Policy::builtin_default();
+    let view = view(nodes, filled("half", 4, "batch"));
+    let a = answer(Verb::Prioritize, &request("online", 1000, &["half", "empty"]), &policy, Some(&view), NOW).unwrap();
+    assert_eq!(a.body, b"[]");
+    assert!(a.explanations.iter().any(|e| e.code == "neutral" && e.is_routine()), "{:?}", a.explanations);
 }
 
 #[test]
 fn a_node_the_view_says_is_full_scores_1_if_eviction_would_make_room_and_0_if_not() {
-    let nodes = vec![node("room", 8000, 64), node("full-of-batch", 8000, 64), node("full-of-online", 8000, 64)];
-    let pods = [filled("room", 6, "batch"), filled("full-of-batch", 8, "batch"), filled("full-of-online", 8, "online")].concat();
-    let s = scores(&request("online", 2000, &["room", "full-of-batch", "full-of-online"]), Some(&view(nodes, pods)));
-    assert_eq!((s["full-of-batch"], s["full-of-online"]), (1, 0), "{s:?}");
+    // A batch pod may evict free pods, never other batch pods.
+    let nodes = vec![node("room", 8000, 64), node("full-of-free", 8000, 64), node("full-of-batch", 8000, 64)];
+    let pods = [filled("room", 6, "free"), filled("full-of-free", 8, "free"), filled("full-of-batch", 8, "batch")].concat();
+    let s = scores(&request("batch", 2000, &["room", "full-of-free", "full-of-batch"]), Some(&view(nodes, pods)));
+    assert_eq!((s["full-of-free"], s["full-of-batch"]), (1, 0), "{s:?}");
     assert!(s["room"] > 1, "{s:?}");
 }
 

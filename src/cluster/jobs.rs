@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use imbl::HashMap as PMap;
+use super::PMap;
 
 use crate::model::{Job, Pod};
 

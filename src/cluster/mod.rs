@@ -15,6 +15,10 @@ use arc_swap::ArcSwapOption;
 
 pub use view::{NodeInfo, Objects, View};
 
+/// The view's persistent hash map: cheap to clone per publication, and hashed with
+/// foldhash (node names are looked up per node on every filter and prioritize call).
+pub type PMap<K, V> = imbl::GenericHashMap<K, V, foldhash::fast::RandomState, imbl::shared_ptr::DefaultSharedPtr>;
+
 /// Where the current view lives; empty until the source has synced.
 pub struct ViewCell {
     current: ArcSwapOption<View>,

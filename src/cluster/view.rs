@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use imbl::{HashMap as PMap, OrdMap};
+use imbl::OrdMap;
+
+use super::PMap;
 
 use super::jobs::Jobs;
 use super::usage::{Aggregates, Counted};
@@ -134,6 +136,8 @@ pub struct View {
     jobs: Jobs,
     /// Sum of node allocatable: the denominator of shares.
     capacity: Resources,
+    /// Per resource, the least any node can hold (`smallest_node`).
+    smallest: Option<Arc<Node>>,
     node_count: usize,
     bound_pods: usize,
     generation: u64,
@@ -355,13 +359,28 @@ impl View {
     pub fn apply_node(&mut self, node: Node) {
         let name = node.name.clone();
         let info = self.node_mut(&name);
-        let old = info.node.replace(Arc::new(node));
-        let new_alloc = info.node.as_ref().map(|n| n.allocatable.clone()).unwrap_or_default();
-        match old {
+        let node = Arc::new(node);
+        let old = info.node.replace(node.clone());
+        match &old {
             Some(old) => self.capacity.sub(&old.allocatable),
             None => self.node_count += 1,
         }
-        self.capacity.add(&new_alloc);
+        self.capacity.add(&node.allocatable);
+        match old {
+            // A status update leaves allocatable alone: the common case costs nothing.
+            Some(old) if old.allocatable == node.allocatable && old.allocatable_pods == node.allocatable_pods => {}
+            Some(_) => self.recompute_smallest(),
+            None => self.smallest = Some(Arc::new(match &self.smallest {
+                Some(s) => smaller_of(s, &node),
+                None => smaller_of(&node, &node),
+            })),
+        }
+    }
+
+    /// O(nodes): only when a node shrinks, grows or goes away.
+    fn recompute_smallest(&mut self) {
+        let mut nodes = self.nodes.values().filter_map(|i| i.node.as_deref());
+        self.smallest = nodes.next().map(|first| Arc::new(nodes.fold(smaller_of(first, first), |s, n| smaller_of(&s, n))));
     }
 
     /// Forgets the Node object; its pods stay until they are deleted, as in kube's cache.
@@ -375,6 +394,7 @@ impl View {
             self.node_count -= 1;
         }
         self.drop_if_empty(name);
+        self.recompute_smallest();
         true
     }
 
@@ -458,6 +478,12 @@ impl View {
 
     pub fn node(&self, name: &str) -> Option<&Node> {
         self.nodes.get(name)?.node.as_deref()
+    }
+
+    /// A node no bigger, in any resource, than the smallest node of the view (nameless,
+    /// unlabelled): a pod that fits its allocatable fits every node's. `None` without nodes.
+    pub fn smallest_node(&self) -> Option<&Node> {
+        self.smallest.as_deref()
     }
 
     /// A node's state (Node object, aggregates), if the view knows anything about it.
@@ -625,3 +651,19 @@ fn dominant_share(used: &Resources, capacity: &Resources) -> f64 {
 
 #[cfg(test)]
 mod tests;
+
+/// Per resource, the smaller allocatable of two nodes (a resource one of them lacks: 0).
+fn smaller_of(a: &Node, b: &Node) -> Node {
+    let (x, y) = (&a.allocatable, &b.allocatable);
+    let scalar = x.scalar.iter().filter_map(|(k, v)| Some((k.clone(), (*v).min(*y.scalar.get(k)?)))).collect();
+    Node {
+        allocatable: Resources {
+            milli_cpu: x.milli_cpu.min(y.milli_cpu),
+            memory: x.memory.min(y.memory),
+            ephemeral_storage: x.ephemeral_storage.min(y.ephemeral_storage),
+            scalar,
+        },
+        allocatable_pods: a.allocatable_pods.min(b.allocatable_pods),
+        ..Node::default()
+    }
+}

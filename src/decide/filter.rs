@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use super::fit::exceeds_allocatable;
 use super::{Context, Explanation};
 use crate::model::Node;
+use crate::policy::Placement;
 use crate::wire::{ExtenderArgs, NodeSet};
 
 #[derive(Debug, Default)]
@@ -30,6 +31,17 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
             "no_node_data",
             "NodeNames only and no cluster view: placement rules need node labels, every node is kept",
         ));
+    }
+    if let Some(smallest) = uniform_verdict(args, ctx, &class.placement) {
+        // kube-scheduler sends hundreds of names per call: no rule of this class tells
+        // them apart, so none is looked up.
+        out.kept = (0..names.len()).collect();
+        out.explanations.push(Explanation::request(
+            "kept",
+            "allowed",
+            format!("{} of {} node(s) kept for class {}: no placement rules, and the pod fits the smallest node ({} m CPU)", names.len(), names.len(), class.name, smallest.allocatable.milli_cpu),
+        ));
+        return out;
     }
     for (i, name) in names.iter().enumerate() {
         let node: Option<&Node> = match &args.nodes {
@@ -65,4 +77,15 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
         format!("{} of {} node(s) kept for class {}", out.kept.len(), names.len(), class.name),
     ));
     out
+}
+
+/// Names mode with a view, a class without placement rules, and a pod that fits the
+/// smallest node's allocatable: every node is kept, whatever its name. (Objects mode
+/// reads nodes from the request, where checking each costs no lookup.)
+fn uniform_verdict<'v>(args: &ExtenderArgs, ctx: &Context<'v>, placement: &Placement) -> Option<&'v Node> {
+    if !matches!(args.nodes, NodeSet::Names(_)) || !placement.is_empty() {
+        return None;
+    }
+    let smallest = ctx.view?.smallest_node()?;
+    exceeds_allocatable(&args.pod, smallest).is_none().then_some(smallest)
 }

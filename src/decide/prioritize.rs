@@ -5,6 +5,10 @@
 //! fits without preemption, so the score leaves out what is the same on all of them and
 //! ranks by what differs:
 //!
+//! A class whose `scoring` prefers nothing (no `pack`, no `preferNodeLabels`) gets no
+//! scores at all: kube-scheduler's own scoring (NodeResourcesFit's LeastAllocated) already
+//! spreads its pods, and repeating it would cost a view lookup per node on every call.
+//!
 //! score = placement (0 or 4) + packing (0..=6)
 //! - placement: 4 if the class prefers node labels (`scoring.preferNodeLabels`) and the
 //!   node has them all, else 0 (a class that prefers nothing scores 0 everywhere); 2 when
@@ -44,6 +48,11 @@ pub fn prioritize<'a>(args: &'a ExtenderArgs, ctx: &Context) -> PrioritizeOutcom
     let class = ctx.class_of(&args.pod);
     let scoring = &ctx.policy.class(class).scoring;
     let names = args.nodes.names();
+    if scoring.is_neutral() {
+        let name = &ctx.policy.class(class).name;
+        let why = format!("class {name} prefers nothing: kube-scheduler's own scores rank the {} node(s)", names.len());
+        return PrioritizeOutcome { scores: Vec::new(), explanations: vec![Explanation::request("score", "neutral", why)] };
+    }
     let mut out = PrioritizeOutcome { scores: Vec::with_capacity(names.len()), explanations: Vec::new() };
     for (i, name) in names.into_iter().enumerate() {
         let info = ctx.view.and_then(|v| v.node_info(name));

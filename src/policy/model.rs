@@ -259,6 +259,13 @@ pub struct Scoring {
     pub prefer_node_labels: Labels,
 }
 
+impl Scoring {
+    /// Prefers nothing: the class's nodes are ranked by kube-scheduler's scores alone.
+    pub fn is_neutral(&self) -> bool {
+        !self.pack && self.prefer_node_labels.is_empty()
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GangConfig {
@@ -456,6 +463,11 @@ impl Selector {
 }
 
 impl Placement {
+    /// No rule: every node is allowed.
+    pub fn is_empty(&self) -> bool {
+        self.require_node_labels.is_empty() && self.forbid_node_labels.is_empty()
+    }
+
     /// Why a node with `labels` is off limits, if it is.
     pub fn rejects(&self, labels: &Labels) -> Option<String> {
         for (k, v) in &self.require_node_labels {

@@ -6,6 +6,7 @@
 //! is never listed twice, `NumPDBViolations` is never negative and every victim has a UID.
 //! Error messages never quote more than about [`QUOTE_LIMIT`] bytes of the input.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 
 use serde::Deserialize;
@@ -31,15 +32,15 @@ pub struct WireNode<'a> {
 pub enum NodeSet<'a> {
     /// `nodeCacheCapable: false`: full Node objects.
     Objects(Vec<WireNode<'a>>),
-    /// `nodeCacheCapable: true`: names only.
-    Names(Vec<String>),
+    /// `nodeCacheCapable: true`: names only, borrowed from the body where they can be.
+    Names(Vec<Cow<'a, str>>),
 }
 
 impl NodeSet<'_> {
     pub fn names(&self) -> Vec<&str> {
         match self {
             NodeSet::Objects(n) => n.iter().map(|n| n.node.name.as_str()).collect(),
-            NodeSet::Names(n) => n.iter().map(String::as_str).collect(),
+            NodeSet::Names(n) => n.iter().map(|n| n.as_ref()).collect(),
         }
     }
 
@@ -163,10 +164,10 @@ pub fn decode_extender_args_within<'a>(body: &'a [u8], bounds: &Bounds) -> Resul
             ),
             "Nodes.items",
         ),
-        (None, Some(names)) => (NodeSet::Names(names), "NodeNames"),
+        (None, Some(names)) => (NodeSet::Names(names.into_iter().map(|n| n.0).collect()), "NodeNames"),
         (None, None) => return Err(DecodeError::NoNodes),
     };
-    let mut seen = HashSet::with_capacity(nodes.len());
+    let mut seen = HashSet::with_capacity_and_hasher(nodes.len(), foldhash::fast::RandomState::default());
     if let Some(dup) = nodes.names().into_iter().find(|n| !seen.insert(*n)) {
         return Err(DecodeError::DuplicateNode { node: dup.to_string(), list });
     }

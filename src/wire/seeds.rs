@@ -152,7 +152,30 @@ pub struct RawExtenderArgs<'a> {
     pub pod: Option<k8s::Pod>,
     /// `Nodes.items`, each node still raw.
     pub node_items: Option<Vec<&'a RawValue>>,
-    pub node_names: Option<Vec<String>>,
+    pub node_names: Option<Vec<Name<'a>>>,
+}
+
+/// A node name, borrowed from the body (a name with JSON escapes is the rare copy): a
+/// filter or prioritize call carries hundreds of them.
+pub struct Name<'a>(pub Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct NameVisitor;
+        impl<'de> Visitor<'de> for NameVisitor {
+            type Value = Name<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Name(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Name(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(NameVisitor)
+    }
 }
 
 pub struct ExtenderArgsSeed<'b, 'c>(pub &'b Bounds<'c>);

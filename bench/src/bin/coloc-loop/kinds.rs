@@ -1,5 +1,6 @@
 //! The runs compared side by side: kube-scheduler alone, behind the echo extender (the
-//! protocol's floor), and behind coloc-extender in either nodeCacheCapable mode.
+//! protocol's floor), behind coloc-extender in either nodeCacheCapable mode, and behind
+//! coloc-extender in the per-pod-verbs registration profile.
 
 use std::path::Path;
 
@@ -15,7 +16,14 @@ pub enum Kind {
     ColocNames,
     /// The same with nodeCacheCapable: false (full Node and Pod objects).
     ColocObjects,
+    /// manifests/scheduler/kube-scheduler-config-per-pod-verbs.yaml: preempt for every
+    /// pod, filter and prioritize only for pods carrying the marker resource (the online
+    /// pods here carry none).
+    ColocPerPodVerbs,
 }
+
+/// The marker resource of the per-pod-verbs profile (`managedResources`).
+pub const PER_POD_VERBS_MARKER: &str = "coloc-extender.io/per-pod-verbs";
 
 /// The extender binaries a run may start.
 pub struct Programs<'a> {
@@ -30,6 +38,7 @@ impl Kind {
             Kind::Echo => "echo",
             Kind::ColocNames => "coloc-names",
             Kind::ColocObjects => "coloc-objects",
+            Kind::ColocPerPodVerbs => "coloc-per-pod-verbs",
         }
     }
 
@@ -38,18 +47,30 @@ impl Kind {
         match self {
             Kind::Stock => None,
             Kind::Echo => Some((p.echo, &[])),
-            Kind::ColocNames | Kind::ColocObjects => Some((p.extender, &["--kube"])),
+            Kind::ColocNames | Kind::ColocObjects | Kind::ColocPerPodVerbs => Some((p.extender, &["--kube"])),
         }
     }
 
-    /// The registration kube-scheduler gets for an extender at `url`.
-    pub fn entry(self, url: &str) -> ExtenderEntry {
+    /// The registration kube-scheduler gets for an extender at `url`: its entries.
+    pub fn entries(self, url: &str) -> Vec<ExtenderEntry> {
         match self {
-            Kind::Echo => ExtenderEntry {
+            Kind::Echo => vec![ExtenderEntry {
                 preempt: false,
                 ..ExtenderEntry::all_verbs(url, true)
-            },
-            _ => ExtenderEntry::all_verbs(url, self == Kind::ColocNames),
+            }],
+            Kind::ColocPerPodVerbs => vec![
+                ExtenderEntry {
+                    filter: false,
+                    prioritize: false,
+                    ..ExtenderEntry::all_verbs(url, true)
+                },
+                ExtenderEntry {
+                    preempt: false,
+                    managed_resources: vec![PER_POD_VERBS_MARKER.to_string()],
+                    ..ExtenderEntry::all_verbs(url, true)
+                },
+            ],
+            _ => vec![ExtenderEntry::all_verbs(url, self == Kind::ColocNames)],
         }
     }
 }

@@ -43,7 +43,7 @@ pub async fn one(
         ready_s = Some(t.elapsed().as_secs_f64());
     }
     let ext_pid = extender.as_ref().and_then(|e| e.proc.pid());
-    let entries: Vec<_> = extender.iter().map(|e| kind.entry(&e.url())).collect();
+    let entries: Vec<_> = extender.iter().flat_map(|e| kind.entries(&e.url())).collect();
 
     let binds = Binds::watch(world.client.clone(), ONLINE).await?;
     let ext_cpu0 = cpu(ext_pid);
@@ -101,7 +101,7 @@ pub async fn one(
             .first()
             .map_or("none".into(), |e| e.url_prefix.clone()),
         node_cache_capable: entries.first().map(|e| e.node_cache_capable),
-        verbs: entries.first().map(kinds::verbs),
+        verbs: (!entries.is_empty()).then(|| entries.iter().map(kinds::verbs).collect::<Vec<_>>().join(" + ")),
         scheduler_qps: s.qps,
         scheduler_burst: s.qps * 2,
         created_s: round3(created_s),
