@@ -8,6 +8,7 @@ pub mod cli;
 pub mod clock;
 pub mod cluster;
 pub mod decide;
+pub mod discarded;
 pub mod events;
 pub mod explain;
 pub mod http;

@@ -5,6 +5,7 @@ use std::str::FromStr;
 
 use crate::cluster::View;
 use crate::decide::{self, Context, Detail, Explanation, Requeue};
+use crate::discarded::{self, Discarded};
 use crate::model::Timestamp;
 use crate::policy::{Mode, Policy};
 use crate::requeue::RequeueIntent;
@@ -64,6 +65,11 @@ pub struct Answer {
     pub requeue_gave_up: bool,
     /// Preempt: kube-scheduler's cache was ahead of the view (see `PreemptOutcome`).
     pub view_behind: bool,
+    /// Preempt: the run time the sent answer discards (in shadow mode: kube-scheduler's
+    /// own choice).
+    pub discarded: Option<Discarded>,
+    /// Preempt in shadow mode: what the policy's answer would have discarded.
+    pub would_discard: Option<Discarded>,
 }
 
 impl Answer {
@@ -81,6 +87,8 @@ impl Answer {
             decided_at: ctx.now,
             requeue_gave_up: false,
             view_behind: false,
+            discarded: None,
+            would_discard: None,
         }
     }
 
@@ -152,6 +160,14 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
             let kube = (mode == Mode::Shadow).then(|| shadow::kube_candidates(&args));
             let mut answer = Answer::enforced(&ctx, to_json(&result), &args.pod, out.explanations, out.requeues, summary);
             answer.view_behind = out.view_behind;
+            let policy_discards = discarded::of(&args, &result, &ctx);
+            match &kube {
+                None => answer.discarded = policy_discards,
+                Some(kube) => (answer.discarded, answer.would_discard) = (discarded::of(&args, kube, &ctx), policy_discards),
+            }
+            if let Some(line) = discard_line(&answer) {
+                answer.explanations.push(Explanation::request("discards", "discarded_work", line));
+            }
             Ok(answer.in_mode(
                 mode,
                 || to_json(kube.as_ref().expect("made in shadow mode")),
@@ -161,6 +177,16 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
                 },
             ))
         }
+    }
+}
+
+/// The run time an answer throws away, and in shadow mode beside what the policy's would.
+fn discard_line(answer: &Answer) -> Option<String> {
+    let sent = answer.discarded.as_ref().map_or("nothing".to_string(), Discarded::describe);
+    match (&answer.discarded, &answer.would_discard) {
+        (None, None) => None,
+        (_, None) => Some(format!("evicting on {sent}")),
+        (_, Some(policy)) => Some(format!("kube-scheduler's choice discards {sent}; the policy's would discard {}", policy.describe())),
     }
 }
 

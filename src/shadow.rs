@@ -155,13 +155,17 @@ pub fn preempt_diffs(args: &PreemptArgs, kube: &PreemptionResult, enforced: &Pre
 }
 
 /// Finds victim pods by UID: the cluster view first, then the request's full victims.
-struct Resolver<'a> {
+pub(crate) struct Resolver<'a> {
     args: &'a PreemptArgs,
     ctx: &'a Context<'a>,
 }
 
-impl Resolver<'_> {
-    fn pod(&self, uid: &str) -> Option<&Pod> {
+impl<'a> Resolver<'a> {
+    pub(crate) fn new(args: &'a PreemptArgs, ctx: &'a Context<'a>) -> Self {
+        Resolver { args, ctx }
+    }
+
+    pub(crate) fn pod(&self, uid: &str) -> Option<&Pod> {
         if let Some(p) = self.ctx.view.and_then(|v| v.pod_by_uid(uid)) {
             return Some(p);
         }
@@ -175,7 +179,7 @@ impl Resolver<'_> {
 /// The node kube-scheduler picks among `candidates` (pickOneNodeForPreemption): fewest
 /// PDB violations, then lowest highest victim priority, lowest priority sum, fewest
 /// victims; remaining ties by name (kube-scheduler then prefers the latest start time).
-fn pick<'r>(candidates: &'r PreemptionResult, pods: &Resolver, ctx: &Context) -> Option<&'r String> {
+pub(crate) fn pick<'r>(candidates: &'r PreemptionResult, pods: &Resolver, ctx: &Context) -> Option<&'r String> {
     let priority = |uid: &str| pods.pod(uid).map_or(0, |p| ctx.priority_of(p) as i64);
     candidates.node_name_to_meta_victims.iter().min_by_key(|(node, v)| {
         let prios: Vec<i64> = v.pods.iter().map(|p| priority(&p.uid)).collect();

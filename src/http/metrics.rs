@@ -52,6 +52,8 @@ fn describe() {
     metrics::describe_counter!("coloc_requeue_cleaned_total", "Requeue replacements deleted (original not evicted in time)");
     metrics::describe_counter!("coloc_events_total", "Events on preemptors by result: written, failed, throttled, dropped");
     metrics::describe_counter!("coloc_shadow_diffs_total", "Shadow mode: what the policy would have changed, by verb and kind");
+    metrics::describe_counter!("coloc_discarded_cpu_seconds_total", "Run time x CPU request of the victims preempt answers evict, by victim class (shadow mode: kube-scheduler's own choice)");
+    metrics::describe_counter!("coloc_shadow_discarded_cpu_seconds_total", "Shadow mode: run time x CPU request the policy's preempt answers would have evicted, by victim class");
     // Series alerts and dashboards read exist from the start (rate() of a missing series
     // is no data, not zero).
     for verb in ["filter", "prioritize", "preempt"] {
@@ -69,6 +71,23 @@ fn describe() {
     metrics::counter!("coloc_requeue_cleaned_total").increment(0);
     for result in ["written", "failed", "throttled", "dropped"] {
         metrics::counter!("coloc_events_total", "result" => result).increment(0);
+    }
+}
+
+/// Run time a preempt answer discards, by victim class: what the sent answer evicts
+/// (`coloc_discarded_cpu_seconds_total`; in shadow mode kube-scheduler's own choice), and
+/// in shadow mode what the policy's answer would have (`coloc_shadow_discarded_…`).
+pub fn record_discarded(answer: &crate::pipeline::Answer) {
+    let count = |name: &'static str, d: &crate::discarded::Discarded| {
+        for (class, seconds) in &d.cpu_seconds {
+            metrics::counter!(name, "class" => class.clone()).increment(seconds.round() as u64);
+        }
+    };
+    if let Some(d) = &answer.discarded {
+        count("coloc_discarded_cpu_seconds_total", d);
+    }
+    if let Some(d) = &answer.would_discard {
+        count("coloc_shadow_discarded_cpu_seconds_total", d);
     }
 }
 
