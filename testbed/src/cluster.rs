@@ -44,6 +44,22 @@ pub fn default_priority_classes() -> Vec<PriorityClass> {
     ]
 }
 
+/// Waits until the API server admits a pod of each class in `namespace` (a dry run:
+/// nothing is stored). Its Priority admission plugin reads PriorityClasses through an
+/// informer, so a class created a moment ago can still be refused ("no PriorityClass").
+pub async fn until_admitted(client: &Client, namespace: &str, classes: &[&str]) -> anyhow::Result<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let dry = PostParams { dry_run: true, ..Default::default() };
+    for class in classes {
+        let probe = PodBuilder::new(namespace, "admission-probe", class, 1).build();
+        crate::wait::until(std::time::Duration::from_secs(30), &format!("PriorityClass {class} admitted"), || async {
+            api.create(&dry, &probe).await.map(|_| ()).map_err(|e| e.to_string())
+        })
+        .await?;
+    }
+    Ok(())
+}
+
 pub fn namespace(name: &str) -> Namespace {
     from(json!({"metadata": {"name": name}}))
 }

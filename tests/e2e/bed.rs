@@ -70,6 +70,7 @@ impl Bed {
         )
         .await?;
         cluster::create_all(&client, cluster::default_priority_classes()).await?;
+        cluster::until_admitted(&client, "batch", &["online-prod", "offline-batch", "free"]).await?;
         for f in [
             "manifests/clusterrole.yaml",
             "manifests/clusterrolebinding.yaml",

@@ -104,6 +104,7 @@ async fn per_pod_verbs(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         "spec": {"priorityClassName": "spare-capacity",
             "containers": [{"name": "main", "image": "registry.example/work:1"}]}
     }))?;
+    cluster::until_admitted(&bed.client, "batch", &["spare-capacity"]).await?;
     anyhow::ensure!(
         marked(&batch.create(&dry, &bare).await?),
         "a free-range pod without resources is marked"
