@@ -24,7 +24,6 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
     let class_id = ctx.class_of(&args.pod);
     let class = ctx.policy.class(class_id);
     let mut out = FilterOutcome::default();
-    let names = args.nodes.names();
     if matches!(args.nodes, NodeSet::Names(_)) && ctx.view.is_none() {
         out.explanations.push(Explanation::request(
             "degraded",
@@ -35,14 +34,16 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
     if let Some(smallest) = uniform_verdict(args, ctx, &class.placement) {
         // kube-scheduler sends hundreds of names per call: no rule of this class tells
         // them apart, so none is looked up.
-        out.kept = (0..names.len()).collect();
+        let n = args.nodes.len();
+        out.kept = (0..n).collect();
         out.explanations.push(Explanation::request(
             "kept",
             "allowed",
-            format!("{} of {} node(s) kept for class {}: no placement rules, and the pod fits the smallest node ({} m CPU)", names.len(), names.len(), class.name, smallest.allocatable.milli_cpu),
+            format!("{n} of {n} node(s) kept for class {}: no placement rules, and the pod fits the smallest node ({} m CPU)", class.name, smallest.allocatable.milli_cpu),
         ));
         return out;
     }
+    let names = args.nodes.names();
     for (i, name) in names.iter().enumerate() {
         let node: Option<&Node> = match &args.nodes {
             NodeSet::Objects(nodes) => Some(&nodes[i].node),

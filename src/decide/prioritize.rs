@@ -47,12 +47,12 @@ pub struct PrioritizeOutcome<'a> {
 pub fn prioritize<'a>(args: &'a ExtenderArgs, ctx: &Context) -> PrioritizeOutcome<'a> {
     let class = ctx.class_of(&args.pod);
     let scoring = &ctx.policy.class(class).scoring;
-    let names = args.nodes.names();
     if scoring.is_neutral() {
         let name = &ctx.policy.class(class).name;
-        let why = format!("class {name} prefers nothing: kube-scheduler's own scores rank the {} node(s)", names.len());
+        let why = format!("class {name} prefers nothing: kube-scheduler's own scores rank the {} node(s)", args.nodes.len());
         return PrioritizeOutcome { scores: Vec::new(), explanations: vec![Explanation::request("score", "neutral", why)] };
     }
+    let names = args.nodes.names();
     let mut out = PrioritizeOutcome { scores: Vec::with_capacity(names.len()), explanations: Vec::new() };
     for (i, name) in names.into_iter().enumerate() {
         let info = ctx.view.and_then(|v| v.node_info(name));

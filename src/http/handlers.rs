@@ -112,12 +112,15 @@ const VIEW_CATCH_UP: Duration = Duration::from_millis(250);
 /// pod bound a moment ago may be missing from the view: deciding without it would drop
 /// its node as "fits without evictions" and pick a worse one (a gang member's node).
 async fn decide_preempt(state: &AppState, verbs: &Verbs, req: &AdmittedRequest, requeue: Option<Arc<BTreeMap<String, String>>>) -> Result<Answer, ApiError> {
+    // A snapshot view is the whole truth: nothing will catch up.
+    if state.view_source != ViewSource::Kubernetes {
+        return decide(Verb::Preempt, state, verbs, req, requeue).await;
+    }
     let deadline = tokio::time::Instant::now() + VIEW_CATCH_UP;
     loop {
         let mut published = state.view.subscribe();
         let answer = decide(Verb::Preempt, state, verbs, req, requeue.clone()).await?;
-        let live = state.view_source == ViewSource::Kubernetes;
-        if !answer.view_behind || !live {
+        if !answer.view_behind {
             return Ok(answer);
         }
         if !matches!(tokio::time::timeout_at(deadline, published.changed()).await, Ok(Ok(()))) {
