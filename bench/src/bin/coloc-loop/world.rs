@@ -59,6 +59,7 @@ impl World {
         )
         .await?;
         cluster::create_all(&client, cluster::default_priority_classes()).await?;
+        cluster::until_admitted(&client, OFFLINE, &["online-prod", "offline-batch", "free"]).await?;
         for f in [
             "manifests/clusterrole.yaml",
             "manifests/clusterrolebinding.yaml",
