@@ -9,7 +9,7 @@ mod view;
 pub mod watch;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwapOption;
 
@@ -20,25 +20,60 @@ pub use view::{NodeInfo, Objects, View};
 pub type PMap<K, V> = imbl::GenericHashMap<K, V, foldhash::fast::RandomState, imbl::shared_ptr::DefaultSharedPtr>;
 
 /// Where the current view lives; empty until the source has synced.
+///
+/// A snapshot source `publish`es whole views. A live source (the watches) `change`s one
+/// staged view in place, and a reader gets a clone of it only when it asks and something
+/// changed since the last one: a published clone shares structure with the staged view, so
+/// the next change copies the paths it touches. Cloning per read instead of per event
+/// keeps a burst of bindings with no decision in between (the online pods of the
+/// per-pod-verbs profile) free of those copies.
 pub struct ViewCell {
     current: ArcSwapOption<View>,
     /// The source has been failing long enough that the view can no longer be trusted.
     stale: AtomicBool,
-    /// Counts publications, so a decision that found the view behind can wait for the next.
+    /// Counts publications and staged changes, so a decision that found the view behind
+    /// can wait for the next.
     published: tokio::sync::watch::Sender<u64>,
+    staged: Mutex<Staged>,
+    /// `staged` holds changes no reader has been given.
+    dirty: AtomicBool,
+    /// A long change (a re-index, a re-list's removals) holds `staged`: readers take the
+    /// published view meanwhile instead of waiting.
+    busy: AtomicBool,
+}
+
+#[derive(Default)]
+struct Staged {
+    view: View,
+    /// Readers may see the staged view (a live source opens it once it has synced).
+    open: bool,
 }
 
 impl Default for ViewCell {
     fn default() -> Self {
-        ViewCell { current: ArcSwapOption::empty(), stale: AtomicBool::new(false), published: tokio::sync::watch::Sender::new(0) }
+        ViewCell {
+            current: ArcSwapOption::empty(),
+            stale: AtomicBool::new(false),
+            published: tokio::sync::watch::Sender::new(0),
+            staged: Mutex::default(),
+            dirty: AtomicBool::new(false),
+            busy: AtomicBool::new(false),
+        }
     }
 }
 
 impl ViewCell {
-    /// The view decisions may use: `None` until the first sync, and while stale.
+    /// The view decisions may use: `None` until the first sync, and while stale. Includes
+    /// every change staged before the call.
     pub fn load(&self) -> Option<Arc<View>> {
         if self.stale.load(Ordering::Relaxed) {
             return None;
+        }
+        // A reader that finds `busy` unset a moment before a long change takes the lock
+        // waits for that change: rare (a policy reload, a re-list), and bounded by it.
+        if self.dirty.load(Ordering::Acquire) && !self.busy.load(Ordering::Acquire) {
+            let staged = self.lock();
+            self.hand_out(&staged);
         }
         self.current.load_full()
     }
@@ -48,7 +83,72 @@ impl ViewCell {
         self.published.send_modify(|n| *n += 1);
     }
 
-    /// Resolves at the next `publish` after this call (`changed()` on the receiver).
+    /// Changes the staged view in place. Readers see it at their next `load` once the cell
+    /// is `open`.
+    pub fn change<R>(&self, f: impl FnOnce(&mut View) -> R) -> R {
+        let mut staged = self.lock();
+        let r = f(&mut staged.view);
+        if staged.open {
+            self.dirty.store(true, Ordering::Release);
+            self.tell_waiters();
+        }
+        r
+    }
+
+    /// `change`, for one that may take long: readers keep the published view meanwhile,
+    /// and the result is published at once.
+    pub fn change_long<R>(&self, f: impl FnOnce(&mut View) -> R) -> R {
+        self.busy.store(true, Ordering::Release);
+        let mut staged = self.lock();
+        // What readers get meanwhile: every change before this one.
+        self.hand_out(&staged);
+        let r = f(&mut staged.view);
+        if staged.open {
+            self.dirty.store(true, Ordering::Release);
+            self.hand_out(&staged);
+            self.tell_waiters();
+        }
+        drop(staged);
+        self.busy.store(false, Ordering::Release);
+        r
+    }
+
+    /// Reads the staged view (the source's own bookkeeping, not decisions).
+    pub fn staged<R>(&self, f: impl FnOnce(&View) -> R) -> R {
+        f(&self.lock().view)
+    }
+
+    /// Lets readers see the staged view, from now on.
+    pub fn open(&self) {
+        let mut staged = self.lock();
+        if !staged.open {
+            staged.open = true;
+            self.dirty.store(true, Ordering::Release);
+            self.hand_out(&staged);
+            self.tell_waiters();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Staged> {
+        self.staged.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Publishes a clone of the staged view if it has changes no reader has.
+    fn hand_out(&self, staged: &Staged) {
+        if staged.open && self.dirty.load(Ordering::Acquire) {
+            self.current.store(Some(Arc::new(staged.view.clone())));
+            self.dirty.store(false, Ordering::Release);
+        }
+    }
+
+    fn tell_waiters(&self) {
+        if self.published.receiver_count() > 0 {
+            self.published.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// Resolves at the next `publish` or staged change after this call (`changed()` on the
+    /// receiver).
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.published.subscribe()
     }

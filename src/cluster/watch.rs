@@ -1,7 +1,7 @@
 //! The cluster view from the Kubernetes API: one kube-rs watcher per kind, decoded once into
-//! the lean model (`lean`), each event applied to the view at once and a new view
-//! published for the very next request. No debounce: a deleted or terminating pod must not
-//! be offered as a victim a moment after kube-scheduler's cache dropped it. Jobs are
+//! the lean model (`lean`), each event applied at once to the view staged in the
+//! `ViewCell`, which the very next request gets. No debounce: a deleted or terminating pod
+//! must not be offered as a victim a moment after kube-scheduler's cache dropped it. Jobs are
 //! required like PDBs: a Job victim is costed by what its preemption does to the Job, and
 //! a view without Jobs would cost every Job pod as merely recreated. Gang kinds
 //! (PodGroups) are optional: watched while the API server serves them (`optional`).
@@ -116,7 +116,7 @@ impl Freshness {
     }
 }
 
-/// What the watches share: the master copy of the view they change, and where they publish.
+/// What the watches share: their bookkeeping, and the cell whose staged view they change.
 struct Shared {
     master: Mutex<Master>,
     cell: Arc<ViewCell>,
@@ -124,12 +124,11 @@ struct Shared {
 }
 
 struct Master {
-    view: View,
     policy: Arc<Policy>,
     /// Keys listed during a re-list, per kind: what is not listed again was deleted.
     relisting: BTreeMap<&'static str, HashSet<String>>,
-    /// The first view is out: from now on every change publishes (a gang kind found
-    /// later does not hold the view back while it lists).
+    /// The first view is out: from now on every change is seen (a gang kind found later
+    /// does not hold the view back while it lists).
     published: bool,
 }
 
@@ -138,10 +137,11 @@ impl Shared {
         self.master.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn publish(&self, m: &mut Master) {
-        if m.published || self.fresh.all_synced() {
+    /// Opens the staged view to readers once every kind has synced.
+    fn open_when_synced(&self, m: &mut Master) {
+        if !m.published && self.fresh.all_synced() {
             m.published = true;
-            self.cell.publish(m.view.clone());
+            self.cell.open();
         }
     }
 }
@@ -236,16 +236,15 @@ impl<A: PodGroupApi> Applies for PodGroupKind<A> {
 
 /// Applies one object: its model, or, if it could not be converted, its removal (a pod
 /// the view cannot read is never offered as a victim), logged and counted.
-fn apply_one<K: Applies>(m: &mut Master, obj: Lean<K>) {
-    let key = obj.key();
-    let policy = m.policy.clone();
-    match obj.model {
-        Ok(model) => K::apply(&mut m.view, model, &policy),
-        Err(e) => {
-            metrics::counter!("coloc_watch_conversion_errors_total", "kind" => K::LABEL).increment(1);
-            tracing::warn!(kind = K::LABEL, object = %key, error = %e, "cannot read object; left out of the cluster view");
-            K::remove(&mut m.view, &key, &policy);
-        }
+fn apply_one<K: Applies>(cell: &ViewCell, policy: &Policy, obj: Lean<K>) {
+    if let Err(e) = &obj.model {
+        let key = obj.key();
+        metrics::counter!("coloc_watch_conversion_errors_total", "kind" => K::LABEL).increment(1);
+        tracing::warn!(kind = K::LABEL, object = %key, error = %e, "cannot read object; left out of the cluster view");
+        return cell.change(|view| K::remove(view, &key, policy));
+    }
+    if let Ok(model) = obj.model {
+        cell.change(|view| K::apply(view, model, policy));
     }
 }
 
@@ -258,27 +257,35 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
         }
         Event::InitApply(obj) => {
             m.relisting.entry(K::LABEL).or_default().insert(obj.key());
-            apply_one(&mut m, obj);
+            let policy = m.policy.clone();
+            apply_one(&shared.cell, &policy, obj);
             // Until the first sync nothing is published; during a later re-list, upserts
             // are current state and are published as they come.
         }
         Event::InitDone => {
             let listed = m.relisting.remove(K::LABEL).unwrap_or_default();
             let policy = m.policy.clone();
-            let gone: Vec<String> = K::keys(&m.view).into_iter().filter(|k| !listed.contains(k)).collect();
-            for key in &gone {
-                K::remove(&mut m.view, key, &policy);
-            }
+            // O(objects of the kind): a re-list of every pod must not hold readers up.
+            let gone = shared.cell.change_long(|view| {
+                let gone: Vec<String> = K::keys(view).into_iter().filter(|k| !listed.contains(k)).collect();
+                for key in &gone {
+                    K::remove(view, key, &policy);
+                }
+                gone
+            });
             shared.fresh.synced(K::LABEL);
             tracing::info!(kind = K::LABEL, objects = listed.len(), removed = gone.len(), "watch listed");
         }
-        Event::Apply(obj) => apply_one(&mut m, obj),
+        Event::Apply(obj) => {
+            let policy = m.policy.clone();
+            apply_one(&shared.cell, &policy, obj);
+        }
         Event::Delete(obj) => {
             let policy = m.policy.clone();
-            K::remove(&mut m.view, &obj.key(), &policy);
+            shared.cell.change(|view| K::remove(view, &obj.key(), &policy));
         }
     }
-    shared.publish(&mut m);
+    shared.open_when_synced(&mut m);
 }
 
 async fn follow<K: Applies>(api: Api<Lean<K>>, config: watcher::Config, shared: Arc<Shared>) {
@@ -328,8 +335,8 @@ fn probe_path<K: LeanKind>() -> String {
     format!("{}?limit=1", <Lean<K> as kube::Resource>::url_path(&(), None))
 }
 
-/// Runs the watches until the process ends. The first view is published once every kind
-/// has synced; after that every event publishes. A policy change re-indexes the view off
+/// Runs the watches until the process ends. Readers see the view once every kind has
+/// synced; after that every event, at their next read. A policy change re-indexes the view off
 /// the async runtime. Staleness is checked every `tick`; gang kinds are discovered every
 /// `DISCOVERY_EVERY`.
 pub async fn run(client: Client, cell: Arc<ViewCell>, policy: Arc<ArcSwap<Policy>>, fresh: Arc<Freshness>, tick: Duration) {
@@ -346,9 +353,9 @@ pub async fn run_with(
     discovery_every: Duration,
 ) {
     let mut policy_seen = policy.load_full();
+    cell.change(|view| *view = View::empty(&policy_seen));
     let shared = Arc::new(Shared {
         master: Mutex::new(Master {
-            view: View::empty(&policy_seen),
             policy: policy_seen.clone(),
             relisting: BTreeMap::new(),
             published: false,
@@ -394,10 +401,12 @@ pub async fn run_with(
         // O(cluster): keep it off the threads that answer requests.
         let _ = tokio::task::spawn_blocking(move || {
             let mut m = shared_now.lock();
-            m.view = m.view.rebuild(&current);
+            let (nodes, pods) = shared_now.cell.change_long(|view| {
+                *view = view.rebuild(&current);
+                (view.node_count(), view.pod_count())
+            });
             m.policy = current;
-            shared_now.publish(&mut m);
-            tracing::info!(nodes = m.view.node_count(), pods = m.view.pod_count(), "cluster view re-indexed for the new policy");
+            tracing::info!(nodes, pods, "cluster view re-indexed for the new policy");
         })
         .await;
         // A gang source switched on or off takes effect now, not at the next discovery.

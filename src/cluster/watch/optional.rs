@@ -11,11 +11,11 @@ use std::time::Duration;
 use kube::{Api, Client};
 use tokio::task::JoinHandle;
 
-use super::{follow, Applies, Master, Shared};
+use super::{follow, Applies, Shared};
 use crate::cluster::lean::{CoschedulingV1alpha1, LeanKind, NativeV1alpha2, NativeV1beta1, PodGroupApi, PodGroupKind, VolcanoV1beta1};
 use crate::cluster::View;
 use crate::model::GangSource;
-use crate::policy::GangSources;
+use crate::policy::{GangSources, Policy};
 
 /// One watchable gang kind.
 struct GangKind {
@@ -26,7 +26,7 @@ struct GangKind {
     probe_path: fn() -> String,
     start: fn(Client, Arc<Shared>) -> JoinHandle<()>,
     /// Removes every object of this kind from the view.
-    clear: fn(&mut Master),
+    clear: fn(&mut View, &Policy),
 }
 
 fn kind<A: PodGroupApi>() -> GangKind {
@@ -38,10 +38,9 @@ fn kind<A: PodGroupApi>() -> GangKind {
         plural: K::<A>::PLURAL,
         probe_path: super::probe_path::<K<A>>,
         start: |client, shared| tokio::spawn(follow::<K<A>>(Api::all(client), Default::default(), shared)),
-        clear: |m| {
-            let policy = m.policy.clone();
-            for key in K::<A>::keys(&m.view) {
-                K::<A>::remove(&mut m.view, &key, &policy);
+        clear: |view, policy| {
+            for key in K::<A>::keys(view) {
+                K::<A>::remove(view, &key, policy);
             }
         },
     }
@@ -118,10 +117,11 @@ impl GangKinds {
             let Some(task) = self.running.remove(k.label) else { continue };
             task.abort();
             let mut m = shared.lock();
-            (k.clear)(&mut m);
+            let policy = m.policy.clone();
+            shared.cell.change(|view| (k.clear)(view, &policy));
             m.relisting.remove(k.label);
             shared.fresh.forget(k.label);
-            shared.publish(&mut m);
+            shared.open_when_synced(&mut m);
             tracing::info!(kind = k.label, "gang kind no longer watched (not served, or its source is disabled); its PodGroups left the view");
         }
         for k in all.iter().filter(|k| wanted.contains(&k.label)) {

@@ -12,6 +12,9 @@ pub enum Kind {
     Stock,
     /// coloc-echo: filter + prioritize, names mode.
     Echo,
+    /// coloc-echo with nodeCacheCapable: false: the floor of full mode (kube-scheduler
+    /// encodes every candidate Node object, twice per pod).
+    EchoObjects,
     /// coloc-extender `serve --kube`, default policy, all three verbs, nodeCacheCapable: true.
     ColocNames,
     /// The same with nodeCacheCapable: false (full Node and Pod objects).
@@ -36,6 +39,7 @@ impl Kind {
         match self {
             Kind::Stock => "stock",
             Kind::Echo => "echo",
+            Kind::EchoObjects => "echo-objects",
             Kind::ColocNames => "coloc-names",
             Kind::ColocObjects => "coloc-objects",
             Kind::ColocPerPodVerbs => "coloc-per-pod-verbs",
@@ -46,7 +50,7 @@ impl Kind {
     pub fn program<'a>(self, p: &Programs<'a>) -> Option<(&'a Path, &'static [&'static str])> {
         match self {
             Kind::Stock => None,
-            Kind::Echo => Some((p.echo, &[])),
+            Kind::Echo | Kind::EchoObjects => Some((p.echo, &[])),
             Kind::ColocNames | Kind::ColocObjects | Kind::ColocPerPodVerbs => Some((p.extender, &["--kube"])),
         }
     }
@@ -54,9 +58,9 @@ impl Kind {
     /// The registration kube-scheduler gets for an extender at `url`: its entries.
     pub fn entries(self, url: &str) -> Vec<ExtenderEntry> {
         match self {
-            Kind::Echo => vec![ExtenderEntry {
+            Kind::Echo | Kind::EchoObjects => vec![ExtenderEntry {
                 preempt: false,
-                ..ExtenderEntry::all_verbs(url, true)
+                ..ExtenderEntry::all_verbs(url, self == Kind::Echo)
             }],
             Kind::ColocPerPodVerbs => vec![
                 ExtenderEntry {

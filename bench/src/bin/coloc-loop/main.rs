@@ -110,7 +110,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         PathBuf::new()
     };
-    let echo = if needs(&[Kind::Echo]) {
+    let echo = if needs(&[Kind::Echo, Kind::EchoObjects]) {
         program(args.echo.clone(), "coloc-echo")?
     } else {
         PathBuf::new()
