@@ -104,6 +104,25 @@ fn a_job_at_its_last_allowed_failure_is_taken_when_nothing_else_places_the_pod_a
 }
 
 #[test]
+fn a_node_whose_eviction_spends_a_jobs_last_failure_loses_to_one_that_spends_none() {
+    // n1: train allows one more failure (backoffLimit 2, 1 counted); n2: a worker that has
+    // run six times as long. Nothing is lost either way, but after n1 the next preemption
+    // of train would fail it.
+    let s = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 1000, 8))
+        .node(node("n2", 1000, 8))
+        .pods([job_pod("j", "train", "n1", 1000), pod("r", "batch", Some("n2"), 1000)])
+        .job(job("train", 2, 1));
+    let out = s.preempt(online(1000), &["n1", "n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["r"]))]), "{}", out.explain());
+    // Alone, the Job's pod is taken, and the answer says it spends the last failure.
+    let alone = Scenario::new(policy("prefer", "")).node(node("n1", 1000, 8)).pods([job_pod("j", "train", "n1", 1000)]).job(job("train", 2, 1));
+    let out = alone.preempt(online(1000), &["n1"]);
+    let detail = victim_detail(&out, "j");
+    assert!(detail.contains("preemption 2 of backoffLimit 2") && detail.contains("the last failure it allows"), "{detail}");
+}
+
+#[test]
 fn a_job_with_failures_left_is_recreated_and_the_failures_are_counted() {
     let out = job_beside_a_worker(job("train", 3, 1)).preempt(online(1000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["j"]))]), "{}", out.explain());
@@ -187,10 +206,10 @@ fn failures_the_view_has_seen_but_the_job_has_not_recorded_are_counted() {
     // it is counted once, by the Job.
     let mut recorded = evicted;
     recorded.job_tracking = false;
-    let s = job_beside_a_worker(job("train", 2, 1)).node(node("n2", 1000, 8)).pods([recorded]);
+    let s = job_beside_a_worker(job("train", 3, 1)).node(node("n2", 1000, 8)).pods([recorded]);
     let out = s.preempt(online(1000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["j"]))]), "{}", out.explain());
-    assert!(victim_detail(&out, "j").contains("preemption 2 of backoffLimit 2 (1 counted, 0 seen but not counted yet)"), "{}", out.explain());
+    assert!(victim_detail(&out, "j").contains("preemption 2 of backoffLimit 3 (1 counted, 0 seen but not counted yet)"), "{}", out.explain());
 }
 
 #[test]
@@ -244,7 +263,7 @@ fn with_backoff_limit_per_index_an_index_at_its_limit_is_spared() {
     let out = s.preempt(online(1000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["i-2"]))]), "{}", out.explain());
     let detail = victim_detail(&out, "i-2");
-    assert!(detail.contains("Job default/sweep: index 2: preemption 1 of backoffLimitPerIndex 1: recreated; 1 index(es) failed already"), "{detail}");
+    assert!(detail.contains("Job default/sweep: index 2: preemption 1 of backoffLimitPerIndex 1: recreated, the last failure the index allows; 1 index(es) failed already"), "{detail}");
 
     // Alone, the index at its limit is taken as lost work: the index fails.
     let alone = Scenario::new(policy("prefer", "")).node(node("n1", 1000, 8)).pods([index_pod("i-3", "sweep", 3, 1)]).job(indexed("sweep", 1, &[]));
@@ -422,22 +441,24 @@ async fn jobs_are_watched_and_their_pods_failures_followed() {
     assert!(wait_until(|| cell.load().unwrap().jobs().get("batch", "etl").is_some_and(|j| j.on_disruption == Some(DisruptionAction::Ignore))).await);
     assert_eq!(preempt_on(&cell.load().unwrap(), &policy), BTreeMap::from([("n1".into(), uids(&["etl-1"]))]));
 
-    // No rule, backoffLimit 3, 1 failed, 1 recorded but not counted: one failure left.
+    // No rule, backoffLimit 4, 1 failed, 1 recorded but not counted: a third failure
+    // still leaves one.
     etl["spec"]["podFailurePolicy"] = json!(null);
+    etl["spec"]["backoffLimit"] = json!(4);
     api.apply(etl.clone());
     let mut sibling = pod_json("etl-0", Some("etl"), "2027-01-15T07:40:00Z");
     sibling["spec"]["nodeName"] = json!("n2");
     api.apply(sibling.clone());
     assert!(wait_until(|| cell.load().unwrap().pod("batch/etl-0").is_some()).await);
     assert!(wait_until(|| cell.load().unwrap().jobs().get("batch", "etl").is_some_and(|j| j.on_disruption.is_none())).await);
-    assert_eq!(preempt_on(&cell.load().unwrap(), &policy), BTreeMap::from([("n1".into(), uids(&["etl-1"]))]), "2 failures, a third is allowed");
+    assert_eq!(preempt_on(&cell.load().unwrap(), &policy), BTreeMap::from([("n1".into(), uids(&["etl-1"]))]), "2 failures, a third of 4 is allowed");
 
     // The sibling is evicted (terminating, the Job's finalizer still on it): the view
     // counts the failure before the controller does...
     sibling["metadata"]["deletionTimestamp"] = json!("2027-01-15T07:59:50Z");
     api.apply(sibling.clone());
     assert!(wait_until(|| cell.load().unwrap().pod("batch/etl-0").is_some_and(|p| p.deletion_time.is_some())).await);
-    assert_eq!(preempt_on(&cell.load().unwrap(), &policy), BTreeMap::from([("n1".into(), uids(&["worker"]))]), "the unrecorded failure spent the last one");
+    assert_eq!(preempt_on(&cell.load().unwrap(), &policy), BTreeMap::from([("n1".into(), uids(&["worker"]))]), "with the unrecorded failure, etl-1's would be the last one: the worker goes instead");
     // ... and still once it has failed and left the view (the pod watch skips terminal
     // pods), until the Job is written again.
     sibling["status"]["phase"] = json!("Failed");

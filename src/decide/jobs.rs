@@ -17,6 +17,9 @@ use crate::model::{DisruptionAction, Job, Pod, INDEX_FAILURE_COUNT};
 pub struct JobCharge {
     /// The Job (or the pod's index) fails: the Job's work is lost.
     pub fails: bool,
+    /// The preemption is the last failure the Job (or the index) allows: the next one
+    /// fails it.
+    pub last: bool,
     /// "Job batch/train: preemption is failure 2 of backoffLimit 3 ...".
     pub note: String,
 }
@@ -36,14 +39,14 @@ impl JobLedger {
         let job = jobs.of(pod)?;
         let key = job.key();
         if job.finished {
-            return Some(JobCharge { fails: false, note: format!("Job {key} has finished: its preemption changes nothing for the Job") });
+            return Some(JobCharge { fails: false, last: false, note: format!("Job {key} has finished: its preemption changes nothing for the Job") });
         }
         let action = job.on_disruption;
         if action == Some(DisruptionAction::Ignore) {
-            return Some(JobCharge { fails: false, note: format!("Job {key}: podFailurePolicy Ignore on DisruptionTarget: recreated, not counted as a failure") });
+            return Some(JobCharge { fails: false, last: false, note: format!("Job {key}: podFailurePolicy Ignore on DisruptionTarget: recreated, not counted as a failure") });
         }
         if action == Some(DisruptionAction::FailJob) {
-            return Some(JobCharge { fails: true, note: format!("Job {key}: podFailurePolicy FailJob on DisruptionTarget: preemption fails the Job") });
+            return Some(JobCharge { fails: true, last: false, note: format!("Job {key}: podFailurePolicy FailJob on DisruptionTarget: preemption fails the Job") });
         }
         let taken = self.taken.entry(key.clone()).or_insert(0);
         *taken += 1;
@@ -53,14 +56,16 @@ impl JobLedger {
         let detail = format!("{counted} counted, {uncounted} seen but not counted yet{}", if *taken > 1 { format!(", {} more in this answer", *taken - 1) } else { String::new() });
         // backoffLimit holds with backoffLimitPerIndex too, where it is set explicitly.
         if failure > job.backoff_limit {
-            return Some(JobCharge { fails: true, note: format!("Job {key}: preemption would be failure {failure} of backoffLimit {} ({detail}): preemption fails the Job", job.backoff_limit) });
+            return Some(JobCharge { fails: true, last: false, note: format!("Job {key}: preemption would be failure {failure} of backoffLimit {} ({detail}): preemption fails the Job", job.backoff_limit) });
         }
         if let (Some(limit), Some(index)) = (job.backoff_limit_per_index, pod.completion_index().filter(|_| job.indexed)) {
             let earlier = self.taken_index.entry((key.clone(), index)).or_insert(0);
             *earlier += 1;
             return Some(per_index(job, &key, index, limit, pod, *earlier, action));
         }
-        Some(JobCharge { fails: false, note: format!("Job {key}: preemption {failure} of backoffLimit {} ({detail}): recreated", job.backoff_limit) })
+        let last = failure == job.backoff_limit;
+        let tail = if last { ", the last failure it allows" } else { "" };
+        Some(JobCharge { fails: false, last, note: format!("Job {key}: preemption {failure} of backoffLimit {} ({detail}): recreated{tail}", job.backoff_limit) })
     }
 }
 
@@ -74,14 +79,16 @@ fn per_index(job: &Job, key: &str, index: u32, limit: i32, pod: &Pod, in_answer:
         _ => String::new(),
     };
     if action == Some(DisruptionAction::FailIndex) {
-        return JobCharge { fails: true, note: format!("Job {key}: podFailurePolicy FailIndex on DisruptionTarget: preemption fails index {index}{max_note}{failed_note}") };
+        return JobCharge { fails: true, last: false, note: format!("Job {key}: podFailurePolicy FailIndex on DisruptionTarget: preemption fails index {index}{max_note}{failed_note}") };
     }
     let before: i32 = pod.annotations.get(INDEX_FAILURE_COUNT).and_then(|v| v.parse().ok()).unwrap_or(0);
     let failure = before.saturating_add(in_answer);
     if failure > limit {
-        JobCharge { fails: true, note: format!("Job {key}: preemption would be failure {failure} of index {index}, backoffLimitPerIndex {limit}: preemption fails the index{max_note}{failed_note}") }
+        JobCharge { fails: true, last: false, note: format!("Job {key}: preemption would be failure {failure} of index {index}, backoffLimitPerIndex {limit}: preemption fails the index{max_note}{failed_note}") }
     } else {
-        JobCharge { fails: false, note: format!("Job {key}: index {index}: preemption {failure} of backoffLimitPerIndex {limit}: recreated{failed_note}") }
+        let last = failure == limit;
+        let tail = if last { ", the last failure the index allows" } else { "" };
+        JobCharge { fails: false, last, note: format!("Job {key}: index {index}: preemption {failure} of backoffLimitPerIndex {limit}: recreated{tail}{failed_note}") }
     }
 }
 

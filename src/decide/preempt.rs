@@ -45,6 +45,10 @@ pub struct Cost {
     pub pdb_violations: i64,
     /// Victims that nothing recreates (allowed only where the policy says so).
     pub lost_pods: i64,
+    /// Budgets this eviction uses up: a PDB's last allowed disruption, a Job's last
+    /// allowed failure. Nothing is lost now, but a later arrival whose only room is
+    /// behind that budget would have to violate it (budgets are shared over time).
+    pub budgets_spent: i64,
     /// Bare victims that go back to the pending queue through a replacement.
     pub requeued: i64,
     /// How valuable the most valuable victim's class is (0: no victims).
@@ -79,6 +83,8 @@ struct Victim<'a> {
     proposed: bool,
     /// What its eviction does to its Job, once the victim set is known (`jobs::charge`).
     job_note: Option<String>,
+    /// Its eviction uses up its Job's last allowed failure (`jobs::charge`).
+    last_job_failure: bool,
 }
 
 impl Victim<'_> {
@@ -322,6 +328,7 @@ fn victim<'a>(ctx: &Context, pod: &'a Pod, eligible: eligibility::Eligible, view
         gang,
         proposed,
         job_note: None,
+        last_job_failure: false,
     }
 }
 
@@ -388,14 +395,16 @@ fn reselect(
     let mut candidates = candidates;
     candidates.sort_by(|a, b| a.value_order(b));
     let mut budgets = Budgets::new(view);
-    let violating: Vec<bool> = candidates.iter().map(|c| budgets.take(c.pod)).collect();
+    let taken: Vec<Taken> = candidates.iter().map(|c| budgets.take(c.pod)).collect();
+    let violating = |i: usize| taken[i].violated.is_some();
     // A pod whose eviction fails its Job is lost work: tried for reprieve right after
-    // the PDB-violating ones.
-    let fails_job = jobs::failing(ctx, &candidates);
+    // the PDB-violating ones; then those that would spend a last budget.
+    let jobs = jobs::failing(ctx, &candidates);
+    let spends = |i: usize| taken[i].spent_last.is_some() || jobs[i].last;
     let mut pdb_first: Vec<usize> = (0..candidates.len()).collect();
-    pdb_first.sort_by_key(|&i| (!violating[i], !fails_job[i], candidates[i].gang.is_none(), i));
+    pdb_first.sort_by_key(|&i| (!violating(i), !jobs[i].fails, !spends(i), candidates[i].gang.is_none(), i));
     let mut gang_first = pdb_first.clone();
-    gang_first.sort_by_key(|&i| (candidates[i].gang.is_none(), !violating[i], !fails_job[i], i));
+    gang_first.sort_by_key(|&i| (candidates[i].gang.is_none(), !violating(i), !jobs[i].fails, !spends(i), i));
     let mut orders = vec![pdb_first];
     if gang_first != orders[0] {
         orders.push(gang_first);
@@ -459,8 +468,15 @@ fn reprieve(
     // Exact PDB accounting on the final set.
     let mut budgets = Budgets::new(view);
     let mut violations = 0;
+    let mut spent = 0;
     for c in &chosen {
-        if let Some(pdb) = budgets.take_named(c.pod) {
+        let taken = budgets.take(c.pod);
+        if let Some(pdb) = taken.spent_last {
+            ex.push(Explanation::pod(node_name, &c.pod.key(), "victim", "last_disruption",
+                format!("spends the last disruption PDB {pdb} allows: a later preemption there would violate it")));
+            spent += 1;
+        }
+        if let Some(pdb) = taken.violated {
             let class = ctx.policy.class(c.class);
             if class.victim.pdb == PdbMode::Strict {
                 ex.push(Explanation::node(node_name, "dropped", "pdb_strict",
@@ -475,6 +491,7 @@ fn reprieve(
     jobs::charge(ctx, node_name, &mut chosen, ex)?;
     let mut cost = cost_of(ctx, &chosen);
     cost.pdb_violations = violations;
+    cost.budgets_spent += spent;
     cost.broken_gang_members = gangs::charge(node_name, &chosen, ex);
     Some(finish(ctx, preemptor, node_name, chosen, violations, cost, "re-selected under the policy", ex))
 }
@@ -530,14 +547,23 @@ struct Budgets<'a> {
     left: HashMap<String, i32>,
 }
 
+/// What one eviction does to the PDBs covering the pod.
+#[derive(Debug, Default)]
+struct Taken {
+    /// The first PDB it pushes past its budget, described.
+    violated: Option<String>,
+    /// The first PDB whose last allowed disruption it spends.
+    spent_last: Option<String>,
+}
+
 impl<'a> Budgets<'a> {
     fn new(view: &'a View) -> Self {
         Budgets { view, left: HashMap::new() }
     }
 
-    /// Counts `pod`'s eviction; returns the first PDB it pushes past its budget.
-    fn take_named(&mut self, pod: &Pod) -> Option<String> {
-        let mut violated = None;
+    /// Counts `pod`'s eviction against every PDB covering it.
+    fn take(&mut self, pod: &Pod) -> Taken {
+        let mut taken = Taken::default();
         for pdb in self.view.pdbs_covering(pod) {
             // Pods already disrupted were counted by the disruption controller.
             if pdb.disrupted_pods.iter().any(|d| d == &pod.name) {
@@ -546,20 +572,19 @@ impl<'a> Budgets<'a> {
             let view = self.view;
             let left = self.left.entry(pdb.key()).or_insert_with(|| view.disruptions_allowed(pdb));
             *left -= 1;
-            if *left < 0 && violated.is_none() {
+            if *left == 0 && taken.spent_last.is_none() {
+                taken.spent_last = Some(pdb.key());
+            }
+            if *left < 0 && taken.violated.is_none() {
                 let now = view.disruptions_allowed(pdb);
-                violated = Some(if now == pdb.disruptions_allowed {
+                taken.violated = Some(if now == pdb.disruptions_allowed {
                     format!("{} (disruptionsAllowed {})", pdb.key(), pdb.disruptions_allowed)
                 } else {
                     format!("{} (disruptionsAllowed {} in status, {now} now: covered pods evicted since)", pdb.key(), pdb.disruptions_allowed)
                 });
             }
         }
-        violated
-    }
-
-    fn take(&mut self, pod: &Pod) -> bool {
-        self.take_named(pod).is_some()
+        taken
     }
 }
 
@@ -576,6 +601,9 @@ fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
             Fate::Lost => cost.lost_pods += 1,
             Fate::Requeued => cost.requeued += 1,
             Fate::Recreated => {}
+        }
+        if v.last_job_failure {
+            cost.budgets_spent += 1;
         }
         min_share = min_share.min(v.tenant_share);
     }

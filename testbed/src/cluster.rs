@@ -89,6 +89,12 @@ impl PodBuilder {
         self
     }
 
+    /// Lets kube-scheduler place it on `node` only (a `nodeSelector` on the hostname).
+    pub fn only_on(mut self, node: &str) -> PodBuilder {
+        self.0["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": node});
+        self
+    }
+
     pub fn label(mut self, k: &str, v: &str) -> PodBuilder {
         self.0["metadata"]["labels"][k] = json!(v);
         self

@@ -8,6 +8,7 @@
 //! keeps every case's directory (logs, configs).
 
 mod bed;
+mod budgets;
 mod faults;
 mod invariants;
 mod jobs;
@@ -31,6 +32,7 @@ pub struct Case {
 fn all_cases() -> Vec<Case> {
     let mut v = scenarios::cases();
     v.extend(jobs::cases());
+    v.extend(budgets::cases());
     v.extend(faults::cases());
     v.extend(profiles::cases());
     v

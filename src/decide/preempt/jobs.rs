@@ -14,6 +14,7 @@ pub(super) fn charge(ctx: &Context, node: &str, chosen: &mut [Victim], ex: &mut 
     let mut ledger = JobLedger::default();
     for c in chosen.iter_mut() {
         let Some(charge) = ledger.take(ctx.view, c.pod) else { continue };
+        c.last_job_failure = charge.last;
         if charge.fails {
             let class = ctx.policy.class(c.class);
             if class.victim.jobs == JobVictims::Protect {
@@ -31,9 +32,21 @@ pub(super) fn charge(ctx: &Context, node: &str, chosen: &mut [Victim], ex: &mut 
     Some(())
 }
 
-/// Which candidates would fail their Job if all of them were evicted (most valuable
-/// first): they are tried for reprieve first, like PDB-violating ones.
-pub(super) fn failing(ctx: &Context, candidates: &[Victim]) -> Vec<bool> {
+/// What evicting one candidate does to its Job, if all of them were evicted.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Effect {
+    /// It fails its Job: tried for reprieve first, like PDB-violating ones.
+    pub fails: bool,
+    /// It uses up the Job's last allowed failure.
+    pub last: bool,
+}
+
+/// What evicting each candidate does to its Job, if all of them were evicted (most
+/// valuable first).
+pub(super) fn failing(ctx: &Context, candidates: &[Victim]) -> Vec<Effect> {
     let mut ledger = JobLedger::default();
-    candidates.iter().map(|c| ledger.take(ctx.view, c.pod).is_some_and(|j| j.fails)).collect()
+    candidates
+        .iter()
+        .map(|c| ledger.take(ctx.view, c.pod).map_or(Effect::default(), |j| Effect { fails: j.fails, last: j.last }))
+        .collect()
 }

@@ -1,0 +1,126 @@
+//! Budgets are shared over time: spending a PodDisruptionBudget's last allowed disruption
+//! (or a Job's last allowed failure) costs more than a choice that spends neither, when
+//! both place the pod, so that a later arrival is not forced into a violation an earlier
+//! choice could have avoided. Each rule on the smallest cluster that shows it.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use coloc_extender::model::Pod;
+use coloc_extender::policy::Policy;
+
+/// online preempts batch; batch's bare pods are requeued.
+fn requeue_policy() -> Policy {
+    Policy::from_yaml(
+        r#"
+defaultClass: unclassified
+maxCandidates: 1
+classes:
+  - name: online
+    match: [{priorityClassNames: [online]}]
+    preempts: [batch]
+  - name: batch
+    match: [{priorityClassNames: [batch]}]
+    victim: {allowed: true, pdb: prefer, bare: requeue}
+  - name: unclassified
+"#,
+    )
+    .unwrap()
+}
+
+fn online(cpu: i64) -> Pod {
+    pod("preemptor", "online", None, cpu)
+}
+
+/// A GPU node: only pods that ask for a GPU need it, but they can go nowhere else.
+fn gpu_node(name: &str) -> coloc_extender::model::Node {
+    let mut n = node(name, 1000, 8);
+    n.allocatable.scalar.insert("nvidia.com/gpu".into(), 1);
+    n
+}
+
+#[test]
+fn a_node_that_spends_a_pdbs_last_disruption_loses_to_one_that_spends_none() {
+    // Two workers of two ReplicaSets, one per node. w's PDB allows one more disruption,
+    // v's two. By run time alone w-1 (younger) is the cheaper victim.
+    let s = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 1000, 8))
+        .node(node("n2", 1000, 8))
+        .pods([pod("w-1", "batch", Some("n1"), 1000).started(1800), pod("v-1", "batch", Some("n2"), 1000)])
+        .pdb(pdb("w-pdb", "w", 1))
+        .pdb(pdb("v-pdb", "v", 2));
+    let out = s.preempt(online(1000), &["n1", "n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["v-1"]))]), "{}", out.explain());
+    assert!(out.explanations.iter().any(|e| e.code == "last_disruption" && e.node.as_deref() == Some("n1")), "{}", out.explain());
+}
+
+#[test]
+fn requeueing_a_bare_pod_is_cheaper_than_spending_a_pdbs_last_disruption() {
+    let s = Scenario::new(requeue_policy())
+        .node(node("n1", 1000, 8))
+        .node(node("n2", 1000, 8))
+        .pods([pod("w-1", "batch", Some("n1"), 1000), pod("free-1", "batch", Some("n2"), 1000).bare()])
+        .pdb(pdb("w-pdb", "w", 1));
+    let out = s.preempt(online(1000), &["n1", "n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["free-1"]))]), "{}", out.explain());
+    assert_eq!(out.requeues.len(), 1);
+}
+
+#[test]
+fn on_one_node_the_victim_that_spends_no_last_budget_goes_first() {
+    // Either pod frees enough room; evicting w-1 would leave its PDB at zero.
+    let s = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 2000, 8))
+        .pods([pod("w-1", "batch", Some("n1"), 1000).started(1800), pod("v-1", "batch", Some("n1"), 1000)])
+        .pdb(pdb("w-pdb", "w", 1))
+        .pdb(pdb("v-pdb", "v", 2));
+    let out = s.preempt(online(1000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["v-1"]))]), "{}", out.explain());
+}
+
+#[test]
+fn a_pdb_with_budget_to_spare_costs_nothing_more() {
+    // Both PDBs keep a disruption in hand whichever node is taken: run time decides.
+    let s = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 1000, 8))
+        .node(node("n2", 1000, 8))
+        .pods([pod("w-1", "batch", Some("n1"), 1000).started(1800), pod("v-1", "batch", Some("n2"), 1000)])
+        .pdb(pdb("w-pdb", "w", 2))
+        .pdb(pdb("v-pdb", "v", 2));
+    let out = s.preempt(online(1000), &["n1", "n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["w-1"]))]), "{}", out.explain());
+    assert!(!out.has("victim", "last_disruption"));
+}
+
+/// Two arrivals. w's PDB allows one disruption and covers w-1 (on the only GPU node) and
+/// w-2; n2 holds a bare pod that can be requeued. The first arrival fits on n1 or n2;
+/// the second needs the GPU node.
+fn two_arrivals(after_first: &[Pod], pdb_allowed: i32) -> Scenario {
+    Scenario::new(requeue_policy())
+        .node(gpu_node("gpu"))
+        .node(node("n1", 1000, 8))
+        .node(node("n2", 1000, 8))
+        .pods([pod("w-1", "batch", Some("gpu"), 1000)])
+        .pods(after_first.iter().cloned())
+        .pdb(pdb("w-pdb", "w", pdb_allowed))
+}
+
+#[test]
+fn an_early_arrival_leaves_the_last_disruption_to_a_later_one_that_has_no_other_choice() {
+    let before = two_arrivals(&[pod("w-2", "batch", Some("n1"), 1000), pod("free-1", "batch", Some("n2"), 1000).bare()], 1);
+    let first = before.preempt(online(1000), &["n1", "n2"]);
+    assert_eq!(first.victims(), BTreeMap::from([("n2".into(), uids(&["free-1"]))]), "{}", first.explain());
+
+    // The first arrival took n2 (free-1 requeued): the GPU pod spends the budget.
+    let then = two_arrivals(&[pod("w-2", "batch", Some("n1"), 1000), pod("web", "online", Some("n2"), 1000)], 1);
+    let gpu_pod = online(1000).scalar("nvidia.com/gpu", 1);
+    let second = then.preempt(gpu_pod.clone(), &["gpu"]);
+    assert_eq!(second.victims(), BTreeMap::from([("gpu".into(), uids(&["w-1"]))]), "{}", second.explain());
+    assert_eq!(second.violations("gpu"), 0);
+
+    // Had it taken n1, the budget would be gone and the GPU pod would violate it.
+    let otherwise = two_arrivals(&[pod("web", "online", Some("n1"), 1000), pod("free-1", "batch", Some("n2"), 1000).bare()], 0);
+    assert_eq!(otherwise.preempt(gpu_pod, &["gpu"]).violations("gpu"), 1);
+}
