@@ -83,3 +83,24 @@ async fn a_waiting_decision_is_woken_by_a_staged_change() {
     tokio::time::timeout(Duration::from_secs(5), changed.changed()).await.expect("woken").unwrap();
     assert_eq!(classes(&cell.load().unwrap()), ["a"]);
 }
+
+#[test]
+fn background_work_reads_the_newest_view_in_place_once_readers_may() {
+    let cell = ViewCell::default();
+    cell.change(|v| add_class(v, "a"));
+    assert_eq!(cell.read_latest(classes), None, "not before the source has synced");
+    cell.open();
+    cell.change(|v| add_class(v, "b"));
+    assert_eq!(cell.read_latest(classes), Some(vec!["a".to_string(), "b".to_string()]));
+    cell.set_stale(true);
+    assert_eq!(cell.read_latest(classes), None, "nor while the view is stale");
+}
+
+#[test]
+fn a_snapshot_cell_is_read_in_place_too() {
+    let cell = ViewCell::default();
+    let mut view = View::default();
+    add_class(&mut view, "a");
+    cell.publish(view);
+    assert_eq!(cell.read_latest(classes), Some(vec!["a".to_string()]));
+}

@@ -118,6 +118,22 @@ impl ViewCell {
         f(&self.lock().view)
     }
 
+    /// Reads the newest view in place, for background work that keeps nothing of it
+    /// (metrics, requeue's plan): `None` when `load` would give `None`. Unlike `load` it
+    /// hands out no clone, which would make the next events copy what they touch.
+    pub fn read_latest<R>(&self, f: impl FnOnce(&View) -> R) -> Option<R> {
+        if self.stale.load(Ordering::Relaxed) {
+            return None;
+        }
+        let staged = self.lock();
+        if staged.open {
+            return Some(f(&staged.view));
+        }
+        drop(staged);
+        // A snapshot source publishes whole views and never opens the staged one.
+        self.current.load_full().map(|v| f(&v))
+    }
+
     /// Lets readers see the staged view, from now on.
     pub fn open(&self) {
         let mut staged = self.lock();

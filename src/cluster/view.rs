@@ -229,6 +229,9 @@ impl View {
             if self.stays_in_place(old, &pod) {
                 return self.update_in_place(old, pod, key, policy);
             }
+            if self.same_pod(old, &pod) {
+                return self.move_slot(old, pod, key, policy);
+            }
             self.detach(old, policy);
         }
         if !pod.is_terminal() {
@@ -244,19 +247,26 @@ impl View {
             (Slot::Pending, Slot::Pending) => true,
             _ => false,
         };
-        same_place && old.uid == pod.uid && !pod.is_terminal() && self.pods_by_uid.get(&pod.uid).is_some_and(|p| Arc::ptr_eq(p, old))
+        same_place && self.same_pod(old, pod)
+    }
+
+    /// A new version of `old` (same UID, whose entry is `old`'s) that stays in the view.
+    fn same_pod(&self, old: &PodRef, pod: &Pod) -> bool {
+        old.uid == pod.uid && !pod.is_terminal() && self.pods_by_uid.get(&pod.uid).is_some_and(|p| Arc::ptr_eq(p, old))
+    }
+
+    /// The same pod in another place (the common binding: pending, then bound): its map
+    /// entries are replaced where they are; only its node changes.
+    fn move_slot(&mut self, old: &PodRef, pod: PodRef, key: String, policy: &Policy) {
+        self.index(&pod, key, Some(old));
+        self.leave_slot(old, policy);
+        self.enter_slot(pod, policy);
     }
 
     /// Swaps `old` for `pod` where it stands: one write per map and one node copy, instead
     /// of detach + attach (two of each, plus a remove and a sorted insert in the node).
     fn update_in_place(&mut self, old: &PodRef, pod: PodRef, key: String, policy: &Policy) {
-        if crate::requeue::is_replacement(&pod) {
-            self.replacements.insert(key.clone(), pod.clone());
-        } else if crate::requeue::is_replacement(old) {
-            self.replacements.remove(&key);
-        }
-        self.pods.insert(key, pod.clone());
-        self.pods_by_uid.insert(pod.uid.clone(), pod.clone());
+        self.index(&pod, key, Some(old));
         match slot(&pod) {
             Slot::Bound(node) => {
                 let old_class = policy.classify(old, self.priority_of(old));
@@ -283,12 +293,24 @@ impl View {
         Some(old)
     }
 
-    fn attach(&mut self, pod: PodRef, key: String, policy: &Policy) {
-        if crate::requeue::is_replacement(&pod) {
+    /// Enters `pod` in the view's maps, in place of `old` (same key) if given.
+    fn index(&mut self, pod: &PodRef, key: String, old: Option<&PodRef>) {
+        if crate::requeue::is_replacement(pod) {
             self.replacements.insert(key.clone(), pod.clone());
+        } else if old.is_some_and(|o| crate::requeue::is_replacement(o)) {
+            self.replacements.remove(&key);
         }
         self.pods.insert(key, pod.clone());
         self.pods_by_uid.insert(pod.uid.clone(), pod.clone());
+    }
+
+    fn attach(&mut self, pod: PodRef, key: String, policy: &Policy) {
+        self.index(&pod, key, None);
+        self.enter_slot(pod, policy);
+    }
+
+    /// Puts `pod` on its node (bound or nominated).
+    fn enter_slot(&mut self, pod: PodRef, policy: &Policy) {
         match slot(&pod) {
             Slot::Bound(node) => {
                 let class = policy.classify(&pod, self.priority_of(&pod));
@@ -309,6 +331,11 @@ impl View {
         if self.pods_by_uid.get(&pod.uid).is_some_and(|p| Arc::ptr_eq(p, pod)) {
             self.pods_by_uid.remove(&pod.uid);
         }
+        self.leave_slot(pod, policy);
+    }
+
+    /// Takes `pod` off its node (bound or nominated).
+    fn leave_slot(&mut self, pod: &PodRef, policy: &Policy) {
         match slot(pod) {
             Slot::Bound(node) => {
                 self.node_mut(node).remove_pod(pod);

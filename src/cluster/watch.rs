@@ -385,12 +385,12 @@ pub async fn run_with(
         probe_failing(&client, &fresh).await;
         let now = crate::clock::system_now();
         cell.set_stale(fresh.is_stale(now, STALE_AFTER_SECS));
-        if let Some(v) = cell.load() {
+        cell.read_latest(|v| {
             metrics::gauge!("coloc_view_nodes").set(v.node_count() as f64);
             metrics::gauge!("coloc_view_pods").set(v.pod_count() as f64);
             metrics::gauge!("coloc_view_generation").set(v.generation() as f64);
-            optional::record_pod_groups(&v);
-        }
+            optional::record_pod_groups(v);
+        });
         let current = policy.load_full();
         if Arc::ptr_eq(&current, &policy_seen) {
             continue;

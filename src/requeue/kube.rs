@@ -127,8 +127,9 @@ impl Requeuer {
     /// One pass; nothing happens until the view is synced (a missing original must mean
     /// "gone", never "not listed yet").
     pub async fn reconcile_once(&self, cell: &ViewCell, evict_within: i64) {
-        let Some(view) = cell.load() else { return };
-        for action in plan::reconcile(&view, crate::clock::system_now(), evict_within) {
+        let now = crate::clock::system_now();
+        let Some(actions) = cell.read_latest(|view| plan::reconcile(view, now, evict_within)) else { return };
+        for action in actions {
             match action {
                 Action::Release(r) => self.release(&r).await,
                 Action::Delete { namespace, name, uid, reason } => self.delete(&namespace, &name, &uid, &reason).await,

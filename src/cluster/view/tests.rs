@@ -104,9 +104,15 @@ fn a_pending_pod_is_nominated_until_it_binds() {
     view.apply_pod(Arc::new(pending), &p);
     assert_eq!(names(view.nominated_on("n1")), ["web"]);
     assert!(view.pods_on("n1").is_empty());
-    view.apply_pod(Arc::new(pod("o", "web", Some("n1"))), &p);
+    let bound = Arc::new(pod("o", "web", Some("n1")));
+    view.apply_pod(bound.clone(), &p);
     assert!(view.nominated_on("n1").is_empty());
     assert_eq!(names(view.pods_on("n1")), ["web"]);
+    // Moved in place: one pod, indexed by its new version.
+    assert_eq!(view.pod_count(), 1);
+    assert!(Arc::ptr_eq(view.pod_by_uid(&bound.uid).unwrap(), &bound) && Arc::ptr_eq(view.pod("o/web").unwrap(), &bound));
+    let built = View::build(Objects { nodes: vec![node("n1", 4000)], pods: vec![(*bound).clone()], ..Objects::default() }, &p);
+    assert_eq!(view.node_info("n1").unwrap().usage(), built.node_info("n1").unwrap().usage());
 }
 
 #[test]

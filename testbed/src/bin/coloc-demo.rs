@@ -1,10 +1,13 @@
-//! coloc-demo: a scenario run twice on a local control plane (the release binaries in
+//! coloc-demo: a scenario run on a local control plane (the release binaries in
 //! KUBE_BIN_DIR): behind kube-scheduler alone, then behind coloc-extender
-//! (`serve --kube --requeue --events --wake`, the default policy). Prints side by side what
-//! each placed, evicted, requeued and lost, and the extender's Events.
+//! (`serve --kube --requeue --events --wake`, the default policy) in each
+//! `nodeCacheCapable` mode asked for. Prints side by side what each placed, evicted (and
+//! how many evictions were made for offline pods: recreated or requeued ones), requeued,
+//! lost, the PDB violations, gangs broken, Jobs failed and the run time discarded, and
+//! the extender's Events.
 //!
 //!   cargo build --release && cargo run --release -p coloc-testbed --bin coloc-demo
-//!   coloc-demo [--scenario FILE] [--extender PATH] [--hold]
+//!   coloc-demo [--scenario FILE | --generate NODES] [--modes names,objects] [--extender PATH] [--hold]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -15,20 +18,33 @@ use coloc_testbed::cluster::{self};
 use coloc_testbed::control_plane::Options;
 use coloc_testbed::scenario::Scenario;
 use coloc_testbed::{kubelet, wait, Binaries, ControlPlane, Extender, ExtenderEntry, Kubelet, Scheduler};
+use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::watcher;
 use kube::Api;
 
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
 struct Args {
     scenario: PathBuf,
+    /// Nodes of a generated scenario (`Scenario::generate`) instead of a file.
+    generate: Option<usize>,
+    /// nodeCacheCapable per extender run: true for names, false for objects.
+    modes: Vec<bool>,
     extender: PathBuf,
     hold: bool,
 }
 
+const USAGE: &str = "usage: coloc-demo [--scenario FILE | --generate NODES] [--modes names,objects] [--extender PATH] [--hold]";
+
 fn args() -> Result<Args, String> {
     let mut a = Args {
         scenario: Path::new(REPO).join("testbed/scenarios/colocated.json"),
+        generate: None,
+        modes: vec![true],
         extender: Path::new(REPO).join("target/release/coloc-extender"),
         hold: false,
     };
@@ -36,10 +52,25 @@ fn args() -> Result<Args, String> {
     while let Some(flag) = it.next() {
         match flag.as_str() {
             "--scenario" => a.scenario = it.next().ok_or("--scenario needs a file")?.into(),
+            "--generate" => {
+                let n = it.next().ok_or("--generate needs a number of nodes")?;
+                a.generate = Some(n.parse().ok().filter(|n| *n > 0).ok_or(format!("--generate needs a number of nodes, not {n:?}"))?);
+            }
+            "--modes" => {
+                let m = it.next().ok_or("--modes needs names, objects or both")?;
+                a.modes = m
+                    .split(',')
+                    .map(|x| match x {
+                        "names" => Ok(true),
+                        "objects" => Ok(false),
+                        other => Err(format!("--modes: {other:?} is neither names nor objects")),
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
             "--extender" => a.extender = it.next().ok_or("--extender needs a path")?.into(),
             "--hold" => a.hold = true,
-            "-h" | "--help" => return Err("usage: coloc-demo [--scenario FILE] [--extender PATH] [--hold]".into()),
-            other => return Err(format!("unknown argument {other:?}; usage: coloc-demo [--scenario FILE] [--extender PATH] [--hold]")),
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown argument {other:?}; {USAGE}")),
         }
     }
     if !a.extender.is_file() {
@@ -53,6 +84,16 @@ struct Outcome {
     /// online pod → (node, seconds from arrival to bound)
     placed: BTreeMap<String, (String, f64)>,
     evicted: BTreeSet<String>,
+    /// Every eviction kube-scheduler made (its `Preempted` Events), of original pods,
+    /// recreated ones and requeued ones alike.
+    evictions: usize,
+    /// Of those, made for an offline preemptor (a recreated or requeued pod).
+    evictions_for_offline: usize,
+    /// Covered pods disrupted while their PDB was at its floor (rises in
+    /// desiredHealthy - currentHealthy, as the disruption controller reports them).
+    pdb_violations: i64,
+    /// Run time of every evicted pod × its CPU request.
+    discarded_cpu_s: f64,
     requeued: BTreeSet<String>,
     lost: BTreeSet<String>,
     gangs_broken: BTreeSet<String>,
@@ -86,37 +127,63 @@ async fn main() -> ExitCode {
 }
 
 async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
-    let scenario = Scenario::load(&args.scenario)?;
-    println!("scenario {}: {}", args.scenario.display(), scenario.about);
+    let scenario = match args.generate {
+        Some(n) => Scenario::generate(n),
+        None => Scenario::load(&args.scenario)?,
+    };
+    match args.generate {
+        Some(n) => println!("scenario generated for {n} nodes: {}", scenario.about),
+        None => println!("scenario {}: {}", args.scenario.display(), scenario.about),
+    }
     println!("control plane: {} (kube-scheduler, kube-apiserver, kube-controller-manager; a kubelet stand-in)\n", bins.dir.display());
     println!("run 1: kube-scheduler alone ...");
     let (stock, _) = run(bins, &scenario, None, false).await?;
-    println!("run 2: kube-scheduler + coloc-extender ...");
-    let (ours, held) = run(bins, &scenario, Some(&args.extender), args.hold).await?;
-    let rows: [(&str, Box<dyn Fn(&Outcome) -> String>); 7] = [
+    let mut runs = vec![("kube-scheduler alone".to_string(), stock)];
+    let mut held = None;
+    for (i, &names) in args.modes.iter().enumerate() {
+        let label = format!("coloc-extender, {}", if names { "names" } else { "objects" });
+        println!("run {}: kube-scheduler + {label} ...", i + 2);
+        let last = i + 1 == args.modes.len();
+        let (ours, plane) = run(bins, &scenario, Some((&args.extender, names)), args.hold && last).await?;
+        held = plane;
+        runs.push((label, ours));
+    }
+    let rows: [(&str, Box<dyn Fn(&Outcome) -> String>); 11] = [
         ("online pods placed", Box::new(|o| format!("{}/{}", o.placed.len(), scenario.online.len()))),
         ("time to place, max", Box::new(|o| o.placed.values().map(|(_, s)| *s).fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.max(s)))).map_or("-".into(), |s| format!("{s:.1} s")))),
-        ("evicted", Box::new(|o| list(&o.evicted))),
+        ("evictions", Box::new(|o| o.evictions.to_string())),
+        ("  made for offline pods", Box::new(|o| o.evictions_for_offline.to_string())),
+        ("original pods evicted", Box::new(|o| list(&o.evicted))),
         ("requeued (back in the queue)", Box::new(|o| list(&o.requeued))),
         ("lost (bare pods gone for good)", Box::new(|o| list(&o.lost))),
+        ("PDB violations", Box::new(|o| o.pdb_violations.to_string())),
         ("gangs broken", Box::new(|o| list(&o.gangs_broken))),
         ("Jobs failed", Box::new(|o| list(&o.jobs_failed))),
+        ("run time discarded, CPU-s", Box::new(|o| format!("{:.0}", o.discarded_cpu_s))),
     ];
-    println!("\n{:<32} {:<28} with coloc-extender", "", "kube-scheduler alone");
+    print!("\n{:<32}", "");
+    for (label, _) in &runs {
+        print!(" {label:<28}");
+    }
+    println!();
     for (label, f) in &rows {
-        let (a, b) = (f(&stock), f(&ours));
-        if a.len() <= 28 {
-            println!("{label:<32} {a:<28} {b}");
-        } else {
-            println!("{label:<32} {a}\n{:<32} {:<28} {b}", "", "");
+        print!("{label:<32}");
+        for (_, o) in &runs {
+            print!(" {:<28}", f(o));
         }
+        println!();
     }
     println!("\nwhere each online pod went:");
     for o in &scenario.online {
-        let at = |x: &Outcome| x.placed.get(&o.name).map_or("pending".to_string(), |(n, _)| n.clone());
-        println!("  online/{:<23} {:<28} {}", o.name, at(&stock), at(&ours));
+        print!("  online/{:<23}", o.name);
+        for (_, x) in &runs {
+            print!(" {:<28}", x.placed.get(&o.name).map_or("pending".to_string(), |(n, _)| n.clone()));
+        }
+        println!();
     }
-    println!("\nthe extender's Events (what `kubectl describe pod -n online <name>` shows):\n{}", ours.events);
+    if let Some((_, last)) = runs.last().filter(|_| runs.len() > 1) {
+        println!("\nthe extender's Events (what `kubectl describe pod -n online <name>` shows):\n{}", last.events);
+    }
     if let Some(plane) = held {
         println!(
             "\nthe second control plane is still up (--hold): kubectl --kubeconfig {} describe pod -n online web-1\npress Ctrl-C to stop it",
@@ -129,15 +196,71 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The names, or only how many when they would not fit a column.
 fn list(s: &BTreeSet<String>) -> String {
-    if s.is_empty() {
-        "none".into()
-    } else {
-        s.iter().cloned().collect::<Vec<_>>().join(" ")
+    let all = s.iter().cloned().collect::<Vec<_>>().join(" ");
+    match s.len() {
+        0 => "none".into(),
+        _ if all.len() <= 28 => all,
+        n => format!("{n}"),
     }
 }
 
-async fn run(bins: &Binaries, sc: &Scenario, extender: Option<&Path>, hold: bool) -> anyhow::Result<(Outcome, Option<ControlPlane>)> {
+/// What a run leaves behind that a final list cannot show: the last state of every
+/// offline pod (evicted ones are gone by the end) and the PDBs' deficits as they rise.
+#[derive(Default)]
+struct Record {
+    pods: BTreeMap<String, Pod>,
+    deficit: BTreeMap<String, i32>,
+    pdb_violations: i64,
+}
+
+fn record(client: kube::Client) -> (std::sync::Arc<std::sync::Mutex<Record>>, Vec<tokio::task::JoinHandle<()>>) {
+    let rec = std::sync::Arc::new(std::sync::Mutex::new(Record::default()));
+    let pods = {
+        let rec = rec.clone();
+        let api: Api<Pod> = Api::namespaced(client.clone(), "batch");
+        tokio::spawn(async move {
+            let mut s = watcher(api, watcher::Config::default()).boxed();
+            while let Some(Ok(e)) = s.next().await {
+                if let watcher::Event::Apply(p) | watcher::Event::InitApply(p) | watcher::Event::Delete(p) = e {
+                    rec.lock().unwrap().pods.insert(p.metadata.uid.clone().unwrap_or_default(), p);
+                }
+            }
+        })
+    };
+    let pdbs = {
+        let rec = rec.clone();
+        let api: Api<PodDisruptionBudget> = Api::namespaced(client, "batch");
+        tokio::spawn(async move {
+            let mut s = watcher(api, watcher::Config::default()).boxed();
+            while let Some(Ok(e)) = s.next().await {
+                let (watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = e else { continue };
+                let Some(st) = p.status.as_ref() else { continue };
+                let deficit = (st.desired_healthy.unwrap_or(0) - st.current_healthy.unwrap_or(0)).max(0);
+                let mut r = rec.lock().unwrap();
+                let before = r.deficit.insert(p.metadata.name.clone().unwrap_or_default(), deficit).unwrap_or(deficit);
+                r.pdb_violations += i64::from((deficit - before).max(0));
+            }
+        })
+    };
+    (rec, vec![pods, pdbs])
+}
+
+fn cpu_cores(p: &Pod) -> f64 {
+    let q = p.spec.as_ref().and_then(|s| s.containers.first()).and_then(|c| c.resources.as_ref()).and_then(|r| r.requests.as_ref()).and_then(|r| r.get("cpu"));
+    q.map_or(0.0, |q| q.0.strip_suffix('m').and_then(|m| m.parse::<f64>().ok()).map_or_else(|| q.0.parse().unwrap_or(0.0), |m| m / 1000.0))
+}
+
+/// Seconds a preempted pod had run: from its start to kube-scheduler's DisruptionTarget.
+fn run_seconds_discarded(p: &Pod) -> Option<f64> {
+    let st = p.status.as_ref()?;
+    let started = st.start_time.as_ref()?.0;
+    let at = st.conditions.as_ref()?.iter().find(|c| c.type_ == "DisruptionTarget" && c.status == "True")?.last_transition_time.as_ref()?.0;
+    Some(at.duration_since(started).as_secs_f64().max(0.0))
+}
+
+async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, hold: bool) -> anyhow::Result<(Outcome, Option<ControlPlane>)> {
     let plane = ControlPlane::start(bins, Options::default()).await?;
     let client = plane.client().await?;
     cluster::create_all(&client, vec![cluster::namespace("online"), cluster::namespace("batch")]).await?;
@@ -149,7 +272,9 @@ async fn run(bins: &Binaries, sc: &Scenario, extender: Option<&Path>, hold: bool
     cluster::create_all(&client, sc.node_objects()).await?;
     cluster::create_all(&client, sc.bare_pods()).await?;
     cluster::create_all(&client, sc.job_objects()).await?;
-    let want: usize = sc.bare.len() + sc.jobs.iter().map(|j| j.pods as usize).sum::<usize>();
+    cluster::create_all(&client, sc.replica_set_objects()).await?;
+    cluster::create_all(&client, sc.pdb_objects()).await?;
+    let want = sc.offline_pod_count();
     // Job pods are placed by kube-scheduler: start it for them, without the extender, then
     // stop it, so both runs begin from the same cluster.
     let warmup = Scheduler::start(&plane, "kube-scheduler-warmup", &[], 1000).await?;
@@ -160,12 +285,24 @@ async fn run(bins: &Binaries, sc: &Scenario, extender: Option<&Path>, hold: bool
     })
     .await?;
     drop(warmup);
+    // Offline pods have run for a while when online pods arrive (kube-scheduler and the
+    // extender both prefer victims that ran least): the kubelet stand-in started them just
+    // now, so their start times are moved back.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "batch");
+    let now = jiff::Timestamp::now().as_second();
+    for (name, _) in &before {
+        let started = jiff::Timestamp::from_second(now - Scenario::age_seconds(name))?;
+        let patch = serde_json::json!({"status": {"startTime": started.to_string()}});
+        pods.patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await?;
+    }
 
+    let (record, recording) = record(client.clone());
     let ext = match extender {
-        Some(path) => Some(Extender::start(&plane, "coloc-extender", path, &["--kube", "--requeue", "--events", "--wake"]).await?),
+        Some((path, _)) => Some(Extender::start(&plane, "coloc-extender", path, &["--kube", "--requeue", "--events", "--wake"]).await?),
         None => None,
     };
-    let entries: Vec<ExtenderEntry> = ext.iter().map(|e| ExtenderEntry::all_verbs(&e.url(), true)).collect();
+    let names = extender.is_none_or(|(_, names)| names);
+    let entries: Vec<ExtenderEntry> = ext.iter().map(|e| ExtenderEntry::all_verbs(&e.url(), names)).collect();
     let _scheduler = Scheduler::start(&plane, "kube-scheduler", &entries, 1000).await?;
     let arrived = Instant::now();
     cluster::create_all(&client, sc.online_pods()).await?;
@@ -204,6 +341,21 @@ async fn run(bins: &Binaries, sc: &Scenario, extender: Option<&Path>, hold: bool
         if gone > 0 && gone < members.len() {
             out.gangs_broken.insert(gang.to_string());
         }
+    }
+    let preempted = Api::<Event>::namespaced(client.clone(), "batch").list(&Default::default()).await?;
+    for e in preempted.items.iter().filter(|e| e.reason.as_deref() == Some("Preempted")) {
+        out.evictions += 1;
+        if e.related.as_ref().and_then(|r| r.namespace.as_deref()) == Some("batch") {
+            out.evictions_for_offline += 1;
+        }
+    }
+    for task in recording {
+        task.abort();
+    }
+    {
+        let r = record.lock().unwrap();
+        out.pdb_violations = r.pdb_violations;
+        out.discarded_cpu_s = r.pods.values().filter_map(|p| Some(run_seconds_discarded(p)? * cpu_cores(p))).sum();
     }
     let jobs: Api<Job> = Api::namespaced(client.clone(), "batch");
     for j in &sc.jobs {
