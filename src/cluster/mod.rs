@@ -113,11 +113,6 @@ impl ViewCell {
         r
     }
 
-    /// Reads the staged view (the source's own bookkeeping, not decisions).
-    pub fn staged<R>(&self, f: impl FnOnce(&View) -> R) -> R {
-        f(&self.lock().view)
-    }
-
     /// Reads the newest view in place, for background work that keeps nothing of it
     /// (metrics, requeue's plan): `None` when `load` would give `None`. Unlike `load` it
     /// hands out no clone, which would make the next events copy what they touch.

@@ -259,8 +259,8 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
             m.relisting.entry(K::LABEL).or_default().insert(obj.key());
             let policy = m.policy.clone();
             apply_one(&shared.cell, &policy, obj);
-            // Until the first sync nothing is published; during a later re-list, upserts
-            // are current state and are published as they come.
+            // Until the first sync readers see nothing; during a later re-list, upserts
+            // are current state and are seen as they come.
         }
         Event::InitDone => {
             let listed = m.relisting.remove(K::LABEL).unwrap_or_default();

@@ -23,6 +23,9 @@ pub enum Kind {
     /// pod, filter and prioritize only for pods carrying the marker resource (the online
     /// pods here carry none).
     ColocPerPodVerbs,
+    /// The per-pod-verbs registration with coloc-echo behind it: what the registration
+    /// itself costs kube-scheduler, with no watches and no decisions.
+    EchoPerPodVerbs,
 }
 
 /// The marker resource of the per-pod-verbs profile (`managedResources`).
@@ -43,6 +46,7 @@ impl Kind {
             Kind::ColocNames => "coloc-names",
             Kind::ColocObjects => "coloc-objects",
             Kind::ColocPerPodVerbs => "coloc-per-pod-verbs",
+            Kind::EchoPerPodVerbs => "echo-per-pod-verbs",
         }
     }
 
@@ -50,7 +54,7 @@ impl Kind {
     pub fn program<'a>(self, p: &Programs<'a>) -> Option<(&'a Path, &'static [&'static str])> {
         match self {
             Kind::Stock => None,
-            Kind::Echo | Kind::EchoObjects => Some((p.echo, &[])),
+            Kind::Echo | Kind::EchoObjects | Kind::EchoPerPodVerbs => Some((p.echo, &[])),
             Kind::ColocNames | Kind::ColocObjects | Kind::ColocPerPodVerbs => Some((p.extender, &["--kube"])),
         }
     }
@@ -62,7 +66,7 @@ impl Kind {
                 preempt: false,
                 ..ExtenderEntry::all_verbs(url, self == Kind::Echo)
             }],
-            Kind::ColocPerPodVerbs => vec![
+            Kind::ColocPerPodVerbs | Kind::EchoPerPodVerbs => vec![
                 ExtenderEntry {
                     filter: false,
                     prioritize: false,

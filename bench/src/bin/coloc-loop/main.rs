@@ -10,11 +10,17 @@
 //! then kube-scheduler (client QPS 5,000, burst 10,000: binding is not the limit), and
 //! times first bind to last bind. Reports figures, asserts none; prints a table and writes
 //! `results.json` plus one folder per run (`result.json`, `scheduler-config.yaml`).
+//!
+//! `--storm P` measures a preemption storm instead (`storm`): P online pods that each need
+//! four evictions, the extender with `--requeue`, a fresh control plane per run:
+//!
+//!     target/release/coloc-loop --storm 300 --runs stock,coloc-names,coloc-objects,coloc-per-pod-verbs
 
 mod binds;
 mod kinds;
 mod report;
 mod run;
+mod storm;
 mod world;
 
 use std::path::{Path, PathBuf};
@@ -68,6 +74,10 @@ struct Args {
     /// Results go to a new timestamped folder below this one.
     #[arg(long, default_value = "target/loop-results")]
     out: PathBuf,
+    /// Measure a preemption storm of this many online pods (each needing four evictions)
+    /// instead of throughput; the echo runs are skipped (echo does not preempt).
+    #[arg(long, default_value_t = 0)]
+    storm: usize,
 }
 
 /// `--flag` or the binary of that name beside this executable; it must exist.
@@ -110,7 +120,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         PathBuf::new()
     };
-    let echo = if needs(&[Kind::Echo, Kind::EchoObjects]) {
+    let echo = if needs(&[Kind::Echo, Kind::EchoObjects, Kind::EchoPerPodVerbs]) {
         program(args.echo.clone(), "coloc-echo")?
     } else {
         PathBuf::new()
@@ -133,6 +143,24 @@ async fn main() -> anyhow::Result<()> {
         out.display()
     );
 
+    if args.storm > 0 {
+        let programs = Programs { extender: &extender, echo: &echo };
+        let mut results = Vec::new();
+        for round in 1..=args.rounds {
+            for &kind in args.runs.iter().filter(|k| !matches!(k, Kind::Echo | Kind::EchoObjects | Kind::EchoPerPodVerbs)) {
+                let dir = out.join(format!("storm-{}-{round}", kind.label()));
+                std::fs::create_dir_all(&dir)?;
+                let r = storm::one(&bins, kind, round, args.storm, &programs, args.qps, Duration::from_secs(args.timeout_s), &dir).await?;
+                eprintln!("coloc-loop: storm {}-{round}: {}/{} placed, p50 {:?} s, {} evictions, {} lost", r.run, r.placed, r.pods, r.place_p50_s, r.evictions, r.lost);
+                write_json(&dir.join("result.json"), &r)?;
+                results.push(r);
+            }
+        }
+        println!("{}", storm::table(&results));
+        write_json(&out.join("results.json"), &serde_json::json!({"commit": commit, "storm_pods": args.storm, "scheduler_qps": args.qps, "storm": results}))?;
+        eprintln!("coloc-loop: wrote {}", out.join("results.json").display());
+        return Ok(());
+    }
     let world = world::World::build(
         &bins,
         args.nodes,

@@ -1,0 +1,166 @@
+//! Storm: P online pods that each need four evictions, all pending when kube-scheduler
+//! starts. Each run gets a control plane of its own (a storm destroys what it runs on):
+//! P full nodes of 32 CPU, each holding four bare `offline-batch` pods of 7.9 CPU, a
+//! kubelet stand-in that lets preempted pods go, and, behind kube-scheduler, the run's
+//! extender with `--requeue`. The online pods are created at once once kube-scheduler
+//! runs. Reports time to place (from the start of their creation to bind), the
+//! evictions, the bare pods lost (gone with no replacement) and the extender's API writes
+//! per victim (replacements stored, released and cleaned up, Events, wakes).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use coloc_testbed::cluster::{self, PodBuilder};
+use coloc_testbed::control_plane::Options;
+use coloc_bench::procstat;
+use coloc_testbed::{kubelet, wait, Binaries, ControlPlane, Extender, Kubelet, Scheduler};
+use serde::Serialize;
+
+use crate::binds::Binds;
+use crate::kinds::{Kind, Programs};
+use crate::world::ONLINE;
+
+const OFFLINE: &str = "batch";
+const NODE_MILLI_CPU: i64 = 32_000;
+const VICTIM_MILLI_CPU: i64 = 7_900;
+const VICTIMS_PER_NODE: usize = 4;
+/// Needs all four victims of a node gone (4 × 7.9 leaves 0.4 CPU).
+const ONLINE_MILLI_CPU: i64 = 31_000;
+/// The replacement annotation naming its original's UID (`requeue::FROM_UID`).
+const FROM_UID: &str = "coloc-extender.io/requeued-from-uid";
+
+#[derive(Debug, Serialize)]
+pub struct StormResult {
+    pub run: String,
+    pub round: usize,
+    pub pods: usize,
+    pub placed: usize,
+    pub place_p50_s: Option<f64>,
+    pub place_p90_s: Option<f64>,
+    pub place_max_s: Option<f64>,
+    pub evictions: usize,
+    pub replacements: usize,
+    pub lost: usize,
+    /// The extender's writes to the API server: replacements created, released, cleaned
+    /// up, Events posted, wakes.
+    pub extender_api_writes: Option<f64>,
+    pub extender_api_writes_per_victim: Option<f64>,
+    pub extender_cpu_s: Option<f64>,
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
+    let last = sorted.len().checked_sub(1)?;
+    Some(round3(sorted[((last as f64) * q).round() as usize]))
+}
+
+fn repo(rel: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+/// The cluster before the storm: `pods` full nodes, their victims running.
+async fn build(bins: &Binaries, pods: usize) -> anyhow::Result<(ControlPlane, kube::Client, Kubelet)> {
+    let plane = ControlPlane::start(bins, Options { controllers: false, ..Options::default() }).await?;
+    let client = plane.client().await?;
+    cluster::create_all(&client, vec![cluster::namespace(ONLINE), cluster::namespace(OFFLINE)]).await?;
+    cluster::create_all(&client, cluster::default_priority_classes()).await?;
+    cluster::until_admitted(&client, OFFLINE, &["online-prod", "offline-batch", "free"]).await?;
+    for f in ["clusterrole.yaml", "clusterrolebinding.yaml", "requeue/clusterrole.yaml", "requeue/clusterrolebinding.yaml"] {
+        plane.apply(&repo("manifests").join(f))?;
+    }
+    let stand_in = Kubelet::start(client.clone(), kubelet::Options::default());
+    let node = |i: usize| format!("storm-{i:05}");
+    cluster::create_all(&client, (0..pods).map(|i| cluster::node(&node(i), NODE_MILLI_CPU, 256, &format!("zone-{}", i % 3))).collect()).await?;
+    let victims = (0..pods * VICTIMS_PER_NODE)
+        .map(|v| PodBuilder::new(OFFLINE, &format!("victim-{v:06}"), "offline-batch", VICTIM_MILLI_CPU).on(&node(v / VICTIMS_PER_NODE)).build())
+        .collect();
+    cluster::create_all(&client, victims).await?;
+    let want = pods * VICTIMS_PER_NODE;
+    wait::until(Duration::from_secs(300), "the storm's victims running", || async {
+        let running = cluster::pods(&client, Some(OFFLINE)).await.map_err(|e| e.to_string())?.iter().filter(|p| cluster::phase(p) == "Running").count();
+        if running == want { Ok(()) } else { Err(format!("{running} of {want} running")) }
+    })
+    .await?;
+    Ok((plane, client, stand_in))
+}
+
+pub async fn one(bins: &Binaries, kind: Kind, round: usize, pods: usize, programs: &Programs<'_>, qps: u32, timeout: Duration, dir: &Path) -> anyhow::Result<StormResult> {
+    let name = format!("storm-{}-{round}", kind.label());
+    let (plane, client, _stand_in) = build(bins, pods).await?;
+    let before: Vec<(String, String)> = cluster::pods(&client, Some(OFFLINE)).await?.iter().map(|p| (cluster::name(p).to_string(), p.metadata.uid.clone().unwrap_or_default())).collect();
+
+    let extender = match kind.program(programs) {
+        Some((binary, args)) => {
+            let mut all = args.to_vec();
+            all.push("--requeue");
+            Some(Extender::start(&plane, &name, binary, &all).await?)
+        }
+        None => None,
+    };
+    let ext_pid = extender.as_ref().and_then(|e| e.proc.pid());
+    let cpu0 = ext_pid.and_then(|p| procstat::cpu_seconds(&p.to_string()));
+    let entries: Vec<_> = extender.iter().flat_map(|e| kind.entries(&e.url())).collect();
+    let scheduler = Scheduler::start(&plane, &format!("kube-scheduler-{name}"), &entries, qps).await?;
+    // The online pods arrive at once, at a running kube-scheduler: time to place counts
+    // from the start of their creation.
+    let binds = Binds::watch(client.clone(), ONLINE).await?;
+    let start = Instant::now();
+    cluster::create_all(&client, (0..pods).map(|i| PodBuilder::new(ONLINE, &format!("{name}-{i:05}"), "online-prod", ONLINE_MILLI_CPU).build()).collect()).await?;
+    let times = binds.wait(pods, timeout).await;
+    let cpu1 = ext_pid.and_then(|p| procstat::cpu_seconds(&p.to_string()));
+    std::fs::write(dir.join("scheduler-config.yaml"), &scheduler.config)?;
+    // Let the last victims go and their replacements be released.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let mut waits: Vec<f64> = times.iter().map(|t| t.duration_since(start).as_secs_f64()).collect();
+    waits.sort_by(f64::total_cmp);
+    let after = cluster::pods(&client, Some(OFFLINE)).await?;
+    let live: BTreeSet<&str> = after.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).filter_map(|p| p.metadata.uid.as_deref()).collect();
+    let replaced: BTreeSet<&str> = after.iter().filter_map(|p| p.metadata.annotations.as_ref()?.get(FROM_UID).map(String::as_str)).collect();
+    let evicted: Vec<&str> = before.iter().map(|(_, uid)| uid.as_str()).filter(|uid| !live.contains(uid)).collect();
+    let lost = evicted.iter().filter(|uid| !replaced.contains(*uid)).count();
+    std::fs::write(dir.join("scheduler-metrics.txt"), scheduler.metrics().await.unwrap_or_default())?;
+    let writes = match &extender {
+        Some(e) => {
+            let text = e.get("/metrics").await.unwrap_or_default();
+            std::fs::write(dir.join("extender-metrics.txt"), &text)?;
+            let sum = |m: &str, f: &str| coloc_testbed::extender::metric_sum(&text, m, f);
+            Some(sum("coloc_requeue_replacements_total", "outcome=\"created\"") + sum("coloc_requeue_released_total", "") + sum("coloc_requeue_cleaned_total", "") + sum("coloc_events_total", "") + sum("coloc_wakes_total", ""))
+        }
+        None => None,
+    };
+    drop(scheduler);
+    drop(extender);
+    Ok(StormResult {
+        run: kind.label().to_string(),
+        round,
+        pods,
+        placed: times.len(),
+        place_p50_s: quantile(&waits, 0.5),
+        place_p90_s: quantile(&waits, 0.9),
+        place_max_s: waits.last().copied().map(round3),
+        evictions: evicted.len(),
+        replacements: replaced.len(),
+        lost,
+        extender_api_writes: writes,
+        extender_api_writes_per_victim: writes.filter(|_| !evicted.is_empty()).map(|w| round3(w / evicted.len() as f64)),
+        extender_cpu_s: cpu1.zip(cpu0).map(|(b, a)| round3(b - a)),
+    })
+}
+
+pub fn table(results: &[StormResult]) -> String {
+    let mut s = String::from("| run | round | placed | time to place p50 / p90 / max s | evictions | replacements | bare pods lost | extender API writes per victim | extender CPU s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v}"));
+    for r in results {
+        s += &format!(
+            "| {} | {} | {}/{} | {} / {} / {} | {} | {} | {} | {} | {} |\n",
+            r.run, r.round, r.placed, r.pods, opt(r.place_p50_s), opt(r.place_p90_s), opt(r.place_max_s), r.evictions, r.replacements, r.lost,
+            opt(r.extender_api_writes_per_victim), opt(r.extender_cpu_s)
+        );
+    }
+    s
+}
