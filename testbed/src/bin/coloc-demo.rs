@@ -148,7 +148,7 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
         held = plane;
         runs.push((label, ours));
     }
-    let rows: [(&str, Box<dyn Fn(&Outcome) -> String>); 11] = [
+    let rows: [Row; 11] = [
         ("online pods placed", Box::new(|o| format!("{}/{}", o.placed.len(), scenario.online.len()))),
         ("time to place, max", Box::new(|o| o.placed.values().map(|(_, s)| *s).fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.max(s)))).map_or("-".into(), |s| format!("{s:.1} s")))),
         ("evictions", Box::new(|o| o.evictions.to_string())),
@@ -195,6 +195,9 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// A line of the comparison: its label, and what it shows of one run.
+type Row<'a> = (&'a str, Box<dyn Fn(&Outcome) -> String + 'a>);
 
 /// The names, or only how many when they would not fit a column.
 fn list(s: &BTreeSet<String>) -> String {

@@ -144,13 +144,13 @@ async fn main() -> anyhow::Result<()> {
     );
 
     if args.storm > 0 {
-        let programs = Programs { extender: &extender, echo: &echo };
+        let settings = storm::Settings { pods: args.storm, qps: args.qps, timeout: Duration::from_secs(args.timeout_s), programs: Programs { extender: &extender, echo: &echo } };
         let mut results = Vec::new();
         for round in 1..=args.rounds {
             for &kind in args.runs.iter().filter(|k| !matches!(k, Kind::Echo | Kind::EchoObjects | Kind::EchoPerPodVerbs)) {
                 let dir = out.join(format!("storm-{}-{round}", kind.label()));
                 std::fs::create_dir_all(&dir)?;
-                let r = storm::one(&bins, kind, round, args.storm, &programs, args.qps, Duration::from_secs(args.timeout_s), &dir).await?;
+                let r = storm::one(&bins, kind, round, &settings, &dir).await?;
                 eprintln!("coloc-loop: storm {}-{round}: {}/{} placed, p50 {:?} s, {} evictions, {} lost", r.run, r.placed, r.pods, r.place_p50_s, r.evictions, r.lost);
                 write_json(&dir.join("result.json"), &r)?;
                 results.push(r);

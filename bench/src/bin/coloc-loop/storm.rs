@@ -88,12 +88,21 @@ async fn build(bins: &Binaries, pods: usize) -> anyhow::Result<(ControlPlane, ku
     Ok((plane, client, stand_in))
 }
 
-pub async fn one(bins: &Binaries, kind: Kind, round: usize, pods: usize, programs: &Programs<'_>, qps: u32, timeout: Duration, dir: &Path) -> anyhow::Result<StormResult> {
+/// What every storm run of an invocation shares.
+pub struct Settings<'a> {
+    pub pods: usize,
+    pub qps: u32,
+    pub timeout: Duration,
+    pub programs: Programs<'a>,
+}
+
+pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, dir: &Path) -> anyhow::Result<StormResult> {
+    let (pods, qps, timeout) = (s.pods, s.qps, s.timeout);
     let name = format!("storm-{}-{round}", kind.label());
     let (plane, client, _stand_in) = build(bins, pods).await?;
     let before: Vec<(String, String)> = cluster::pods(&client, Some(OFFLINE)).await?.iter().map(|p| (cluster::name(p).to_string(), p.metadata.uid.clone().unwrap_or_default())).collect();
 
-    let extender = match kind.program(programs) {
+    let extender = match kind.program(&s.programs) {
         Some((binary, args)) => {
             let mut all = args.to_vec();
             all.push("--requeue");
