@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use crate::binds::Binds;
 use crate::kinds::{Kind, Programs};
+use crate::report::round3;
 use crate::world::ONLINE;
 
 const OFFLINE: &str = "batch";
@@ -47,10 +48,6 @@ pub struct StormResult {
     pub extender_api_writes: Option<f64>,
     pub extender_api_writes_per_victim: Option<f64>,
     pub extender_cpu_s: Option<f64>,
-}
-
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
 }
 
 fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
