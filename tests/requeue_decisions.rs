@@ -223,3 +223,37 @@ fn max_attempts_of_zero_is_refused_at_load_naming_the_field() {
     .to_string();
     assert!(err.contains("classes[0].requeue.maxAttempts"), "{err}");
 }
+
+/// n1: the two bare pods evicted for the preemptor a moment ago, terminating, with their
+/// replacements naming it; n2: a pod that could be evicted. `preempted_by` is whom the
+/// replacements name.
+fn victims_leaving_n1(preempted_by: &str) -> Scenario {
+    let leaving = |name: &str| {
+        let mut p = pod(name, "batch", Some("n1"), 1000).bare();
+        p.deletion_time = Some(NOW - 1);
+        p
+    };
+    let replacement = |name: &str| {
+        pod(&format!("{name}-rq-0000000001"), "batch", None, 1000)
+            .bare()
+            .annotate(coloc_extender::requeue::FROM_UID, &format!("uid-{name}"))
+            .annotate(coloc_extender::requeue::PREEMPTED_BY, preempted_by)
+    };
+    Scenario::new(requeue_policy("requeue"))
+        .node(node("n1", 2000, 8))
+        .node(node("n2", 2000, 8))
+        .pods([leaving("b-1"), leaving("b-2"), replacement("b-1"), replacement("b-2"), pod("w-1", "batch", Some("n2"), 2000)])
+}
+
+#[test]
+fn a_preemptor_whose_own_victims_are_still_leaving_evicts_nobody_else() {
+    // kube-scheduler asks again before the preemptor's nomination reached it: the room on
+    // n1 is on its way, so nothing more is evicted (a second eviction could break a gang).
+    let s = victims_leaving_n1("default/preemptor");
+    let out = s.preempt(online(2000), &["n1", "n2"]);
+    assert!(out.victims().is_empty(), "{}", out.explain());
+    assert!(out.has("refused", "own_victims_leaving"), "{}", out.explain());
+    // Pods leaving for another preemptor make no room for this one.
+    let out = victims_leaving_n1("default/someone-else").preempt(online(2000), &["n1", "n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["w-1"]))]), "{}", out.explain());
+}

@@ -163,6 +163,15 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
         ));
     }
 
+    if let Some(node) = view.and_then(|v| own_victims_leaving(ctx, v, preemptor, pod)) {
+        out.explanations.push(Explanation::request(
+            "refused",
+            "own_victims_leaving",
+            format!("pods evicted for {key} are still leaving {node}, where it fits once they are gone: evicting more would free room twice"),
+        ));
+        return out;
+    }
+
     let mut plans = Vec::new();
     let ex = &mut out.explanations;
     match &args.candidates {
@@ -214,6 +223,28 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
 
     (out.result, out.requeues) = rank(plans, ctx.policy.max_candidates, ex);
     out
+}
+
+/// A node where bare pods evicted for this preemptor earlier (their replacements name it)
+/// are still terminating, and where it fits once the terminating pods are gone. A second
+/// preemption then would evict for room already on its way (kube-scheduler asks again when
+/// the preemptor's nomination has not reached it yet), and might break a gang to do so.
+fn own_victims_leaving(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod) -> Option<String> {
+    let mut nodes: Vec<&str> = view
+        .replacements()
+        .filter(|r| r.annotations.get(crate::requeue::PREEMPTED_BY).is_some_and(|p| p == preemptor.key))
+        .filter_map(|r| view.pod_by_uid(r.annotations.get(crate::requeue::FROM_UID)?))
+        .filter(|original| original.deletion_time.is_some())
+        .filter_map(|original| original.node_name.as_deref())
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    nodes.into_iter().find(|n| {
+        let Some(node) = view.node(n) else { return false };
+        let staying = view.pods_on(n).iter().map(|p| &**p).filter(|p| p.deletion_time.is_none() && p.uid != pod.uid);
+        let held = view.nominated_on(n).iter().map(|p| &**p).filter(|p| p.uid != pod.uid && ctx.priority_of(p) >= preemptor.priority);
+        fits(pod, node, &NodeUsage::of(staying.chain(held))).is_ok()
+    }).map(str::to_string)
 }
 
 /// Re-selection on a node the view knows. If the view says the pod already fits, the

@@ -435,7 +435,7 @@ async fn replacements_wait(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         // gang member by the time the evictions are read: that is what this case counts.
         let online_choice = ["b-1", "b-2"].iter().all(|b| evicted.iter().any(|e| e == b));
         let only_online = evicted == ["b-1", "b-2"];
-        anyhow::ensure!(node == "node-2" && online_choice && (only_online || preemption == "keep"), "web on {node}, evicted {evicted:?}");
+        anyhow::ensure!(node == "node-2" && online_choice && (only_online || preemption == "keep"), "web on {node}, evicted {evicted:?} (requeue.preemption: {preemption})\n{}", bed.logs());
         // The replacements are released once b-1 and b-2 are gone; give them time to act.
         bed.until_pods("batch", MINUTE, "both replacements released", |pods| {
             let released = pods.iter().filter(|p| is_replacement(p) && !gated(p)).count();
