@@ -252,8 +252,35 @@ fn a_preemptor_whose_own_victims_are_still_leaving_evicts_nobody_else() {
     let s = victims_leaving_n1("default/preemptor");
     let out = s.preempt(online(2000), &["n1", "n2"]);
     assert!(out.victims().is_empty(), "{}", out.explain());
-    assert!(out.has("refused", "own_victims_leaving"), "{}", out.explain());
-    // Pods leaving for another preemptor make no room for this one.
-    let out = victims_leaving_n1("default/someone-else").preempt(online(2000), &["n1", "n2"]);
+    assert!(out.has("refused", "room_on_its_way"), "{}", out.explain());
+    // Pods leaving for another preemptor, not preempted by kube-scheduler as far as the
+    // view knows, make no room for this one.
+    let out = victims_leaving_n1("default/someone-else").preempt(online(2000), &["n2"]);
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["w-1"]))]), "{}", out.explain());
+}
+
+#[test]
+fn room_kube_scheduler_preempted_is_waited_for_not_freed_twice() {
+    // n1's workers were preempted a moment ago (DisruptionTarget) and are terminating; the
+    // preemptor fits there once they go. kube-scheduler asks again, proposing n2.
+    let leaving = |name: &str| {
+        let mut p = pod(name, "batch", Some("n1"), 1000);
+        p.deletion_time = Some(NOW - 1);
+        p.preempted = true;
+        p
+    };
+    let s = Scenario::new(requeue_policy("requeue"))
+        .node(node("n1", 2000, 8))
+        .node(node("n2", 2000, 8))
+        .pods([leaving("w-1"), leaving("w-2"), pod("v-1", "batch", Some("n2"), 2000)]);
+    let out = s.preempt(online(2000), &["n1", "n2"]);
+    assert!(out.victims().is_empty(), "{}", out.explain());
+    assert!(out.has("refused", "room_on_its_way"), "{}", out.explain());
+    // Pods terminating for another reason (a rollout, a scale-down) are not waited for.
+    let mut s = s;
+    for p in &mut s.objects.pods {
+        p.preempted = false;
+    }
+    let out = s.preempt(online(2000), &["n1", "n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["v-1"]))]), "{}", out.explain());
 }

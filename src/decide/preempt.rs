@@ -9,7 +9,7 @@
 //! cannot see on the node.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 mod gangs;
 mod jobs;
@@ -163,11 +163,15 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
         ));
     }
 
-    if let Some(node) = view.and_then(|v| own_victims_leaving(ctx, v, preemptor, pod)) {
+    let candidate_nodes: Vec<&str> = match &args.candidates {
+        Candidates::Full(map) => map.keys().map(String::as_str).collect(),
+        Candidates::Meta(map) => map.keys().map(String::as_str).collect(),
+    };
+    if let Some(node) = view.and_then(|v| room_on_its_way(ctx, v, preemptor, pod, &candidate_nodes)) {
         out.explanations.push(Explanation::request(
             "refused",
-            "own_victims_leaving",
-            format!("pods evicted for {key} are still leaving {node}, where it fits once they are gone: evicting more would free room twice"),
+            "room_on_its_way",
+            format!("pods preempted on {node} are still terminating, and {key} fits there once they are gone: evicting more would free room twice"),
         ));
         return out;
     }
@@ -225,26 +229,36 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     out
 }
 
-/// A node where bare pods evicted for this preemptor earlier (their replacements name it)
-/// are still terminating, and where it fits once the terminating pods are gone. A second
-/// preemption then would evict for room already on its way (kube-scheduler asks again when
-/// the preemptor's nomination has not reached it yet), and might break a gang to do so.
-fn own_victims_leaving(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod) -> Option<String> {
-    let mut nodes: Vec<&str> = view
+/// A node where pods evicted to make room are still terminating, and where the preemptor
+/// fits once the terminating pods are gone: its room is on its way. Evicted means
+/// preempted by kube-scheduler (its `DisruptionTarget` condition) with a priority below
+/// the preemptor's, or a bare pod whose replacement names this preemptor. kube-scheduler
+/// preempts asynchronously and may ask again before the preemptor's nomination has reached
+/// it; a second eviction then would free room twice, and might break a gang to do it.
+/// Candidates and the nodes of the preemptor's own bare victims are looked at.
+fn room_on_its_way(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, candidates: &[&str]) -> Option<String> {
+    let own: HashSet<&str> = view
         .replacements()
         .filter(|r| r.annotations.get(crate::requeue::PREEMPTED_BY).is_some_and(|p| p == preemptor.key))
-        .filter_map(|r| view.pod_by_uid(r.annotations.get(crate::requeue::FROM_UID)?))
-        .filter(|original| original.deletion_time.is_some())
-        .filter_map(|original| original.node_name.as_deref())
+        .filter_map(|r| r.annotations.get(crate::requeue::FROM_UID).map(String::as_str))
         .collect();
+    let mut nodes: Vec<&str> = own.iter().filter_map(|uid| view.pod_by_uid(uid)?.node_name.as_deref()).chain(candidates.iter().copied()).collect();
     nodes.sort_unstable();
     nodes.dedup();
-    nodes.into_iter().find(|n| {
-        let Some(node) = view.node(n) else { return false };
-        let staying = view.pods_on(n).iter().map(|p| &**p).filter(|p| p.deletion_time.is_none() && p.uid != pod.uid);
-        let held = view.nominated_on(n).iter().map(|p| &**p).filter(|p| p.uid != pod.uid && ctx.priority_of(p) >= preemptor.priority);
-        fits(pod, node, &NodeUsage::of(staying.chain(held))).is_ok()
-    }).map(str::to_string)
+    let leaving_for_someone = |p: &Pod| p.deletion_time.is_some() && ((p.preempted && ctx.priority_of(p) < preemptor.priority) || own.contains(p.uid.as_str()));
+    nodes
+        .into_iter()
+        .find(|n| {
+            let Some(node) = view.node(n) else { return false };
+            let pods = view.pods_on(n);
+            if !pods.iter().any(|p| leaving_for_someone(p)) {
+                return false;
+            }
+            let staying = pods.iter().map(|p| &**p).filter(|p| p.deletion_time.is_none() && p.uid != pod.uid);
+            let held = view.nominated_on(n).iter().map(|p| &**p).filter(|p| p.uid != pod.uid && ctx.priority_of(p) >= preemptor.priority);
+            fits(pod, node, &NodeUsage::of(staying.chain(held))).is_ok()
+        })
+        .map(str::to_string)
 }
 
 /// Re-selection on a node the view knows. If the view says the pod already fits, the

@@ -166,6 +166,19 @@ pub struct PodStatus {
     pub start_time: Option<String>,
     #[serde(default)]
     pub nominated_node_name: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub conditions: Vec<PodCondition>,
+}
+
+/// A pod condition: only kube-scheduler's `DisruptionTarget` is read.
+#[derive(Deserialize, Default)]
+pub struct PodCondition {
+    #[serde(rename = "type", default, deserialize_with = "nullable")]
+    pub type_: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub status: String,
+    #[serde(default, deserialize_with = "nullable")]
+    pub reason: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -366,7 +379,9 @@ impl Pod {
             })
             .collect();
 
+        let preempted = self.status.conditions.iter().any(|c| c.type_ == "DisruptionTarget" && c.status == "True" && c.reason == "PreemptionByScheduler");
         Ok(model::Pod {
+            preempted,
             job_tracking: m.finalizers.iter().any(|f| f == model::TRACKING_FINALIZER),
             creation_time: parse_time("metadata.creationTimestamp", &m.creation_timestamp)?,
             deletion_time: parse_time("metadata.deletionTimestamp", &m.deletion_timestamp)?,
