@@ -173,7 +173,9 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
                 || to_json(kube.as_ref().expect("made in shadow mode")),
                 |a| {
                     let requeued = a.requeues.iter().map(|r| r.uid.as_str()).collect();
-                    shadow::preempt_diffs(&args, kube.as_ref().expect("made in shadow mode"), &result, &requeued, &ctx)
+                    // In shadow mode `discarded` is counted on kube-scheduler's pick, `would_discard` on the policy's.
+                    let picked = (a.discarded.as_ref().map(|d| d.node.as_str()), a.would_discard.as_ref().map(|d| d.node.as_str()));
+                    shadow::preempt_diffs(&args, kube.as_ref().expect("made in shadow mode"), &result, picked, &requeued, &ctx)
                 },
             ))
         }

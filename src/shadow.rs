@@ -128,7 +128,9 @@ pub fn kube_candidates(args: &PreemptArgs) -> PreemptionResult {
 /// sets over all candidates; lost bare pods, broken gangs and PDB violations on the node
 /// kube-scheduler would pick from each (see `pick`). `requeued`: UIDs the enforced answer
 /// requeues (evicted, not lost).
-pub fn preempt_diffs(args: &PreemptArgs, kube: &PreemptionResult, enforced: &PreemptionResult, requeued: &BTreeSet<&str>, ctx: &Context) -> Diffs {
+/// `picked`: the node kube-scheduler picks among `kube`'s candidates and among
+/// `enforced`'s (`pick`; the caller has them from counting discarded work).
+pub fn preempt_diffs(args: &PreemptArgs, kube: &PreemptionResult, enforced: &PreemptionResult, picked: (Option<&str>, Option<&str>), requeued: &BTreeSet<&str>, ctx: &Context) -> Diffs {
     let mut d = Diffs::default();
     for (node, theirs) in &kube.node_name_to_meta_victims {
         match enforced.node_name_to_meta_victims.get(node) {
@@ -140,8 +142,8 @@ pub fn preempt_diffs(args: &PreemptArgs, kube: &PreemptionResult, enforced: &Pre
         }
     }
     let pods = Resolver { args, ctx };
-    let without = pick(kube, &pods, ctx).map(|n| Effects::of(&kube.node_name_to_meta_victims[n], &pods, &BTreeSet::new(), ctx));
-    let with = pick(enforced, &pods, ctx).map(|n| Effects::of(&enforced.node_name_to_meta_victims[n], &pods, requeued, ctx));
+    let without = picked.0.map(|n| Effects::of(&kube.node_name_to_meta_victims[n], &pods, &BTreeSet::new(), ctx));
+    let with = picked.1.map(|n| Effects::of(&enforced.node_name_to_meta_victims[n], &pods, requeued, ctx));
     if let Some(without) = without {
         let with = with.unwrap_or_else(Effects::none);
         d.add(DiffKind::PdbViolationAvoided, without.pdb_violations.saturating_sub(with.pdb_violations));
