@@ -255,10 +255,15 @@ fn room_on_its_way(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, 
                 return false;
             }
             let staying = pods.iter().map(|p| &**p).filter(|p| p.deletion_time.is_none() && p.uid != pod.uid);
-            let held = view.nominated_on(n).iter().map(|p| &**p).filter(|p| p.uid != pod.uid && ctx.priority_of(p) >= preemptor.priority);
-            fits(pod, node, &NodeUsage::of(staying.chain(held))).is_ok()
+            fits(pod, node, &NodeUsage::of(staying.chain(held_room(ctx, view, n, preemptor, pod)))).is_ok()
         })
         .map(str::to_string)
+}
+
+/// Like kube-scheduler, room held by pods nominated to `node` with a priority at least the
+/// preemptor's is not available to it; they are never victims either.
+fn held_room<'v>(ctx: &'v Context, view: &'v View, node: &str, preemptor: Preemptor, pod: &'v Pod) -> impl Iterator<Item = &'v Pod> + 'v {
+    view.nominated_on(node).iter().map(|p| &**p).filter(move |p| p.uid != pod.uid && ctx.priority_of(p) >= preemptor.priority)
 }
 
 /// Re-selection on a node the view knows. If the view says the pod already fits, the
@@ -390,14 +395,7 @@ fn reselect(
     let node = view.node(node_name).expect("caller checked the node is in the view");
     let pods: Vec<&Pod> = view.pods_on(node_name).iter().map(|p| &**p).filter(|p| p.uid != pod.uid).collect();
     let mut usage = NodeUsage::of(pods.iter().copied());
-    // Like kube-scheduler, room held by pods nominated here with a priority at least the
-    // preemptor's is not available to it; they are never victims either.
-    let held: Vec<&Pod> = view
-        .nominated_on(node_name)
-        .iter()
-        .map(|p| &**p)
-        .filter(|p| p.uid != pod.uid && ctx.priority_of(p) >= preemptor.priority)
-        .collect();
+    let held: Vec<&Pod> = held_room(ctx, view, node_name, preemptor, pod).collect();
     for h in &held {
         usage.add(h);
     }
