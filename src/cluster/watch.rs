@@ -250,6 +250,7 @@ fn apply_one<K: Applies>(cell: &ViewCell, policy: &Policy, obj: Lean<K>) {
 
 fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
     let mut m = shared.lock();
+    let policy = m.policy.clone();
     match event {
         Event::Init => {
             m.relisting.insert(K::LABEL, HashSet::new());
@@ -257,14 +258,12 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
         }
         Event::InitApply(obj) => {
             m.relisting.entry(K::LABEL).or_default().insert(obj.key());
-            let policy = m.policy.clone();
             apply_one(&shared.cell, &policy, obj);
             // Until the first sync readers see nothing; during a later re-list, upserts
             // are current state and are seen as they come.
         }
         Event::InitDone => {
             let listed = m.relisting.remove(K::LABEL).unwrap_or_default();
-            let policy = m.policy.clone();
             // O(objects of the kind): a re-list of every pod must not hold readers up.
             let gone = shared.cell.change_long(|view| {
                 let gone: Vec<String> = K::keys(view).into_iter().filter(|k| !listed.contains(k)).collect();
@@ -276,14 +275,8 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
             shared.fresh.synced(K::LABEL);
             tracing::info!(kind = K::LABEL, objects = listed.len(), removed = gone.len(), "watch listed");
         }
-        Event::Apply(obj) => {
-            let policy = m.policy.clone();
-            apply_one(&shared.cell, &policy, obj);
-        }
-        Event::Delete(obj) => {
-            let policy = m.policy.clone();
-            shared.cell.change(|view| K::remove(view, &obj.key(), &policy));
-        }
+        Event::Apply(obj) => apply_one(&shared.cell, &policy, obj),
+        Event::Delete(obj) => shared.cell.change(|view| K::remove(view, &obj.key(), &policy)),
     }
     shared.open_when_synced(&mut m);
 }
