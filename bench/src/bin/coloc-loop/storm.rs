@@ -12,7 +12,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use coloc_testbed::cluster::{self, PodBuilder};
-use coloc_testbed::control_plane::Options;
 use coloc_bench::procstat;
 use coloc_testbed::{kubelet, wait, Binaries, ControlPlane, Extender, Kubelet, Scheduler};
 use serde::Serialize;
@@ -20,9 +19,8 @@ use serde::Serialize;
 use crate::binds::Binds;
 use crate::kinds::{Kind, Programs};
 use crate::report::round3;
-use crate::world::ONLINE;
+use crate::world::{self, OFFLINE, ONLINE};
 
-const OFFLINE: &str = "batch";
 const NODE_MILLI_CPU: i64 = 32_000;
 const VICTIM_MILLI_CPU: i64 = 7_900;
 const VICTIMS_PER_NODE: usize = 4;
@@ -55,20 +53,9 @@ fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
     Some(round3(sorted[((last as f64) * q).round() as usize]))
 }
 
-fn repo(rel: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
-}
-
 /// The cluster before the storm: `pods` full nodes, their victims running.
 async fn build(bins: &Binaries, pods: usize) -> anyhow::Result<(ControlPlane, kube::Client, Kubelet)> {
-    let plane = ControlPlane::start(bins, Options { controllers: false, ..Options::default() }).await?;
-    let client = plane.client().await?;
-    cluster::create_all(&client, vec![cluster::namespace(ONLINE), cluster::namespace(OFFLINE)]).await?;
-    cluster::create_all(&client, cluster::default_priority_classes()).await?;
-    cluster::until_admitted(&client, OFFLINE, &["online-prod", "offline-batch", "free"]).await?;
-    for f in ["clusterrole.yaml", "clusterrolebinding.yaml", "requeue/clusterrole.yaml", "requeue/clusterrolebinding.yaml"] {
-        plane.apply(&repo("manifests").join(f))?;
-    }
+    let (plane, client) = world::control_plane(bins, &["clusterrole.yaml", "clusterrolebinding.yaml", "requeue/clusterrole.yaml", "requeue/clusterrolebinding.yaml"]).await?;
     let stand_in = Kubelet::start(client.clone(), kubelet::Options::default());
     let node = |i: usize| format!("storm-{i:05}");
     cluster::create_all(&client, (0..pods).map(|i| cluster::node(&node(i), NODE_MILLI_CPU, 256, &format!("zone-{}", i % 3))).collect()).await?;

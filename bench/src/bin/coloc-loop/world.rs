@@ -14,7 +14,7 @@ use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 
 pub const ONLINE: &str = "online";
-const OFFLINE: &str = "batch";
+pub const OFFLINE: &str = "batch";
 /// Node size: 32 CPU, 128 GiB, 110 pods. Online pods ask 10m, offline 100m (64 MiB each),
 /// so that every pod fits and only the scheduling loop is timed.
 const NODE_MILLI_CPU: i64 = 32_000;
@@ -36,6 +36,32 @@ fn node_name(i: usize) -> String {
     format!("node-{i:05}")
 }
 
+/// A control plane without controllers (nothing to reconcile: pods are created directly),
+/// with the two namespaces, the default policy's PriorityClasses (admitted) and the
+/// extender's RBAC: `rbac`, files below `manifests/`.
+pub async fn control_plane(bins: &Binaries, rbac: &[&str]) -> anyhow::Result<(ControlPlane, Client)> {
+    let plane = ControlPlane::start(
+        bins,
+        Options {
+            controllers: false,
+            ..Options::default()
+        },
+    )
+    .await?;
+    let client = plane.client().await?;
+    cluster::create_all(
+        &client,
+        vec![cluster::namespace(ONLINE), cluster::namespace(OFFLINE)],
+    )
+    .await?;
+    cluster::create_all(&client, cluster::default_priority_classes()).await?;
+    cluster::until_admitted(&client, OFFLINE, &["online-prod", "offline-batch", "free"]).await?;
+    for f in rbac {
+        plane.apply(&repo("manifests").join(f))?;
+    }
+    Ok((plane, client))
+}
+
 impl World {
     /// Starts the control plane and creates everything but the online pods.
     pub async fn build(
@@ -44,28 +70,8 @@ impl World {
         offline_pods: usize,
         create_concurrency: usize,
     ) -> anyhow::Result<World> {
-        let plane = ControlPlane::start(
-            bins,
-            Options {
-                controllers: false,
-                ..Options::default()
-            },
-        )
-        .await?;
-        let client = plane.client().await?;
-        cluster::create_all(
-            &client,
-            vec![cluster::namespace(ONLINE), cluster::namespace(OFFLINE)],
-        )
-        .await?;
-        cluster::create_all(&client, cluster::default_priority_classes()).await?;
-        cluster::until_admitted(&client, OFFLINE, &["online-prod", "offline-batch", "free"]).await?;
-        for f in [
-            "manifests/clusterrole.yaml",
-            "manifests/clusterrolebinding.yaml",
-        ] {
-            plane.apply(&repo(f))?;
-        }
+        let (plane, client) =
+            control_plane(bins, &["clusterrole.yaml", "clusterrolebinding.yaml"]).await?;
         let world = World {
             client,
             plane,
