@@ -80,7 +80,7 @@ impl ViewCell {
 
     pub fn publish(&self, view: View) {
         self.current.store(Some(Arc::new(view)));
-        self.published.send_modify(|n| *n += 1);
+        self.tell_waiters();
     }
 
     /// Changes the staged view in place. Readers see it at their next `load` once the cell
