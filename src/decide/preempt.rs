@@ -442,7 +442,7 @@ fn reselect(
     let violating = |i: usize| taken[i].violated.is_some();
     // A pod whose eviction fails its Job is lost work: tried for reprieve right after
     // the PDB-violating ones; then those that would spend a last budget.
-    let jobs = jobs::failing(ctx, &candidates);
+    let jobs = jobs::effects(ctx, &candidates);
     let spends = |i: usize| taken[i].spent_last.is_some() || jobs[i].last;
     let mut pdb_first: Vec<usize> = (0..candidates.len()).collect();
     pdb_first.sort_by_key(|&i| (!violating(i), !jobs[i].fails, !spends(i), candidates[i].gang.is_none(), i));

@@ -43,7 +43,7 @@ pub(super) struct Effect {
 
 /// What evicting each candidate does to its Job, if all of them were evicted (most
 /// valuable first).
-pub(super) fn failing(ctx: &Context, candidates: &[Victim]) -> Vec<Effect> {
+pub(super) fn effects(ctx: &Context, candidates: &[Victim]) -> Vec<Effect> {
     let mut ledger = JobLedger::default();
     candidates
         .iter()
