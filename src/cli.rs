@@ -13,6 +13,7 @@ use crate::cluster::{self, Objects, View, ViewCell};
 use crate::http::{self, AppState, Limits, ViewSource};
 use crate::pipeline::{self, Verb};
 use crate::policy::{Mode, Policy};
+use crate::requeue::guard::Guarding;
 use crate::tls::{self, TlsAcceptorCell, TlsFiles};
 use crate::wire::Caps;
 
@@ -89,6 +90,12 @@ pub struct ServeArgs {
     /// `manifests/requeue` RBAC component.
     #[arg(long, requires = "kube")]
     pub requeue: bool,
+    /// Guard the bare pods requeue would bring back with a finalizer while they run, so a
+    /// preempt answer needs no API write: a preempted guarded pod stays (terminating) until
+    /// its replacement is stored. `false`: store replacements before answering, and take
+    /// off the guards an earlier run left.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, requires = "requeue")]
+    pub requeue_guard: bool,
     /// Time for storing requeue replacements within one preempt, in milliseconds.
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(100..=4000))]
     pub requeue_budget_ms: u64,
@@ -453,8 +460,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if args.requeue {
             let requeuer = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance));
             tokio::spawn(requeuer.clone().reconcile_loop(view.clone(), Duration::from_secs(1), args.requeue_evict_within.as_secs() as i64));
+            let guarding = if args.requeue_guard { Guarding::On } else { Guarding::FinishOnly };
+            let policy_now = state.policy.load_full();
+            view.change(|v| v.set_guarding(guarding, &policy_now));
+            tokio::spawn(requeuer.clone().guard_loop(view.clone(), state.policy.clone(), guarding));
             state.requeuer = Some(requeuer);
-            tracing::info!(budget_ms = args.requeue_budget_ms, evict_within_s = args.requeue_evict_within.as_secs(), "requeue is on");
+            tracing::info!(budget_ms = args.requeue_budget_ms, evict_within_s = args.requeue_evict_within.as_secs(), guard = args.requeue_guard, "requeue is on");
         }
         if args.wake {
             let waker = crate::wake::kube::Waker::new(client.clone(), args.wake_namespace.clone());

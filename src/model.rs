@@ -120,6 +120,9 @@ pub struct Pod {
     /// Carries the Job controller's `batch.kubernetes.io/job-tracking` finalizer: a Job pod
     /// that has ended (or is terminating) with it has not been recorded by its Job yet.
     pub job_tracking: bool,
+    /// Carries requeue's guard finalizer (`requeue::GUARD`): if it is preempted, it stays
+    /// until its replacement is stored.
+    pub requeue_guarded: bool,
     /// kube-scheduler preempted it (condition `DisruptionTarget`, reason
     /// `PreemptionByScheduler`): once terminating, its room is on its way to a preemptor.
     pub preempted: bool,

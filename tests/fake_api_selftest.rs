@@ -262,6 +262,34 @@ async fn merge_json_strategic_apply_and_status_patches() {
 }
 
 #[tokio::test]
+async fn finalizers_hold_a_deleted_object_and_merge_as_a_set() {
+    let fake = FakeApi::start().await;
+    let mut p = pod("held", json!({}), "Running");
+    p["metadata"]["finalizers"] = json!(["theirs"]);
+    fake.seed(&[p]);
+    let pods: Api<Pod> = Api::namespaced(fake.client(), "default");
+    let pp = PatchParams::default();
+    let uid = fake.get("Pod", "default", "held").unwrap()["metadata"]["uid"].as_str().unwrap().to_string();
+
+    // A strategic merge adds to the set; a UID in the patch is a precondition.
+    let add = json!({"metadata": {"uid": uid, "finalizers": ["ours", "theirs"]}});
+    within(pods.patch("held", &pp, &Patch::Strategic(add))).await.unwrap();
+    assert_eq!(fake.get("Pod", "default", "held").unwrap()["metadata"]["finalizers"], json!(["theirs", "ours"]));
+    let stranger = json!({"metadata": {"uid": "another-uid", "finalizers": ["x"]}});
+    assert_eq!(code_of(within(pods.patch("held", &pp, &Patch::Strategic(stranger))).await), 422);
+
+    // Deleted: it stays, terminating, until the last finalizer goes.
+    within(pods.delete("held", &DeleteParams::default())).await.unwrap();
+    let held = fake.get("Pod", "default", "held").expect("held by its finalizers");
+    assert!(held["metadata"]["deletionTimestamp"].is_string(), "{held}");
+    let remove = |f: &str| Patch::Strategic(json!({"metadata": {"uid": uid, "$deleteFromPrimitiveList/finalizers": [f]}}));
+    within(pods.patch("held", &pp, &remove("ours"))).await.unwrap();
+    assert_eq!(fake.get("Pod", "default", "held").unwrap()["metadata"]["finalizers"], json!(["theirs"]));
+    within(pods.patch("held", &pp, &remove("theirs"))).await.unwrap();
+    assert!(fake.get("Pod", "default", "held").is_none(), "gone with its last finalizer");
+}
+
+#[tokio::test]
 async fn an_injected_fault_fails_exactly_that_many_requests() {
     let fake = FakeApi::start().await;
     let pods: Api<Pod> = Api::namespaced(fake.client(), "default");

@@ -16,10 +16,13 @@ use coloc_extender::cluster::ViewCell;
 use coloc_extender::http::{router, AppState, ViewSource};
 use coloc_extender::policy::Policy;
 use coloc_extender::requeue::kube::Requeuer;
-use coloc_extender::requeue::{FROM_UID, GATE};
+use coloc_extender::requeue::guard::Guarding;
+use coloc_extender::requeue::{FROM_UID, GATE, GUARD, PREEMPTED_BY};
 use fake_api::FakeApi;
 use http_body_util::BodyExt;
-use serde_json::Value;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::{json, Value};
 use tower::ServiceExt;
 
 const ROUND: &str = "tests/fixtures/payloads/r2-nodecache-true";
@@ -267,4 +270,128 @@ async fn no_bare_victim_is_ever_answered_without_a_stored_replacement() {
         }
     }
     assert!(answered_bare > 0, "without faults the bare victim is answered");
+}
+
+// ---- guarded victims: nothing written while kube-scheduler waits --------------------------
+
+/// A replica that guards bare pods ahead of preemption (`--requeue-guard`, the default).
+async fn guarded_replica(api: &FakeApi, guarding: Guarding) -> Replica {
+    let mut r = replica(api).await;
+    let policy = r.state.policy.clone();
+    r.cell.change(|v| v.set_guarding(guarding, &policy.load()));
+    r.tasks.push(tokio::spawn(r.requeuer.clone().guard_loop(r.cell.clone(), policy, guarding)));
+    r.tasks.push(tokio::spawn(r.requeuer.clone().reconcile_loop(r.cell.clone(), Duration::from_millis(100), 60)));
+    r
+}
+
+fn guarded(api: &FakeApi, name: &str) -> bool {
+    api.get("Pod", "batch", name).is_some_and(|p| {
+        p["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|f| f == GUARD)) && p["metadata"]["labels"][GUARD] == "true"
+    })
+}
+
+/// What kube-scheduler does to a victim: the DisruptionTarget condition, then a delete.
+async fn evict(api: &FakeApi, name: &str) {
+    let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
+    let condition = json!({"status": {"conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(condition)).await.unwrap();
+    pods.delete(name, &DeleteParams::default()).await.unwrap();
+}
+
+/// Index in the fake's request log of the last request `method path`.
+fn last_request(api: &FakeApi, method: &str, path: &str) -> Option<usize> {
+    api.requests().iter().rposition(|(m, p, _)| m == method && p == path)
+}
+
+#[tokio::test]
+async fn a_guarded_victim_is_answered_without_a_write_and_requeued_once_evicted() {
+    let api = cluster().await;
+    let r = guarded_replica(&api, Guarding::On).await;
+    let original = uid_of(&api, "hostport-batch");
+    assert!(eventually(|| guarded(&api, "hostport-batch")).await, "guarded while it runs");
+    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_some_and(|p| p.requeue_guarded)).await);
+    let creates = api.count("create", "Pod");
+    let (status, answer) = preempt(&r).await;
+    assert_eq!((status, victims(&answer)), (StatusCode::OK, vec![original.clone()]), "{answer}");
+    assert_eq!(api.count("create", "Pod"), creates, "nothing stored before the answer");
+
+    evict(&api, "hostport-batch").await;
+    assert!(eventually(|| api.get("Pod", "batch", "hostport-batch").is_none()).await, "let go once its replacement is stored");
+    let stored = replacements_of(&api, &original);
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0]["metadata"]["annotations"][PREEMPTED_BY], "online/online-hostport");
+    assert!(!guarded(&api, stored[0]["metadata"]["name"].as_str().unwrap()), "the copy is not born guarded");
+    let created = last_request(&api, "POST", "/api/v1/namespaces/batch/pods").unwrap();
+    let unguarded = last_request(&api, "PATCH", "/api/v1/namespaces/batch/pods/hostport-batch").unwrap();
+    assert!(created < unguarded, "the replacement is stored before the guard comes off");
+    assert!(eventually(|| replacements_of(&api, &original).first().is_some_and(|p| !gated(p))).await, "released once the original is gone");
+}
+
+#[tokio::test]
+async fn a_guarded_pod_deleted_by_its_owner_is_let_go_without_a_replacement() {
+    let api = cluster().await;
+    let _r = guarded_replica(&api, Guarding::On).await;
+    let original = uid_of(&api, "hostport-batch");
+    assert!(eventually(|| guarded(&api, "hostport-batch")).await);
+    let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
+    pods.delete("hostport-batch", &DeleteParams::default()).await.unwrap();
+    assert!(eventually(|| api.get("Pod", "batch", "hostport-batch").is_none()).await);
+    assert!(replacements_of(&api, &original).is_empty());
+}
+
+#[tokio::test]
+async fn a_replacement_that_cannot_be_stored_keeps_the_evicted_pod_held() {
+    let api = cluster().await;
+    let _r = guarded_replica(&api, Guarding::On).await;
+    let original = uid_of(&api, "hostport-batch");
+    assert!(eventually(|| guarded(&api, "hostport-batch")).await);
+    api.fail("create", "Pod", 500, u32::MAX);
+    evict(&api, "hostport-batch").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(guarded(&api, "hostport-batch"), "held, terminating, while the API server refuses the copy");
+    api.clear_faults();
+    assert!(eventually(|| api.get("Pod", "batch", "hostport-batch").is_none()).await, "retried (the ledger waits 3 s)");
+    assert_eq!(replacements_of(&api, &original).len(), 1);
+}
+
+#[tokio::test]
+async fn a_guarded_pod_preempted_and_ended_while_no_replica_ran_is_requeued_at_the_next_start() {
+    let api = cluster().await;
+    let original = uid_of(&api, "hostport-batch");
+    {
+        let _first = guarded_replica(&api, Guarding::On).await;
+        assert!(eventually(|| guarded(&api, "hostport-batch")).await);
+    } // the only replica is gone
+    evict(&api, "hostport-batch").await;
+    // The kubelet marks it Failed: it leaves every watch of running pods.
+    let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
+    pods.patch_status("hostport-batch", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Failed"}}))).await.unwrap();
+    let _second = guarded_replica(&api, Guarding::On).await;
+    assert!(eventually(|| api.get("Pod", "batch", "hostport-batch").is_none()).await, "found by its label and finished");
+    assert_eq!(replacements_of(&api, &original).len(), 1);
+}
+
+#[tokio::test]
+async fn turning_the_guard_off_takes_the_guards_off() {
+    let api = cluster().await;
+    {
+        let _on = guarded_replica(&api, Guarding::On).await;
+        assert!(eventually(|| guarded(&api, "hostport-batch")).await);
+    }
+    let _off = guarded_replica(&api, Guarding::FinishOnly).await;
+    let left = || api.list("Pod").iter().filter(|p| p["metadata"]["labels"].get(GUARD).is_some() || p["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|f| f == GUARD))).count();
+    assert!(eventually(|| left() == 0).await, "{} pods still guarded", left());
+    assert!(api.get("Pod", "batch", "hostport-batch").is_some(), "running pods are not touched otherwise");
+}
+
+#[tokio::test]
+async fn two_guarding_replicas_store_one_replacement() {
+    let api = cluster().await;
+    let (_a, _b) = (guarded_replica(&api, Guarding::On).await, guarded_replica(&api, Guarding::On).await);
+    let original = uid_of(&api, "hostport-batch");
+    assert!(eventually(|| guarded(&api, "hostport-batch")).await);
+    evict(&api, "hostport-batch").await;
+    assert!(eventually(|| api.get("Pod", "batch", "hostport-batch").is_none()).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(replacements_of(&api, &original).len(), 1);
 }

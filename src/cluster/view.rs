@@ -17,6 +17,7 @@ use super::jobs::Jobs;
 use super::usage::{Aggregates, Counted};
 use crate::model::{DisruptionMode, GangInfo, GangRef, GangSource, Job, Node, Pdb, Pod, PodGroup, PodRef, PriorityClass, Resources};
 use crate::policy::{ClassId, GangConfig, Policy};
+use crate::requeue::guard::{self, Guarding};
 
 /// Raw objects a view is built from.
 #[derive(Debug, Clone, Default)]
@@ -141,6 +142,12 @@ pub struct View {
     node_count: usize,
     bound_pods: usize,
     generation: u64,
+    /// Which bare pods requeue guards; `Off` keeps `guard_work` empty.
+    guarding: Guarding,
+    /// Pods the guard loop has work for (`requeue::guard::need`), by namespace/name. A
+    /// guarded pod that leaves the watch (it ended, or went unseen) stays, as last seen:
+    /// the finalizer may still hold it in the API server, and the loop looks there.
+    guard_work: PMap<String, PodRef>,
 }
 
 impl View {
@@ -192,11 +199,64 @@ impl View {
                 view.apply_node((**n).clone());
             }
         }
+        view.guarding = self.guarding;
         for pod in self.pods.values() {
             view.apply_pod(pod.clone(), policy);
         }
+        for (key, pod) in self.guard_work.iter().filter(|(k, _)| !self.pods.contains_key(*k)) {
+            view.guard_work.insert(key.clone(), pod.clone());
+        }
         view.generation = self.generation + 1;
         view
+    }
+
+    /// Sets which pods requeue guards; pods already in the view are looked at again.
+    pub fn set_guarding(&mut self, guarding: Guarding, policy: &Policy) {
+        self.guarding = guarding;
+        self.guard_work = PMap::default();
+        let pods: Vec<PodRef> = self.pods.values().cloned().collect();
+        for pod in pods {
+            self.track_guard(&pod, policy);
+        }
+    }
+
+    pub fn guarding(&self) -> Guarding {
+        self.guarding
+    }
+
+    /// Pods with work for the guard loop (`requeue::guard`), unordered.
+    pub fn guard_work(&self) -> impl Iterator<Item = &PodRef> {
+        self.guard_work.values()
+    }
+
+    /// The guard loop finished `key` (uid `uid`) where the watch no longer shows it.
+    pub fn forget_guard(&mut self, key: &str, uid: &str) {
+        let live = self.pods.get(key).is_some_and(|p| p.uid == uid);
+        if !live && self.guard_work.get(key).is_some_and(|p| p.uid == uid) {
+            self.guard_work.remove(key);
+        }
+    }
+
+    fn track_guard(&mut self, pod: &PodRef, policy: &Policy) {
+        if self.guarding == Guarding::Off {
+            return;
+        }
+        // Most pods have a controller and no guard: nothing to classify.
+        let need = if pod.controller.is_some() && !pod.requeue_guarded {
+            None
+        } else {
+            let class = policy.class(policy.classify(pod, self.priority_of(pod)));
+            guard::need(pod, class, self.guarding)
+        };
+        let key = pod.key();
+        match need {
+            Some(_) => {
+                self.guard_work.insert(key, pod.clone());
+            }
+            None => {
+                self.guard_work.remove(&key);
+            }
+        }
     }
 
     // ---- changes ------------------------------------------------------------------------
@@ -222,6 +282,11 @@ impl View {
     /// Adds or replaces a pod (matched by namespace/name). Terminal pods leave the view:
     /// kube-scheduler's cache holds only bound, non-terminal pods.
     pub fn apply_pod(&mut self, pod: PodRef, policy: &Policy) {
+        self.track_guard(&pod, policy);
+        self.place_pod(pod, policy);
+    }
+
+    fn place_pod(&mut self, pod: PodRef, policy: &Policy) {
         let key = pod.key();
         self.jobs.observe_pod(&pod);
         let old = self.pods.get(&key).cloned();
@@ -288,6 +353,11 @@ impl View {
     /// Removes the pod `namespace/name`; returns it if it was there.
     pub fn remove_pod(&mut self, key: &str, policy: &Policy) -> Option<PodRef> {
         let old = self.pods.get(key).cloned()?;
+        if self.guarding != Guarding::Off && old.requeue_guarded {
+            self.guard_work.insert(key.to_string(), old.clone());
+        } else {
+            self.guard_work.remove(key);
+        }
         self.jobs.forget_pod(&old);
         self.detach(&old, policy);
         Some(old)

@@ -28,8 +28,8 @@ use crate::wire::{self, Candidates, PreemptArgs, PreemptionResult};
 pub struct PreemptOutcome {
     pub result: PreemptionResult,
     pub explanations: Vec<Explanation>,
-    /// Replacements that must be stored before `result` may be answered (bare victims of
-    /// `requeue` classes on the returned nodes).
+    /// Bare victims of `requeue` classes on the returned nodes: the replacements of those
+    /// not `guarded` must be stored before `result` may be answered.
     pub requeues: Vec<RequeueIntent>,
     /// kube-scheduler proposed pods or nodes the view has not caught up with (unknown, or
     /// still unbound there): its cache is ahead, and a moment later the view may decide
@@ -669,7 +669,10 @@ fn finish(ctx: &Context, preemptor: Preemptor, node: &str, mut victims: Vec<Vict
         let (code, detail) = match v.fate {
             Fate::Requeued => {
                 let intent = RequeueIntent::for_victim(v.pod, node, preemptor.key);
-                let detail = format!("{why}; bare pod: requeued as {} (attempt {})", intent.replacement, intent.attempt);
+                let detail = match intent.guarded {
+                    true => format!("{why}; bare pod, guarded: requeued as {} once evicted (attempt {})", intent.replacement, intent.attempt),
+                    false => format!("{why}; bare pod: requeued as {} (attempt {})", intent.replacement, intent.attempt),
+                };
                 requeues.push(intent);
                 ("requeued", detail)
             }

@@ -17,6 +17,7 @@ use super::workers::{Cancel, Workers};
 use crate::decide::{Context, Detail, Requeue};
 use crate::pipeline::{self, Answer, Verb};
 use crate::requeue::kube::Requeuer;
+use crate::requeue::RequeueIntent;
 use crate::wake::Reason as WakeReason;
 use crate::wire::{Bounds, DecodeError};
 
@@ -133,24 +134,29 @@ async fn decide_preempt(state: &AppState, verbs: &Verbs, req: &AdmittedRequest, 
 /// Rounds of "decide, then store the replacements it needs" before requeue is given up.
 const REQUEUE_ROUNDS: usize = 3;
 
-/// A bare victim is answered only once its replacement is stored: decide, store the
-/// replacements the answer needs, and if any could not be stored decide again with those
-/// pods spared. If replacements keep failing, answer with requeue off.
+/// A bare victim is answered only once its replacement is stored or it is guarded (its
+/// finalizer holds it until the replacement is stored): decide, store the replacements the
+/// answer needs, and if any could not be stored decide again with those pods spared. If
+/// replacements keep failing, answer with requeue off.
 async fn preempt_with_requeue(state: &AppState, verbs: &Verbs, requeuer: &Requeuer, req: &AdmittedRequest) -> Result<Answer, ApiError> {
     let deadline = tokio::time::Instant::now() + state.limits.requeue_budget;
     let mut failed = BTreeMap::new();
     for _ in 0..REQUEUE_ROUNDS {
         let answer = decide_preempt(state, verbs, req, Some(Arc::new(failed.clone()))).await?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if answer.requeues.is_empty() {
-            return Ok(answer);
-        }
-        let newly = if left.is_zero() {
-            answer.requeues.iter().map(|i| (i.uid.clone(), "no time left in the requeue budget".to_string())).collect()
+        // Guarded victims are held by their finalizer: their replacements come after,
+        // unless requeue's writes are failing (then they could not come after either).
+        let trusted = requeuer.guards_trusted();
+        let to_store: Vec<RequeueIntent> = answer.requeues.iter().filter(|i| !i.guarded || !trusted).cloned().collect();
+        let newly = if to_store.is_empty() {
+            BTreeMap::new()
+        } else if left.is_zero() {
+            to_store.iter().map(|i| (i.uid.clone(), "no time left in the requeue budget".to_string())).collect()
         } else {
-            requeuer.store_all(&answer.requeues, left).await
+            requeuer.store_all(&to_store, left).await
         };
         if newly.is_empty() {
+            requeuer.note_answered(&answer.requeues);
             return Ok(answer);
         }
         failed.extend(newly);

@@ -14,6 +14,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
+use super::guard_loop::Answered;
 use super::plan::{self, Action, Release};
 use super::{replacement, RequeueIntent, FROM_UID, GATE};
 use crate::cluster::ViewCell;
@@ -21,8 +22,11 @@ use crate::cluster::ViewCell;
 pub use crate::events::kube::REPORTER;
 
 pub struct Requeuer {
-    client: Client,
+    pub(super) client: Client,
     recorder: Recorder,
+    pub(super) answered: std::sync::Mutex<Answered>,
+    /// The last replacement this replica tried to store failed (`guards_trusted`).
+    pub(super) writes_failing: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -32,7 +36,7 @@ enum Stored {
     Existed,
 }
 
-fn pod_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+pub(super) fn pod_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()))
 }
 
@@ -47,7 +51,7 @@ fn pod_ref(namespace: &str, name: &str, uid: &str) -> ObjectReference {
     }
 }
 
-fn api_code(e: &kube::Error) -> Option<u16> {
+pub(super) fn api_code(e: &kube::Error) -> Option<u16> {
     match e {
         kube::Error::Api(s) => Some(s.code),
         _ => None,
@@ -58,7 +62,14 @@ impl Requeuer {
     /// `instance` names this replica in Events (the pod name, typically).
     pub fn new(client: Client, instance: Option<String>) -> Requeuer {
         let recorder = Recorder::new(client.clone(), crate::events::kube::reporter(instance));
-        Requeuer { client, recorder }
+        Requeuer { client, recorder, answered: Default::default(), writes_failing: Default::default() }
+    }
+
+    /// Remembers who preempted the guarded victims of an answer that goes out.
+    pub fn note_answered(&self, intents: &[RequeueIntent]) {
+        if intents.iter().any(|i| i.guarded) {
+            self.answered.lock().unwrap_or_else(|e| e.into_inner()).note(intents);
+        }
     }
 
     /// Stores every replacement, concurrently, each within `budget`. Returns the pods whose
@@ -74,6 +85,7 @@ impl Requeuer {
         .await;
         let mut failed = BTreeMap::new();
         for (intent, outcome) in results {
+            self.wrote(outcome.is_ok());
             match outcome {
                 Ok(stored) => {
                     let outcome = if stored == Stored::Created { "created" } else { "existed" };

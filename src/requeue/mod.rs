@@ -8,14 +8,20 @@
 //! bounded time is deleted again. The pure parts (names, the replacement's manifest, what
 //! to reconcile) live here; `kube` carries them out against the API server.
 
+pub mod guard;
+mod guard_loop;
 pub mod kube;
 pub mod plan;
 pub mod replacement;
 
 use crate::model::Pod;
+use crate::policy::{BareVictims, Class};
 
 /// The scheduling gate that holds a replacement back while its original still runs.
 pub const GATE: &str = "coloc-extender.io/requeue";
+/// The finalizer that guards a bare pod requeue would bring back: once it is preempted,
+/// the pod stays (terminating) until its replacement is stored.
+pub const GUARD: &str = "coloc-extender.io/requeue-guard";
 /// Label on every replacement (list/watch selector, and for people).
 pub const LABEL: &str = "coloc-extender.io/requeued";
 /// UID of the pod this one replaces.
@@ -29,7 +35,18 @@ pub const PREEMPTED_BY: &str = "coloc-extender.io/preempted-by";
 /// The name of the first pod in the chain: replacements of replacements do not grow.
 pub const BASE_NAME: &str = "coloc-extender.io/base-name";
 
-/// What a preempt decision asks the edge to store before its answer goes out.
+/// Would requeue bring `pod` back if it were preempted as a pod of `class`? A bare pod of
+/// a class that may be evicted and requeues bare victims, with requeue attempts left.
+pub fn would_requeue(pod: &Pod, class: &Class) -> bool {
+    pod.controller.is_none()
+        && class.victim.allowed
+        && class.victim.bare() == BareVictims::Requeue
+        && class.requeue.max_attempts.is_none_or(|max| attempt_of(pod) < max)
+}
+
+/// What a preempt decision asks of requeue for one bare victim. Unless the victim is
+/// `guarded`, its replacement is stored before the answer goes out; a guarded victim's is
+/// stored once it is evicted (its finalizer holds it until then).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequeueIntent {
     pub namespace: String,
@@ -42,6 +59,8 @@ pub struct RequeueIntent {
     pub attempt: u32,
     /// `namespace/name` of the preemptor.
     pub preemptor: String,
+    /// The victim carries the guard finalizer: nothing to store before the answer.
+    pub guarded: bool,
 }
 
 impl RequeueIntent {
@@ -54,6 +73,7 @@ impl RequeueIntent {
             replacement: replacement_name(victim),
             attempt: attempt_of(victim) + 1,
             preemptor: preemptor.to_string(),
+            guarded: victim.requeue_guarded,
         }
     }
 

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{RequeueIntent, ATTEMPT, BASE_NAME, FROM_POD, FROM_UID, GATE, LABEL, PREEMPTED_BY};
+use super::{RequeueIntent, ATTEMPT, BASE_NAME, FROM_POD, FROM_UID, GATE, GUARD, LABEL, PREEMPTED_BY};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ReplacementError {
@@ -44,7 +44,17 @@ fn is_injected_token_volume(volume: &Value) -> bool {
     volume.get("name").and_then(Value::as_str).is_some_and(|n| n.starts_with("kube-api-access-")) && volume.get("projected").is_some()
 }
 
+/// The replacement of an original that still runs (stored before the preempt answer).
 pub fn build(original: &Value, intent: &RequeueIntent) -> Result<Value, ReplacementError> {
+    copy(original, intent, false)
+}
+
+/// The replacement of a guarded original being evicted (its finalizer holds it meanwhile).
+pub fn build_after_eviction(original: &Value, intent: &RequeueIntent) -> Result<Value, ReplacementError> {
+    copy(original, intent, true)
+}
+
+fn copy(original: &Value, intent: &RequeueIntent, evicted: bool) -> Result<Value, ReplacementError> {
     let mut pod = original.clone();
     let obj = pod.as_object_mut().ok_or(ReplacementError::NotAPod)?;
     let meta = obj.get_mut("metadata").and_then(Value::as_object_mut).ok_or(ReplacementError::NotAPod)?;
@@ -52,7 +62,7 @@ pub fn build(original: &Value, intent: &RequeueIntent) -> Result<Value, Replacem
     if uid != intent.uid {
         return Err(ReplacementError::UidChanged { expected: intent.uid.clone(), found: uid.to_string() });
     }
-    if meta.get("deletionTimestamp").is_some_and(|t| !t.is_null()) {
+    if !evicted && meta.get("deletionTimestamp").is_some_and(|t| !t.is_null()) {
         return Err(ReplacementError::Terminating);
     }
     let base = meta
@@ -73,7 +83,7 @@ pub fn build(original: &Value, intent: &RequeueIntent) -> Result<Value, Replacem
     annotations.insert(PREEMPTED_BY.into(), json!(intent.preemptor));
     annotations.insert(BASE_NAME.into(), json!(base));
     let labels = object_at(meta, "labels");
-    for key in BOUND_NODE_LABELS {
+    for key in BOUND_NODE_LABELS.iter().chain([&GUARD]) {
         labels.remove(*key);
     }
     labels.insert(LABEL.into(), json!("true"));
@@ -139,6 +149,7 @@ mod tests {
             replacement: "free-3-rq-00000000ab".into(),
             attempt: 1,
             preemptor: "online/online-2".into(),
+            guarded: false,
         }
     }
 
@@ -198,6 +209,19 @@ mod tests {
         going["metadata"]["deletionTimestamp"] = json!("2026-11-22T02:01:00Z");
         assert_eq!(build(&going, &intent()), Err(ReplacementError::Terminating));
         assert_eq!(build(&json!([1]), &intent()), Err(ReplacementError::NotAPod));
+    }
+
+    #[test]
+    fn a_guarded_original_is_copied_while_it_is_evicted_without_its_guard() {
+        let mut going = original();
+        going["metadata"]["deletionTimestamp"] = json!("2026-11-22T02:01:00Z");
+        going["metadata"]["finalizers"] = json!([GUARD]);
+        going["metadata"]["labels"][GUARD] = json!("true");
+        let r = build_after_eviction(&going, &intent()).unwrap();
+        assert!(r["metadata"].get("deletionTimestamp").is_none());
+        assert!(r["metadata"].get("finalizers").is_none());
+        assert!(r["metadata"]["labels"].get(GUARD).is_none(), "the copy is guarded on its own once it runs");
+        assert_eq!(r["spec"]["schedulingGates"], json!([{"name": GATE}]));
     }
 
     #[test]

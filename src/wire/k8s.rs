@@ -383,6 +383,7 @@ impl Pod {
         Ok(model::Pod {
             preempted,
             job_tracking: m.finalizers.iter().any(|f| f == model::TRACKING_FINALIZER),
+            requeue_guarded: m.finalizers.iter().any(|f| f == crate::requeue::GUARD),
             creation_time: parse_time("metadata.creationTimestamp", &m.creation_timestamp)?,
             deletion_time: parse_time("metadata.deletionTimestamp", &m.deletion_timestamp)?,
             start_time: parse_time("status.startTime", &self.status.start_time)?,

@@ -54,7 +54,11 @@ async fn last_disruption_left(bins: Binaries, mode: Mode) -> anyhow::Result<()> 
     let pods: Vec<Pod> = cluster::pods(&bed.client, Some("batch")).await?;
     let evicted: Vec<&str> = pods.iter().filter(|p| workers.contains(&uid(p)) && p.metadata.deletion_timestamp.is_some()).map(cluster::name).collect();
     anyhow::ensure!(evicted.is_empty(), "workers evicted for web-1: {evicted:?}");
-    anyhow::ensure!(pods.iter().any(is_replacement), "the free pod evicted for web-1 was requeued");
+    // A guarded victim's replacement is stored once it is evicted: a moment after.
+    bed.until_pods("batch", MINUTE, "the free pod evicted for web-1 requeued", |pods| {
+        if pods.iter().any(is_replacement) { Ok(()) } else { Err("no replacement yet".into()) }
+    })
+    .await?;
 
     let allowed = disruptions_allowed(&bed, "workers").await?;
     anyhow::ensure!(allowed == 1, "the PDB allows {allowed} disruption(s) when web-2 arrives, not 1");

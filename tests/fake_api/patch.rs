@@ -3,8 +3,13 @@
 
 use serde_json::{Map, Value};
 
+/// Lists of strings a strategic merge patch merges as sets (`patchStrategy:"merge"` on a
+/// list of primitives), by field name: what the fake needs of the real schema.
+const MERGED_STRING_LISTS: &[&str] = &["finalizers"];
+
 /// RFC 7386: objects merge recursively, `null` removes, anything else replaces.
-/// With `strategic`, keys starting with `$` (strategic-merge directives) are ignored.
+/// With `strategic`: `finalizers` merge as a set, `$deleteFromPrimitiveList/finalizers`
+/// removes from it, and other `$` directives are ignored.
 pub fn merge(target: &mut Value, patch: &Value, strategic: bool) {
     let Value::Object(p) = patch else {
         *target = patch.clone();
@@ -15,8 +20,30 @@ pub fn merge(target: &mut Value, patch: &Value, strategic: bool) {
     }
     let t = target.as_object_mut().expect("made an object above");
     for (k, v) in p {
-        if strategic && k.starts_with('$') {
-            continue;
+        if strategic {
+            if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/").filter(|f| MERGED_STRING_LISTS.contains(f)) {
+                if let (Some(list), Some(gone)) = (t.get_mut(field).and_then(Value::as_array_mut), v.as_array()) {
+                    list.retain(|x| !gone.contains(x));
+                    if list.is_empty() {
+                        t.remove(field);
+                    }
+                }
+                continue;
+            }
+            if k.starts_with('$') {
+                continue;
+            }
+            if let (true, Some(add)) = (MERGED_STRING_LISTS.contains(&k.as_str()), v.as_array()) {
+                let list = t.entry(k.clone()).or_insert_with(|| Value::Array(Vec::new()));
+                if let Some(list) = list.as_array_mut() {
+                    for x in add {
+                        if !list.contains(x) {
+                            list.push(x.clone());
+                        }
+                    }
+                }
+                continue;
+            }
         }
         if v.is_null() {
             t.remove(k);

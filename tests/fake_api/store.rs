@@ -148,6 +148,22 @@ pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     obj["metadata"][field].as_str().filter(|s| !s.is_empty())
 }
 
+fn has_finalizers(obj: &Value) -> bool {
+    obj["metadata"]["finalizers"].as_array().is_some_and(|f| !f.is_empty())
+}
+
+/// A write may not change an object's UID: the API server answers 422 (immutable field),
+/// which makes a UID in a patch a precondition.
+fn check_uid(res: usize, name: &str, obj: &Value, current: &Value) -> Result<(), ApiError> {
+    match (meta_str(obj, "uid"), meta_str(current, "uid")) {
+        (Some(want), Some(have)) if want != have => Err(ApiError::new(
+            422,
+            format!("{} {name:?} is invalid: metadata.uid: Invalid value: {want:?}: field is immutable", RESOURCES[res].kind),
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn set_meta(obj: &mut Value, field: &str, value: Value) {
     if !obj.is_object() {
         *obj = json!({});
@@ -227,6 +243,11 @@ impl Store {
     /// Stores `obj` at the next resourceVersion (or `rv`, if newer than every write so far)
     /// and records the change for watchers.
     fn commit(&mut self, res: usize, ns: &str, name: &str, mut obj: Value, rv: Option<u64>) -> Value {
+        if obj["metadata"]["deletionTimestamp"].is_string() && !has_finalizers(&obj) && self.objects.contains_key(&(res, ns.to_string(), name.to_string())) {
+            // The last finalizer of a terminating object is gone: the API server deletes it.
+            self.objects.insert((res, ns.to_string(), name.to_string()), obj);
+            return self.delete_now(res, ns, name).expect("inserted above");
+        }
         self.rv = match rv {
             Some(rv) if rv > self.rv => rv,
             _ => self.rv + 1,
@@ -384,6 +405,7 @@ impl Store {
         }
         set_meta(&mut obj, "name", json!(name));
         if let Some(c) = &current {
+            check_uid(res, name, &obj, c)?;
             for field in ["uid", "creationTimestamp"] {
                 set_meta(&mut obj, field, c["metadata"][field].clone());
             }
@@ -410,6 +432,7 @@ impl Store {
             }
         }
         set_meta(&mut obj, "name", json!(name));
+        check_uid(res, name, &obj, &current)?;
         for field in ["uid", "creationTimestamp"] {
             set_meta(&mut obj, field, current["metadata"][field].clone());
         }
@@ -438,6 +461,16 @@ impl Store {
         }
         if dry || opts["dryRun"].as_array().is_some_and(|d| d.iter().any(|v| v == "All")) {
             return Ok(current);
+        }
+        if has_finalizers(&current) {
+            // As the API server does: the object stays, terminating, until its finalizers are gone.
+            if current["metadata"]["deletionTimestamp"].is_string() {
+                return Ok(current);
+            }
+            let mut obj = current;
+            set_meta(&mut obj, "deletionTimestamp", json!(now_rfc3339()));
+            set_meta(&mut obj, "deletionGracePeriodSeconds", json!(opts["gracePeriodSeconds"].as_i64().unwrap_or(0)));
+            return Ok(self.commit(res, ns, name, obj, None));
         }
         Ok(self.delete_now(res, ns, name).expect("read above"))
     }

@@ -5,7 +5,9 @@
 //! extender with `--requeue`. The online pods are created at once once kube-scheduler
 //! runs. Reports time to place (from the start of their creation to bind), the
 //! evictions, the bare pods lost (gone with no replacement) and the extender's API writes
-//! per victim (replacements stored, released and cleaned up, Events, wakes).
+//! per victim (guards added and removed, replacements stored, released and cleaned up,
+//! Events, wakes). With requeue's guard (the default) the storm starts once the extender
+//! has guarded every victim, as in a cluster where they have run a while.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -28,6 +30,8 @@ const VICTIMS_PER_NODE: usize = 4;
 const ONLINE_MILLI_CPU: i64 = 31_000;
 /// The replacement annotation naming its original's UID (`requeue::FROM_UID`).
 const FROM_UID: &str = "coloc-extender.io/requeued-from-uid";
+/// requeue's guard label and finalizer (`requeue::GUARD`).
+const GUARD: &str = "coloc-extender.io/requeue-guard";
 
 #[derive(Debug, Serialize)]
 pub struct StormResult {
@@ -45,6 +49,10 @@ pub struct StormResult {
     /// up, Events posted, wakes.
     pub extender_api_writes: Option<f64>,
     pub extender_api_writes_per_victim: Option<f64>,
+    /// Victims guarded when the storm began.
+    pub guarded_at_start: usize,
+    /// The extender's mean time to answer `preempt` (kube-scheduler's thread waits for it).
+    pub extender_preempt_mean_ms: Option<f64>,
     pub extender_cpu_s: Option<f64>,
 }
 
@@ -78,6 +86,8 @@ pub struct Settings<'a> {
     pub qps: u32,
     pub timeout: Duration,
     pub programs: Programs<'a>,
+    /// requeue's guard on (the extender's default) or off.
+    pub guard: bool,
 }
 
 pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, dir: &Path) -> anyhow::Result<StormResult> {
@@ -90,9 +100,16 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
         Some((binary, args)) => {
             let mut all = args.to_vec();
             all.push("--requeue");
+            if !s.guard {
+                all.push("--requeue-guard=false");
+            }
             Some(Extender::start(&plane, &name, binary, &all).await?)
         }
         None => None,
+    };
+    let guarded_at_start = match &extender {
+        Some(_) if s.guard => all_guarded(&client, before.len()).await?,
+        _ => 0,
     };
     let ext_pid = extender.as_ref().and_then(|e| e.proc.pid());
     let cpu0 = ext_pid.and_then(|p| procstat::cpu_seconds(&p.to_string()));
@@ -117,12 +134,23 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
     let evicted: Vec<&str> = before.iter().map(|(_, uid)| uid.as_str()).filter(|uid| !live.contains(uid)).collect();
     let lost = evicted.iter().filter(|uid| !replaced.contains(*uid)).count();
     std::fs::write(dir.join("scheduler-metrics.txt"), scheduler.metrics().await.unwrap_or_default())?;
+    let mut preempt_mean_ms = None;
     let writes = match &extender {
         Some(e) => {
             let text = e.get("/metrics").await.unwrap_or_default();
             std::fs::write(dir.join("extender-metrics.txt"), &text)?;
             let sum = |m: &str, f: &str| coloc_testbed::extender::metric_sum(&text, m, f);
-            Some(sum("coloc_requeue_replacements_total", "outcome=\"created\"") + sum("coloc_requeue_released_total", "") + sum("coloc_requeue_cleaned_total", "") + sum("coloc_events_total", "") + sum("coloc_wakes_total", ""))
+            let preempt = "verb=\"preempt\"";
+            let (seconds, count) = (sum("coloc_request_duration_seconds_sum", preempt), sum("coloc_request_duration_seconds_count", preempt));
+            preempt_mean_ms = (count > 0.0).then(|| round3(seconds / count * 1000.0));
+            Some(
+                sum("coloc_requeue_guards_total", "")
+                    + sum("coloc_requeue_replacements_total", "outcome=\"created\"")
+                    + sum("coloc_requeue_released_total", "")
+                    + sum("coloc_requeue_cleaned_total", "")
+                    + sum("coloc_events_total", "")
+                    + sum("coloc_wakes_total", ""),
+            )
         }
         None => None,
     };
@@ -141,18 +169,31 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
         lost,
         extender_api_writes: writes,
         extender_api_writes_per_victim: writes.filter(|_| !evicted.is_empty()).map(|w| round3(w / evicted.len() as f64)),
+        guarded_at_start,
+        extender_preempt_mean_ms: preempt_mean_ms,
         extender_cpu_s: cpu1.zip(cpu0).map(|(b, a)| round3(b - a)),
     })
 }
 
+/// Waits (up to 5 minutes) until the extender has guarded all `victims`; returns how many.
+async fn all_guarded(client: &kube::Client, victims: usize) -> anyhow::Result<usize> {
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client.clone(), OFFLINE);
+    let params = kube::api::ListParams::default().labels(GUARD);
+    wait::until(Duration::from_secs(300), "every victim guarded", || async {
+        let n = pods.list_metadata(&params).await.map_err(|e| e.to_string())?.items.len();
+        if n >= victims { Ok(n) } else { Err(format!("{n} of {victims} guarded")) }
+    })
+    .await
+}
+
 pub fn table(results: &[StormResult]) -> String {
-    let mut s = String::from("| run | round | placed | time to place p50 / p90 / max s | evictions | replacements | bare pods lost | extender API writes per victim | extender CPU s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    let mut s = String::from("| run | round | placed | time to place p50 / p90 / max s | evictions | replacements | bare pods lost | guarded at start | extender API writes per victim | extender preempt mean ms | extender CPU s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v}"));
     for r in results {
         s += &format!(
-            "| {} | {} | {}/{} | {} / {} / {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {}/{} | {} / {} / {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.run, r.round, r.placed, r.pods, opt(r.place_p50_s), opt(r.place_p90_s), opt(r.place_max_s), r.evictions, r.replacements, r.lost,
-            opt(r.extender_api_writes_per_victim), opt(r.extender_cpu_s)
+            r.guarded_at_start, opt(r.extender_api_writes_per_victim), opt(r.extender_preempt_mean_ms), opt(r.extender_cpu_s)
         );
     }
     s
