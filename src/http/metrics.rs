@@ -50,6 +50,8 @@ fn describe() {
     metrics::describe_counter!("coloc_requeue_replacements_total", "Requeue replacements stored, by outcome");
     metrics::describe_counter!("coloc_requeue_released_total", "Requeue replacements released (original gone)");
     metrics::describe_counter!("coloc_requeue_cleaned_total", "Requeue replacements deleted (original not evicted in time)");
+    metrics::describe_counter!("coloc_requeue_guards_total", "Requeue guards (finalizer and label on a bare pod), by change: added, removed");
+    metrics::describe_counter!("coloc_requeue_events_total", "Events requeue recorded (one per released replacement)");
     metrics::describe_counter!("coloc_events_total", "Events on preemptors by result: written, failed, throttled, dropped");
     metrics::describe_counter!("coloc_shadow_diffs_total", "Shadow mode: what the policy would have changed, by verb and kind");
     metrics::describe_counter!("coloc_discarded_cpu_seconds_total", "Run time x CPU request of the victims preempt answers evict, by victim class (shadow mode: kube-scheduler's own choice)");

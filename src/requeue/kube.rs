@@ -173,9 +173,9 @@ impl Requeuer {
             Ok(_) => {
                 metrics::counter!("coloc_requeue_released_total").increment(1);
                 tracing::info!(replacement = %format!("{}/{}", r.namespace, r.name), original = %r.from_pod, "requeue released: the original is gone");
-                let (ns, name) = r.from_pod.split_once('/').unwrap_or((&r.namespace, &r.from_pod));
-                self.event(pod_ref(ns, name, &r.from_uid), format!("requeued as {} after preemption by {}", r.name, r.preempted_by)).await;
-                self.event(pod_ref(&r.namespace, &r.name, &r.uid), format!("requeued from {} ({}), attempt {}", r.from_uid, r.from_pod, r.attempt)).await;
+                // One Event per requeued pod, on the pod that stays (the original is gone).
+                let note = format!("requeued from {} ({}) after preemption by {}, attempt {}", r.from_pod, r.from_uid, r.preempted_by, r.attempt);
+                self.event(pod_ref(&r.namespace, &r.name, &r.uid), note).await;
             }
             Err(e) if matches!(api_code(&e), Some(404 | 409 | 422)) => {
                 tracing::debug!(replacement = %r.name, error = %e, "release skipped: released or changed meanwhile");
@@ -198,8 +198,9 @@ impl Requeuer {
 
     async fn event(&self, regarding: ObjectReference, note: String) {
         let event = Event { type_: EventType::Normal, reason: "Requeued".into(), note: Some(note), action: "Requeue".into(), secondary: None };
-        if let Err(e) = self.recorder.publish(&event, &regarding).await {
-            tracing::warn!(pod = ?regarding.name, error = %e, "cannot record requeue event");
+        match self.recorder.publish(&event, &regarding).await {
+            Ok(()) => metrics::counter!("coloc_requeue_events_total").increment(1),
+            Err(e) => tracing::warn!(pod = ?regarding.name, error = %e, "cannot record requeue event"),
         }
     }
 }

@@ -6,7 +6,7 @@
 //! runs. Reports time to place (from the start of their creation to bind), the
 //! evictions, the bare pods lost (gone with no replacement) and the extender's API writes
 //! per victim (guards added and removed, replacements stored, released and cleaned up,
-//! Events, wakes). With requeue's guard (the default) the storm starts once the extender
+//! requeue's and the preemptors' Events, wakes). With requeue's guard (the default) the storm starts once the extender
 //! has guarded every victim, as in a cluster where they have run a while.
 
 use std::collections::BTreeSet;
@@ -148,6 +148,7 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
                     + sum("coloc_requeue_replacements_total", "outcome=\"created\"")
                     + sum("coloc_requeue_released_total", "")
                     + sum("coloc_requeue_cleaned_total", "")
+                    + sum("coloc_requeue_events_total", "")
                     + sum("coloc_events_total", "")
                     + sum("coloc_wakes_total", ""),
             )
