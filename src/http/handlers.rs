@@ -139,6 +139,7 @@ const REQUEUE_ROUNDS: usize = 3;
 /// answer needs, and if any could not be stored decide again with those pods spared. If
 /// replacements keep failing, answer with requeue off.
 async fn preempt_with_requeue(state: &AppState, verbs: &Verbs, requeuer: &Requeuer, req: &AdmittedRequest) -> Result<Answer, ApiError> {
+    requeuer.pace.preempt_seen();
     let deadline = tokio::time::Instant::now() + state.limits.requeue_budget;
     let mut failed = BTreeMap::new();
     for _ in 0..REQUEUE_ROUNDS {

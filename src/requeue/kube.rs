@@ -27,6 +27,8 @@ pub struct Requeuer {
     pub(super) answered: std::sync::Mutex<Answered>,
     /// The last replacement this replica tried to store failed (`guards_trusted`).
     pub(super) writes_failing: std::sync::atomic::AtomicBool,
+    /// Background writes yield to kube-scheduler's preemptions.
+    pub pace: super::pace::Pace,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -62,7 +64,7 @@ impl Requeuer {
     /// `instance` names this replica in Events (the pod name, typically).
     pub fn new(client: Client, instance: Option<String>) -> Requeuer {
         let recorder = Recorder::new(client.clone(), crate::events::kube::reporter(instance));
-        Requeuer { client, recorder, answered: Default::default(), writes_failing: Default::default() }
+        Requeuer { client, recorder, answered: Default::default(), writes_failing: Default::default(), pace: Default::default() }
     }
 
     /// Remembers who preempted the guarded victims of an answer that goes out.
@@ -132,7 +134,9 @@ impl Requeuer {
     pub async fn reconcile_loop(self: Arc<Self>, cell: Arc<ViewCell>, every: Duration, evict_within: i64) {
         loop {
             tokio::time::sleep(every).await;
-            self.reconcile_once(&cell, evict_within).await;
+            if self.pace.may_go() {
+                self.reconcile_once(&cell, evict_within).await;
+            }
         }
     }
 

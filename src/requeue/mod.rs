@@ -11,6 +11,7 @@
 pub mod guard;
 mod guard_loop;
 pub mod kube;
+pub mod pace;
 pub mod plan;
 pub mod replacement;
 

@@ -51,6 +51,9 @@ pub struct StormResult {
     pub extender_api_writes_per_victim: Option<f64>,
     /// Victims guarded when the storm began.
     pub guarded_at_start: usize,
+    /// With the guard: seconds from the storm's start until no evicted victim was held
+    /// any longer (every replacement stored).
+    pub requeue_done_s: Option<f64>,
     /// The extender's mean time to answer `preempt` (kube-scheduler's thread waits for it).
     pub extender_preempt_mean_ms: Option<f64>,
     pub extender_cpu_s: Option<f64>,
@@ -123,8 +126,13 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
     let times = binds.wait(pods, timeout).await;
     let cpu1 = ext_pid.and_then(|p| procstat::cpu_seconds(&p.to_string()));
     std::fs::write(dir.join("scheduler-config.yaml"), &scheduler.config)?;
-    // Let the last victims go and their replacements be released.
+    // Let the last victims go and their replacements be released; guarded victims are
+    // held until their replacement is stored, which may come after the last bind.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let requeue_done_s = match &extender {
+        Some(_) if s.guard => Some(round3(none_held(&client).await?.duration_since(start).as_secs_f64())),
+        _ => None,
+    };
 
     let mut waits: Vec<f64> = times.iter().map(|t| t.duration_since(start).as_secs_f64()).collect();
     waits.sort_by(f64::total_cmp);
@@ -171,9 +179,21 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
         extender_api_writes: writes,
         extender_api_writes_per_victim: writes.filter(|_| !evicted.is_empty()).map(|w| round3(w / evicted.len() as f64)),
         guarded_at_start,
+        requeue_done_s,
         extender_preempt_mean_ms: preempt_mean_ms,
         extender_cpu_s: cpu1.zip(cpu0).map(|(b, a)| round3(b - a)),
     })
+}
+
+/// Waits (up to 5 minutes) until no evicted victim is held by its guard; returns when.
+async fn none_held(client: &kube::Client) -> anyhow::Result<Instant> {
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client.clone(), OFFLINE);
+    let params = kube::api::ListParams::default().labels(GUARD);
+    wait::until(Duration::from_secs(300), "every evicted victim let go", || async {
+        let held = pods.list_metadata(&params).await.map_err(|e| e.to_string())?.items.iter().filter(|p| p.metadata.deletion_timestamp.is_some()).count();
+        if held == 0 { Ok(Instant::now()) } else { Err(format!("{held} held")) }
+    })
+    .await
 }
 
 /// Waits (up to 5 minutes) until the extender has guarded all `victims`; returns how many.
@@ -188,13 +208,13 @@ async fn all_guarded(client: &kube::Client, victims: usize) -> anyhow::Result<us
 }
 
 pub fn table(results: &[StormResult]) -> String {
-    let mut s = String::from("| run | round | placed | time to place p50 / p90 / max s | evictions | replacements | bare pods lost | guarded at start | extender API writes per victim | extender preempt mean ms | extender CPU s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    let mut s = String::from("| run | round | placed | time to place p50 / p90 / max s | evictions | replacements | bare pods lost | guarded at start | all requeued after s | extender API writes per victim | extender preempt mean ms | extender CPU s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v}"));
     for r in results {
         s += &format!(
-            "| {} | {} | {}/{} | {} / {} / {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {}/{} | {} / {} / {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.run, r.round, r.placed, r.pods, opt(r.place_p50_s), opt(r.place_p90_s), opt(r.place_max_s), r.evictions, r.replacements, r.lost,
-            r.guarded_at_start, opt(r.extender_api_writes_per_victim), opt(r.extender_preempt_mean_ms), opt(r.extender_cpu_s)
+            r.guarded_at_start, opt(r.requeue_done_s), opt(r.extender_api_writes_per_victim), opt(r.extender_preempt_mean_ms), opt(r.extender_cpu_s)
         );
     }
     s
