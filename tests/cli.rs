@@ -134,6 +134,8 @@ fn serve_refuses_bad_settings_with_a_clear_error() {
         (vec!["--max-concurrency", "0"], "would refuse every request"),
         (vec!["--request-timeout", "0s"], "is zero"),
         (vec!["--requeue"], "--kube"),
+        (vec!["--requeue-guard=false"], "--requeue"),
+        (vec!["--kube", "--requeue", "--requeue-guard=maybe"], "invalid value 'maybe'"),
     ] {
         let out = Command::new(BIN).arg("serve").args(["--listen", "127.0.0.1:0"]).args(&args).output().unwrap();
         assert!(!out.status.success(), "{args:?} accepted");
