@@ -20,7 +20,7 @@ use super::guard::{self, Finish, Guarding};
 use super::kube::{api_code, pod_api, Requeuer};
 use super::{replacement, would_requeue, RequeueIntent, FROM_UID, GUARD};
 use crate::cluster::ViewCell;
-use crate::model::Pod;
+use crate::model::{Pod, PodRef};
 use crate::policy::{Mode, Policy};
 
 /// Guard work in flight at once. Requeue's writes yield to kube-scheduler's: in a storm
@@ -28,6 +28,9 @@ use crate::policy::{Mode, Policy};
 /// as long as without the extender, 2 in flight 1.17× (`docs/performance.md`). The
 /// evicted pods are held meanwhile, so nothing is lost by going slower.
 const CONCURRENCY: usize = 2;
+/// Work handed out and not finished, at most: a pass takes only what fits, so thousands
+/// of pods to guard (a first start) cost each pass a few checks, not one per pod.
+const QUEUED_MAX: usize = 4 * CONCURRENCY;
 /// How long a burst of view changes is gathered before the loop looks.
 const GATHER: Duration = Duration::from_millis(5);
 /// A pod done with is not looked at again for this long: the view trails our own writes.
@@ -69,9 +72,24 @@ enum Busy {
 #[derive(Default)]
 struct Ledger {
     pods: Mutex<HashMap<String, Busy>>,
+    in_flight: std::sync::atomic::AtomicUsize,
 }
 
 impl Ledger {
+    /// Could `uid` be claimed now?
+    fn free(&self, uid: &str) -> bool {
+        let pods = self.pods.lock().unwrap_or_else(|e| e.into_inner());
+        match pods.get(uid) {
+            Some(Busy::InFlight) => false,
+            Some(Busy::DoneAt(t)) => t.elapsed() >= VIEW_TRAILS,
+            None => true,
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        self.in_flight.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Claims `uid` unless it is in flight or was done within `VIEW_TRAILS`.
     fn claim(&self, uid: &str) -> bool {
         let mut pods = self.pods.lock().unwrap_or_else(|e| e.into_inner());
@@ -83,6 +101,7 @@ impl Ledger {
             Some(Busy::DoneAt(t)) if t.elapsed() < VIEW_TRAILS => false,
             _ => {
                 pods.insert(uid.to_string(), Busy::InFlight);
+                self.in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 true
             }
         }
@@ -90,6 +109,7 @@ impl Ledger {
 
     fn release(&self, uid: &str) {
         self.pods.lock().unwrap_or_else(|e| e.into_inner()).insert(uid.to_string(), Busy::DoneAt(Instant::now()));
+        self.in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -109,12 +129,14 @@ impl Requeuer {
             if !self.pace.may_go() {
                 continue;
             }
-            let Some(work) = cell.read_latest(|v| v.guard_work().cloned().collect::<Vec<_>>()) else { continue };
             // Shadow mode writes nothing of its own: no new guards (guarded pods are still
             // finished, so none stays held).
             let shadow = policy.load().mode == Mode::Shadow;
+            let room = QUEUED_MAX.saturating_sub(ledger.in_flight());
+            let takes = |p: &&PodRef| (!shadow || p.requeue_guarded) && ledger.free(&p.uid);
+            let Some(work) = cell.read_latest(|v| v.guard_work().filter(takes).take(room).cloned().collect::<Vec<_>>()) else { continue };
             for pod in work {
-                if (shadow && !pod.requeue_guarded) || !ledger.claim(&pod.uid) {
+                if !ledger.claim(&pod.uid) {
                     continue;
                 }
                 let (this, cell, policy, ledger, limit) = (self.clone(), cell.clone(), policy.clone(), ledger.clone(), limit.clone());

@@ -44,7 +44,7 @@ async fn jobs_not_failed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 
     online(&bed, "web", 3000).await?;
     let node = online_placed(&bed, "web").await?;
-    anyhow::ensure!(node == "node-3", "web placed on {node}; only node-3's Job (Ignore on DisruptionTarget) survives a preemption");
+    anyhow::ensure!(node == "node-3", "web placed on {node}; only node-3's Job (Ignore on DisruptionTarget) survives a preemption\n{}", bed.logs());
     // Give the Job controller time to count what happened.
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     let jobs: Api<Job> = Api::namespaced(bed.client.clone(), "batch");
