@@ -216,7 +216,7 @@ impl View {
         self.guard_work = PMap::default();
         let pods: Vec<PodRef> = self.pods.values().cloned().collect();
         for pod in pods {
-            self.track_guard(&pod, policy);
+            self.track_guard(&pod.key(), &pod, policy);
         }
     }
 
@@ -237,7 +237,8 @@ impl View {
         }
     }
 
-    fn track_guard(&mut self, pod: &PodRef, policy: &Policy) {
+    /// `key`: the pod's namespace/name.
+    fn track_guard(&mut self, key: &str, pod: &PodRef, policy: &Policy) {
         if self.guarding == Guarding::Off {
             return;
         }
@@ -248,13 +249,12 @@ impl View {
             let class = policy.class(policy.classify(pod, self.priority_of(pod)));
             guard::need(pod, class, self.guarding)
         };
-        let key = pod.key();
         match need {
             Some(_) => {
-                self.guard_work.insert(key, pod.clone());
+                self.guard_work.insert(key.to_string(), pod.clone());
             }
             None => {
-                self.guard_work.remove(&key);
+                self.guard_work.remove(key);
             }
         }
     }
@@ -282,12 +282,12 @@ impl View {
     /// Adds or replaces a pod (matched by namespace/name). Terminal pods leave the view:
     /// kube-scheduler's cache holds only bound, non-terminal pods.
     pub fn apply_pod(&mut self, pod: PodRef, policy: &Policy) {
-        self.track_guard(&pod, policy);
-        self.place_pod(pod, policy);
+        let key = pod.key();
+        self.track_guard(&key, &pod, policy);
+        self.place_pod(pod, key, policy);
     }
 
-    fn place_pod(&mut self, pod: PodRef, policy: &Policy) {
-        let key = pod.key();
+    fn place_pod(&mut self, pod: PodRef, key: String, policy: &Policy) {
         self.jobs.observe_pod(&pod);
         let old = self.pods.get(&key).cloned();
         if let Some(old) = &old {

@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-use kube::api::{DynamicObject, GetParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, GetParams, ListParams, Patch, PatchParams};
 use serde_json::{json, Value};
 
 use super::guard::{self, Finish, Guarding};
-use super::kube::{api_code, pod_api, Requeuer};
-use super::{replacement, would_requeue, RequeueIntent, FROM_UID, GUARD};
+use super::kube::{api_code, pod_api, pod_resource, Requeuer};
+use super::{replacement, would_requeue, RequeueIntent, GUARD};
 use crate::cluster::ViewCell;
 use crate::model::{Pod, PodRef};
 use crate::policy::{Mode, Policy};
@@ -68,6 +68,16 @@ enum Busy {
     DoneAt(Instant),
 }
 
+impl Busy {
+    /// Keeps its pod from being handed out again: in flight, or done within `VIEW_TRAILS`.
+    fn holds(&self) -> bool {
+        match self {
+            Busy::InFlight => true,
+            Busy::DoneAt(t) => t.elapsed() < VIEW_TRAILS,
+        }
+    }
+}
+
 /// Pods being worked on or done a moment ago, by UID.
 #[derive(Default)]
 struct Ledger {
@@ -78,12 +88,7 @@ struct Ledger {
 impl Ledger {
     /// Could `uid` be claimed now?
     fn free(&self, uid: &str) -> bool {
-        let pods = self.pods.lock().unwrap_or_else(|e| e.into_inner());
-        match pods.get(uid) {
-            Some(Busy::InFlight) => false,
-            Some(Busy::DoneAt(t)) => t.elapsed() >= VIEW_TRAILS,
-            None => true,
-        }
+        !self.pods.lock().unwrap_or_else(|e| e.into_inner()).get(uid).is_some_and(Busy::holds)
     }
 
     fn in_flight(&self) -> usize {
@@ -94,17 +99,14 @@ impl Ledger {
     fn claim(&self, uid: &str) -> bool {
         let mut pods = self.pods.lock().unwrap_or_else(|e| e.into_inner());
         if pods.len() > 4 * ANSWERS_KEPT {
-            pods.retain(|_, b| !matches!(b, Busy::DoneAt(t) if t.elapsed() > VIEW_TRAILS));
+            pods.retain(|_, b| b.holds());
         }
-        match pods.get(uid) {
-            Some(Busy::InFlight) => false,
-            Some(Busy::DoneAt(t)) if t.elapsed() < VIEW_TRAILS => false,
-            _ => {
-                pods.insert(uid.to_string(), Busy::InFlight);
-                self.in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                true
-            }
+        if pods.get(uid).is_some_and(Busy::holds) {
+            return false;
         }
+        pods.insert(uid.to_string(), Busy::InFlight);
+        self.in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        true
     }
 
     fn release(&self, uid: &str) {
@@ -212,7 +214,9 @@ impl Requeuer {
     }
 
     async fn finish_from(&self, pod: &Pod, json: Value, cell: &ViewCell, policy: &Policy, guarding: Guarding) {
-        let class = policy.class(policy.classify(pod, pod.priority.unwrap_or(0)));
+        // Classified as the view classifies it (a pod without `spec.priority` through its class).
+        let priority = cell.read_latest(|v| v.priority_of(pod)).unwrap_or(pod.priority.unwrap_or(0));
+        let class = policy.class(policy.classify(pod, priority));
         let wanted = guarding == Guarding::On && would_requeue(pod, class);
         match guard::finish(pod, wanted) {
             Finish::Nothing if !pod.requeue_guarded => forget(cell, pod),
@@ -246,20 +250,7 @@ impl Requeuer {
 
     async fn store_after_eviction(&self, intent: &RequeueIntent, original: &Value) -> Result<&'static str, String> {
         let manifest = replacement::build_after_eviction(original, intent).map_err(|e| e.to_string())?;
-        let object: DynamicObject = serde_json::from_value(manifest).map_err(|e| e.to_string())?;
-        let api = pod_api(&self.client, &intent.namespace);
-        match api.create(&PostParams::default(), &object).await {
-            Ok(_) => Ok("created"),
-            Err(e) if api_code(&e) == Some(409) => {
-                let existing = api.get(&intent.replacement).await.map_err(|e| format!("{} exists but cannot be read: {e}", intent.replacement))?;
-                let from = existing.metadata.annotations.as_ref().and_then(|a| a.get(FROM_UID));
-                match from.map(String::as_str) == Some(intent.uid.as_str()) {
-                    true => Ok("existed"),
-                    false => Err(format!("a pod named {} exists and is not this pod's replacement", intent.replacement)),
-                }
-            }
-            Err(e) => Err(format!("cannot create {}: {e}", intent.replacement)),
-        }
+        Ok(self.create_replacement(intent, manifest).await?.outcome())
     }
 
     /// True once the guard is gone (removed now, or the pod is).
@@ -278,10 +269,6 @@ impl Requeuer {
             }
         }
     }
-}
-
-fn pod_resource() -> kube::api::ApiResource {
-    kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&())
 }
 
 fn decode(json: &Value) -> Option<Pod> {

@@ -32,14 +32,28 @@ pub struct Requeuer {
 }
 
 #[derive(Debug, PartialEq, Eq)]
-enum Stored {
+pub(super) enum Stored {
     Created,
     /// A retry, or the other replica, stored it already.
     Existed,
 }
 
+impl Stored {
+    /// The `outcome` label of `coloc_requeue_replacements_total`.
+    pub(super) fn outcome(&self) -> &'static str {
+        match self {
+            Stored::Created => "created",
+            Stored::Existed => "existed",
+        }
+    }
+}
+
+pub(super) fn pod_resource() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&())
+}
+
 pub(super) fn pod_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
-    Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()))
+    Api::namespaced_with(client.clone(), namespace, &pod_resource())
 }
 
 fn pod_ref(namespace: &str, name: &str, uid: &str) -> ObjectReference {
@@ -90,7 +104,7 @@ impl Requeuer {
             self.wrote(outcome.is_ok());
             match outcome {
                 Ok(stored) => {
-                    let outcome = if stored == Stored::Created { "created" } else { "existed" };
+                    let outcome = stored.outcome();
                     metrics::counter!("coloc_requeue_replacements_total", "outcome" => outcome).increment(1);
                     // The preempt's one info line counts its requeued victims; this is the detail.
                     tracing::debug!(original = %intent.original_key(), replacement = %intent.replacement, node = %intent.node,
@@ -112,6 +126,13 @@ impl Requeuer {
         let original = api.get(&intent.name).await.map_err(|e| format!("cannot read the original {}: {e}", intent.original_key()))?;
         let original = serde_json::to_value(&original).map_err(|e| e.to_string())?;
         let manifest = replacement::build(&original, intent).map_err(|e| e.to_string())?;
+        self.create_replacement(intent, manifest).await
+    }
+
+    /// Creates the replacement `manifest` of `intent`; one that exists already counts if it
+    /// is the live replacement of the same original (a retry, the other replica).
+    pub(super) async fn create_replacement(&self, intent: &RequeueIntent, manifest: Value) -> Result<Stored, String> {
+        let api = pod_api(&self.client, &intent.namespace);
         let object: DynamicObject = serde_json::from_value(manifest).map_err(|e| e.to_string())?;
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => Ok(Stored::Created),

@@ -7,10 +7,8 @@ use coloc_testbed::cluster::{self, PodBuilder};
 use coloc_testbed::control_plane::Options;
 use coloc_testbed::proxy::Proxy;
 use coloc_testbed::Binaries;
+use coloc_extender::requeue::GUARD;
 use k8s_openapi::api::core::v1::Pod;
-
-/// requeue's guard finalizer (`coloc_extender::requeue::GUARD`).
-const GUARD: &str = "coloc-extender.io/requeue-guard";
 
 use crate::bed::placement;
 use crate::invariants::{bare_pods, is_replacement, nothing_lost};

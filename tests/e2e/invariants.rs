@@ -7,8 +7,7 @@ use coloc_testbed::cluster;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::Bed;
-
-pub const FROM_UID: &str = "coloc-extender.io/requeued-from-uid";
+use coloc_extender::requeue::{BASE_NAME, FROM_UID};
 
 pub fn uid(p: &Pod) -> String {
     p.metadata.uid.clone().unwrap_or_default()
@@ -51,9 +50,6 @@ pub async fn bare_pods(bed: &Bed, namespace: &str) -> anyhow::Result<Vec<(String
         .map(|p| (cluster::name(p).to_string(), uid(p)))
         .collect())
 }
-
-/// The first pod of a replacement chain (every replacement names it).
-pub const BASE_NAME: &str = "coloc-extender.io/base-name";
 
 fn base_name(p: &Pod) -> Option<&str> {
     p.metadata.annotations.as_ref()?.get(BASE_NAME).map(String::as_str)

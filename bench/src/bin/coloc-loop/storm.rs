@@ -13,7 +13,10 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use coloc_extender::requeue::{FROM_UID, GUARD};
 use coloc_testbed::cluster::{self, PodBuilder};
+use k8s_openapi::api::core::v1::Pod;
+use kube::core::PartialObjectMeta;
 use coloc_bench::procstat;
 use coloc_testbed::{kubelet, wait, Binaries, ControlPlane, Extender, Kubelet, Scheduler};
 use serde::Serialize;
@@ -28,10 +31,6 @@ const VICTIM_MILLI_CPU: i64 = 7_900;
 const VICTIMS_PER_NODE: usize = 4;
 /// Needs all four victims of a node gone (4 × 7.9 leaves 0.4 CPU).
 const ONLINE_MILLI_CPU: i64 = 31_000;
-/// The replacement annotation naming its original's UID (`requeue::FROM_UID`).
-const FROM_UID: &str = "coloc-extender.io/requeued-from-uid";
-/// requeue's guard label and finalizer (`requeue::GUARD`).
-const GUARD: &str = "coloc-extender.io/requeue-guard";
 
 #[derive(Debug, Serialize)]
 pub struct StormResult {
@@ -185,23 +184,26 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
     })
 }
 
-/// Waits (up to 5 minutes) until no evicted victim is held by its guard; returns when.
-async fn none_held(client: &kube::Client) -> anyhow::Result<Instant> {
-    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client.clone(), OFFLINE);
+/// Waits (up to 5 minutes) until `done` accepts the storm's guarded pods (their metadata).
+async fn until_guarded<T>(client: &kube::Client, what: &str, done: impl Fn(&[PartialObjectMeta<Pod>]) -> Result<T, String>) -> anyhow::Result<T> {
+    let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), OFFLINE);
     let params = kube::api::ListParams::default().labels(GUARD);
-    wait::until(Duration::from_secs(300), "every evicted victim let go", || async {
-        let held = pods.list_metadata(&params).await.map_err(|e| e.to_string())?.items.iter().filter(|p| p.metadata.deletion_timestamp.is_some()).count();
+    wait::until(Duration::from_secs(300), what, || async { done(&pods.list_metadata(&params).await.map_err(|e| e.to_string())?.items) }).await
+}
+
+/// When no evicted victim was held by its guard any more.
+async fn none_held(client: &kube::Client) -> anyhow::Result<Instant> {
+    until_guarded(client, "every evicted victim let go", |pods| {
+        let held = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_some()).count();
         if held == 0 { Ok(Instant::now()) } else { Err(format!("{held} held")) }
     })
     .await
 }
 
-/// Waits (up to 5 minutes) until the extender has guarded all `victims`; returns how many.
+/// How many pods are guarded once all `victims` are.
 async fn all_guarded(client: &kube::Client, victims: usize) -> anyhow::Result<usize> {
-    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client.clone(), OFFLINE);
-    let params = kube::api::ListParams::default().labels(GUARD);
-    wait::until(Duration::from_secs(300), "every victim guarded", || async {
-        let n = pods.list_metadata(&params).await.map_err(|e| e.to_string())?.items.len();
+    until_guarded(client, "every victim guarded", |pods| {
+        let n = pods.len();
         if n >= victims { Ok(n) } else { Err(format!("{n} of {victims} guarded")) }
     })
     .await
