@@ -15,11 +15,10 @@
 //! master copy is in after each publish, so every touched path is copied. The modified
 //! clone is dropped outside the timed region.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, OnceLock};
 
 use coloc_extender::cluster::{Objects, View, ViewCell};
-use coloc_extender::model::{Node, OwnerRef, Pdb, Pod, PodRef, PriorityClass, Resources, Selector};
+use coloc_extender::model::{Labels, Node, OwnerRef, Pdb, Pod, PodRef, PriorityClass, Resources, Selector};
 use coloc_extender::policy::Policy;
 use divan::{black_box, Bencher};
 
@@ -45,8 +44,8 @@ fn policy() -> &'static Policy {
     P.get_or_init(Policy::builtin_default)
 }
 
-fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs.iter().copied().collect()
 }
 
 fn node(i: usize) -> Node {

@@ -4,9 +4,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 mod job;
+mod labels;
 pub use job::{parse_index_ranges, DisruptionAction, Job, COMPLETION_INDEX, INDEX_FAILURE_COUNT, TRACKING_FINALIZER};
 
-pub type Labels = BTreeMap<String, String>;
+pub use labels::Labels;
+pub(crate) use labels::LabelsVisitor;
 /// Seconds since the Unix epoch; decisions take `now` in the same unit.
 pub type Timestamp = i64;
 
@@ -194,8 +196,8 @@ impl Selector {
             && self.match_expressions.iter().all(|r| {
                 let got = labels.get(&r.key);
                 match r.operator.as_str() {
-                    "In" => got.is_some_and(|v| r.values.contains(v)),
-                    "NotIn" => got.is_none_or(|v| !r.values.contains(v)),
+                    "In" => got.is_some_and(|v| r.values.iter().any(|x| x == v)),
+                    "NotIn" => got.is_none_or(|v| !r.values.iter().any(|x| x == v)),
                     "Exists" => got.is_some(),
                     "DoesNotExist" => got.is_none(),
                     // Unknown operators match nothing, as the API server would reject them.

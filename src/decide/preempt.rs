@@ -240,7 +240,7 @@ fn room_on_its_way(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, 
     let own: HashSet<&str> = view
         .replacements()
         .filter(|r| r.annotations.get(crate::requeue::PREEMPTED_BY).is_some_and(|p| p == preemptor.key))
-        .filter_map(|r| r.annotations.get(crate::requeue::FROM_UID).map(String::as_str))
+        .filter_map(|r| r.annotations.get(crate::requeue::FROM_UID))
         .collect();
     let mut nodes: Vec<&str> = own.iter().filter_map(|uid| view.pod_by_uid(uid)?.node_name.as_deref()).chain(candidates.iter().copied()).collect();
     nodes.sort_unstable();

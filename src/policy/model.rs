@@ -352,7 +352,7 @@ impl Default for GangConfig {
 impl GangConfig {
     /// The pod's gang: the first enabled source, in precedence order, that names one.
     pub fn gang_of(&self, pod: &Pod) -> Option<GangRef> {
-        let non_empty = |v: Option<&String>| v.filter(|s| !s.is_empty()).cloned();
+        let non_empty = |v: Option<&str>| v.filter(|s| !s.is_empty()).map(str::to_owned);
         let declared = [
             (GangSource::Native, pod.scheduling_group.clone()),
             (GangSource::Coscheduling, non_empty(pod.labels.get(COSCHEDULING_LABEL))),
@@ -401,7 +401,7 @@ impl TenantConfig {
         self.label
             .as_ref()
             .and_then(|l| pod.labels.get(l))
-            .cloned()
+            .map(str::to_owned)
             .unwrap_or_else(|| pod.namespace.clone())
     }
 

@@ -72,7 +72,7 @@ fn decide(view: &View, r: &Pod, now: Timestamp, evict_within: i64, held: &BTreeS
     if !is_gated(r) {
         return None; // released already, or on its way out
     }
-    let annotation = |k: &str| r.annotations.get(k).cloned().unwrap_or_default();
+    let annotation = |k: &str| r.annotations.get(k).map(str::to_owned).unwrap_or_default();
     let from_uid = annotation(FROM_UID);
     match view.pod_by_uid(&from_uid) {
         // A gang member's siblings are still being evicted: the gang is released together.

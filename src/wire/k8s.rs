@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::model::{self, HostPort, OwnerRef, Resources, Selector, SelectorRequirement, Taint};
+use crate::model::{self, HostPort, Labels, LabelsVisitor, OwnerRef, Resources, Selector, SelectorRequirement, Taint};
 use crate::quantity;
 
 /// `null` and missing both mean "default".
@@ -31,9 +31,9 @@ pub struct ObjectMeta {
     #[serde(default, deserialize_with = "nullable")]
     pub resource_version: String,
     #[serde(default, deserialize_with = "nullable")]
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     #[serde(default, deserialize_with = "lean_annotations")]
-    pub annotations: BTreeMap<String, String>,
+    pub annotations: Labels,
     #[serde(default, deserialize_with = "nullable")]
     pub owner_references: Vec<OwnerReference>,
     #[serde(default)]
@@ -48,32 +48,21 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Annotations without the (often several KB) last-applied configuration, which is
 /// skipped without being copied.
-fn lean_annotations<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+fn lean_annotations<'de, D: Deserializer<'de>>(d: D) -> Result<Labels, D::Error> {
     struct V;
     impl<'de> serde::de::Visitor<'de> for V {
-        type Value = BTreeMap<String, String>;
+        type Value = Labels;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("a map of annotations")
         }
         fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(BTreeMap::new())
+            Ok(Labels::new())
         }
         fn visit_none<E>(self) -> Result<Self::Value, E> {
-            Ok(BTreeMap::new())
+            Ok(Labels::new())
         }
         fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_map(self)
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut out = BTreeMap::new();
-            while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                if k == LAST_APPLIED {
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                } else {
-                    out.insert(k.into_owned(), map.next_value()?);
-                }
-            }
-            Ok(out)
+            d.deserialize_map(LabelsVisitor { skip: Some(LAST_APPLIED) })
         }
     }
     d.deserialize_option(V)
@@ -225,7 +214,7 @@ pub struct NodeMeta {
     #[serde(default, deserialize_with = "nullable")]
     pub resource_version: String,
     #[serde(default, deserialize_with = "nullable")]
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
 }
 
 #[derive(Deserialize, Default)]
@@ -242,7 +231,7 @@ pub struct Node {
 #[serde(rename_all = "camelCase")]
 pub struct LabelSelectorJson {
     #[serde(default, deserialize_with = "nullable")]
-    pub match_labels: BTreeMap<String, String>,
+    pub match_labels: Labels,
     #[serde(default, deserialize_with = "nullable")]
     pub match_expressions: Vec<RequirementJson>,
 }

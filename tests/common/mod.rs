@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use coloc_extender::cluster::{Objects, View};
 use coloc_extender::decide::{self, Context, Explanation, Requeue};
 use coloc_extender::requeue::RequeueIntent;
-use coloc_extender::model::{DisruptionMode, GangSource, HostPort, Node, OwnerRef, Pdb, Pod, PodGroup, Resources, Selector};
+use coloc_extender::model::{DisruptionMode, GangSource, HostPort, Labels, Node, OwnerRef, Pdb, Pod, PodGroup, Resources, Selector};
 use coloc_extender::policy::Policy;
 use coloc_extender::wire::request::{MetaVictims, Victims};
 use coloc_extender::wire::{Candidates, PreemptArgs, PreemptionResult};
@@ -59,7 +59,7 @@ pub fn pod(name: &str, class: &str, node: Option<&str>, milli_cpu: i64) -> Pod {
         name: name.into(),
         namespace: "default".into(),
         uid: format!("uid-{name}"),
-        labels: BTreeMap::from([("app".to_string(), name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '-').to_string())]),
+        labels: Labels::from([("app".to_string(), name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '-').to_string())]),
         controller: Some(OwnerRef { kind: "ReplicaSet".into(), name: "rs".into() }),
         creation_time: Some(NOW - 3600),
         start_time: Some(NOW - 3600),
@@ -142,7 +142,7 @@ pub fn pdb(name: &str, app: &str, allowed: i32) -> Pdb {
     Pdb {
         name: name.into(),
         namespace: "default".into(),
-        selector: Some(Selector { match_labels: BTreeMap::from([("app".to_string(), app.to_string())]), ..Default::default() }),
+        selector: Some(Selector { match_labels: Labels::from([("app", app)]), ..Default::default() }),
         disruptions_allowed: allowed,
         disrupted_pods: vec![],
         current_healthy: None,
