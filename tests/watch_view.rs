@@ -214,6 +214,26 @@ async fn a_failing_pod_watch_alone_makes_the_view_stale() {
 }
 
 #[tokio::test]
+async fn a_relist_that_keeps_failing_counts_as_failing_from_its_first_error() {
+    let api = fake_api::FakeApi::start().await;
+    api.seed(&snapshot_items("0037"));
+    let (_, fresh, task) = watched(&api, &Policy::builtin_default()).await;
+    api.fail("list", "Pod", 500, u32::MAX);
+    api.expire_watches();
+    assert!(wait_until(|| fresh.failing_since("Pod") != 0).await, "the failing re-list is noticed");
+    let since = fresh.failing_since("Pod");
+    // kube-rs starts each retry with `Init`, before asking the API server anything: that
+    // is no answer, and the failure still dates from the first error a second later.
+    let watches = api.count("watch", "Pod");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let lists = api.count("list", "Pod");
+    assert!(wait_until(|| api.count("list", "Pod") > lists).await, "the list is retried");
+    assert_eq!(fresh.failing_since("Pod"), since);
+    assert_eq!(api.count("watch", "Pod"), watches, "no watch without a list");
+    task.abort();
+}
+
+#[tokio::test]
 async fn a_relist_after_an_expired_watch_drops_what_was_deleted_meanwhile() {
     let api = fake_api::FakeApi::start().await;
     api.seed(&snapshot_items("0037"));

@@ -4,6 +4,7 @@
 pub mod jobs;
 pub mod lean;
 pub mod snapshot;
+mod uid_index;
 pub mod usage;
 mod view;
 pub mod watch;
@@ -127,6 +128,11 @@ impl ViewCell {
         drop(staged);
         // A snapshot source publishes whole views and never opens the staged one.
         self.current.load_full().map(|v| f(&v))
+    }
+
+    /// Reads the staged view, open or not: for the watches' own bookkeeping.
+    pub fn read_staged<R>(&self, f: impl FnOnce(&View) -> R) -> R {
+        f(&self.lock().view)
     }
 
     /// Lets readers see the staged view, from now on.

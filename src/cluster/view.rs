@@ -14,6 +14,7 @@ use imbl::OrdMap;
 use super::PMap;
 
 use super::jobs::Jobs;
+use super::uid_index::UidIndex;
 use super::usage::{Aggregates, Counted};
 use crate::model::{DisruptionMode, GangInfo, GangRef, GangSource, Job, Node, Pdb, Pod, PodGroup, PodRef, PriorityClass, Resources};
 use crate::policy::{ClassId, GangConfig, Policy};
@@ -115,7 +116,7 @@ pub struct View {
     /// Every non-terminal pod, bound or pending, by namespace/name (watch keys); ordered,
     /// so a namespace's pods are one range.
     pods: OrdMap<String, PodRef>,
-    pods_by_uid: PMap<String, PodRef>,
+    pods_by_uid: UidIndex,
     /// Requeue replacements (gated or released), by namespace/name: what requeue reconciles.
     replacements: PMap<String, PodRef>,
     pdbs_by_namespace: PMap<String, Arc<Vec<Pdb>>>,
@@ -371,7 +372,7 @@ impl View {
             self.replacements.remove(&key);
         }
         self.pods.insert(key, pod.clone());
-        self.pods_by_uid.insert(pod.uid.clone(), pod.clone());
+        self.pods_by_uid.insert(pod);
     }
 
     fn attach(&mut self, pod: PodRef, key: String, policy: &Policy) {
@@ -398,9 +399,7 @@ impl View {
             self.pods.remove(&key);
             self.replacements.remove(&key);
         }
-        if self.pods_by_uid.get(&pod.uid).is_some_and(|p| Arc::ptr_eq(p, pod)) {
-            self.pods_by_uid.remove(&pod.uid);
-        }
+        self.pods_by_uid.remove(pod);
         self.leave_slot(pod, policy);
     }
 

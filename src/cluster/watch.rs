@@ -26,6 +26,12 @@ pub const STALE_AFTER_SECS: i64 = 30;
 
 mod optional;
 
+/// Pods per list page. With etcd older than 3.4.31 the API server reads every page of a
+/// consistent list from etcd, which walks the remaining keys for each page: at 150,000
+/// pods, 75 pages instead of kube-rs' 300 of 500. A page of pods of 10 kB each is a
+/// 20 MB body, held while it is decoded.
+pub const POD_PAGE: u32 = 2000;
+
 /// How often the API server is asked again which gang kinds it serves (a CRD installed
 /// later is picked up, one removed is dropped).
 pub const DISCOVERY_EVERY: Duration = Duration::from_secs(180);
@@ -116,6 +122,16 @@ impl Freshness {
     }
 }
 
+/// One kind's list in progress.
+#[derive(Default)]
+struct Relist {
+    /// Keys listed: what the view holds and is not listed again was deleted. `None` when
+    /// the view held nothing of the kind as the list began (the first list): nothing can
+    /// have gone then, and 150,000 pod keys need not be kept.
+    keys: Option<HashSet<String>>,
+    objects: usize,
+}
+
 /// What the watches share: their bookkeeping, and the cell whose staged view they change.
 struct Shared {
     master: Mutex<Master>,
@@ -125,8 +141,8 @@ struct Shared {
 
 struct Master {
     policy: Arc<Policy>,
-    /// Keys listed during a re-list, per kind: what is not listed again was deleted.
-    relisting: BTreeMap<&'static str, HashSet<String>>,
+    /// What each kind's (re-)list has brought so far.
+    relisting: BTreeMap<&'static str, Relist>,
     /// The first view is out: from now on every change is seen (a gang kind found later
     /// does not hold the view back while it lists).
     published: bool,
@@ -153,6 +169,10 @@ trait Applies: LeanKind {
     fn remove(view: &mut View, key: &str, policy: &Policy);
     /// Keys (as `Lean::key()` spells them) of every object of this kind in the view.
     fn keys(view: &View) -> Vec<String>;
+    /// Does the view hold any object of this kind?
+    fn holds_any(view: &View) -> bool {
+        !Self::keys(view).is_empty()
+    }
 }
 
 fn split(key: &str) -> (&str, &str) {
@@ -168,6 +188,9 @@ impl Applies for PodKind {
     }
     fn keys(view: &View) -> Vec<String> {
         view.all_pods().map(|p| p.key()).collect()
+    }
+    fn holds_any(view: &View) -> bool {
+        view.all_pods().next().is_some()
     }
 }
 
@@ -253,27 +276,35 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
     let policy = m.policy.clone();
     match event {
         Event::Init => {
-            m.relisting.insert(K::LABEL, HashSet::new());
+            let held = shared.cell.read_staged(K::holds_any);
+            m.relisting.insert(K::LABEL, Relist { keys: held.then(HashSet::new), objects: 0 });
             return;
         }
         Event::InitApply(obj) => {
-            m.relisting.entry(K::LABEL).or_default().insert(obj.key());
+            let relist = m.relisting.entry(K::LABEL).or_insert_with(|| Relist { keys: Some(HashSet::new()), objects: 0 });
+            relist.objects += 1;
+            if let Some(keys) = &mut relist.keys {
+                keys.insert(obj.key());
+            }
             apply_one(&shared.cell, &policy, obj);
             // Until the first sync readers see nothing; during a later re-list, upserts
             // are current state and are seen as they come.
         }
         Event::InitDone => {
             let listed = m.relisting.remove(K::LABEL).unwrap_or_default();
-            // O(objects of the kind): a re-list of every pod must not hold readers up.
-            let gone = shared.cell.change_long(|view| {
-                let gone: Vec<String> = K::keys(view).into_iter().filter(|k| !listed.contains(k)).collect();
-                for key in &gone {
-                    K::remove(view, key, &policy);
-                }
-                gone
-            });
+            let removed = match listed.keys {
+                // O(objects of the kind): a re-list of every pod must not hold readers up.
+                Some(keys) => shared.cell.change_long(|view| {
+                    let gone: Vec<String> = K::keys(view).into_iter().filter(|k| !keys.contains(k)).collect();
+                    for key in &gone {
+                        K::remove(view, key, &policy);
+                    }
+                    gone.len()
+                }),
+                None => 0,
+            };
             shared.fresh.synced(K::LABEL);
-            tracing::info!(kind = K::LABEL, objects = listed.len(), removed = gone.len(), "watch listed");
+            tracing::info!(kind = K::LABEL, objects = listed.objects, removed, "watch listed");
         }
         Event::Apply(obj) => apply_one(&shared.cell, &policy, obj),
         Event::Delete(obj) => shared.cell.change(|view| K::remove(view, &obj.key(), &policy)),
@@ -286,7 +317,12 @@ async fn follow<K: Applies>(api: Api<Lean<K>>, config: watcher::Config, shared: 
     while let Some(event) = stream.next().await {
         match event {
             Ok(event) => {
-                shared.fresh.succeeded(K::LABEL);
+                // kube-rs starts every (re)list with `Init` before it asks anything: only
+                // what the API server sent shows the watch works again. (Clearing on
+                // `Init` kept a watch whose re-list kept failing from ever going stale.)
+                if !matches!(event, Event::Init) {
+                    shared.fresh.succeeded(K::LABEL);
+                }
                 metrics::counter!("coloc_view_events_total", "kind" => K::LABEL).increment(1);
                 handle(&shared, event);
             }
@@ -366,7 +402,7 @@ pub async fn run_with(
     gang_kinds.discover(&client, &shared, policy_seen.gangs.sources).await;
     let mut discovered_at = tokio::time::Instant::now();
     // Terminal pods never hold resources in kube-scheduler's cache either.
-    let pod_config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed");
+    let pod_config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed").page_size(POD_PAGE);
     tokio::spawn(follow::<PodKind>(Api::all(client.clone()), pod_config, shared.clone()));
     tokio::spawn(follow::<NodeKind>(Api::all(client.clone()), Default::default(), shared.clone()));
     tokio::spawn(follow::<PdbKind>(Api::all(client.clone()), Default::default(), shared.clone()));

@@ -256,7 +256,7 @@ mod tests {
         assert_eq!(l.get("ap"), None);
         assert_eq!(l.get("zzz"), None);
         assert_eq!(l.keys().collect::<Vec<_>>(), ["", "a", "app", "team"]);
-        assert_eq!(l.iter().rev().next(), Some(("team", "ml")));
+        assert_eq!(l.iter().next_back(), Some(("team", "ml")));
         assert!(Labels::new().get("").is_none() && Labels::new().is_empty());
     }
 
