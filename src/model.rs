@@ -118,7 +118,7 @@ pub struct Pod {
     pub scheduling_gates: Vec<String>,
     /// `spec.schedulingGroup.podGroupName`: the native PodGroup this pod belongs to.
     pub scheduling_group: Option<String>,
-    pub phase: Option<String>,
+    pub phase: Option<Phase>,
     /// Carries the Job controller's `batch.kubernetes.io/job-tracking` finalizer: a Job pod
     /// that has ended (or is terminating) with it has not been recorded by its Job yet.
     pub job_tracking: bool,
@@ -154,7 +154,30 @@ impl Pod {
     }
 
     pub fn is_terminal(&self) -> bool {
-        matches!(self.phase.as_deref(), Some("Succeeded") | Some("Failed"))
+        matches!(self.phase, Some(Phase::Succeeded | Phase::Failed))
+    }
+}
+
+/// `status.phase`, a byte instead of a string per pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    /// `Unknown`, and any phase this build does not know: neither running nor ended.
+    Unknown,
+}
+
+impl From<&str> for Phase {
+    fn from(s: &str) -> Phase {
+        match s {
+            "Pending" => Phase::Pending,
+            "Running" => Phase::Running,
+            "Succeeded" => Phase::Succeeded,
+            "Failed" => Phase::Failed,
+            _ => Phase::Unknown,
+        }
     }
 }
 
@@ -354,5 +377,20 @@ impl GangInfo {
 
     pub(crate) fn minimum_label(source: GangSource, min: usize) -> String {
         format!("{} {min}", source.minimum_name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_succeeded_and_failed_pods_have_ended() {
+        let with = |phase: &str| Pod { phase: Some(phase.into()), ..Default::default() };
+        assert!(with("Succeeded").is_terminal() && with("Failed").is_terminal());
+        assert!(!with("Running").is_terminal() && !with("Pending").is_terminal());
+        assert_eq!(with("Evicting").phase, Some(Phase::Unknown));
+        assert!(!with("Evicting").is_terminal());
+        assert!(!Pod::default().is_terminal());
     }
 }

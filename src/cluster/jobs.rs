@@ -56,7 +56,7 @@ impl Jobs {
     /// A pod event: a Job pod that is ending and not recorded yet is counted.
     pub fn observe_pod(&mut self, pod: &Pod) {
         let Some(key) = job_key(pod) else { return };
-        let ending = pod.deletion_time.is_some() || pod.phase.as_deref() == Some("Failed");
+        let ending = pod.deletion_time.is_some() || pod.phase == Some(crate::model::Phase::Failed);
         if ending && pod.job_tracking {
             Arc::make_mut(self.unrecorded.entry(key).or_default()).insert(pod.uid.clone(), pod.is_terminal());
         } else if let Some(set) = self.unrecorded.get_mut(&key) {

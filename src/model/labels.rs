@@ -6,6 +6,7 @@
 //! them. They are written once, when decoded, and then only looked up and iterated, so
 //! keys and values live back to back in one string, found by binary search.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -229,15 +230,47 @@ impl<'de> Visitor<'de> for LabelsVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Labels, A::Error> {
-        let mut entries: Vec<(String, String)> = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
-        while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if self.skip.is_some_and(|s| s == k) {
+        let mut entries: Vec<(Text<'de>, Text<'de>)> = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
+        while let Some(k) = map.next_key::<Text<'de>>()? {
+            if self.skip.is_some_and(|s| s == k.as_ref()) {
                 map.next_value::<serde::de::IgnoredAny>()?;
             } else {
-                entries.push((k.into_owned(), map.next_value()?));
+                entries.push((k, map.next_value()?));
             }
         }
         Ok(Labels::pack(entries))
+    }
+}
+
+/// A string borrowed from the input when it has no escapes (watch events and lists are
+/// decoded from a byte buffer), so packing copies each key and value once.
+struct Text<'de>(Cow<'de, str>);
+
+impl AsRef<str> for Text<'_> {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Text<'de>, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 
@@ -286,6 +319,10 @@ mod tests {
         let l: Labels = serde_json::from_str(r#"{"z":"1","é":"ü","a":"2"}"#).unwrap();
         assert_eq!(serde_json::to_string(&l).unwrap(), r#"{"a":"2","z":"1","é":"ü"}"#);
         assert_eq!(l.to_map(), BTreeMap::from([("a".into(), "2".into()), ("z".into(), "1".into()), ("é".into(), "ü".into())]));
+        let escaped: Labels = serde_json::from_slice(br#"{"k\u0031":"v\n"}"#).unwrap();
+        assert_eq!(escaped.get("k1"), Some("v\n"));
+        let yaml: Labels = serde_yaml_ng::from_str("b: x\na: 'y'\n").unwrap();
+        assert_eq!(yaml.iter().collect::<Vec<_>>(), [("a", "y"), ("b", "x")]);
         let err = serde_json::from_str::<Labels>(r#"{"a":1}"#).unwrap_err().to_string();
         assert!(err.contains("invalid type"), "{err}");
     }

@@ -393,7 +393,7 @@ impl Pod {
             nominated_node_name: self.status.nominated_node_name.filter(|s| !s.is_empty()),
             scheduling_gates: spec.scheduling_gates.into_iter().map(|g| g.name).collect(),
             scheduling_group: spec.scheduling_group.pod_group_name.filter(|s| !s.is_empty()),
-            phase: self.status.phase,
+            phase: self.status.phase.as_deref().map(model::Phase::from),
             requests: running,
             host_ports,
         })
