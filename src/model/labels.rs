@@ -32,7 +32,7 @@ impl Labels {
         let mut entries = entries;
         // Stable: equal keys keep their order, so the last one can win below.
         entries.sort_by(|a, b| a.0.as_ref().cmp(b.0.as_ref()));
-        let mut text = String::new();
+        let mut text = String::with_capacity(entries.iter().map(|(k, v)| k.as_ref().len() + v.as_ref().len()).sum());
         let mut ends = Vec::with_capacity(entries.len() * 2);
         for (i, (k, v)) in entries.iter().enumerate() {
             if entries.get(i + 1).is_some_and(|next| next.0.as_ref() == k.as_ref()) {
