@@ -544,3 +544,24 @@ pub fn pod_group_source(api_version: &str) -> Option<model::GangSource> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(metadata: &str) -> model::Pod {
+        let json = format!(r#"{{"metadata":{metadata},"spec":{{"containers":[]}},"status":{{"phase":"Running"}}}}"#);
+        serde_json::from_slice::<Pod>(json.as_bytes()).unwrap().into_model().unwrap()
+    }
+
+    #[test]
+    fn metadata_maps_decode_without_the_last_applied_configuration() {
+        let p = pod(r#"{"name":"a","labels":{"team":"ml","app":"w\u00e9b"},"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"big\":1}","x":"1"}}"#);
+        assert_eq!(p.labels.iter().collect::<Vec<_>>(), [("app", "wéb"), ("team", "ml")]);
+        assert_eq!(p.annotations.iter().collect::<Vec<_>>(), [("x", "1")]);
+        assert_eq!(p.phase, Some(model::Phase::Running));
+        let empty = pod(r#"{"name":"b","labels":null,"annotations":null}"#);
+        assert!(empty.labels.is_empty() && empty.annotations.is_empty());
+        assert!(serde_json::from_str::<Pod>(r#"{"metadata":{"labels":{"a":1}}}"#).is_err(), "a label that is not a string is refused");
+    }
+}
