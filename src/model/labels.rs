@@ -7,7 +7,6 @@
 //! keys and values live back to back in one string, found by binary search.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::de::{MapAccess, Visitor};
@@ -95,10 +94,6 @@ impl Labels {
         Iter { labels: self, next: 0, end: self.len() }
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.iter().map(|(k, _)| k)
-    }
-
     /// Sets `key` to `value`; the value it had, if any. O(size): for building, not for
     /// hot paths.
     pub fn insert(&mut self, key: String, value: String) -> Option<String> {
@@ -107,18 +102,6 @@ impl Labels {
         entries.push((&key, &value));
         *self = Labels::pack(entries);
         old
-    }
-
-    /// Removes `key`; the value it had, if any.
-    pub fn remove(&mut self, key: &str) -> Option<String> {
-        let old = self.get(key)?.to_owned();
-        *self = Labels::pack(self.iter().filter(|(k, _)| *k != key).collect());
-        Some(old)
-    }
-
-    /// Owned copy, for APIs that take a map.
-    pub fn to_map(&self) -> BTreeMap<String, String> {
-        self.iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
     }
 }
 
@@ -143,15 +126,6 @@ impl<'a> Iterator for Iter<'a> {
     }
 }
 
-impl DoubleEndedIterator for Iter<'_> {
-    fn next_back(&mut self) -> Option<Self::Item> {
-        (self.next < self.end).then(|| {
-            self.end -= 1;
-            self.labels.at(self.end)
-        })
-    }
-}
-
 impl ExactSizeIterator for Iter<'_> {}
 
 impl<'a> IntoIterator for &'a Labels {
@@ -172,25 +146,6 @@ impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for Labels {
 impl<K: AsRef<str>, V: AsRef<str>, const N: usize> From<[(K, V); N]> for Labels {
     fn from(entries: [(K, V); N]) -> Labels {
         Labels::pack(entries.into())
-    }
-}
-
-impl From<BTreeMap<String, String>> for Labels {
-    fn from(map: BTreeMap<String, String>) -> Labels {
-        map.into_iter().collect()
-    }
-}
-
-impl PartialOrd for Labels {
-    fn partial_cmp(&self, other: &Labels) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-/// As `BTreeMap` orders maps: entry by entry.
-impl Ord for Labels {
-    fn cmp(&self, other: &Labels) -> std::cmp::Ordering {
-        self.iter().cmp(other.iter())
     }
 }
 
@@ -288,8 +243,7 @@ mod tests {
         assert_eq!(l.get(""), Some("empty key"));
         assert_eq!(l.get("ap"), None);
         assert_eq!(l.get("zzz"), None);
-        assert_eq!(l.keys().collect::<Vec<_>>(), ["", "a", "app", "team"]);
-        assert_eq!(l.iter().next_back(), Some(("team", "ml")));
+        assert_eq!(l.iter().map(|(k, _)| k).collect::<Vec<_>>(), ["", "a", "app", "team"]);
         assert!(Labels::new().get("").is_none() && Labels::new().is_empty());
     }
 
@@ -303,35 +257,25 @@ mod tests {
     }
 
     #[test]
-    fn insert_and_remove_keep_it_sorted() {
+    fn insert_keeps_it_sorted() {
         let mut l = Labels::from([("b", "2")]);
         assert_eq!(l.insert("a".into(), "1".into()), None);
         assert_eq!(l.insert("b".into(), "3".into()), Some("2".into()));
         assert_eq!(l.insert("c".into(), "4".into()), None);
         assert_eq!(format!("{l:?}"), r#"{"a": "1", "b": "3", "c": "4"}"#);
-        assert_eq!(l.remove("b"), Some("3".into()));
-        assert_eq!(l.remove("b"), None);
-        assert_eq!(l, Labels::from([("c", "4"), ("a", "1")]));
+        assert_eq!(l, Labels::from([("c", "4"), ("b", "3"), ("a", "1")]));
     }
 
     #[test]
     fn round_trips_through_json_as_a_map() {
         let l: Labels = serde_json::from_str(r#"{"z":"1","é":"ü","a":"2"}"#).unwrap();
         assert_eq!(serde_json::to_string(&l).unwrap(), r#"{"a":"2","z":"1","é":"ü"}"#);
-        assert_eq!(l.to_map(), BTreeMap::from([("a".into(), "2".into()), ("z".into(), "1".into()), ("é".into(), "ü".into())]));
+        assert_eq!(l.iter().collect::<Vec<_>>(), [("a", "2"), ("z", "1"), ("é", "ü")]);
         let escaped: Labels = serde_json::from_slice(br#"{"k\u0031":"v\n"}"#).unwrap();
         assert_eq!(escaped.get("k1"), Some("v\n"));
         let yaml: Labels = serde_yaml_ng::from_str("b: x\na: 'y'\n").unwrap();
         assert_eq!(yaml.iter().collect::<Vec<_>>(), [("a", "y"), ("b", "x")]);
         let err = serde_json::from_str::<Labels>(r#"{"a":1}"#).unwrap_err().to_string();
         assert!(err.contains("invalid type"), "{err}");
-    }
-
-    #[test]
-    fn orders_like_a_btreemap() {
-        let a = Labels::from([("a", "1")]);
-        let b = Labels::from([("a", "1"), ("b", "")]);
-        assert_eq!(a.cmp(&b), a.to_map().cmp(&b.to_map()));
-        assert!(a < b);
     }
 }
