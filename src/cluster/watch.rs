@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
@@ -25,6 +25,7 @@ use crate::policy::Policy;
 pub const STALE_AFTER_SECS: i64 = 30;
 
 mod optional;
+mod paged;
 
 /// Pods per list page. With etcd older than 3.4.31 the API server reads every page of a
 /// consistent list from etcd, which walks the remaining keys for each page: at 150,000
@@ -312,8 +313,14 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
     shared.open_when_synced(&mut m);
 }
 
-async fn follow<K: Applies>(api: Api<Lean<K>>, config: watcher::Config, shared: Arc<Shared>) {
-    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+/// kube-rs' watcher for `api`, with its default back-off.
+fn watcher_of<K: Applies>(api: Api<Lean<K>>, config: watcher::Config) -> impl Stream<Item = Result<Event<Lean<K>>, watcher::Error>> + Send {
+    watcher::watcher(api, config).default_backoff()
+}
+
+/// Applies a kind's events to the view, and keeps its health, until the stream ends.
+async fn follow<K: Applies>(events: impl Stream<Item = Result<Event<Lean<K>>, watcher::Error>> + Send, shared: Arc<Shared>) {
+    let mut stream = events.boxed();
     while let Some(event) = stream.next().await {
         match event {
             Ok(event) => {
@@ -402,12 +409,12 @@ pub async fn run_with(
     gang_kinds.discover(&client, &shared, policy_seen.gangs.sources).await;
     let mut discovered_at = tokio::time::Instant::now();
     // Terminal pods never hold resources in kube-scheduler's cache either.
-    let pod_config = watcher::Config::default().fields("status.phase!=Succeeded,status.phase!=Failed").page_size(POD_PAGE);
-    tokio::spawn(follow::<PodKind>(Api::all(client.clone()), pod_config, shared.clone()));
-    tokio::spawn(follow::<NodeKind>(Api::all(client.clone()), Default::default(), shared.clone()));
-    tokio::spawn(follow::<PdbKind>(Api::all(client.clone()), Default::default(), shared.clone()));
-    tokio::spawn(follow::<PriorityClassKind>(Api::all(client.clone()), Default::default(), shared.clone()));
-    tokio::spawn(follow::<JobKind>(Api::all(client.clone()), Default::default(), shared.clone()));
+    let pods = paged::list_watch::<PodKind>(Api::all(client.clone()), Some("status.phase!=Succeeded,status.phase!=Failed"), POD_PAGE);
+    tokio::spawn(follow(pods, shared.clone()));
+    tokio::spawn(follow(watcher_of::<NodeKind>(Api::all(client.clone()), Default::default()), shared.clone()));
+    tokio::spawn(follow(watcher_of::<PdbKind>(Api::all(client.clone()), Default::default()), shared.clone()));
+    tokio::spawn(follow(watcher_of::<PriorityClassKind>(Api::all(client.clone()), Default::default()), shared.clone()));
+    tokio::spawn(follow(watcher_of::<JobKind>(Api::all(client.clone()), Default::default()), shared.clone()));
 
     loop {
         tokio::time::sleep(tick).await;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use kube::{Api, Client};
 use tokio::task::JoinHandle;
 
-use super::{follow, Applies, Shared};
+use super::{follow, watcher_of, Applies, Shared};
 use crate::cluster::lean::{CoschedulingV1alpha1, LeanKind, NativeV1alpha2, NativeV1beta1, PodGroupApi, PodGroupKind, VolcanoV1beta1};
 use crate::cluster::View;
 use crate::model::GangSource;
@@ -37,7 +37,7 @@ fn kind<A: PodGroupApi>() -> GangKind {
         api_version: A::API_VERSION,
         plural: K::<A>::PLURAL,
         probe_path: super::probe_path::<K<A>>,
-        start: |client, shared| tokio::spawn(follow::<K<A>>(Api::all(client), Default::default(), shared)),
+        start: |client, shared| tokio::spawn(follow(watcher_of::<K<A>>(Api::all(client), Default::default()), shared)),
         clear: |view, policy| {
             for key in K::<A>::keys(view) {
                 K::<A>::remove(view, &key, policy);
