@@ -24,14 +24,8 @@ use crate::policy::Policy;
 /// decisions fall back to each class's `withoutView` behaviour.
 pub const STALE_AFTER_SECS: i64 = 30;
 
+mod cached;
 mod optional;
-mod paged;
-
-/// Pods per list page. With etcd older than 3.4.31 the API server reads every page of a
-/// consistent list from etcd, which walks the remaining keys for each page: at 150,000
-/// pods, 75 pages instead of kube-rs' 300 of 500. A page of pods of 10 kB each is a
-/// 20 MB body, held while it is decoded.
-pub const POD_PAGE: u32 = 2000;
 
 /// How often the API server is asked again which gang kinds it serves (a CRD installed
 /// later is picked up, one removed is dropped).
@@ -409,7 +403,7 @@ pub async fn run_with(
     gang_kinds.discover(&client, &shared, policy_seen.gangs.sources).await;
     let mut discovered_at = tokio::time::Instant::now();
     // Terminal pods never hold resources in kube-scheduler's cache either.
-    let pods = paged::list_watch::<PodKind>(Api::all(client.clone()), Some("status.phase!=Succeeded,status.phase!=Failed"), POD_PAGE);
+    let pods = cached::list_watch::<PodKind>(client.clone(), Some("status.phase!=Succeeded,status.phase!=Failed"));
     tokio::spawn(follow(pods, shared.clone()));
     tokio::spawn(follow(watcher_of::<NodeKind>(Api::all(client.clone()), Default::default()), shared.clone()));
     tokio::spawn(follow(watcher_of::<PdbKind>(Api::all(client.clone()), Default::default()), shared.clone()));

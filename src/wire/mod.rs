@@ -4,6 +4,7 @@ pub mod bounds;
 mod error;
 pub mod job;
 pub mod k8s;
+pub mod list_items;
 pub mod request;
 pub mod response;
 mod seeds;

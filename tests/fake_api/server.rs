@@ -175,7 +175,7 @@ pub async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, hea
             if verb == "list" {
                 let mut st = sh.store.lock().unwrap();
                 st.expired.remove(&t.res);
-                return result_response(200, list_page(&st, &filter, &q));
+                return json_response(200, &st.list(&filter));
             }
             start_watch(&sh, filter, &q)
         }
@@ -243,46 +243,6 @@ pub async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, hea
         }
         _ => error_response(&ApiError::new(405, format!("{method} is not supported on {path}"))),
     }
-}
-
-/// A list, or one page of it with `limit` (`continue` for the next), refusing what the
-/// API server refuses. Later pages show the objects as they are now, after the key the
-/// token names, with the first page's resourceVersion (the real API server keeps a
-/// snapshot).
-fn list_page<'a>(st: &super::store::Store, filter: &Filter, q: &impl Fn(&str) -> Option<&'a str>) -> Result<Value, ApiError> {
-    let token = q("continue").filter(|c| !c.is_empty());
-    if token.is_some() && q("resourceVersion").is_some() {
-        return Err(ApiError::new(400, "specifying resource version is not allowed when using continue"));
-    }
-    if q("resourceVersionMatch").is_some() && q("resourceVersion").is_none() {
-        return Err(ApiError::new(400, "resourceVersionMatch is forbidden unless resourceVersion is provided"));
-    }
-    let limit = match q("limit") {
-        None | Some("0") => None,
-        Some(n) => Some(n.parse::<usize>().map_err(|_| ApiError::new(400, format!("invalid limit {n:?}")))?),
-    };
-    let mut list = st.list(filter);
-    let Some(limit) = limit else { return Ok(list) };
-    // "<resourceVersion>/<namespace>/<name>" of the last item served.
-    let after = match token {
-        None => None,
-        Some(t) => {
-            let parsed = t.split_once('/').and_then(|(rv, key)| Some((rv.parse::<u64>().ok()?, key.split_once('/')?)));
-            let Some((rv, (ns, name))) = parsed else { return Err(ApiError::new(400, format!("invalid continue token {t:?}"))) };
-            list["metadata"]["resourceVersion"] = json!(rv.to_string());
-            Some((ns.to_string(), name.to_string()))
-        }
-    };
-    let key_of = |o: &Value| (o["metadata"]["namespace"].as_str().unwrap_or("").to_string(), o["metadata"]["name"].as_str().unwrap_or("").to_string());
-    let items: Vec<Value> = std::mem::take(list["items"].as_array_mut().expect("a list has items")).into_iter().filter(|o| after.as_ref().is_none_or(|a| key_of(o) > *a)).collect();
-    let more = items.len() > limit;
-    let page: Vec<Value> = items.into_iter().take(limit).collect();
-    if more {
-        let (ns, name) = key_of(page.last().expect("limit is at least 1"));
-        list["metadata"]["continue"] = json!(format!("{}/{ns}/{name}", list["metadata"]["resourceVersion"].as_str().unwrap_or("0")));
-    }
-    list["items"] = json!(page);
-    Ok(list)
 }
 
 fn start_watch<'a>(sh: &Arc<Shared>, filter: Filter, q: &impl Fn(&str) -> Option<&'a str>) -> Response {

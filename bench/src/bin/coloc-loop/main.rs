@@ -82,6 +82,11 @@ struct Args {
     /// replacements stored before each preempt answer.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     storm_guard: bool,
+
+    /// Build the cluster, print how to reach it (kubeconfig, API server's PID), and keep it
+    /// until interrupted instead of running: for measuring by hand on the same cluster
+    #[arg(long)]
+    hold: bool,
 }
 
 /// `--flag` or the binary of that name beside this executable; it must exist.
@@ -178,6 +183,17 @@ async fn main() -> anyhow::Result<()> {
         args.create_concurrency,
     )
     .await?;
+    if args.hold {
+        eprintln!(
+            "coloc-loop: holding the cluster: KUBECONFIG={} (admin), {} (the extender's user); kube-apiserver PID {:?}, etcd PID {:?}; Ctrl-C ends it",
+            world.plane.admin_kubeconfig.display(),
+            world.plane.extender_kubeconfig.display(),
+            world.plane.apiserver.pid(),
+            world.plane.etcd.pid(),
+        );
+        tokio::signal::ctrl_c().await?;
+        return Ok(());
+    }
     let settings = run::Settings {
         pods: args.pods,
         offline_pods: args.offline_pods,
