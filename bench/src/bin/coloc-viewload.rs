@@ -10,7 +10,8 @@
 //!    synthetic cluster generated on the fly from the pod index (nothing is held in memory):
 //!    `--nodes` Nodes, `--pods-per-node` Running Pods each (ReplicaSet-owned, labels,
 //!    annotations, managedFields, requests; ~3 kB of JSON apiece), 16 PDBs, 5
-//!    PriorityClasses. Lists honour `limit`/`continue` (kube-rs pages by 500) and carry
+//!    PriorityClasses. Lists honour `limit`/`continue` (kube-rs pages by 500), are streamed
+//!    500 items per chunk (the extender lists pods unpaginated, decoding as they come), carry
 //!    `metadata.resourceVersion`; the Pod watch streams newline-delimited
 //!    `{"type":"MODIFIED","object":...}` events this tool feeds it; other watches stay open.
 //! 2. Runs `cluster::watch::run` against it (`kube::Client` on `http://127.0.0.1:PORT`, in a
@@ -491,7 +492,6 @@ async fn list_or_watch(State((server, kind)): State<(Arc<Server>, Kind)>, Query(
             None => Body::from_stream(futures::stream::pending::<Result<Bytes, std::io::Error>>()).into_response(),
         };
     }
-    let started = Instant::now();
     let total = server.count(kind);
     let from: usize = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0).min(total);
     let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).filter(|l| *l > 0).unwrap_or(usize::MAX);
@@ -503,30 +503,52 @@ async fn list_or_watch(State((server, kind)): State<(Arc<Server>, Kind)>, Query(
         Kind::PriorityClass => ("scheduling.k8s.io/v1", "PriorityClassList"),
         Kind::Job => ("batch/v1", "JobList"),
     };
-    let mut out = String::with_capacity((to - from) * 3300 + 256);
     let cont = if to < total { format!(r#","continue":"{to}""#) } else { String::new() };
-    let _ = write!(out, r#"{{"apiVersion":"{api_version}","kind":"{list_kind}","metadata":{{"resourceVersion":"{LIST_RV}"{cont}}},"items":["#);
-    for i in from..to {
-        if i > from {
-            out.push(',');
-        }
-        match kind {
-            Kind::Pod => write_pod(&mut out, server.spec, i, 100 + i as u64 % 800, None),
-            Kind::Node => write_node(&mut out, i, 100 + i as u64 % 800),
-            Kind::Pdb => write_pdb(&mut out, i, server.current_healthy.then(|| batch_pods_in(server.spec, i))),
-            Kind::PriorityClass => write_priority_class(&mut out, i),
-            Kind::Job => unreachable!("no Jobs are served"),
-        }
-    }
-    out.push_str("]}");
+    let header = format!(r#"{{"apiVersion":"{api_version}","kind":"{list_kind}","metadata":{{"resourceVersion":"{LIST_RV}"{cont}}},"items":["#);
     server.list_requests.fetch_add(1, Ordering::Relaxed);
-    server.list_bytes.fetch_add(out.len() as u64, Ordering::Relaxed);
-    if kind == Kind::Pod {
-        server.pod_list_bytes.fetch_add(out.len() as u64, Ordering::Relaxed);
-    }
-    server.render_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    ([("content-type", "application/json")], out).into_response()
+    // Streamed a chunk at a time, as the API server streams a list it serves from its
+    // watch cache: an unpaginated list of 150,000 pods is never one string here either.
+    let chunks = futures::stream::unfold(Some(from), move |next| {
+        let (server, header) = (server.clone(), header.clone());
+        async move {
+            let start = next?;
+            let started = Instant::now();
+            let end = (start + ITEMS_PER_CHUNK).min(to);
+            let mut out = String::with_capacity((end - start) * 3300 + 256);
+            if start == from {
+                out.push_str(&header);
+            }
+            for i in start..end {
+                if i > from {
+                    out.push(',');
+                }
+                match kind {
+                    Kind::Pod => write_pod(&mut out, server.spec, i, 100 + i as u64 % 800, None),
+                    Kind::Node => write_node(&mut out, i, 100 + i as u64 % 800),
+                    Kind::Pdb => write_pdb(&mut out, i, server.current_healthy.then(|| batch_pods_in(server.spec, i))),
+                    Kind::PriorityClass => write_priority_class(&mut out, i),
+                    Kind::Job => unreachable!("no Jobs are served"),
+                }
+            }
+            let next = if end < to {
+                Some(end)
+            } else {
+                out.push_str("]}");
+                None
+            };
+            server.list_bytes.fetch_add(out.len() as u64, Ordering::Relaxed);
+            if kind == Kind::Pod {
+                server.pod_list_bytes.fetch_add(out.len() as u64, Ordering::Relaxed);
+            }
+            server.render_ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            Some((Ok::<_, std::io::Error>(Bytes::from(out)), next))
+        }
+    });
+    ([("content-type", "application/json")], Body::from_stream(chunks)).into_response()
 }
+
+/// Items rendered per chunk of a streamed list body.
+const ITEMS_PER_CHUNK: usize = 500;
 
 async fn start_server(server: Arc<Server>) -> anyhow::Result<SocketAddr> {
     let app = Router::new()
