@@ -447,7 +447,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tokio::spawn(reload_policy(path, args.ops.mode, state.policy.clone(), view.clone(), snapshot, state.policy_problem.clone(), reload.clone()));
     }
     if source == ViewSource::Kubernetes {
-        let client = kube::Client::try_default().await.context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
+        let config = kube::Config::infer().await.context("cannot find a Kubernetes client configuration (in-cluster config or KUBECONFIG)")?;
+        let client = kube::Client::try_from(config.clone()).context("cannot build a Kubernetes client")?;
         let fresh = Arc::new(cluster::watch::Freshness::default());
         state.freshness = Some(fresh.clone());
         let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
@@ -473,7 +474,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             state.waker = Some(waker);
             tracing::info!(namespace = %args.wake_namespace, min_interval_s = args.wake_min_interval.as_secs(), "waking parked pods is on");
         }
-        tokio::spawn(cluster::watch::run(client, view.clone(), state.policy.clone(), fresh, Duration::from_millis(500)));
+        watch_apart(config, view.clone(), state.policy.clone(), fresh)?;
     }
 
     let app = http::router(state.clone(), &args.path_prefix);
@@ -497,6 +498,23 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     })
     .await;
     drop(stop_rx);
+    Ok(())
+}
+
+/// The watches get a thread, runtime and client of their own: an event that arrives alone
+/// (a bind, every few ms) then wakes one thread, not a worker of the shared runtime that
+/// wakes the other to share work it does not have (measured: the watch path's CPU per pod
+/// bound, docs/performance.md).
+fn watch_apart(config: kube::Config, view: Arc<cluster::ViewCell>, policy: Arc<arc_swap::ArcSwap<crate::policy::Policy>>, fresh: Arc<cluster::watch::Freshness>) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the watches' runtime")?;
+    std::thread::Builder::new().name("watch".into()).spawn(move || {
+        runtime.block_on(async move {
+            match kube::Client::try_from(config) {
+                Ok(client) => cluster::watch::run(client, view, policy, fresh, Duration::from_millis(500)).await,
+                Err(e) => tracing::error!(error = %e, "cannot build the watches' Kubernetes client"),
+            }
+        })
+    })?;
     Ok(())
 }
 
