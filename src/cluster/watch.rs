@@ -1,4 +1,5 @@
-//! The cluster view from the Kubernetes API: one kube-rs watcher per kind, decoded once into
+//! The cluster view from the Kubernetes API: one watch per kind (pods listed from the watch
+//! cache by `cached`, the others by kube-rs' watcher), decoded once into
 //! the lean model (`lean`), each event applied at once to the view staged in the
 //! `ViewCell`, which the very next request gets. No debounce: a deleted or terminating pod
 //! must not be offered as a victim a moment after kube-scheduler's cache dropped it. Jobs are
