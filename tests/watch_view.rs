@@ -275,3 +275,44 @@ async fn pods_are_listed_from_the_watch_cache_in_one_streamed_body() {
     assert!(wait_until(|| cell.load().unwrap().pod_count() == 4_501).await);
     task.abort();
 }
+
+/// Serves the snapshot's pods, the first list cut off half way through its body.
+async fn pods_cut_off_once(State(lists): State<Arc<std::sync::atomic::AtomicUsize>>, Query(q): Query<std::collections::HashMap<String, String>>) -> Response {
+    if q.get("watch").map(String::as_str) == Some("true") {
+        return Body::from_stream(futures::stream::pending::<Result<Vec<u8>, std::io::Error>>()).into_response();
+    }
+    let body = serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1000"}, "items": items_of("Pod")})).unwrap();
+    // A probe of a failing watch (`limit=1`) is not a list of the view.
+    if q.contains_key("limit") {
+        return body.into_response();
+    }
+    if lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+        return body[..body.len() / 2].to_vec().into_response();
+    }
+    body.into_response()
+}
+
+#[tokio::test]
+async fn a_pod_list_cut_off_is_not_taken_for_the_cluster_and_is_listed_again() {
+    let lists = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let app = Router::new()
+        .route("/api/v1/nodes", get(list_or_watch).with_state("Node"))
+        .route("/api/v1/pods", get(pods_cut_off_once).with_state(lists.clone()))
+        .route("/apis/policy/v1/poddisruptionbudgets", get(list_or_watch).with_state("PodDisruptionBudget"))
+        .route("/apis/scheduling.k8s.io/v1/priorityclasses", get(list_or_watch).with_state("PriorityClass"))
+        .route("/apis/batch/v1/jobs", get(list_or_watch).with_state("Job"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let cell = Arc::new(ViewCell::default());
+    let fresh = Arc::new(Freshness::default());
+    let policy = Policy::builtin_default();
+    tokio::spawn(watch::run(client(&format!("http://{addr}")), cell.clone(), Arc::new(ArcSwap::from_pointee(policy.clone())), fresh.clone(), Duration::from_millis(20)));
+    assert!(wait_until(|| lists.load(std::sync::atomic::Ordering::SeqCst) == 1).await);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!cell.is_ready(), "half a list is not a view");
+    assert!(wait_until(|| cell.is_ready()).await, "listed again after the back-off");
+    assert_eq!(lists.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let snap = View::build(snapshot::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join("0037-preempt.snapshot.json")).unwrap(), &policy);
+    assert_eq!(cell.load().unwrap().pod_count(), snap.pod_count());
+}

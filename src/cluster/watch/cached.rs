@@ -273,3 +273,24 @@ impl Backoff {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_back_off_doubles_to_its_cap_and_starts_over_after_a_quiet_spell() {
+        let mut b = Backoff::default();
+        let delays: Vec<Duration> = (0..8)
+            .map(|_| {
+                b.failed();
+                b.delay
+            })
+            .collect();
+        assert_eq!(delays[..3], [Duration::from_millis(800), Duration::from_millis(1600), Duration::from_millis(3200)]);
+        assert_eq!(delays[7], Backoff::MAX);
+        b.last_error = Some(Instant::now() - Backoff::RESET_AFTER);
+        b.failed();
+        assert_eq!(b.delay, Backoff::FIRST);
+    }
+}
