@@ -40,9 +40,14 @@ async fn list_or_watch(State(kind): State<&'static str>, Query(q): Query<std::co
 }
 
 async fn fake_apiserver() -> SocketAddr {
+    fake_apiserver_with_pods(get(list_or_watch).with_state("Pod")).await
+}
+
+/// The fake API server, with `pods` answering for Pods.
+async fn fake_apiserver_with_pods(pods: axum::routing::MethodRouter) -> SocketAddr {
     let app = Router::new()
         .route("/api/v1/nodes", get(list_or_watch).with_state("Node"))
-        .route("/api/v1/pods", get(list_or_watch).with_state("Pod"))
+        .route("/api/v1/pods", pods)
         .route("/apis/policy/v1/poddisruptionbudgets", get(list_or_watch).with_state("PodDisruptionBudget"))
         .route("/apis/scheduling.k8s.io/v1/priorityclasses", get(list_or_watch).with_state("PriorityClass"))
         .route("/apis/batch/v1/jobs", get(list_or_watch).with_state("Job"));
@@ -295,15 +300,7 @@ async fn pods_cut_off_once(State(lists): State<Arc<std::sync::atomic::AtomicUsiz
 #[tokio::test]
 async fn a_pod_list_cut_off_is_not_taken_for_the_cluster_and_is_listed_again() {
     let lists = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let app = Router::new()
-        .route("/api/v1/nodes", get(list_or_watch).with_state("Node"))
-        .route("/api/v1/pods", get(pods_cut_off_once).with_state(lists.clone()))
-        .route("/apis/policy/v1/poddisruptionbudgets", get(list_or_watch).with_state("PodDisruptionBudget"))
-        .route("/apis/scheduling.k8s.io/v1/priorityclasses", get(list_or_watch).with_state("PriorityClass"))
-        .route("/apis/batch/v1/jobs", get(list_or_watch).with_state("Job"));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = fake_apiserver_with_pods(get(pods_cut_off_once).with_state(lists.clone())).await;
     let cell = Arc::new(ViewCell::default());
     let fresh = Arc::new(Freshness::default());
     let policy = Policy::builtin_default();
