@@ -41,6 +41,8 @@ pub struct ViewCell {
     /// A long change (a re-index, a re-list's removals) holds `staged`: readers take the
     /// published view meanwhile instead of waiting.
     busy: AtomicBool,
+    /// The staged view is open to readers (`open`): ready before any reader took a clone.
+    opened: AtomicBool,
 }
 
 #[derive(Default)]
@@ -59,6 +61,7 @@ impl Default for ViewCell {
             staged: Mutex::default(),
             dirty: AtomicBool::new(false),
             busy: AtomicBool::new(false),
+            opened: AtomicBool::new(false),
         }
     }
 }
@@ -135,13 +138,16 @@ impl ViewCell {
         f(&self.lock().view)
     }
 
-    /// Lets readers see the staged view, from now on.
+    /// Lets readers see the staged view, from now on. The first reader takes the first
+    /// clone: handed out now, it would share every node with the staged view, and the next
+    /// event on each node would copy it even if no reader ever came (the per-pod-verbs
+    /// profile, where only `preempt` reads: measured, docs/performance.md).
     pub fn open(&self) {
         let mut staged = self.lock();
         if !staged.open {
             staged.open = true;
             self.dirty.store(true, Ordering::Release);
-            self.hand_out(&staged);
+            self.opened.store(true, Ordering::Release);
             self.tell_waiters();
         }
     }
@@ -175,6 +181,6 @@ impl ViewCell {
     }
 
     pub fn is_ready(&self) -> bool {
-        self.current.load().is_some() && !self.stale.load(Ordering::Relaxed)
+        (self.opened.load(Ordering::Acquire) || self.current.load().is_some()) && !self.stale.load(Ordering::Relaxed)
     }
 }
