@@ -308,14 +308,10 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
     shared.open_when_synced(&mut m);
 }
 
-/// kube-rs' watcher for `api`, with its default back-off.
-fn watcher_of<K: Applies>(api: Api<Lean<K>>, config: watcher::Config) -> impl Stream<Item = Result<Event<Lean<K>>, watcher::Error>> + Send {
-    watcher::watcher(api, config).default_backoff()
-}
-
-/// Applies a kind's events to the view, and keeps its health, until the stream ends.
-async fn follow<K: Applies>(events: impl Stream<Item = Result<Event<Lean<K>>, watcher::Error>> + Send, shared: Arc<Shared>) {
-    let mut stream = events.boxed();
+/// Applies a kind's events to the view, and keeps its health, until the stream ends; after
+/// an error the stream is polled again after kube-rs' default back-off.
+async fn follow<K: Applies>(events: impl Stream<Item = Result<Event<Lean<K>>, watcher::Error>> + Send + 'static, shared: Arc<Shared>) {
+    let mut stream = events.default_backoff().boxed();
     while let Some(event) = stream.next().await {
         match event {
             Ok(event) => {
@@ -406,10 +402,10 @@ pub async fn run_with(
     // Terminal pods never hold resources in kube-scheduler's cache either.
     let pods = cached::list_watch::<PodKind>(client.clone(), Some("status.phase!=Succeeded,status.phase!=Failed"));
     tokio::spawn(follow(pods, shared.clone()));
-    tokio::spawn(follow(watcher_of::<NodeKind>(Api::all(client.clone()), Default::default()), shared.clone()));
-    tokio::spawn(follow(watcher_of::<PdbKind>(Api::all(client.clone()), Default::default()), shared.clone()));
-    tokio::spawn(follow(watcher_of::<PriorityClassKind>(Api::all(client.clone()), Default::default()), shared.clone()));
-    tokio::spawn(follow(watcher_of::<JobKind>(Api::all(client.clone()), Default::default()), shared.clone()));
+    tokio::spawn(follow(watcher::watcher(Api::<Lean<NodeKind>>::all(client.clone()), Default::default()), shared.clone()));
+    tokio::spawn(follow(watcher::watcher(Api::<Lean<PdbKind>>::all(client.clone()), Default::default()), shared.clone()));
+    tokio::spawn(follow(watcher::watcher(Api::<Lean<PriorityClassKind>>::all(client.clone()), Default::default()), shared.clone()));
+    tokio::spawn(follow(watcher::watcher(Api::<Lean<JobKind>>::all(client.clone()), Default::default()), shared.clone()));
 
     loop {
         tokio::time::sleep(tick).await;

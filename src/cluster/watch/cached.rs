@@ -14,11 +14,10 @@
 //!   server is still encoding the rest, and is never held whole (260 MB of JSON at 150,000
 //!   pods).
 //!
-//! Events, errors and back-off are kube-rs' (`watcher::Event`, `watcher::Error`), so the
-//! same `follow` consumes either stream.
+//! Events and errors are kube-rs' (`watcher::Event`, `watcher::Error`), so the same
+//! `follow`, with kube-rs' back-off, consumes either stream.
 
 use std::collections::VecDeque;
-use std::hash::BuildHasher;
 use std::time::Duration;
 
 use futures::io::{AsyncBufRead, AsyncBufReadExt};
@@ -30,7 +29,6 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 
 use super::super::lean::{Lean, LeanKind};
 use crate::wire::list_items::{ListSplitter, Piece};
@@ -75,18 +73,14 @@ struct State<K: LeanKind> {
     stage: Stage<K>,
     /// Events ready to hand out (a batch's objects, then `InitDone`).
     ready: VecDeque<Event<Lean<K>>>,
-    backoff: Backoff,
 }
 
 /// Every object of `K` matching the field selector `fields`, then every change, as kube-rs'
-/// `watcher(…).default_backoff()` would yield them.
-pub fn list_watch<K: LeanKind>(client: Client, fields: Option<&str>) -> impl Stream<Item = Result<Event<Lean<K>>, Error>> + Send
-where
-    Lean<K>: Resource<DynamicType = ()>,
-{
-    let state = State { api: Api::all_with(client.clone(), &()), client, fields: fields.map(str::to_string), stage: Stage::Unlisted, ready: VecDeque::new(), backoff: Backoff::default() };
+/// `watcher(…)` would yield them (`follow` adds its back-off).
+pub fn list_watch<K: LeanKind>(client: Client, fields: Option<&str>) -> impl Stream<Item = Result<Event<Lean<K>>, Error>> + Send {
+    let state = State { api: Api::all(client.clone()), client, fields: fields.map(str::to_string), stage: Stage::Unlisted, ready: VecDeque::new() };
     futures::stream::unfold(state, |mut state| async move {
-        let item = state.step().await;
+        let item = state.advance().await;
         Some((item, state))
     })
 }
@@ -140,10 +134,7 @@ impl From<crate::wire::list_items::SplitError> for kube::Error {
     }
 }
 
-impl<K: LeanKind> State<K>
-where
-    Lean<K>: Resource<DynamicType = ()>,
-{
+impl<K: LeanKind> State<K> {
     fn list_request(&self) -> kube::Result<axum::http::Request<Vec<u8>>> {
         // No limit: with one, the API server would ignore `resourceVersion=0` (kube-rs drops it).
         let lp = ListParams { field_selector: self.fields.clone(), resource_version: Some("0".into()), ..Default::default() };
@@ -152,16 +143,6 @@ where
 
     fn watch_params(&self) -> WatchParams {
         WatchParams { field_selector: self.fields.clone(), timeout: Some(WATCH_TIMEOUT_SECS), bookmarks: true, ..Default::default() }
-    }
-
-    /// The next event or error, after the back-off an error before it asks for.
-    async fn step(&mut self) -> Result<Event<Lean<K>>, Error> {
-        self.backoff.wait().await;
-        let result = self.advance().await;
-        if result.is_err() {
-            self.backoff.failed();
-        }
-        result
     }
 
     async fn advance(&mut self) -> Result<Event<Lean<K>>, Error> {
@@ -241,57 +222,4 @@ impl<K: LeanKind> Drop for State<K> {
 
 fn current_rv<K: LeanKind>(obj: &Lean<K>, last: String) -> String {
     obj.resource_version().filter(|v| !v.is_empty()).unwrap_or(last)
-}
-
-/// kube-rs' default back-off: 0.8 s doubling to 30 s, with jitter, forgotten after 120 s
-/// without an error.
-#[derive(Default)]
-struct Backoff {
-    delay: Duration,
-    last_error: Option<Instant>,
-    pending: bool,
-}
-
-impl Backoff {
-    const FIRST: Duration = Duration::from_millis(800);
-    const MAX: Duration = Duration::from_secs(30);
-    const RESET_AFTER: Duration = Duration::from_secs(120);
-
-    fn failed(&mut self) {
-        let recent = self.last_error.is_some_and(|t| t.elapsed() < Self::RESET_AFTER);
-        self.delay = if recent { (self.delay * 2).min(Self::MAX) } else { Self::FIRST };
-        self.last_error = Some(Instant::now());
-        self.pending = true;
-    }
-
-    async fn wait(&mut self) {
-        if std::mem::take(&mut self.pending) {
-            // Between half and all of the delay, so replicas that failed together do not
-            // come back together.
-            let random = foldhash::fast::RandomState::default().hash_one(Instant::now());
-            let share = 0.5 + (random % 1000) as f64 / 2000.0;
-            tokio::time::sleep(self.delay.mul_f64(share)).await;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_back_off_doubles_to_its_cap_and_starts_over_after_a_quiet_spell() {
-        let mut b = Backoff::default();
-        let delays: Vec<Duration> = (0..8)
-            .map(|_| {
-                b.failed();
-                b.delay
-            })
-            .collect();
-        assert_eq!(delays[..3], [Duration::from_millis(800), Duration::from_millis(1600), Duration::from_millis(3200)]);
-        assert_eq!(delays[7], Backoff::MAX);
-        b.last_error = Some(Instant::now() - Backoff::RESET_AFTER);
-        b.failed();
-        assert_eq!(b.delay, Backoff::FIRST);
-    }
 }
