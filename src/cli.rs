@@ -501,21 +501,24 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs `task` on a thread named `name` with a single-threaded runtime of its own.
+fn run_apart<F: std::future::Future<Output = ()>>(name: &str, task: impl FnOnce() -> F + Send + 'static) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().with_context(|| format!("cannot start the {name} thread's runtime"))?;
+    std::thread::Builder::new().name(name.into()).spawn(move || runtime.block_on(task()))?;
+    Ok(())
+}
+
 /// The watches get a thread, runtime and client of their own: an event that arrives alone
 /// (a bind, every few ms) then wakes one thread, not a worker of the shared runtime that
 /// wakes the other to share work it does not have (measured: the watch path's CPU per pod
 /// bound, docs/performance.md).
 fn watch_apart(config: kube::Config, view: Arc<cluster::ViewCell>, policy: Arc<arc_swap::ArcSwap<crate::policy::Policy>>, fresh: Arc<cluster::watch::Freshness>) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the watches' runtime")?;
-    std::thread::Builder::new().name("watch".into()).spawn(move || {
-        runtime.block_on(async move {
-            match kube::Client::try_from(config) {
-                Ok(client) => cluster::watch::run(client, view, policy, fresh, Duration::from_millis(500)).await,
-                Err(e) => tracing::error!(error = %e, "cannot build the watches' Kubernetes client"),
-            }
-        })
-    })?;
-    Ok(())
+    run_apart("watch", move || async move {
+        match kube::Client::try_from(config) {
+            Ok(client) => cluster::watch::run(client, view, policy, fresh, Duration::from_millis(500)).await,
+            Err(e) => tracing::error!(error = %e, "cannot build the watches' Kubernetes client"),
+        }
+    })
 }
 
 /// Probes and scrapes get a thread and runtime of their own: while the verb threads are
@@ -523,21 +526,17 @@ fn watch_apart(config: kube::Config, view: Arc<cluster::ViewCell>, policy: Arc<a
 /// coloc-hostile), so a kubelet never restarts a busy extender.
 fn serve_health_apart(listener: std::net::TcpListener, app: axum::Router, mut stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
     listener.set_nonblocking(true)?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the health listener's runtime")?;
-    std::thread::Builder::new().name("health".into()).spawn(move || {
-        runtime.block_on(async move {
-            match tokio::net::TcpListener::from_std(listener) {
-                Ok(listener) => {
-                    http::server::serve(listener, app, Default::default(), async move {
-                        let _ = stop.changed().await;
-                    })
-                    .await
-                }
-                Err(e) => tracing::error!(error = %e, "health listener failed"),
+    run_apart("health", move || async move {
+        match tokio::net::TcpListener::from_std(listener) {
+            Ok(listener) => {
+                http::server::serve(listener, app, Default::default(), async move {
+                    let _ = stop.changed().await;
+                })
+                .await
             }
-        })
-    })?;
-    Ok(())
+            Err(e) => tracing::error!(error = %e, "health listener failed"),
+        }
+    })
 }
 
 /// Re-reads the policy file every 2 s, and at once on SIGHUP (mounted ConfigMaps change by
