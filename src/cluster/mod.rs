@@ -42,6 +42,7 @@ pub struct ViewCell {
     /// published view meanwhile instead of waiting.
     busy: AtomicBool,
     /// The staged view is open to readers (`open`): ready before any reader took a clone.
+    /// Kept beside `Staged::open` so `/readyz` never waits for the lock a long change holds.
     opened: AtomicBool,
 }
 

@@ -128,12 +128,7 @@ impl ListSplitter {
                     if self.depth == 0 && b != b'{' {
                         return Err(SplitError::NotAnObject { found: b as char, at: self.at(i) }.into());
                     }
-                    let starts_piece = match (self.depth, self.field) {
-                        (1, Field::Metadata) => true,
-                        (2, Field::Items) => true,
-                        _ => false,
-                    };
-                    if starts_piece && self.piece_start.is_none() {
+                    if self.at_piece_level() && self.piece_start.is_none() {
                         self.piece_start = Some(i);
                     }
                     self.depth += 1;
@@ -146,12 +141,7 @@ impl ListSplitter {
                         return Err(SplitError::Unbalanced { found: b as char, at: self.at(i) }.into());
                     }
                     self.depth -= 1;
-                    let ends_piece = match (self.depth, self.field) {
-                        (1, Field::Metadata) => true,
-                        (2, Field::Items) => true,
-                        _ => false,
-                    };
-                    if ends_piece {
+                    if self.at_piece_level() {
                         if let Some(start) = self.piece_start.take() {
                             let bytes = &self.buf[start..=i];
                             each(if self.field == Field::Metadata { Piece::Metadata(bytes) } else { Piece::Item(bytes) })?;
@@ -188,6 +178,11 @@ impl ListSplitter {
         } else {
             Err(SplitError::Truncated { depth: self.depth, read: self.at(self.buf.len()) })
         }
+    }
+
+    /// A value opening or closing here is a whole piece: `metadata`'s object, or an item.
+    fn at_piece_level(&self) -> bool {
+        matches!((self.depth, self.field), (1, Field::Metadata) | (2, Field::Items))
     }
 
     fn at(&self, i: usize) -> u64 {
