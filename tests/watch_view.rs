@@ -152,6 +152,14 @@ async fn watched(api: &fake_api::FakeApi, policy: &Policy) -> (Arc<ViewCell>, Ar
     (cell, fresh, task)
 }
 
+/// A fake API server holding snapshot `seq`, and the view watched from it (default policy).
+async fn watched_snapshot(seq: &str) -> (fake_api::FakeApi, Arc<ViewCell>, Arc<Freshness>, tokio::task::JoinHandle<()>) {
+    let api = fake_api::FakeApi::start().await;
+    api.seed(&snapshot_items(seq));
+    let (cell, fresh, task) = watched(&api, &Policy::builtin_default()).await;
+    (api, cell, fresh, task)
+}
+
 fn victim_uids(body: &[u8]) -> Vec<String> {
     let v: Value = serde_json::from_slice(body).unwrap();
     v["NodeNameToMetaVictims"].as_object().unwrap().values().flat_map(|n| n["Pods"].as_array().unwrap().iter().map(|p| p["UID"].as_str().unwrap().to_string())).collect()
@@ -198,9 +206,7 @@ async fn a_pod_deleted_on_the_watch_is_never_returned_by_the_next_preempt() {
 
 #[tokio::test]
 async fn a_failing_pod_watch_alone_makes_the_view_stale() {
-    let api = fake_api::FakeApi::start().await;
-    api.seed(&snapshot_items("0037"));
-    let (cell, fresh, task) = watched(&api, &Policy::builtin_default()).await;
+    let (api, cell, fresh, task) = watched_snapshot("0037").await;
     api.fail("watch", "Pod", 500, u32::MAX);
     api.fail("list", "Pod", 500, u32::MAX);
     api.break_watches();
@@ -220,9 +226,7 @@ async fn a_failing_pod_watch_alone_makes_the_view_stale() {
 
 #[tokio::test]
 async fn a_relist_that_keeps_failing_counts_as_failing_from_its_first_error() {
-    let api = fake_api::FakeApi::start().await;
-    api.seed(&snapshot_items("0037"));
-    let (_, fresh, task) = watched(&api, &Policy::builtin_default()).await;
+    let (api, _, fresh, task) = watched_snapshot("0037").await;
     api.fail("list", "Pod", 500, u32::MAX);
     api.expire_watches();
     assert!(wait_until(|| fresh.failing_since("Pod") != 0).await, "the failing re-list is noticed");
@@ -240,9 +244,7 @@ async fn a_relist_that_keeps_failing_counts_as_failing_from_its_first_error() {
 
 #[tokio::test]
 async fn a_relist_after_an_expired_watch_drops_what_was_deleted_meanwhile() {
-    let api = fake_api::FakeApi::start().await;
-    api.seed(&snapshot_items("0037"));
-    let (cell, _, task) = watched(&api, &Policy::builtin_default()).await;
+    let (api, cell, _, task) = watched_snapshot("0037").await;
     let before = cell.load().unwrap().pod_count();
     api.expire_watches();
     api.remove("Pod", "batch", "worker-1");
