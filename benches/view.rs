@@ -245,29 +245,47 @@ mod event {
     /// with no reader in between (a burst of bindings no decision reads).
     #[divan::bench(sample_count = 200, sample_size = 20)]
     fn pod_update_staged(bencher: Bencher) {
-        staged(bencher, false);
+        staged(bencher, Read::None);
     }
 
-    /// The same, with a decision reading the view after every event (as many reads as
-    /// changes: the cost of publishing per event comes back).
+    /// The same, with a decision reading the view after every event and done with it
+    /// before the next (names mode: a bind between two pods' calls). The cell lets go of
+    /// the unread clone before the change, which then copies nothing.
     #[divan::bench(sample_count = 200, sample_size = 20)]
     fn pod_update_staged_read_each(bencher: Bencher) {
-        staged(bencher, true);
+        staged(bencher, Read::EachDropped);
     }
 
-    fn staged(bencher: Bencher, read_each: bool) {
+    /// The same, with every read still held at the next event (a decision in flight as
+    /// the bind arrives): the change copies the paths it touches.
+    #[divan::bench(sample_count = 200, sample_size = 20)]
+    fn pod_update_staged_read_held(bencher: Bencher) {
+        staged(bencher, Read::EachHeld);
+    }
+
+    enum Read {
+        None,
+        EachDropped,
+        EachHeld,
+    }
+
+    fn staged(bencher: Bencher, read: Read) {
         let ups = updates();
         let cell = ViewCell::default();
         cell.change(|v| *v = big().clone());
         cell.open();
         let mut i = 0;
+        let mut held = None;
         bencher.bench_local(|| {
             i += 1;
             cell.change(|v| v.apply_pod(ups[i % POOL].clone(), policy()));
-            if read_each {
-                black_box(cell.load());
+            match read {
+                Read::None => {}
+                Read::EachDropped => drop(black_box(cell.load())),
+                Read::EachHeld => held = black_box(cell.load()),
             }
         });
+        drop(held);
     }
 }
 

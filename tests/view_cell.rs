@@ -47,6 +47,57 @@ fn reads_with_no_change_between_them_share_one_view() {
 }
 
 #[test]
+fn a_change_lets_go_of_the_last_clone_once_no_reader_holds_it() {
+    let cell = ViewCell::default();
+    cell.open();
+    cell.change(|v| add_class(v, "a"));
+    let read = Arc::downgrade(&cell.load().unwrap());
+    assert!(read.upgrade().is_some(), "kept for the next reader while nothing changes");
+    cell.change(|v| add_class(v, "b"));
+    assert!(read.upgrade().is_none(), "let go before the change, which then shares nothing with it");
+    assert_eq!(classes(&cell.load().unwrap()), ["a", "b"]);
+}
+
+#[test]
+fn a_clone_a_reader_still_holds_is_kept_as_it_was() {
+    let cell = ViewCell::default();
+    cell.open();
+    cell.change(|v| add_class(v, "a"));
+    let held = cell.load().unwrap();
+    cell.change(|v| add_class(v, "b"));
+    assert_eq!(classes(&held), ["a"]);
+    assert_eq!(classes(&cell.load().unwrap()), ["a", "b"]);
+}
+
+#[test]
+fn readers_racing_a_writer_always_get_a_view_and_never_an_older_one() {
+    let cell = Arc::new(ViewCell::default());
+    cell.open();
+    // Enough rounds to meet, now and then, a reader between a release and its load.
+    const CHANGES: usize = 20_000;
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let cell = cell.clone();
+            std::thread::spawn(move || {
+                let mut seen = 0;
+                while seen < CHANGES {
+                    let view = cell.load().expect("an open, fresh cell always has a view");
+                    let now = view.priority_class_names().count();
+                    assert!(now >= seen, "went back from {seen} to {now} classes");
+                    seen = now;
+                }
+            })
+        })
+        .collect();
+    for i in 0..CHANGES {
+        cell.change(|v| add_class(v, &format!("c{i}")));
+    }
+    for reader in readers {
+        reader.join().unwrap();
+    }
+}
+
+#[test]
 fn a_reader_during_a_long_change_gets_the_last_view_at_once() {
     let cell = Arc::new(ViewCell::default());
     cell.open();

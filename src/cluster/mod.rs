@@ -24,10 +24,12 @@ pub type PMap<K, V> = imbl::GenericHashMap<K, V, foldhash::fast::RandomState, im
 ///
 /// A snapshot source `publish`es whole views. A live source (the watches) `change`s one
 /// staged view in place, and a reader gets a clone of it only when it asks and something
-/// changed since the last one: a published clone shares structure with the staged view, so
-/// the next change copies the paths it touches. Cloning per read instead of per event
+/// changed since the last one: a clone shares structure with the staged view, so a change
+/// while it lives copies the paths it touches. Cloning per read instead of per event
 /// keeps a burst of bindings with no decision in between (the online pods of the
-/// per-pod-verbs profile) free of those copies.
+/// per-pod-verbs profile) free of those copies, and a change that finds the last clone
+/// held by no reader any more lets it go first, so the events between two decisions (a
+/// bind between two pods' calls in names mode) copy nothing either.
 pub struct ViewCell {
     current: ArcSwapOption<View>,
     /// The source has been failing long enough that the view can no longer be trusted.
@@ -79,8 +81,17 @@ impl ViewCell {
         if self.dirty.load(Ordering::Acquire) && !self.busy.load(Ordering::Acquire) {
             let staged = self.lock();
             self.hand_out(&staged);
+            return self.current.load_full();
         }
-        self.current.load_full()
+        match self.current.load_full() {
+            // Released between the check and the load: hand out a fresh clone.
+            None if self.opened.load(Ordering::Acquire) => {
+                let staged = self.lock();
+                self.hand_out(&staged);
+                self.current.load_full()
+            }
+            current => current,
+        }
     }
 
     pub fn publish(&self, view: View) {
@@ -92,6 +103,7 @@ impl ViewCell {
     /// is `open`.
     pub fn change<R>(&self, f: impl FnOnce(&mut View) -> R) -> R {
         let mut staged = self.lock();
+        self.release_unread(&staged);
         let r = f(&mut staged.view);
         if staged.open {
             self.dirty.store(true, Ordering::Release);
@@ -150,6 +162,21 @@ impl ViewCell {
             self.dirty.store(true, Ordering::Release);
             self.opened.store(true, Ordering::Release);
             self.tell_waiters();
+        }
+    }
+
+    /// Drops the clone handed out last if no reader holds it any more, so the change about
+    /// to be made copies nothing for it; the next `load` hands out a fresh one. A reader
+    /// that takes it in between keeps a valid view of the state before the change.
+    fn release_unread(&self, staged: &Staged) {
+        if !staged.open || self.busy.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(last) = self.current.load_full() else { return };
+        // This `last` and the cell's own: nobody else.
+        if Arc::strong_count(&last) == 2 {
+            self.dirty.store(true, Ordering::Release);
+            self.current.store(None);
         }
     }
 
