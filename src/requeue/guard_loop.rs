@@ -86,11 +86,6 @@ struct Ledger {
 }
 
 impl Ledger {
-    /// Could `uid` be claimed now?
-    fn free(&self, uid: &str) -> bool {
-        !self.pods.lock().unwrap_or_else(|e| e.into_inner()).get(uid).is_some_and(Busy::holds)
-    }
-
     fn in_flight(&self) -> usize {
         self.in_flight.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -135,12 +130,11 @@ impl Requeuer {
             // finished, so none stays held).
             let shadow = policy.load().mode == Mode::Shadow;
             let room = QUEUED_MAX.saturating_sub(ledger.in_flight());
-            let takes = |p: &&PodRef| (!shadow || p.requeue_guarded) && ledger.free(&p.uid);
+            // Claimed as they are taken (`take` stops asking at `room`): one look in the
+            // ledger per pod.
+            let takes = |p: &&PodRef| (!shadow || p.requeue_guarded) && ledger.claim(&p.uid);
             let Some(work) = cell.read_latest(|v| v.guard_work().filter(takes).take(room).cloned().collect::<Vec<_>>()) else { continue };
             for pod in work {
-                if !ledger.claim(&pod.uid) {
-                    continue;
-                }
                 let (this, cell, policy, ledger, limit) = (self.clone(), cell.clone(), policy.clone(), ledger.clone(), limit.clone());
                 tokio::spawn(async move {
                     let _permit = limit.acquire().await;

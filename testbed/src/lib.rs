@@ -16,6 +16,7 @@ pub mod extender;
 pub mod kubelet;
 pub mod pki;
 pub mod ports;
+pub mod prepared;
 pub mod process;
 pub mod proxy;
 pub mod scenario;

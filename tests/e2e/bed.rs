@@ -2,13 +2,13 @@
 //! policy's PriorityClasses, the shipped RBAC, the extender(s) and kube-scheduler.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use coloc_testbed::cluster::{self, PodBuilder};
 use coloc_testbed::control_plane::Options;
 use coloc_testbed::{
-    kubelet, wait, Binaries, ControlPlane, Extender, ExtenderEntry, Kubelet, Scheduler,
+    kubelet, prepared, wait, Binaries, ControlPlane, Extender, ExtenderEntry, Kubelet, Scheduler,
 };
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
@@ -40,9 +40,7 @@ impl Mode {
     }
 }
 
-pub fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
+pub use coloc_testbed::prepared::repo;
 
 pub struct Bed {
     pub mode: Mode,
@@ -62,25 +60,8 @@ impl Bed {
     }
 
     pub async fn up_with(bins: Binaries, mode: Mode, opts: Options) -> anyhow::Result<Bed> {
-        let plane = ControlPlane::start(&bins, opts).await?;
-        let client = plane.client().await?;
-        cluster::create_all(
-            &client,
-            vec![cluster::namespace("online"), cluster::namespace("batch")],
-        )
-        .await?;
-        cluster::create_all(&client, cluster::default_priority_classes()).await?;
-        cluster::until_admitted(&client, "batch", &["online-prod", "offline-batch", "free"]).await?;
-        for f in [
-            "manifests/clusterrole.yaml",
-            "manifests/clusterrolebinding.yaml",
-            "manifests/requeue/clusterrole.yaml",
-            "manifests/requeue/clusterrolebinding.yaml",
-            "manifests/wake/role.yaml",
-            "manifests/wake/rolebinding.yaml",
-        ] {
-            plane.apply(&repo(f))?;
-        }
+        let rbac = [prepared::BASE_RBAC, prepared::REQUEUE_RBAC, ["manifests/wake/role.yaml", "manifests/wake/rolebinding.yaml"]].concat();
+        let (plane, client) = prepared::start(&bins, opts, &rbac).await?;
         let kubelet = Kubelet::start(client.clone(), kubelet::Options::default());
         Ok(Bed {
             mode,

@@ -18,7 +18,7 @@ use coloc_testbed::cluster::{self, PodBuilder};
 use k8s_openapi::api::core::v1::Pod;
 use kube::core::PartialObjectMeta;
 use coloc_bench::procstat;
-use coloc_testbed::{kubelet, wait, Binaries, ControlPlane, Extender, Kubelet, Scheduler};
+use coloc_testbed::{kubelet, prepared, wait, Binaries, ControlPlane, Extender, Kubelet, Scheduler};
 use serde::Serialize;
 
 use crate::binds::Binds;
@@ -65,7 +65,7 @@ fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
 
 /// The cluster before the storm: `pods` full nodes, their victims running.
 async fn build(bins: &Binaries, pods: usize) -> anyhow::Result<(ControlPlane, kube::Client, Kubelet)> {
-    let (plane, client) = world::control_plane(bins, &["clusterrole.yaml", "clusterrolebinding.yaml", "requeue/clusterrole.yaml", "requeue/clusterrolebinding.yaml"]).await?;
+    let (plane, client) = world::control_plane(bins, &[prepared::BASE_RBAC, prepared::REQUEUE_RBAC].concat()).await?;
     let stand_in = Kubelet::start(client.clone(), kubelet::Options::default());
     let node = |i: usize| format!("storm-{i:05}");
     cluster::create_all(&client, (0..pods).map(|i| cluster::node(&node(i), NODE_MILLI_CPU, 256, &format!("zone-{}", i % 3))).collect()).await?;

@@ -3,18 +3,18 @@
 //! shipped RBAC for the extender, N nodes and M offline pods bound to them. Each run then
 //! gets its own K pending online pods.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use coloc_testbed::cluster::{self, PodBuilder};
 use coloc_testbed::control_plane::Options;
+use coloc_testbed::prepared;
 use coloc_testbed::{Binaries, ControlPlane};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 
-pub const ONLINE: &str = "online";
-pub const OFFLINE: &str = "batch";
+pub const ONLINE: &str = prepared::ONLINE;
+pub const OFFLINE: &str = prepared::BATCH;
 /// Node size: 32 CPU, 128 GiB, 110 pods. Online pods ask 10m, offline 100m (64 MiB each),
 /// so that every pod fits and only the scheduling loop is timed.
 const NODE_MILLI_CPU: i64 = 32_000;
@@ -28,38 +28,14 @@ pub struct World {
     nodes: usize,
 }
 
-fn repo(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
-}
-
 fn node_name(i: usize) -> String {
     format!("node-{i:05}")
 }
 
 /// A control plane without controllers (nothing to reconcile: pods are created directly),
-/// with the two namespaces, the default policy's PriorityClasses (admitted) and the
-/// extender's RBAC: `rbac`, files below `manifests/`.
-pub async fn control_plane(bins: &Binaries, rbac: &[&str]) -> anyhow::Result<(ControlPlane, Client)> {
-    let plane = ControlPlane::start(
-        bins,
-        Options {
-            controllers: false,
-            ..Options::default()
-        },
-    )
-    .await?;
-    let client = plane.client().await?;
-    cluster::create_all(
-        &client,
-        vec![cluster::namespace(ONLINE), cluster::namespace(OFFLINE)],
-    )
-    .await?;
-    cluster::create_all(&client, cluster::default_priority_classes()).await?;
-    cluster::until_admitted(&client, OFFLINE, &["online-prod", "offline-batch", "free"]).await?;
-    for f in rbac {
-        plane.apply(&repo("manifests").join(f))?;
-    }
-    Ok((plane, client))
+/// prepared as `prepared::start` does, with `manifests` (the extender's RBAC) applied.
+pub async fn control_plane(bins: &Binaries, manifests: &[&str]) -> anyhow::Result<(ControlPlane, Client)> {
+    prepared::start(bins, Options { controllers: false, ..Options::default() }, manifests).await
 }
 
 impl World {
@@ -71,7 +47,7 @@ impl World {
         create_concurrency: usize,
     ) -> anyhow::Result<World> {
         let (plane, client) =
-            control_plane(bins, &["clusterrole.yaml", "clusterrolebinding.yaml"]).await?;
+            control_plane(bins, &prepared::BASE_RBAC).await?;
         let world = World {
             client,
             plane,

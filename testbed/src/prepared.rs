@@ -1,0 +1,40 @@
+//! A control plane prepared as every end-to-end case and every loop-benchmark run needs
+//! it: the namespaces `online` and `batch`, the default policy's PriorityClasses (admitted),
+//! and the extender's shipped RBAC.
+
+use std::path::{Path, PathBuf};
+
+use kube::Client;
+
+use crate::control_plane::Options;
+use crate::{cluster, Binaries, ControlPlane};
+
+/// The online pods' namespace.
+pub const ONLINE: &str = "online";
+/// The offline (batch) pods' namespace.
+pub const BATCH: &str = "batch";
+
+/// What `serve --kube` needs.
+pub const BASE_RBAC: [&str; 2] = ["manifests/clusterrole.yaml", "manifests/clusterrolebinding.yaml"];
+/// What `--requeue` needs on top.
+pub const REQUEUE_RBAC: [&str; 2] = ["manifests/requeue/clusterrole.yaml", "manifests/requeue/clusterrolebinding.yaml"];
+
+/// A file of this repository (manifests, policies), from whichever crate asks.
+pub fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+/// Starts a control plane with `opts`, creates the two namespaces and the default
+/// policy's PriorityClasses, waits until the API server admits pods of each class, and
+/// applies `manifests` (paths from the repository's root).
+pub async fn start(bins: &Binaries, opts: Options, manifests: &[&str]) -> anyhow::Result<(ControlPlane, Client)> {
+    let plane = ControlPlane::start(bins, opts).await?;
+    let client = plane.client().await?;
+    cluster::create_all(&client, vec![cluster::namespace(ONLINE), cluster::namespace(BATCH)]).await?;
+    cluster::create_all(&client, cluster::default_priority_classes()).await?;
+    cluster::until_admitted(&client, BATCH, &["online-prod", "offline-batch", "free"]).await?;
+    for f in manifests {
+        plane.apply(&repo(f))?;
+    }
+    Ok((plane, client))
+}
