@@ -95,6 +95,17 @@ impl Scheduler {
         extenders: &[ExtenderEntry],
         qps: u32,
     ) -> anyhow::Result<Scheduler> {
+        Scheduler::start_with(plane, name, extenders, qps, &[]).await
+    }
+
+    /// `start`, with `extra` flags after the test bed's own (e.g. `--feature-gates=…`).
+    pub async fn start_with(
+        plane: &ControlPlane,
+        name: &str,
+        extenders: &[ExtenderEntry],
+        qps: u32,
+        extra: &[&str],
+    ) -> anyhow::Result<Scheduler> {
         let config = config(
             &plane.admin_kubeconfig.display().to_string(),
             extenders,
@@ -122,7 +133,10 @@ impl Scheduler {
                 "/healthz,/readyz,/livez,/metrics",
                 "-v",
                 "2",
-            ]),
+            ])
+            .into_iter()
+            .chain(strings(extra))
+            .collect::<Vec<_>>(),
             &[],
             plane.dir(),
         )?;

@@ -1,4 +1,5 @@
-//! The runs compared side by side: kube-scheduler alone, behind the echo extender (the
+//! The runs compared side by side: kube-scheduler alone (also with its opportunistic
+//! batching off, as any extender registration turns it off), behind the echo extender (the
 //! protocol's floor), behind coloc-extender in either nodeCacheCapable mode, and behind
 //! coloc-extender in the per-pod-verbs registration profile.
 
@@ -10,6 +11,10 @@ use coloc_testbed::ExtenderEntry;
 pub enum Kind {
     /// No extender.
     Stock,
+    /// No extender, and kube-scheduler's opportunistic batching off
+    /// (`--feature-gates=OpportunisticBatching=false`): what any extender registration
+    /// costs kube-scheduler by itself, since it turns batching off for its profiles.
+    StockNoBatching,
     /// coloc-echo: filter + prioritize, names mode.
     Echo,
     /// coloc-echo with nodeCacheCapable: false: the floor of full mode (kube-scheduler
@@ -41,6 +46,7 @@ impl Kind {
     pub fn label(self) -> &'static str {
         match self {
             Kind::Stock => "stock",
+            Kind::StockNoBatching => "stock-no-batching",
             Kind::Echo => "echo",
             Kind::EchoObjects => "echo-objects",
             Kind::ColocNames => "coloc-names",
@@ -53,9 +59,17 @@ impl Kind {
     /// The binary to start and the flags after `serve --listen … --health-listen …`.
     pub fn program<'a>(self, p: &Programs<'a>) -> Option<(&'a Path, &'static [&'static str])> {
         match self {
-            Kind::Stock => None,
+            Kind::Stock | Kind::StockNoBatching => None,
             Kind::Echo | Kind::EchoObjects | Kind::EchoPerPodVerbs => Some((p.echo, &[])),
             Kind::ColocNames | Kind::ColocObjects | Kind::ColocPerPodVerbs => Some((p.extender, &["--kube"])),
+        }
+    }
+
+    /// kube-scheduler's flags beyond the test bed's own.
+    pub fn scheduler_flags(self) -> &'static [&'static str] {
+        match self {
+            Kind::StockNoBatching => &["--feature-gates=OpportunisticBatching=false"],
+            _ => &[],
         }
     }
 

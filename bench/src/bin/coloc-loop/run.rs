@@ -49,11 +49,12 @@ pub async fn one(
     let ext_cpu0 = cpu(ext_pid);
     let api_cpu0 = cpu(world.plane.apiserver.pid());
     let start = Instant::now();
-    let scheduler = Scheduler::start(
+    let scheduler = Scheduler::start_with(
         &world.plane,
         &format!("kube-scheduler-{name}"),
         &entries,
         s.qps,
+        kind.scheduler_flags(),
     )
     .await?;
     let times = binds.wait(s.pods, s.timeout).await;

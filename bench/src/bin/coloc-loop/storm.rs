@@ -116,7 +116,7 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
     let ext_pid = extender.as_ref().and_then(|e| e.proc.pid());
     let cpu0 = ext_pid.and_then(|p| procstat::cpu_seconds(&p.to_string()));
     let entries: Vec<_> = extender.iter().flat_map(|e| kind.entries(&e.url())).collect();
-    let scheduler = Scheduler::start(&plane, &format!("kube-scheduler-{name}"), &entries, qps).await?;
+    let scheduler = Scheduler::start_with(&plane, &format!("kube-scheduler-{name}"), &entries, qps, kind.scheduler_flags()).await?;
     // The online pods arrive at once, at a running kube-scheduler: time to place counts
     // from the start of their creation.
     let binds = Binds::watch(client.clone(), ONLINE).await?;
