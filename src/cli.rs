@@ -127,6 +127,12 @@ pub struct ServeArgs {
     /// Plain-HTTP listener for /healthz, /readyz and /metrics (probes carry no client certificate).
     #[arg(long)]
     pub health_listen: Option<SocketAddr>,
+    /// Threads serving the verbs and running requeue, Events and wakes. kube-scheduler calls
+    /// one verb at a time and large decisions run on --decision-workers, so one thread
+    /// spares the wake-ups of handing each request between two (measured:
+    /// docs/performance.md, "One I/O thread").
+    #[arg(long, default_value_t = 1, value_parser = parse_threads)]
+    pub io_threads: usize,
     /// Log lines as JSON (for log pipelines) instead of text.
     #[arg(long)]
     pub log_json: bool,
@@ -274,6 +280,15 @@ fn parse_secs(s: &str) -> Result<Duration, String> {
     }
 }
 
+fn parse_threads(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("0 threads would serve nothing: use at least 1".into()),
+        Ok(n) if n > 256 => Err(format!("{n} threads is more than 256")),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
+}
+
 fn parse_concurrency(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(0) => Err("0 would refuse every request: use at least 1".into()),
@@ -387,7 +402,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve(args) => {
             init_logging(args.log_json);
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(args.io_threads).enable_all().build()?;
             runtime.block_on(serve(args))
         }
     }

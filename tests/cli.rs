@@ -132,6 +132,8 @@ fn serve_refuses_bad_settings_with_a_clear_error() {
         (vec!["--path-prefix", "/{*x}"], "is not allowed"),
         (vec!["--path-prefix", "sched"], "must start with '/'"),
         (vec!["--max-concurrency", "0"], "would refuse every request"),
+        (vec!["--io-threads", "0"], "would serve nothing"),
+        (vec!["--io-threads", "many"], "\"many\""),
         (vec!["--request-timeout", "0s"], "is zero"),
         (vec!["--requeue"], "--kube"),
         (vec!["--requeue-guard=false"], "--requeue"),
