@@ -281,18 +281,18 @@ fn parse_secs(s: &str) -> Result<Duration, String> {
 }
 
 fn parse_threads(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(0) => Err("0 threads would serve nothing: use at least 1".into()),
-        Ok(n) if n > 256 => Err(format!("{n} threads is more than 256")),
-        Ok(n) => Ok(n),
-        Err(e) => Err(format!("{s:?}: {e}")),
-    }
+    parse_count(s, 256, "0 threads would serve nothing")
 }
 
 fn parse_concurrency(s: &str) -> Result<usize, String> {
+    parse_count(s, 65_536, "0 would refuse every request")
+}
+
+/// A count from 1 to `max`; `zero` says what 0 would do.
+fn parse_count(s: &str, max: usize, zero: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
-        Ok(0) => Err("0 would refuse every request: use at least 1".into()),
-        Ok(n) if n > 65_536 => Err(format!("{n} is more than 65536")),
+        Ok(0) => Err(format!("{zero}: use at least 1")),
+        Ok(n) if n > max => Err(format!("{n} is more than {max}")),
         Ok(n) => Ok(n),
         Err(e) => Err(format!("{s:?}: {e}")),
     }
