@@ -76,22 +76,19 @@ impl ViewCell {
         if self.stale.load(Ordering::Relaxed) {
             return None;
         }
+        // The clone handed out last, unless changes came since (and no long change holds
+        // the lock), or a change let it go (`release_unread`) after this read began.
+        if !self.dirty.load(Ordering::Acquire) || self.busy.load(Ordering::Acquire) {
+            match self.current.load_full() {
+                None if self.opened.load(Ordering::Acquire) => {}
+                current => return current,
+            }
+        }
         // A reader that finds `busy` unset a moment before a long change takes the lock
         // waits for that change: rare (a policy reload, a re-list), and bounded by it.
-        if self.dirty.load(Ordering::Acquire) && !self.busy.load(Ordering::Acquire) {
-            let staged = self.lock();
-            self.hand_out(&staged);
-            return self.current.load_full();
-        }
-        match self.current.load_full() {
-            // Released between the check and the load: hand out a fresh clone.
-            None if self.opened.load(Ordering::Acquire) => {
-                let staged = self.lock();
-                self.hand_out(&staged);
-                self.current.load_full()
-            }
-            current => current,
-        }
+        let staged = self.lock();
+        self.hand_out(&staged);
+        self.current.load_full()
     }
 
     pub fn publish(&self, view: View) {

@@ -308,6 +308,11 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
     shared.open_when_synced(&mut m);
 }
 
+/// kube-rs' watcher of every object of `K` (`follow` adds its back-off).
+fn watcher_of<K: LeanKind>(client: Client) -> impl Stream<Item = Result<Event<Lean<K>>, watcher::Error>> + Send + 'static {
+    watcher::watcher(Api::<Lean<K>>::all(client), Default::default())
+}
+
 /// Applies a kind's events to the view, and keeps its health, until the stream ends; after
 /// an error the stream is polled again after kube-rs' default back-off.
 async fn follow<K: Applies>(events: impl Stream<Item = Result<Event<Lean<K>>, watcher::Error>> + Send + 'static, shared: Arc<Shared>) {
@@ -402,10 +407,10 @@ pub async fn run_with(
     // Terminal pods never hold resources in kube-scheduler's cache either.
     let pods = cached::list_watch::<PodKind>(client.clone(), Some("status.phase!=Succeeded,status.phase!=Failed"));
     tokio::spawn(follow(pods, shared.clone()));
-    tokio::spawn(follow(watcher::watcher(Api::<Lean<NodeKind>>::all(client.clone()), Default::default()), shared.clone()));
-    tokio::spawn(follow(watcher::watcher(Api::<Lean<PdbKind>>::all(client.clone()), Default::default()), shared.clone()));
-    tokio::spawn(follow(watcher::watcher(Api::<Lean<PriorityClassKind>>::all(client.clone()), Default::default()), shared.clone()));
-    tokio::spawn(follow(watcher::watcher(Api::<Lean<JobKind>>::all(client.clone()), Default::default()), shared.clone()));
+    tokio::spawn(follow(watcher_of::<NodeKind>(client.clone()), shared.clone()));
+    tokio::spawn(follow(watcher_of::<PdbKind>(client.clone()), shared.clone()));
+    tokio::spawn(follow(watcher_of::<PriorityClassKind>(client.clone()), shared.clone()));
+    tokio::spawn(follow(watcher_of::<JobKind>(client.clone()), shared.clone()));
 
     loop {
         tokio::time::sleep(tick).await;

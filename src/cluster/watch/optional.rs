@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::{Api, Client};
+use kube::Client;
 use tokio::task::JoinHandle;
 
-use super::{follow, Applies, Shared};
-use crate::cluster::lean::{CoschedulingV1alpha1, Lean, LeanKind, NativeV1alpha2, NativeV1beta1, PodGroupApi, PodGroupKind, VolcanoV1beta1};
+use super::{follow, watcher_of, Applies, Shared};
+use crate::cluster::lean::{CoschedulingV1alpha1, LeanKind, NativeV1alpha2, NativeV1beta1, PodGroupApi, PodGroupKind, VolcanoV1beta1};
 use crate::cluster::View;
 use crate::model::GangSource;
 use crate::policy::{GangSources, Policy};
@@ -37,7 +37,7 @@ fn kind<A: PodGroupApi>() -> GangKind {
         api_version: A::API_VERSION,
         plural: K::<A>::PLURAL,
         probe_path: super::probe_path::<K<A>>,
-        start: |client, shared| tokio::spawn(follow(kube::runtime::watcher::watcher(Api::<Lean<K<A>>>::all(client), Default::default()), shared)),
+        start: |client, shared| tokio::spawn(follow(watcher_of::<K<A>>(client), shared)),
         clear: |view, policy| {
             for key in K::<A>::keys(view) {
                 K::<A>::remove(view, &key, policy);
