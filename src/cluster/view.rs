@@ -38,7 +38,10 @@ pub struct NodeInfo {
     /// `None` while pods name a node the view has not seen, or after it was deleted.
     /// Shared: a pod event on the node copies the pod lists, not the Node.
     pub node: Option<Arc<Node>>,
-    /// Bound, non-terminal pods, sorted by namespace/name so explanations are stable.
+    /// Bound, non-terminal pods, in no particular order: a bind appends, a delete swaps the
+    /// last one into its place. Keeping them sorted cost a binary search over other pods'
+    /// names on every bind, each a cache miss by then (docs/performance.md); the rare
+    /// readers that show pods in order (`preempt`'s explanations) sort what they read.
     pods: Vec<PodRef>,
     /// How each of `pods` (same index) is counted in `usage`.
     counted: Vec<Counted>,
@@ -66,13 +69,12 @@ impl NodeInfo {
     }
 
     fn add_pod(&mut self, pod: PodRef, counted: Counted) {
-        let at = self.pods.partition_point(|p| (&p.namespace, &p.name) < (&pod.namespace, &pod.name));
         self.usage.add(&pod, counted);
-        self.pods.insert(at, pod);
-        self.counted.insert(at, counted);
+        self.pods.push(pod);
+        self.counted.push(counted);
     }
 
-    /// `pod` has `old`'s namespace/name, so it keeps its place in the sorted list.
+    /// `pod` takes `old`'s place.
     fn replace_pod(&mut self, old: &PodRef, pod: PodRef, counted: Counted) {
         match self.pods.iter().position(|p| Arc::ptr_eq(p, old)) {
             Some(at) => {
@@ -87,8 +89,8 @@ impl NodeInfo {
 
     fn remove_pod(&mut self, pod: &PodRef) {
         if let Some(at) = self.pods.iter().position(|p| Arc::ptr_eq(p, pod)) {
-            self.pods.remove(at);
-            let counted = self.counted.remove(at);
+            self.pods.swap_remove(at);
+            let counted = self.counted.swap_remove(at);
             self.usage.remove(pod, counted);
         }
     }
@@ -597,6 +599,7 @@ impl View {
         self.generation
     }
 
+    /// The bound, non-terminal pods on `node`, in no particular order.
     pub fn pods_on(&self, node: &str) -> &[PodRef] {
         self.nodes.get(node).map(|i| i.pods.as_slice()).unwrap_or(&[])
     }

@@ -317,19 +317,25 @@ fn watcher_of<K: LeanKind>(client: Client) -> impl Stream<Item = Result<Event<Le
 /// an error the stream is polled again after kube-rs' default back-off.
 async fn follow<K: Applies>(events: impl Stream<Item = Result<Event<Lean<K>>, watcher::Error>> + Send + 'static, shared: Arc<Shared>) {
     let mut stream = events.default_backoff().boxed();
+    // Registered once: every bind comes through here.
+    let events_seen = metrics::counter!("coloc_view_events_total", "kind" => K::LABEL);
+    // Only this loop marks the kind failing, so it knows when there is anything to clear.
+    let mut failing = false;
     while let Some(event) = stream.next().await {
         match event {
             Ok(event) => {
                 // kube-rs starts every (re)list with `Init` before it asks anything: only
                 // what the API server sent shows the watch works again. (Clearing on
                 // `Init` kept a watch whose re-list kept failing from ever going stale.)
-                if !matches!(event, Event::Init) {
+                if failing && !matches!(event, Event::Init) {
                     shared.fresh.succeeded(K::LABEL);
+                    failing = false;
                 }
-                metrics::counter!("coloc_view_events_total", "kind" => K::LABEL).increment(1);
+                events_seen.increment(1);
                 handle(&shared, event);
             }
             Err(e) => {
+                failing = true;
                 shared.fresh.failed(K::LABEL, crate::clock::system_now());
                 metrics::counter!("coloc_watch_errors_total", "kind" => K::LABEL).increment(1);
                 tracing::warn!(kind = K::LABEL, error = %e, "watch failed; retrying with backoff");

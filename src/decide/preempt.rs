@@ -393,7 +393,9 @@ fn reselect(
     ex: &mut Vec<Explanation>,
 ) -> Reselected {
     let node = view.node(node_name).expect("caller checked the node is in the view");
-    let pods: Vec<&Pod> = view.pods_on(node_name).iter().map(|p| &**p).filter(|p| p.uid != pod.uid).collect();
+    let mut pods: Vec<&Pod> = view.pods_on(node_name).iter().map(|p| &**p).filter(|p| p.uid != pod.uid).collect();
+    // The view keeps a node's pods in arrival order: explain them in name order.
+    pods.sort_unstable_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     let mut usage = NodeUsage::of(pods.iter().copied());
     let held: Vec<&Pod> = held_room(ctx, view, node_name, preemptor, pod).collect();
     for h in &held {
