@@ -424,6 +424,9 @@ fn init_logging(json: bool) {
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     check_prefix(&args.path_prefix)?;
+    // Before anything records: the watches register their counters once, as they start,
+    // and a counter registered before the recorder would count nothing.
+    http::metrics::handle();
     let mut policy = load_policy(args.policy.as_deref())?;
     if let Some(mode) = args.ops.mode {
         policy.mode = mode;

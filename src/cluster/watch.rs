@@ -373,7 +373,8 @@ fn probe_path<K: LeanKind>() -> String {
     format!("{}?limit=1", <Lean<K> as kube::Resource>::url_path(&(), None))
 }
 
-/// Runs the watches until the process ends. Readers see the view once every kind has
+/// Runs the watches until the process ends. Install the metrics recorder first: each
+/// watch registers its counters once, as it starts. Readers see the view once every kind has
 /// synced; after that every event, at their next read. A policy change re-indexes the view off
 /// the async runtime. Staleness is checked every `tick`; gang kinds are discovered every
 /// `DISCOVERY_EVERY`.

@@ -127,6 +127,11 @@ async fn per_pod_verbs(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     // An online pod alone: placed by kube-scheduler without one filter or prioritize call.
     online(&bed, "web-1", 500).await?;
     online_placed(&bed, "web-1").await?;
+    // The view's watches count what they apply (counters registered as they start).
+    let events = bed.extenders[e]
+        .metric_sum("coloc_view_events_total", "kind=\"Pod\"")
+        .await?;
+    anyhow::ensure!(events > 0.0, "no Pod event counted by the view's watch");
     for verb in ["filter", "prioritize"] {
         let calls = bed.extenders[e]
             .metric_sum("coloc_requests_total", &format!("verb=\"{verb}\""))
