@@ -42,6 +42,17 @@ fn a_bare_offline_pod_is_never_a_victim() {
 }
 
 #[test]
+fn a_nodes_pods_are_explained_in_name_order_whatever_order_they_arrived_in() {
+    // The view keeps a node's pods in arrival order; what an operator reads is sorted.
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 3000, 8))
+        .pods(["c", "a", "b"].map(|n| pod(n, "batch", Some("n1"), 1000).bare()));
+    let out = s.preempt(online(2000), &["n1"]);
+    let spared: Vec<&str> = out.explanations.iter().filter(|e| e.verdict == "spared").filter_map(|e| e.pod.as_deref()).collect();
+    assert_eq!(spared, ["default/a", "default/b", "default/c"], "{}", out.explain());
+}
+
+#[test]
 fn lower_classes_go_first_whatever_their_numbers() {
     // n1 can be freed by evicting a free pod, n2 only by evicting a batch pod.
     let s = Scenario::new(policy("strict", ""))
