@@ -13,7 +13,6 @@ use crate::cluster::{self, Objects, View, ViewCell};
 use crate::http::{self, AppState, Limits, ViewSource};
 use crate::pipeline::{self, Verb};
 use crate::policy::{Mode, Policy};
-use crate::requeue::guard::Guarding;
 use crate::tls::{self, TlsAcceptorCell, TlsFiles};
 use crate::wire::Caps;
 
@@ -57,13 +56,19 @@ pub enum Command {
         #[arg(long)]
         mode: Option<Mode>,
     },
+    /// Take the extender out and leave the cluster as it was: refuses while it is still
+    /// registered or running, then finishes every guard an earlier release left, settles
+    /// every gated replacement and deletes wake placeholders. Run it as a one-shot Job
+    /// (manifests/uninstall) once kube-scheduler no longer calls the extender.
+    Uninstall(crate::uninstall::UninstallArgs),
     /// Print a pod's recent decisions from a running extender (GET /decisions on its
-    /// health port), e.g. `kubectl -n kube-system port-forward deploy/coloc-extender 8081`
-    /// then `coloc-extender explain online/web-0`.
+    /// admin port), e.g. `kubectl -n kube-system port-forward deploy/coloc-extender 8082`
+    /// then `coloc-extender explain online/web-0` (port-forward reaches the pod's loopback,
+    /// where the admin port listens by default).
     Explain {
         /// NAMESPACE/NAME
         pod: String,
-        /// The extender's health listener (`serve --health-listen`).
+        /// The extender's admin listener (`serve --admin-listen`).
         #[arg(long, default_value = crate::explain::DEFAULT_SERVER)]
         server: String,
     },
@@ -90,12 +95,11 @@ pub struct ServeArgs {
     /// `manifests/requeue` RBAC component.
     #[arg(long, requires = "kube")]
     pub requeue: bool,
-    /// Guard the bare pods requeue would bring back with a finalizer while they run, so a
-    /// preempt answer needs no API write: a preempted guarded pod stays (terminating) until
-    /// its replacement is stored. `false`: store replacements before answering, and take
-    /// off the guards an earlier run left.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, requires = "requeue")]
-    pub requeue_guard: bool,
+    /// Accepted so that manifests of earlier releases still start, and ignored: guards are
+    /// no longer added (a finalizer outlives an extender scaled to zero). Guards an
+    /// earlier release left are always finished.
+    #[arg(long, hide = true, action = clap::ArgAction::Set, requires = "requeue")]
+    pub requeue_guard: Option<bool>,
     /// Time for storing requeue replacements within one preempt, in milliseconds.
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(100..=4000))]
     pub requeue_budget_ms: u64,
@@ -124,9 +128,14 @@ pub struct ServeArgs {
     /// Require client certificates signed by this CA (only kube-scheduler may call).
     #[arg(long, requires = "tls_cert")]
     pub client_ca: Option<PathBuf>,
-    /// Plain-HTTP listener for /healthz, /readyz and /metrics (probes carry no client certificate).
+    /// Plain-HTTP listener for /healthz and /readyz (probes carry no client certificate).
     #[arg(long)]
     pub health_listen: Option<SocketAddr>,
+    /// Plain-HTTP listener for /metrics and /decisions (`explain`), or `off`. Decisions name
+    /// pods and reasons: keep it on loopback, or restrict who reaches it (the shipped
+    /// NetworkPolicy lets only the monitoring namespace in).
+    #[arg(long, default_value = "127.0.0.1:8082", value_parser = parse_admin_listen)]
+    pub admin_listen: AdminListen,
     /// Threads serving the verbs and running requeue, Events and wakes. kube-scheduler calls
     /// one verb at a time and large decisions run on --decision-workers, so one thread
     /// spares the wake-ups of handing each request between two (measured:
@@ -148,7 +157,7 @@ pub struct OpsArgs {
     /// (coloc_shadow_diffs_total); nothing is written to the API server.
     #[arg(long)]
     pub mode: Option<Mode>,
-    /// Decisions kept for GET /decisions and `explain` (on --health-listen), newest kept.
+    /// Decisions kept for GET /decisions and `explain` (on --admin-listen), newest kept.
     #[arg(long, default_value_t = 10_000)]
     pub decisions_entries: usize,
     /// Memory bound of the kept decisions, in bytes.
@@ -263,6 +272,17 @@ fn per_pod_verbs_advice(policy: &Policy) -> String {
     out
 }
 
+/// `--admin-listen`: an address, or `off` (None).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdminListen(pub Option<SocketAddr>);
+
+fn parse_admin_listen(s: &str) -> Result<AdminListen, String> {
+    if s == "off" {
+        return Ok(AdminListen(None));
+    }
+    s.parse().map(|a| AdminListen(Some(a))).map_err(|_| format!("{s:?} is not ADDR:PORT (e.g. 127.0.0.1:8082) or off"))
+}
+
 fn parse_cap(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(0) => Err("0 would refuse every request: use at least 1".into()),
@@ -359,6 +379,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Uninstall(args) => crate::uninstall::run(args),
         Command::Explain { pod, server } => {
             print!("{}", crate::explain::run(&pod, &server)?);
             Ok(())
@@ -476,15 +497,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             state.events = Some(Arc::new(crate::events::kube::EventSink::start(client.clone(), reporter, throttle, state.clock.clone())));
             tracing::info!("events on preemptors are on");
         }
+        if args.requeue_guard.is_some() {
+            tracing::warn!("--requeue-guard is ignored: guards are no longer added, and those an earlier release left are finished");
+        }
+        // Whatever the flags: guards an earlier release left would hold their pods forever.
+        let leftovers = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance.clone()));
+        tokio::spawn(leftovers.finish_leftover_guards());
         if args.requeue {
             let requeuer = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance));
             tokio::spawn(requeuer.clone().reconcile_loop(view.clone(), Duration::from_secs(1), args.requeue_evict_within.as_secs() as i64));
-            let guarding = if args.requeue_guard { Guarding::On } else { Guarding::FinishOnly };
-            let policy_now = state.policy.load_full();
-            view.change(|v| v.set_guarding(guarding, &policy_now));
-            tokio::spawn(requeuer.clone().guard_loop(view.clone(), state.policy.clone(), guarding));
             state.requeuer = Some(requeuer);
-            tracing::info!(budget_ms = args.requeue_budget_ms, evict_within_s = args.requeue_evict_within.as_secs(), guard = args.requeue_guard, "requeue is on");
+            tracing::info!(budget_ms = args.requeue_budget_ms, evict_within_s = args.requeue_evict_within.as_secs(), "requeue is on");
         }
         if args.wake {
             let waker = crate::wake::kube::Waker::new(client.clone(), args.wake_namespace.clone());
@@ -506,10 +529,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     if let Some(addr) = args.health_listen {
         let listener = std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
-        serve_health_apart(listener, http::health_router(state.clone()), stop_rx.clone())?;
+        serve_apart("health", listener, http::health_router(state.clone()), stop_rx.clone())?;
+    }
+    if let AdminListen(Some(addr)) = args.admin_listen {
+        if !addr.ip().is_loopback() {
+            tracing::warn!(admin_listen = %addr, "the admin port is not on loopback: whoever reaches it reads /decisions (pod names, why each was or was not preempted) and /metrics; restrict it (e.g. the shipped NetworkPolicy)");
+        }
+        let listener = std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr} (--admin-listen; `off` turns it off)"))?;
+        serve_apart("admin", listener, http::admin_router(state.clone()), stop_rx.clone())?;
     }
     let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
-    tracing::info!(listen = %args.listen, prefix = %args.path_prefix, tls = opts.tls.is_some(), view = ?source, "serving");
+    tracing::info!(listen = %args.listen, admin = ?args.admin_listen.0, prefix = %args.path_prefix, tls = opts.tls.is_some(), view = ?source, "serving");
     http::server::serve(listener, app, opts, async move {
         http::server::shutdown_signal().await;
         let _ = stop_tx.send(true);
@@ -539,12 +569,12 @@ fn watch_apart(config: kube::Config, view: Arc<cluster::ViewCell>, policy: Arc<a
     })
 }
 
-/// Probes and scrapes get a thread and runtime of their own: while the verb threads are
-/// busy receiving large bodies, `/healthz` still answers within milliseconds (measured by
-/// coloc-hostile), so a kubelet never restarts a busy extender.
-fn serve_health_apart(listener: std::net::TcpListener, app: axum::Router, mut stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
+/// Probes and scrapes get a thread and runtime of their own (one each): while the verb
+/// threads are busy receiving large bodies, `/healthz` still answers within milliseconds
+/// (measured by coloc-hostile), so a kubelet never restarts a busy extender.
+fn serve_apart(name: &'static str, listener: std::net::TcpListener, app: axum::Router, mut stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
     listener.set_nonblocking(true)?;
-    run_apart("health", move || async move {
+    run_apart(name, move || async move {
         match tokio::net::TcpListener::from_std(listener) {
             Ok(listener) => {
                 http::server::serve(listener, app, Default::default(), async move {
@@ -552,7 +582,7 @@ fn serve_health_apart(listener: std::net::TcpListener, app: axum::Router, mut st
                 })
                 .await
             }
-            Err(e) => tracing::error!(error = %e, "health listener failed"),
+            Err(e) => tracing::error!(error = %e, listener = name, "listener failed"),
         }
     })
 }

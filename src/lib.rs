@@ -20,5 +20,6 @@ pub mod reload;
 pub mod requeue;
 pub mod shadow;
 pub mod tls;
+pub mod uninstall;
 pub mod wake;
 pub mod wire;

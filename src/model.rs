@@ -104,6 +104,9 @@ pub struct Pod {
     pub annotations: Labels,
     /// The managing controller (ownerReference with `controller: true`), if any.
     pub controller: Option<OwnerRef>,
+    /// The first other ownerReference, when there is no controller: something tracks the
+    /// pod (a CI runner, a workflow engine) and brings it back its own way.
+    pub owner: Option<OwnerRef>,
     pub creation_time: Option<Timestamp>,
     pub start_time: Option<Timestamp>,
     pub deletion_time: Option<Timestamp>,
@@ -151,6 +154,11 @@ impl Pod {
     /// The completion index of an Indexed Job's pod (annotation, else label).
     pub fn completion_index(&self) -> Option<u32> {
         self.annotations.get(COMPLETION_INDEX).or_else(|| self.labels.get(COMPLETION_INDEX))?.parse().ok()
+    }
+
+    /// No ownerReference at all: nothing but requeue would bring it back.
+    pub fn is_bare(&self) -> bool {
+        self.controller.is_none() && self.owner.is_none()
     }
 
     pub fn is_terminal(&self) -> bool {

@@ -216,7 +216,7 @@ impl Effects {
                 e.known = false;
                 continue;
             };
-            if pod.controller.is_none() && !requeued.contains(v.uid.as_str()) {
+            if pod.is_bare() && !requeued.contains(v.uid.as_str()) {
                 e.lost_bare += 1;
             }
             if let Some(g) = ctx.policy.gangs.gang_of(pod) {

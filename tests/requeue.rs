@@ -16,7 +16,6 @@ use coloc_extender::cluster::ViewCell;
 use coloc_extender::http::{router, AppState, ViewSource};
 use coloc_extender::policy::Policy;
 use coloc_extender::requeue::kube::Requeuer;
-use coloc_extender::requeue::guard::Guarding;
 use coloc_extender::requeue::{FROM_UID, GATE, GUARD, PREEMPTED_BY};
 use fake_api::FakeApi;
 use http_body_util::BodyExt;
@@ -140,7 +139,7 @@ async fn the_gate_is_removed_once_the_original_is_deleted() {
     r.requeuer.reconcile_once(&r.cell, 60).await;
     assert!(gated(&replacements_of(&api, &original)[0]));
     // kube-scheduler evicts it.
-    api.remove("Pod", "batch", "hostport-batch");
+    evict(&api, "hostport-batch").await;
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.requeuer.reconcile_once(&r.cell, 60).await;
     let rep = &replacements_of(&api, &original)[0];
@@ -215,7 +214,7 @@ async fn two_replicas_racing_store_one_replacement() {
     assert_eq!(victims(&vb), [original.clone()], "the second finds the first one's replacement and answers too");
     assert_eq!(replacements_of(&api, &original).len(), 1);
     // Both release: one patch wins, the other is a no-op.
-    api.remove("Pod", "batch", "hostport-batch");
+    evict(&api, "hostport-batch").await;
     assert!(eventually(|| a.cell.load().unwrap().pod_by_uid(&original).is_none() && b.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     tokio::join!(a.requeuer.reconcile_once(&a.cell, 60), b.requeuer.reconcile_once(&b.cell, 60));
     assert!(!gated(&replacements_of(&api, &original)[0]));
@@ -272,22 +271,24 @@ async fn no_bare_victim_is_ever_answered_without_a_stored_replacement() {
     assert!(answered_bare > 0, "without faults the bare victim is answered");
 }
 
-// ---- guarded victims: nothing written while kube-scheduler waits --------------------------
+// ---- guards an earlier release left: finished, never added ---------------------------------
 
-/// A replica that guards bare pods ahead of preemption (`--requeue-guard`, the default).
-async fn guarded_replica(api: &FakeApi, guarding: Guarding) -> Replica {
-    let mut r = replica(api).await;
-    let policy = r.state.policy.clone();
-    r.cell.change(|v| v.set_guarding(guarding, &policy.load()));
-    r.tasks.push(tokio::spawn(r.requeuer.clone().guard_loop(r.cell.clone(), policy, guarding)));
-    r.tasks.push(tokio::spawn(r.requeuer.clone().reconcile_loop(r.cell.clone(), Duration::from_millis(100), 60)));
-    r
+/// Puts an earlier release's guard (finalizer and label) on `name`.
+fn guard_as_an_earlier_release_did(api: &FakeApi, name: &str) {
+    let mut pod = api.get("Pod", "batch", name).unwrap();
+    pod["metadata"]["finalizers"] = json!([GUARD]);
+    pod["metadata"]["labels"][GUARD] = json!("true");
+    api.apply(pod);
 }
 
 fn guarded(api: &FakeApi, name: &str) -> bool {
     api.get("Pod", "batch", name).is_some_and(|p| {
-        p["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|f| f == GUARD)) && p["metadata"]["labels"][GUARD] == "true"
+        p["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|f| f == GUARD)) || p["metadata"]["labels"].get(GUARD).is_some()
     })
+}
+
+fn guards_left(api: &FakeApi) -> usize {
+    api.list("Pod").iter().filter(|p| p["metadata"]["labels"].get(GUARD).is_some() || p["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|f| f == GUARD))).count()
 }
 
 /// What kube-scheduler does to a victim: the DisruptionTarget condition, then a delete.
@@ -304,94 +305,153 @@ fn last_request(api: &FakeApi, method: &str, path: &str) -> Option<usize> {
 }
 
 #[tokio::test]
-async fn a_guarded_victim_is_answered_without_a_write_and_requeued_once_evicted() {
+async fn no_guard_is_ever_added() {
     let api = cluster().await;
-    let r = guarded_replica(&api, Guarding::On).await;
-    let original = uid_of(&api, "hostport-batch");
-    assert!(eventually(|| guarded(&api, "hostport-batch")).await, "guarded while it runs");
-    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_some_and(|p| p.requeue_guarded)).await);
-    let creates = api.count("create", "Pod");
+    let r = replica(&api).await;
+    r.requeuer.finish_guards_once().await.unwrap();
     let (status, answer) = preempt(&r).await;
-    assert_eq!((status, victims(&answer)), (StatusCode::OK, vec![original.clone()]), "{answer}");
-    assert_eq!(api.count("create", "Pod"), creates, "nothing stored before the answer");
+    assert_eq!(status, StatusCode::OK);
+    assert!(!victims(&answer).is_empty(), "{answer}");
+    assert_eq!(guards_left(&api), 0);
+    assert_eq!(api.count("patch", "Pod"), 0, "nothing patched on a running pod");
+}
 
+#[tokio::test]
+async fn a_guard_left_on_a_running_pod_is_taken_off_and_the_pod_left_running() {
+    let api = cluster().await;
+    guard_as_an_earlier_release_did(&api, "hostport-batch");
+    let r = replica(&api).await;
+    let report = r.requeuer.finish_guards_once().await.unwrap();
+    assert_eq!((report.found, report.unguarded), (1, 1), "{report:?}");
+    assert_eq!(guards_left(&api), 0);
+    assert!(api.get("Pod", "batch", "hostport-batch").is_some());
+}
+
+#[tokio::test]
+async fn a_preempted_pod_guarded_by_an_earlier_release_is_requeued_before_its_guard_goes() {
+    let api = cluster().await;
+    guard_as_an_earlier_release_did(&api, "hostport-batch");
+    let original = uid_of(&api, "hostport-batch");
     evict(&api, "hostport-batch").await;
-    assert!(eventually(|| api.get("Pod", "batch", "hostport-batch").is_none()).await, "let go once its replacement is stored");
+    assert!(guarded(&api, "hostport-batch"), "held, terminating, by the old guard");
+    let r = replica(&api).await;
+    let report = r.requeuer.finish_guards_once().await.unwrap();
+    assert_eq!(report.requeued, 1, "{report:?}");
+    assert!(api.get("Pod", "batch", "hostport-batch").is_none(), "let go once its replacement is stored");
     let stored = replacements_of(&api, &original);
     assert_eq!(stored.len(), 1);
-    assert_eq!(stored[0]["metadata"]["annotations"][PREEMPTED_BY], "online/online-hostport");
-    assert!(!guarded(&api, stored[0]["metadata"]["name"].as_str().unwrap()), "the copy is not born guarded");
+    assert_eq!(stored[0]["metadata"]["annotations"][PREEMPTED_BY], "unknown (preempted by kube-scheduler)");
+    assert!(stored[0]["metadata"]["labels"].get(GUARD).is_none() && stored[0]["metadata"].get("finalizers").is_none_or(Value::is_null), "the copy is not born guarded");
     let created = last_request(&api, "POST", "/api/v1/namespaces/batch/pods").unwrap();
     let unguarded = last_request(&api, "PATCH", "/api/v1/namespaces/batch/pods/hostport-batch").unwrap();
     assert!(created < unguarded, "the replacement is stored before the guard comes off");
-    assert!(eventually(|| replacements_of(&api, &original).first().is_some_and(|p| !gated(p))).await, "released once the original is gone");
+    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
+    r.requeuer.reconcile_once(&r.cell, 60).await;
+    assert!(!gated(&replacements_of(&api, &original)[0]), "released: its original was preempted");
+}
+
+#[tokio::test]
+async fn a_guard_is_not_removed_from_a_pod_that_changed_since_it_was_read() {
+    let api = cluster().await;
+    guard_as_an_earlier_release_did(&api, "hostport-batch");
+    let r = replica(&api).await;
+    // Read, then kube-scheduler marks it preempted before the patch lands.
+    let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
+    let read = serde_json::to_value(pods.get("hostport-batch").await.unwrap()).unwrap();
+    let stale = serde_json::from_value::<coloc_extender::wire::k8s::Pod>(read.clone()).unwrap().into_model().unwrap();
+    evict(&api, "hostport-batch").await;
+    assert!(!r.requeuer.remove_guard(&stale, &read, "test").await, "refused: the pod changed");
+    assert!(guarded(&api, "hostport-batch"), "still held: its copy is not stored yet");
+    r.requeuer.finish_guards_once().await.unwrap();
+    assert_eq!(replacements_of(&api, &stale.uid).len(), 1, "looked at again: requeued");
+}
+
+#[tokio::test]
+async fn a_copy_refused_for_good_is_given_up_visibly_and_holds_nothing() {
+    let api = cluster().await;
+    guard_as_an_earlier_release_did(&api, "hostport-batch");
+    evict(&api, "hostport-batch").await;
+    api.fail("create", "Pod", 403, u32::MAX);
+    let r = replica(&api).await;
+    for _ in 1..coloc_extender::requeue::guard::MAX_TRIES {
+        r.requeuer.finish_guards_once().await.unwrap();
+    }
+    let report = r.requeuer.finish_guards_once().await.unwrap();
+    assert_eq!(report.given_up, 1, "{report:?}");
+    assert!(api.get("Pod", "batch", "hostport-batch").is_none(), "the guard is gone, and with it the pod");
+    let warnings: Vec<Value> = api.list("Event").into_iter().filter(|e| e["reason"] == "RequeueGivenUp").collect();
+    assert_eq!(warnings.len(), 1, "{:?}", api.list("Event"));
+    assert_eq!(warnings[0]["type"], "Warning");
+}
+
+#[tokio::test]
+async fn a_copy_that_keeps_failing_is_given_up_after_a_bound() {
+    let api = cluster().await;
+    guard_as_an_earlier_release_did(&api, "hostport-batch");
+    evict(&api, "hostport-batch").await;
+    api.fail("create", "Pod", 500, u32::MAX);
+    let r = replica(&api).await;
+    for _ in 1..coloc_extender::requeue::guard::MAX_TRIES {
+        assert_eq!(r.requeuer.finish_guards_once().await.unwrap().left, 1, "a passing error: retried");
+        assert!(guarded(&api, "hostport-batch"));
+    }
+    assert_eq!(r.requeuer.finish_guards_once().await.unwrap().given_up, 1);
+    assert_eq!(guards_left(&api), 0);
 }
 
 #[tokio::test]
 async fn a_guarded_pod_deleted_by_its_owner_is_let_go_without_a_replacement() {
     let api = cluster().await;
-    let _r = guarded_replica(&api, Guarding::On).await;
+    guard_as_an_earlier_release_did(&api, "hostport-batch");
     let original = uid_of(&api, "hostport-batch");
-    assert!(eventually(|| guarded(&api, "hostport-batch")).await);
     let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
     pods.delete("hostport-batch", &DeleteParams::default()).await.unwrap();
-    assert!(eventually(|| api.get("Pod", "batch", "hostport-batch").is_none()).await);
+    let r = replica(&api).await;
+    r.requeuer.finish_guards_once().await.unwrap();
+    assert!(api.get("Pod", "batch", "hostport-batch").is_none());
     assert!(replacements_of(&api, &original).is_empty());
 }
 
 #[tokio::test]
-async fn a_replacement_that_cannot_be_stored_keeps_the_evicted_pod_held() {
+async fn two_replicas_finishing_the_same_guard_store_one_replacement() {
     let api = cluster().await;
-    let _r = guarded_replica(&api, Guarding::On).await;
+    guard_as_an_earlier_release_did(&api, "hostport-batch");
     let original = uid_of(&api, "hostport-batch");
-    assert!(eventually(|| guarded(&api, "hostport-batch")).await);
-    api.fail("create", "Pod", 500, u32::MAX);
     evict(&api, "hostport-batch").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(guarded(&api, "hostport-batch"), "held, terminating, while the API server refuses the copy");
-    api.clear_faults();
-    assert!(eventually(|| api.get("Pod", "batch", "hostport-batch").is_none()).await, "retried (the ledger waits 3 s)");
+    let (a, b) = (replica(&api).await, replica(&api).await);
+    let (ra, rb) = tokio::join!(a.requeuer.finish_guards_once(), b.requeuer.finish_guards_once());
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert!(ra.given_up + rb.given_up == 0, "{ra:?} {rb:?}");
+    a.requeuer.finish_guards_once().await.unwrap();
+    assert!(api.get("Pod", "batch", "hostport-batch").is_none());
     assert_eq!(replacements_of(&api, &original).len(), 1);
 }
 
+// ---- only what was preempted comes back ----------------------------------------------------
+
 #[tokio::test]
-async fn a_guarded_pod_preempted_and_ended_while_no_replica_ran_is_requeued_at_the_next_start() {
+async fn a_bare_pod_that_succeeds_while_its_copy_waits_is_not_run_again() {
     let api = cluster().await;
+    let r = replica(&api).await;
     let original = uid_of(&api, "hostport-batch");
-    {
-        let _first = guarded_replica(&api, Guarding::On).await;
-        assert!(eventually(|| guarded(&api, "hostport-batch")).await);
-    } // the only replica is gone
-    evict(&api, "hostport-batch").await;
-    // The kubelet marks it Failed: it leaves every watch of running pods.
+    preempt(&r).await;
+    assert_eq!(replacements_of(&api, &original).len(), 1);
+    // kube-scheduler chose otherwise, and the pod finished its work.
     let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
-    pods.patch_status("hostport-batch", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Failed"}}))).await.unwrap();
-    let _second = guarded_replica(&api, Guarding::On).await;
-    assert!(eventually(|| api.get("Pod", "batch", "hostport-batch").is_none()).await, "found by its label and finished");
-    assert_eq!(replacements_of(&api, &original).len(), 1);
+    pods.patch_status("hostport-batch", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Succeeded"}}))).await.unwrap();
+    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
+    r.requeuer.reconcile_once(&r.cell, 60).await;
+    assert!(replacements_of(&api, &original).is_empty(), "the copy is deleted, never released");
 }
 
 #[tokio::test]
-async fn turning_the_guard_off_takes_the_guards_off() {
+async fn a_bare_pod_deleted_by_someone_else_while_its_copy_waits_is_not_run_again() {
     let api = cluster().await;
-    {
-        let _on = guarded_replica(&api, Guarding::On).await;
-        assert!(eventually(|| guarded(&api, "hostport-batch")).await);
-    }
-    let _off = guarded_replica(&api, Guarding::FinishOnly).await;
-    let left = || api.list("Pod").iter().filter(|p| p["metadata"]["labels"].get(GUARD).is_some() || p["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|f| f == GUARD))).count();
-    assert!(eventually(|| left() == 0).await, "{} pods still guarded", left());
-    assert!(api.get("Pod", "batch", "hostport-batch").is_some(), "running pods are not touched otherwise");
-}
-
-#[tokio::test]
-async fn two_guarding_replicas_store_one_replacement() {
-    let api = cluster().await;
-    let (_a, _b) = (guarded_replica(&api, Guarding::On).await, guarded_replica(&api, Guarding::On).await);
+    let r = replica(&api).await;
     let original = uid_of(&api, "hostport-batch");
-    assert!(eventually(|| guarded(&api, "hostport-batch")).await);
-    evict(&api, "hostport-batch").await;
-    assert!(eventually(|| api.get("Pod", "batch", "hostport-batch").is_none()).await);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(replacements_of(&api, &original).len(), 1);
+    preempt(&r).await;
+    api.remove("Pod", "batch", "hostport-batch");
+    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
+    r.requeuer.reconcile_once(&r.cell, 60).await;
+    assert!(replacements_of(&api, &original).is_empty());
 }

@@ -59,6 +59,28 @@ fn a_bare_victim_of_a_requeue_class_is_requeued_under_a_deterministic_name() {
 }
 
 #[test]
+fn a_pod_with_an_owner_that_is_not_a_controller_is_left_to_its_owner_not_copied() {
+    let mut tracked = pod("runner", "batch", Some("n1"), 2000).bare();
+    tracked.owner = Some(OwnerRef { kind: "Workflow".into(), name: "nightly".into() });
+    let s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).pods([tracked]);
+    let out = s.preempt(online(2000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["runner"]))]), "{}", out.explain());
+    assert!(out.requeues.is_empty(), "no copy: its owner brings it back");
+    assert!(out.has("victim", "left_to_owner"), "{}", out.explain());
+}
+
+#[test]
+fn a_bare_pod_that_opted_out_of_requeue_is_not_copied() {
+    let mut opted_out = pod("ci-job", "batch", Some("n1"), 2000).bare();
+    opted_out.annotations.insert(coloc_extender::requeue::OPT_OUT.into(), "never".into());
+    let s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).pods([opted_out]);
+    let out = s.preempt(online(2000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["ci-job"]))]), "{}", out.explain());
+    assert!(out.requeues.is_empty());
+    assert!(out.has("victim", "left_to_owner"), "{}", out.explain());
+}
+
+#[test]
 fn with_requeue_off_a_bare_victim_of_a_requeue_class_is_protected_and_says_why() {
     let mut s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).pods([pod("bare", "batch", Some("n1"), 2000).bare()]);
     s.requeue = false;

@@ -62,7 +62,7 @@ pub enum Counted {
     /// Never a victim by its class and own state: class protected, terminating, or a
     /// bare pod of a `bare: protect` class.
     Protected,
-    /// Evictable by class rules: controller-owned, or bare in a `bare: lose` class.
+    /// Evictable by class rules: owned, opted out of requeue, or bare in a `bare: lose` class.
     Evictable(ClassId),
     /// Bare in a `bare: requeue` class: evictable only while requeue is on.
     Requeue(ClassId),
@@ -77,7 +77,7 @@ impl Counted {
         if !class.victim.allowed || pod.deletion_time.is_some() {
             return Counted::Protected;
         }
-        if pod.controller.is_some() {
+        if !pod.is_bare() || crate::requeue::opted_out(pod) {
             return Counted::Evictable(class_id);
         }
         match class.victim.bare() {

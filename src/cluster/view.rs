@@ -18,7 +18,6 @@ use super::uid_index::UidIndex;
 use super::usage::{Aggregates, Counted};
 use crate::model::{DisruptionMode, GangInfo, GangRef, GangSource, Job, Node, Pdb, Pod, PodGroup, PodRef, PriorityClass, Resources};
 use crate::policy::{ClassId, GangConfig, Policy};
-use crate::requeue::guard::{self, Guarding};
 
 /// Raw objects a view is built from.
 #[derive(Debug, Clone, Default)]
@@ -145,13 +144,24 @@ pub struct View {
     node_count: usize,
     bound_pods: usize,
     generation: u64,
-    /// Which bare pods requeue guards; `Off` keeps `guard_work` empty.
-    guarding: Guarding,
-    /// Pods the guard loop has work for (`requeue::guard::need`), by namespace/name. A
-    /// guarded pod that leaves the watch (it ended, or went unseen) stays, as last seen:
-    /// the finalizer may still hold it in the API server, and the loop looks there.
-    guard_work: PMap<String, PodRef>,
+    /// How bare pods left the view, by UID: requeue releases a replacement only if its
+    /// original was preempted, never when it ended or was deleted on its own.
+    departures: PMap<String, Departure>,
 }
+
+/// How a bare pod left the view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Departure {
+    /// kube-scheduler preempted it (condition `DisruptionTarget`, `PreemptionByScheduler`).
+    Preempted,
+    /// It succeeded or failed on its own.
+    Ended,
+    /// Deleted by someone else than kube-scheduler's preemption.
+    Deleted,
+}
+
+/// Departures kept at most; past that, those no replacement waits on are forgotten.
+const DEPARTURES_KEPT: usize = 50_000;
 
 impl View {
     /// An empty view for `policy` (gang labels, tenants and classes come from it: rebuild
@@ -202,64 +212,37 @@ impl View {
                 view.apply_node((**n).clone());
             }
         }
-        view.guarding = self.guarding;
+        view.departures = self.departures.clone();
         for pod in self.pods.values() {
             view.apply_pod(pod.clone(), policy);
-        }
-        for (key, pod) in self.guard_work.iter().filter(|(k, _)| !self.pods.contains_key(*k)) {
-            view.guard_work.insert(key.clone(), pod.clone());
         }
         view.generation = self.generation + 1;
         view
     }
 
-    /// Sets which pods requeue guards; pods already in the view are looked at again.
-    pub fn set_guarding(&mut self, guarding: Guarding, policy: &Policy) {
-        self.guarding = guarding;
-        self.guard_work = PMap::default();
-        let pods: Vec<PodRef> = self.pods.values().cloned().collect();
-        for pod in pods {
-            self.track_guard(&pod.key(), &pod, policy);
-        }
+    /// How the pod of `uid` left the view, if it was bare and left while watched.
+    pub fn departure(&self, uid: &str) -> Option<Departure> {
+        self.departures.get(uid).copied()
     }
 
-    pub fn guarding(&self) -> Guarding {
-        self.guarding
-    }
-
-    /// Pods with work for the guard loop (`requeue::guard`), unordered.
-    pub fn guard_work(&self) -> impl Iterator<Item = &PodRef> {
-        self.guard_work.values()
-    }
-
-    /// The guard loop finished `key` (uid `uid`) where the watch no longer shows it.
-    pub fn forget_guard(&mut self, key: &str, uid: &str) {
-        let live = self.pods.get(key).is_some_and(|p| p.uid == uid);
-        if !live && self.guard_work.get(key).is_some_and(|p| p.uid == uid) {
-            self.guard_work.remove(key);
-        }
-    }
-
-    /// `key`: the pod's namespace/name.
-    fn track_guard(&mut self, key: &str, pod: &PodRef, policy: &Policy) {
-        if self.guarding == Guarding::Off {
+    /// Notes how a bare pod leaves: `preempted` (its last state), else `ending` says
+    /// whether it ended (terminal) or was deleted.
+    fn note_departure(&mut self, pod: &Pod, ending: bool) {
+        if !pod.is_bare() || crate::requeue::is_replacement(pod) && pod.scheduling_gates.iter().any(|g| g == crate::requeue::GATE) {
             return;
         }
-        // Most pods have a controller and no guard: nothing to classify.
-        let need = if pod.controller.is_some() && !pod.requeue_guarded {
-            None
-        } else {
-            let class = policy.class(policy.classify(pod, self.priority_of(pod)));
-            guard::need(pod, class, self.guarding)
-        };
-        match need {
-            Some(_) => {
-                self.guard_work.insert(key.to_string(), pod.clone());
-            }
-            None => {
-                self.guard_work.remove(key);
-            }
+        if self.departures.len() >= DEPARTURES_KEPT {
+            let awaited: std::collections::HashSet<&str> =
+                self.replacements.values().filter_map(|r| r.annotations.get(crate::requeue::FROM_UID)).collect();
+            let kept: PMap<String, Departure> = self.departures.iter().filter(|(uid, _)| awaited.contains(uid.as_str())).map(|(k, v)| (k.clone(), *v)).collect();
+            self.departures = kept;
         }
+        let how = match () {
+            _ if pod.preempted => Departure::Preempted,
+            _ if ending => Departure::Ended,
+            _ => Departure::Deleted,
+        };
+        self.departures.insert(pod.uid.clone(), how);
     }
 
     // ---- changes ------------------------------------------------------------------------
@@ -286,7 +269,6 @@ impl View {
     /// kube-scheduler's cache holds only bound, non-terminal pods.
     pub fn apply_pod(&mut self, pod: PodRef, policy: &Policy) {
         let key = pod.key();
-        self.track_guard(&key, &pod, policy);
         self.place_pod(pod, key, policy);
     }
 
@@ -302,7 +284,9 @@ impl View {
             }
             self.detach(old, policy);
         }
-        if !pod.is_terminal() {
+        if pod.is_terminal() {
+            self.note_departure(&pod, true);
+        } else {
             self.attach(pod, key, policy);
         }
     }
@@ -356,11 +340,7 @@ impl View {
     /// Removes the pod `namespace/name`; returns it if it was there.
     pub fn remove_pod(&mut self, key: &str, policy: &Policy) -> Option<PodRef> {
         let old = self.pods.get(key).cloned()?;
-        if self.guarding != Guarding::Off && old.requeue_guarded {
-            self.guard_work.insert(key.to_string(), old.clone());
-        } else {
-            self.guard_work.remove(key);
-        }
+        self.note_departure(&old, false);
         self.jobs.forget_pod(&old);
         self.detach(&old, policy);
         Some(old)

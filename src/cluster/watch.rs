@@ -392,11 +392,7 @@ pub async fn run_with(
     discovery_every: Duration,
 ) {
     let mut policy_seen = policy.load_full();
-    cell.change(|view| {
-        let guarding = view.guarding();
-        *view = View::empty(&policy_seen);
-        view.set_guarding(guarding, &policy_seen);
-    });
+    cell.change(|view| *view = View::empty(&policy_seen));
     let shared = Arc::new(Shared {
         master: Mutex::new(Master {
             policy: policy_seen.clone(),

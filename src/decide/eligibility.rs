@@ -47,6 +47,9 @@ pub enum Fate {
     Requeued,
     /// Nothing brings it back (the class says `bare: lose`).
     Lost,
+    /// Whatever made it brings it back its own way: it has an owner that is not a
+    /// controller, or it opted out of requeue. Not copied.
+    LeftToOwner,
 }
 
 /// A pod the policy lets the preemptor evict.
@@ -87,7 +90,11 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
     if victim.deletion_time.is_some() {
         return protected("terminating", "already terminating".into());
     }
-    let fate = if victim.controller.is_some() { job_fate(ctx, class, victim)? } else { bare_fate(ctx, class, victim)? };
+    let fate = match () {
+        _ if victim.controller.is_some() => job_fate(ctx, class, victim)?,
+        _ if victim.owner.is_some() || crate::requeue::opted_out(victim) => Fate::LeftToOwner,
+        _ => bare_fate(ctx, class, victim)?,
+    };
     let min = class.victim.min_runtime;
     if min > 0 {
         let ran = victim.running_since().map(|t| ctx.now - t).unwrap_or(0);

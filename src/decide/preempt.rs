@@ -645,7 +645,7 @@ fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
         match v.fate {
             Fate::Lost => cost.lost_pods += 1,
             Fate::Requeued => cost.requeued += 1,
-            Fate::Recreated => {}
+            Fate::Recreated | Fate::LeftToOwner => {}
         }
         if v.last_job_failure {
             cost.budgets_spent += 1;
@@ -671,16 +671,17 @@ fn finish(ctx: &Context, preemptor: Preemptor, node: &str, mut victims: Vec<Vict
         let (code, detail) = match v.fate {
             Fate::Requeued => {
                 let intent = RequeueIntent::for_victim(v.pod, node, preemptor.key);
-                let detail = match intent.guarded {
-                    true => format!("{why}; bare pod, guarded: requeued as {} once evicted (attempt {})", intent.replacement, intent.attempt),
-                    false => format!("{why}; bare pod: requeued as {} (attempt {})", intent.replacement, intent.attempt),
-                };
+                let detail = format!("{why}; bare pod: requeued as {} (attempt {})", intent.replacement, intent.attempt);
                 requeues.push(intent);
                 ("requeued", detail)
             }
             Fate::Lost => match &v.job_note {
                 Some(note) => ("lost", format!("{why}; lost work: {note}")),
                 None => ("lost", format!("{why}; bare pod: lost (class {class} is bare: lose)")),
+            },
+            Fate::LeftToOwner => match &v.pod.owner {
+                Some(o) => ("left_to_owner", format!("{why}; owned by {} {} (not a controller): not requeued, left to its owner", o.kind, o.name)),
+                None => ("left_to_owner", format!("{why}; opted out of requeue ({}: never): not copied, left to whoever created it", crate::requeue::OPT_OUT)),
             },
             Fate::Recreated => match (&v.pod.controller, &v.job_note) {
                 (Some(_), Some(note)) => ("chosen", format!("{why}; {note}")),

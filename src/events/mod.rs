@@ -80,6 +80,7 @@ fn victim_phrase(e: &Explanation) -> &'static str {
         "requeued" => "bare pod, requeued",
         "lost" => "bare pod, lost: its class allows it",
         "pdb_violation" => "violates its PDB, best-effort class",
+        "left_to_owner" => "left to its owner, not requeued",
         _ => "recreated by its controller",
     }
 }

@@ -134,10 +134,9 @@ async fn decide_preempt(state: &AppState, verbs: &Verbs, req: &AdmittedRequest, 
 /// Rounds of "decide, then store the replacements it needs" before requeue is given up.
 const REQUEUE_ROUNDS: usize = 3;
 
-/// A bare victim is answered only once its replacement is stored or it is guarded (its
-/// finalizer holds it until the replacement is stored): decide, store the replacements the
-/// answer needs, and if any could not be stored decide again with those pods spared. If
-/// replacements keep failing, answer with requeue off.
+/// A bare victim is answered only once its replacement is stored: decide, store the
+/// replacements the answer needs (at once), and if any could not be stored decide again
+/// with those pods spared. If replacements keep failing, answer with requeue off.
 async fn preempt_with_requeue(state: &AppState, verbs: &Verbs, requeuer: &Requeuer, req: &AdmittedRequest) -> Result<Answer, ApiError> {
     requeuer.pace.preempt_seen();
     let deadline = tokio::time::Instant::now() + state.limits.requeue_budget;
@@ -145,19 +144,15 @@ async fn preempt_with_requeue(state: &AppState, verbs: &Verbs, requeuer: &Requeu
     for _ in 0..REQUEUE_ROUNDS {
         let answer = decide_preempt(state, verbs, req, Some(Arc::new(failed.clone()))).await?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        // Guarded victims are held by their finalizer: their replacements come after,
-        // unless requeue's writes are failing (then they could not come after either).
-        let trusted = requeuer.guards_trusted();
-        let to_store: Vec<RequeueIntent> = answer.requeues.iter().filter(|i| !i.guarded || !trusted).cloned().collect();
+        let to_store: &[RequeueIntent] = &answer.requeues;
         let newly = if to_store.is_empty() {
             BTreeMap::new()
         } else if left.is_zero() {
             to_store.iter().map(|i| (i.uid.clone(), "no time left in the requeue budget".to_string())).collect()
         } else {
-            requeuer.store_all(&to_store, left).await
+            requeuer.store_all(to_store, left).await
         };
         if newly.is_empty() {
-            requeuer.note_answered(&answer.requeues);
             return Ok(answer);
         }
         failed.extend(newly);

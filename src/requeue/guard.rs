@@ -1,76 +1,76 @@
-//! Guarding bare pods ahead of preemption, so that requeue writes nothing while
-//! kube-scheduler waits for a preempt answer.
+//! Guards left by earlier releases, and how to finish them.
 //!
-//! A bare pod requeue would bring back carries the finalizer [`GUARD`] (and the label of
-//! the same name) while it runs. When kube-scheduler preempts it, the API server keeps the
-//! pod, terminating, until the finalizer is removed; requeue first stores the replacement
-//! from the pod as it is then, and only then removes the finalizer. A crash in between
-//! leaves the pod held: the next start finds it (a guarded pod that has left the watch is
-//! found again by its label) and finishes.
+//! Releases before this one put the finalizer [`GUARD`] (and a label of the same name) on
+//! every running bare pod that requeue would bring back, so that a preempted pod stayed,
+//! terminating, until its replacement was stored. A finalizer is a promise that someone
+//! comes back: an extender scaled to zero, switched off or uninstalled cannot keep it, and
+//! then `kubectl delete` on those pods and the deletion of their namespace wait forever.
+//! So no guard is added any more; every start (whatever the flags) and `uninstall` finish
+//! those that are left: a preempted pod is requeued first, any other is let go.
 //!
-//! What to do is decided here, from the pod alone; `kube` carries it out.
+//! What to do is decided here, from the pod alone; `leftovers` carries it out.
 
 use crate::model::Pod;
-use crate::policy::Class;
 
-use super::would_requeue;
 #[cfg(doc)]
 use super::GUARD;
 
-/// Which bare pods requeue guards.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Guarding {
-    /// Requeue is off: guards are neither added nor looked after.
-    #[default]
-    Off,
-    /// Requeue stores replacements before answering; guards left by an earlier run are
-    /// finished (preempted pods requeued, the others unguarded), no new ones added.
-    FinishOnly,
-    /// Every pod requeue would bring back is guarded while it runs.
-    On,
-}
+/// Tries to store a guarded, preempted pod's replacement before the guard is given up:
+/// the pod is then lost, visibly (a Warning Event, `coloc_requeue_given_up_total`).
+pub const MAX_TRIES: u32 = 5;
 
-/// What a pod needs of the guard loop, as the view sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Need {
-    /// Running unguarded, and requeue would bring it back: add the guard.
-    Guard,
-    /// Guarded, and evicted, ended, or no longer requeued: finish (look again first).
-    Finish,
-}
-
-/// `class`: the pod's class under the current policy.
-pub fn need(pod: &Pod, class: &Class, guarding: Guarding) -> Option<Need> {
-    let running = pod.node_name.is_some() && pod.deletion_time.is_none() && !pod.is_terminal();
-    let wanted = guarding == Guarding::On && would_requeue(pod, class);
-    match (pod.requeue_guarded, guarding) {
-        (_, Guarding::Off) => None,
-        (true, _) => (!running || !wanted).then_some(Need::Finish),
-        (false, _) => (running && wanted).then_some(Need::Guard),
-    }
-}
-
-/// What finishing a guarded pod means, decided on the pod as the API server has it now.
+/// What finishing a guarded pod means, decided on the pod as the API server has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finish {
     /// kube-scheduler preempted it: store its replacement, then remove the guard.
     Requeue,
     /// Remove the guard; the reason is logged.
     Unguard(&'static str),
-    /// Nothing (the guard is gone already, or the pod runs on, still guarded).
+    /// The guard is gone already.
     Nothing,
 }
 
-/// `wanted`: requeue would still bring it back (`need` with the current policy).
-pub fn finish(pod: &Pod, wanted: bool) -> Finish {
+pub fn finish(pod: &Pod) -> Finish {
     let ending = pod.deletion_time.is_some() || pod.is_terminal();
     match () {
         _ if !pod.requeue_guarded => Finish::Nothing,
-        _ if ending && pod.preempted => Finish::Requeue,
+        // Marked by kube-scheduler and about to be deleted, or deleted already: the copy
+        // first, or the pod would go with nothing to bring it back.
+        _ if pod.preempted && pod.is_bare() => Finish::Requeue,
         _ if pod.deletion_time.is_some() => Finish::Unguard("deleted, not by preemption"),
         _ if ending => Finish::Unguard("ended on its own"),
-        _ if !wanted => Finish::Unguard("requeue would no longer bring it back"),
-        _ => Finish::Nothing,
+        _ => Finish::Unguard("guards are no longer added"),
+    }
+}
+
+/// Whether to give up on a replacement after `tries` failed tries, and the reason (the
+/// `reason` label of `coloc_requeue_given_up_total`). A namespace being deleted is given
+/// up at once: it must never wait on the extender. Anything else gets `MAX_TRIES`, as a
+/// permission or a quota may be mended meanwhile.
+pub fn give_up_after(tries: u32, code: Option<u16>, message: &str) -> Option<&'static str> {
+    match refused_for_good(code, message) {
+        Some("namespace_terminating") => Some("namespace_terminating"),
+        _ if tries < MAX_TRIES => None,
+        Some(reason) => Some(reason),
+        None => Some("retries_exhausted"),
+    }
+}
+
+/// Why a replacement can never be stored as things stand, from the API server's refusal.
+/// `None`: a passing failure (a timeout, an overloaded server).
+pub fn refused_for_good(code: Option<u16>, message: &str) -> Option<&'static str> {
+    let m = message.to_ascii_lowercase();
+    match code? {
+        403 if m.contains("being terminated") || m.contains("is terminating") => Some("namespace_terminating"),
+        403 if m.contains("serviceaccount") || m.contains("service account") => Some("service_account_missing"),
+        403 if m.contains("priorityclass") || m.contains("priority class") => Some("priority_class_missing"),
+        403 if m.contains("pod security") || m.contains("violates podsecurity") => Some("pod_security"),
+        403 => Some("forbidden"),
+        404 if m.contains("priorityclass") || m.contains("priority class") => Some("priority_class_missing"),
+        404 if m.contains("serviceaccount") => Some("service_account_missing"),
+        404 => Some("namespace_missing"),
+        422 => Some("invalid"),
+        _ => None,
     }
 }
 
@@ -78,56 +78,52 @@ pub fn finish(pod: &Pod, wanted: bool) -> Finish {
 mod tests {
     use super::*;
     use crate::model::OwnerRef;
-    use crate::policy::Policy;
 
-    fn batch_class() -> Class {
-        let p = Policy::builtin_default();
-        p.classes.iter().find(|c| c.name == "batch").expect("the default policy has batch").clone()
-    }
-
-    fn running(guarded: bool) -> Pod {
-        Pod { name: "b".into(), uid: "u".into(), node_name: Some("n".into()), phase: Some("Running".into()), requeue_guarded: guarded, ..Default::default() }
+    fn guarded() -> Pod {
+        Pod { name: "b".into(), uid: "u".into(), node_name: Some("n".into()), phase: Some("Running".into()), requeue_guarded: true, ..Default::default() }
     }
 
     #[test]
-    fn a_running_bare_pod_is_guarded_and_then_left_alone() {
-        assert_eq!(need(&running(false), &batch_class(), Guarding::On), Some(Need::Guard));
-        assert_eq!(need(&running(true), &batch_class(), Guarding::On), None);
-        assert_eq!(need(&running(false), &batch_class(), Guarding::FinishOnly), None);
-        assert_eq!(need(&running(true), &batch_class(), Guarding::Off), None);
+    fn a_preempted_bare_pod_is_requeued_before_its_guard_goes() {
+        let preempted = Pod { deletion_time: Some(1), preempted: true, ..guarded() };
+        assert_eq!(finish(&preempted), Finish::Requeue);
+        // Preempted and already failed (the kubelet was quicker than us): still requeued.
+        let failed = Pod { phase: Some("Failed".into()), preempted: true, ..guarded() };
+        assert_eq!(finish(&failed), Finish::Requeue);
+        // Marked, not deleted yet: the deletion follows at once, so the copy comes first.
+        assert_eq!(finish(&Pod { preempted: true, ..guarded() }), Finish::Requeue);
     }
 
     #[test]
-    fn pods_a_controller_recreates_and_pending_pods_are_not_guarded() {
-        let owned = Pod { controller: Some(OwnerRef { kind: "ReplicaSet".into(), name: "rs".into() }), ..running(false) };
-        assert_eq!(need(&owned, &batch_class(), Guarding::On), None);
-        let pending = Pod { node_name: None, phase: Some("Pending".into()), ..running(false) };
-        assert_eq!(need(&pending, &batch_class(), Guarding::On), None);
+    fn every_other_guard_is_let_go() {
+        assert_eq!(finish(&Pod { deletion_time: Some(1), ..guarded() }), Finish::Unguard("deleted, not by preemption"));
+        assert_eq!(finish(&Pod { phase: Some("Succeeded".into()), ..guarded() }), Finish::Unguard("ended on its own"));
+        assert_eq!(finish(&guarded()), Finish::Unguard("guards are no longer added"));
+        // Something else brings an owned pod back: no copy.
+        let owned = Pod { deletion_time: Some(1), preempted: true, owner: Some(OwnerRef { kind: "Workflow".into(), name: "w".into() }), ..guarded() };
+        assert_eq!(finish(&owned), Finish::Unguard("deleted, not by preemption"));
+        assert_eq!(finish(&Pod { requeue_guarded: false, ..guarded() }), Finish::Nothing);
     }
 
     #[test]
-    fn a_guarded_pod_that_ends_or_is_evicted_is_finished() {
-        let deleted = Pod { deletion_time: Some(1), ..running(true) };
-        assert_eq!(need(&deleted, &batch_class(), Guarding::On), Some(Need::Finish));
-        let ended = Pod { phase: Some("Succeeded".into()), ..running(true) };
-        assert_eq!(need(&ended, &batch_class(), Guarding::On), Some(Need::Finish));
-        // Guards left behind by a run with guarding on are taken off when it is off.
-        assert_eq!(need(&running(true), &batch_class(), Guarding::FinishOnly), Some(Need::Finish));
+    fn a_terminating_namespace_is_given_up_at_once_anything_else_after_the_bound() {
+        let ns = "unable to create new content in namespace batch because it is being terminated";
+        assert_eq!(give_up_after(1, Some(403), ns), Some("namespace_terminating"));
+        assert_eq!(give_up_after(1, Some(403), "forbidden: RBAC"), None);
+        assert_eq!(give_up_after(MAX_TRIES, Some(403), "forbidden: RBAC"), Some("forbidden"));
+        assert_eq!(give_up_after(MAX_TRIES - 1, Some(500), "timeout"), None);
+        assert_eq!(give_up_after(MAX_TRIES, Some(500), "timeout"), Some("retries_exhausted"));
     }
 
     #[test]
-    fn only_a_preempted_pod_is_requeued_when_finished() {
-        let preempted = Pod { deletion_time: Some(1), preempted: true, ..running(true) };
-        assert_eq!(finish(&preempted, true), Finish::Requeue);
-        // Preempted and already failed (the kubelet was quicker than requeue): still requeued.
-        let failed = Pod { phase: Some("Failed".into()), preempted: true, ..running(true) };
-        assert_eq!(finish(&failed, false), Finish::Requeue);
-        let deleted = Pod { deletion_time: Some(1), ..running(true) };
-        assert_eq!(finish(&deleted, true), Finish::Unguard("deleted, not by preemption"));
-        let done = Pod { phase: Some("Succeeded".into()), ..running(true) };
-        assert_eq!(finish(&done, true), Finish::Unguard("ended on its own"));
-        assert_eq!(finish(&running(true), false), Finish::Unguard("requeue would no longer bring it back"));
-        assert_eq!(finish(&running(true), true), Finish::Nothing);
-        assert_eq!(finish(&Pod { deletion_time: Some(1), preempted: true, ..running(false) }, true), Finish::Nothing);
+    fn refusals_that_cannot_pass_are_told_from_those_that_can() {
+        let ns = r#"pods "x" is forbidden: unable to create new content in namespace batch because it is being terminated"#;
+        assert_eq!(refused_for_good(Some(403), ns), Some("namespace_terminating"));
+        let sa = r#"pods "x" is forbidden: error looking up service account batch/runner: serviceaccount "runner" not found"#;
+        assert_eq!(refused_for_good(Some(403), sa), Some("service_account_missing"));
+        assert_eq!(refused_for_good(Some(422), "spec: Invalid value"), Some("invalid"));
+        assert_eq!(refused_for_good(Some(500), "etcdserver: request timed out"), None);
+        assert_eq!(refused_for_good(Some(429), "too many requests"), None);
+        assert_eq!(refused_for_good(None, "connection refused"), None);
     }
 }

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams, Preconditions};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GetParams, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-use super::guard_loop::Answered;
+use super::leftovers::Tries;
 use super::plan::{self, Action, Release};
 use super::{replacement, RequeueIntent, FROM_UID, GATE};
 use crate::cluster::ViewCell;
@@ -24,11 +24,27 @@ pub use crate::events::kube::REPORTER;
 pub struct Requeuer {
     pub(super) client: Client,
     recorder: Recorder,
-    pub(super) answered: std::sync::Mutex<Answered>,
-    /// The last replacement this replica tried to store failed (`guards_trusted`).
-    pub(super) writes_failing: std::sync::atomic::AtomicBool,
+    /// Failed tries to store the replacement of a guarded pod an earlier release left.
+    pub(super) tries: Tries,
     /// Background writes yield to kube-scheduler's preemptions.
     pub pace: super::pace::Pace,
+}
+
+/// Why a replacement was not stored: the API server's status code, if it answered.
+#[derive(Debug)]
+pub(super) struct StoreError {
+    pub code: Option<u16>,
+    pub message: String,
+}
+
+impl StoreError {
+    fn new(message: String) -> StoreError {
+        StoreError { code: None, message }
+    }
+
+    fn api(context: String, e: &kube::Error) -> StoreError {
+        StoreError { code: api_code(e), message: format!("{context}: {e}") }
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -48,15 +64,15 @@ impl Stored {
     }
 }
 
-pub(super) fn pod_resource() -> ApiResource {
+pub fn pod_resource() -> ApiResource {
     ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&())
 }
 
-pub(super) fn pod_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+pub fn pod_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), namespace, &pod_resource())
 }
 
-fn pod_ref(namespace: &str, name: &str, uid: &str) -> ObjectReference {
+pub(super) fn pod_ref(namespace: &str, name: &str, uid: &str) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),
@@ -67,7 +83,7 @@ fn pod_ref(namespace: &str, name: &str, uid: &str) -> ObjectReference {
     }
 }
 
-pub(super) fn api_code(e: &kube::Error) -> Option<u16> {
+pub fn api_code(e: &kube::Error) -> Option<u16> {
     match e {
         kube::Error::Api(s) => Some(s.code),
         _ => None,
@@ -78,14 +94,7 @@ impl Requeuer {
     /// `instance` names this replica in Events (the pod name, typically).
     pub fn new(client: Client, instance: Option<String>) -> Requeuer {
         let recorder = Recorder::new(client.clone(), crate::events::kube::reporter(instance));
-        Requeuer { client, recorder, answered: Default::default(), writes_failing: Default::default(), pace: Default::default() }
-    }
-
-    /// Remembers who preempted the guarded victims of an answer that goes out.
-    pub fn note_answered(&self, intents: &[RequeueIntent]) {
-        if intents.iter().any(|i| i.guarded) {
-            self.answered.lock().unwrap_or_else(|e| e.into_inner()).note(intents);
-        }
+        Requeuer { client, recorder, tries: Default::default(), pace: Default::default() }
     }
 
     /// Stores every replacement, concurrently, each within `budget`. Returns the pods whose
@@ -93,7 +102,7 @@ impl Requeuer {
     pub async fn store_all(&self, intents: &[RequeueIntent], budget: Duration) -> BTreeMap<String, String> {
         let results = join_all(intents.iter().map(|i| async move {
             let outcome = match tokio::time::timeout(budget, self.store(i)).await {
-                Ok(r) => r,
+                Ok(r) => r.map_err(|e| e.message),
                 Err(_) => Err(format!("not stored within {} ms", budget.as_millis())),
             };
             (i, outcome)
@@ -101,7 +110,6 @@ impl Requeuer {
         .await;
         let mut failed = BTreeMap::new();
         for (intent, outcome) in results {
-            self.wrote(outcome.is_ok());
             match outcome {
                 Ok(stored) => {
                     let outcome = stored.outcome();
@@ -121,32 +129,35 @@ impl Requeuer {
         failed
     }
 
-    async fn store(&self, intent: &RequeueIntent) -> Result<Stored, String> {
+    /// Reads the original from the API server's watch cache (no quorum read: the copy is
+    /// of what the user wrote, which a moment's lag does not change; the UID is checked),
+    /// and creates its replacement.
+    async fn store(&self, intent: &RequeueIntent) -> Result<Stored, StoreError> {
         let api = pod_api(&self.client, &intent.namespace);
-        let original = api.get(&intent.name).await.map_err(|e| format!("cannot read the original {}: {e}", intent.original_key()))?;
-        let original = serde_json::to_value(&original).map_err(|e| e.to_string())?;
-        let manifest = replacement::build(&original, intent).map_err(|e| e.to_string())?;
+        let original = api.get_with(&intent.name, &GetParams::any()).await.map_err(|e| StoreError::api(format!("cannot read the original {}", intent.original_key()), &e))?;
+        let original = serde_json::to_value(&original).map_err(|e| StoreError::new(e.to_string()))?;
+        let manifest = replacement::build(&original, intent).map_err(|e| StoreError::new(e.to_string()))?;
         self.create_replacement(intent, manifest).await
     }
 
     /// Creates the replacement `manifest` of `intent`; one that exists already counts if it
     /// is the live replacement of the same original (a retry, the other replica).
-    pub(super) async fn create_replacement(&self, intent: &RequeueIntent, manifest: Value) -> Result<Stored, String> {
+    pub(super) async fn create_replacement(&self, intent: &RequeueIntent, manifest: Value) -> Result<Stored, StoreError> {
         let api = pod_api(&self.client, &intent.namespace);
-        let object: DynamicObject = serde_json::from_value(manifest).map_err(|e| e.to_string())?;
+        let object: DynamicObject = serde_json::from_value(manifest).map_err(|e| StoreError::new(e.to_string()))?;
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => Ok(Stored::Created),
             Err(e) if api_code(&e) == Some(409) => {
                 // Ours (a retry, the other replica) or a stranger's pod of the same name?
-                let existing = api.get(&intent.replacement).await.map_err(|e| format!("{} exists but cannot be read: {e}", intent.replacement))?;
+                let existing = api.get(&intent.replacement).await.map_err(|e| StoreError::api(format!("{} exists but cannot be read", intent.replacement), &e))?;
                 let from = existing.metadata.annotations.as_ref().and_then(|a| a.get(FROM_UID));
                 if from.map(String::as_str) == Some(intent.uid.as_str()) && existing.metadata.deletion_timestamp.is_none() {
                     Ok(Stored::Existed)
                 } else {
-                    Err(format!("a pod named {} exists and is not this pod's live replacement", intent.replacement))
+                    Err(StoreError::new(format!("a pod named {} exists and is not this pod's live replacement", intent.replacement)))
                 }
             }
-            Err(e) => Err(format!("cannot create {}: {e}", intent.replacement)),
+            Err(e) => Err(StoreError::api(format!("cannot create {}", intent.replacement), &e)),
         }
     }
 
@@ -167,14 +178,38 @@ impl Requeuer {
         let now = crate::clock::system_now();
         let Some(actions) = cell.read_latest(|view| plan::reconcile(view, now, evict_within)) else { return };
         for action in actions {
-            match action {
-                Action::Release(r) => self.release(&r).await,
-                Action::Delete { namespace, name, uid, reason } => self.delete(&namespace, &name, &uid, &reason).await,
+            let done = match &action {
+                Action::Release(r) => self.release(r).await,
+                Action::Delete { namespace, name, uid, reason } => self.delete(namespace, name, uid, reason).await,
+            };
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "requeue reconcile: will retry");
             }
         }
     }
 
-    async fn release(&self, r: &Release) {
+    /// Releases `replacement` (as `json` shows it) now, whatever its original: `uninstall`.
+    pub async fn release_now(&self, replacement: &crate::model::Pod, json: &Value) -> Result<(), String> {
+        let annotation = |k: &str| json["metadata"]["annotations"][k].as_str().unwrap_or_default().to_string();
+        let release = Release {
+            namespace: replacement.namespace.clone(),
+            name: replacement.name.clone(),
+            uid: replacement.uid.clone(),
+            gates: replacement.scheduling_gates.clone(),
+            from_uid: annotation(FROM_UID),
+            from_pod: annotation(super::FROM_POD),
+            attempt: annotation(super::ATTEMPT),
+            preempted_by: annotation(super::PREEMPTED_BY),
+        };
+        self.release(&release).await
+    }
+
+    /// Deletes the gated `replacement` now: `uninstall`.
+    pub async fn delete_now(&self, replacement: &crate::model::Pod) -> Result<(), String> {
+        self.delete(&replacement.namespace, &replacement.name, &replacement.uid, "uninstall").await
+    }
+
+    async fn release(&self, r: &Release) -> Result<(), String> {
         let remaining: Vec<Value> = r.gates.iter().filter(|g| *g != GATE).map(|g| json!({"name": g})).collect();
         let seen: Vec<Value> = r.gates.iter().map(|g| json!({"name": g})).collect();
         // The tests make a concurrent release (the other replica) or a recreated pod a no-op.
@@ -189,10 +224,7 @@ impl Requeuer {
             .body(patch.to_string().into_bytes());
         let result = match request {
             Ok(req) => self.client.request_text(req).await,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot build the release request");
-                return;
-            }
+            Err(e) => return Err(format!("cannot build the release request: {e}")),
         };
         match result {
             Ok(_) => {
@@ -200,29 +232,32 @@ impl Requeuer {
                 tracing::info!(replacement = %format!("{}/{}", r.namespace, r.name), original = %r.from_pod, "requeue released: the original is gone");
                 // One Event per requeued pod, on the pod that stays (the original is gone).
                 let note = format!("requeued from {} ({}) after preemption by {}, attempt {}", r.from_pod, r.from_uid, r.preempted_by, r.attempt);
-                self.event(pod_ref(&r.namespace, &r.name, &r.uid), note).await;
+                self.event(pod_ref(&r.namespace, &r.name, &r.uid), EventType::Normal, "Requeued", note).await;
+                Ok(())
             }
             Err(e) if matches!(api_code(&e), Some(404 | 409 | 422)) => {
                 tracing::debug!(replacement = %r.name, error = %e, "release skipped: released or changed meanwhile");
+                Ok(())
             }
-            Err(e) => tracing::warn!(replacement = %r.name, error = %e, "cannot release requeue replacement; will retry"),
+            Err(e) => Err(format!("cannot release requeue replacement {}/{}: {e}", r.namespace, r.name)),
         }
     }
 
-    async fn delete(&self, namespace: &str, name: &str, uid: &str, reason: &str) {
+    async fn delete(&self, namespace: &str, name: &str, uid: &str, reason: &str) -> Result<(), String> {
         let params = DeleteParams { preconditions: Some(Preconditions { uid: Some(uid.into()), resource_version: None }), ..Default::default() };
         match pod_api(&self.client, namespace).delete(name, &params).await {
             Ok(_) => {
                 metrics::counter!("coloc_requeue_cleaned_total").increment(1);
                 tracing::info!(replacement = %format!("{namespace}/{name}"), reason, "requeue replacement deleted");
+                Ok(())
             }
-            Err(e) if matches!(api_code(&e), Some(404 | 409)) => {}
-            Err(e) => tracing::warn!(replacement = %name, error = %e, "cannot delete requeue replacement; will retry"),
+            Err(e) if matches!(api_code(&e), Some(404 | 409)) => Ok(()),
+            Err(e) => Err(format!("cannot delete requeue replacement {namespace}/{name}: {e}")),
         }
     }
 
-    async fn event(&self, regarding: ObjectReference, note: String) {
-        let event = Event { type_: EventType::Normal, reason: "Requeued".into(), note: Some(note), action: "Requeue".into(), secondary: None };
+    pub(super) async fn event(&self, regarding: ObjectReference, type_: EventType, reason: &str, note: String) {
+        let event = Event { type_, reason: reason.into(), note: Some(note), action: "Requeue".into(), secondary: None };
         match self.recorder.publish(&event, &regarding).await {
             Ok(()) => metrics::counter!("coloc_requeue_events_total").increment(1),
             Err(e) => tracing::warn!(pod = ?regarding.name, error = %e, "cannot record requeue event"),

@@ -9,8 +9,8 @@
 //! to reconcile) live here; `kube` carries them out against the API server.
 
 pub mod guard;
-mod guard_loop;
 pub mod kube;
+pub mod leftovers;
 pub mod pace;
 pub mod plan;
 pub mod replacement;
@@ -20,8 +20,8 @@ use crate::policy::{BareVictims, Class};
 
 /// The scheduling gate that holds a replacement back while its original still runs.
 pub const GATE: &str = "coloc-extender.io/requeue";
-/// The finalizer that guards a bare pod requeue would bring back: once it is preempted,
-/// the pod stays (terminating) until its replacement is stored.
+/// The finalizer earlier releases put on bare pods requeue would bring back (the pod stayed,
+/// terminating, until its replacement was stored). No longer added; left ones are finished.
 pub const GUARD: &str = "coloc-extender.io/requeue-guard";
 /// Label on every replacement (list/watch selector, and for people).
 pub const LABEL: &str = "coloc-extender.io/requeued";
@@ -36,18 +36,27 @@ pub const PREEMPTED_BY: &str = "coloc-extender.io/preempted-by";
 /// The name of the first pod in the chain: replacements of replacements do not grow.
 pub const BASE_NAME: &str = "coloc-extender.io/base-name";
 
+/// Annotation by which a bare pod opts out of requeue (value `never`): whoever created it
+/// brings it back under a name of its own, so a copy would run twice.
+pub const OPT_OUT: &str = "coloc-extender.io/requeue";
+
+/// Has `pod` opted out of requeue?
+pub fn opted_out(pod: &Pod) -> bool {
+    pod.annotations.get(OPT_OUT).is_some_and(|v| v.eq_ignore_ascii_case("never"))
+}
+
 /// Would requeue bring `pod` back if it were preempted as a pod of `class`? A bare pod of
 /// a class that may be evicted and requeues bare victims, with requeue attempts left.
 pub fn would_requeue(pod: &Pod, class: &Class) -> bool {
-    pod.controller.is_none()
+    pod.is_bare()
+        && !opted_out(pod)
         && class.victim.allowed
         && class.victim.bare() == BareVictims::Requeue
         && class.requeue.max_attempts.is_none_or(|max| attempt_of(pod) < max)
 }
 
-/// What a preempt decision asks of requeue for one bare victim. Unless the victim is
-/// `guarded`, its replacement is stored before the answer goes out; a guarded victim's is
-/// stored once it is evicted (its finalizer holds it until then).
+/// What a preempt decision asks of requeue for one bare victim: its replacement is stored
+/// before the answer goes out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequeueIntent {
     pub namespace: String,
@@ -60,8 +69,6 @@ pub struct RequeueIntent {
     pub attempt: u32,
     /// `namespace/name` of the preemptor.
     pub preemptor: String,
-    /// The victim carries the guard finalizer: nothing to store before the answer.
-    pub guarded: bool,
 }
 
 impl RequeueIntent {
@@ -74,7 +81,6 @@ impl RequeueIntent {
             replacement: replacement_name(victim),
             attempt: attempt_of(victim) + 1,
             preemptor: preemptor.to_string(),
-            guarded: victim.requeue_guarded,
         }
     }
 

@@ -9,18 +9,19 @@
 
 use std::collections::BTreeSet;
 
-use crate::cluster::View;
+use crate::cluster::{Departure, View};
 use crate::model::{GangRef, Pod, Timestamp};
 
 use super::{ATTEMPT, FROM_POD, FROM_UID, GATE, PREEMPTED_BY};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// The original is gone (deleted or terminal): remove our gate so kube-scheduler
+    /// The original was preempted and is gone: remove our gate so kube-scheduler
     /// schedules the replacement.
     Release(Release),
     /// The original was not evicted within the time allowed (kube-scheduler chose
-    /// otherwise, or our answer never arrived): the replacement would duplicate it.
+    /// otherwise, or our answer never arrived), or it left without being preempted (it
+    /// ended on its own, or someone deleted it): the replacement would run it again.
     Delete { namespace: String, name: String, uid: String, reason: String },
 }
 
@@ -74,9 +75,19 @@ fn decide(view: &View, r: &Pod, now: Timestamp, evict_within: i64, held: &BTreeS
     }
     let annotation = |k: &str| r.annotations.get(k).map(str::to_owned).unwrap_or_default();
     let from_uid = annotation(FROM_UID);
+    let delete = |reason: String| Action::Delete { namespace: r.namespace.clone(), name: r.name.clone(), uid: r.uid.clone(), reason };
     match view.pod_by_uid(&from_uid) {
+        // It left on its own: a copy would run it a second time.
+        None if view.departure(&from_uid) == Some(Departure::Ended) => {
+            Some(delete(format!("original {} ({from_uid}) ended on its own, not by preemption", annotation(FROM_POD))))
+        }
+        None if view.departure(&from_uid) == Some(Departure::Deleted) => {
+            Some(delete(format!("original {} ({from_uid}) was deleted, not by preemption", annotation(FROM_POD))))
+        }
         // A gang member's siblings are still being evicted: the gang is released together.
         None if view.gang_of(r).is_some_and(|g| held.contains(&g)) => None,
+        // Preempted, or gone while no replica watched (a restart): released, since a
+        // preempt answer named it.
         None => Some(Action::Release(Release {
             namespace: r.namespace.clone(),
             name: r.name.clone(),
@@ -91,11 +102,8 @@ fn decide(view: &View, r: &Pod, now: Timestamp, evict_within: i64, held: &BTreeS
         Some(original) if original.deletion_time.is_some() => None,
         Some(original) => {
             let age = r.creation_time.map_or(0, |t| now - t);
-            (age > evict_within).then(|| Action::Delete {
-                namespace: r.namespace.clone(),
-                name: r.name.clone(),
-                uid: r.uid.clone(),
-                reason: format!("original {} was not evicted within {evict_within}s (still on {})", original.key(), original.node_name.as_deref().unwrap_or("no node")),
+            (age > evict_within).then(|| {
+                delete(format!("original {} was not evicted within {evict_within}s (still on {})", original.key(), original.node_name.as_deref().unwrap_or("no node")))
             })
         }
     }
@@ -140,6 +148,45 @@ mod tests {
     fn a_replacement_is_released_once_its_original_is_gone() {
         let actions = reconcile(&view(vec![replacement(5)]), NOW, 60);
         assert!(matches!(&actions[..], [Action::Release(r)] if r.name == "free-3-rq-1" && r.gates == [GATE]));
+    }
+
+    /// The original as the view last saw it, then `leaves` it.
+    fn departed(last: Pod, leaves: impl FnOnce(&mut View, &Policy)) -> View {
+        let p = Policy::builtin_default();
+        let mut v = view(vec![replacement(5), last]);
+        leaves(&mut v, &p);
+        v
+    }
+
+    #[test]
+    fn a_replacement_is_released_when_its_original_was_preempted_and_deleted() {
+        let preempted = Pod { preempted: true, ..original() };
+        let v = departed(preempted, |v, p| {
+            v.remove_pod("batch/free-3", p);
+        });
+        assert!(matches!(&reconcile(&v, NOW, 60)[..], [Action::Release(_)]));
+    }
+
+    #[test]
+    fn a_replacement_is_released_when_its_original_was_preempted_and_failed() {
+        let v = departed(original(), |v, p| v.apply_pod(Arc::new(Pod { preempted: true, phase: Some("Failed".into()), ..original() }), p));
+        assert!(matches!(&reconcile(&v, NOW, 60)[..], [Action::Release(_)]));
+    }
+
+    #[test]
+    fn a_replacement_is_deleted_when_its_original_succeeded_on_its_own() {
+        let v = departed(original(), |v, p| v.apply_pod(Arc::new(Pod { phase: Some("Succeeded".into()), ..original() }), p));
+        let actions = reconcile(&v, NOW, 60);
+        assert!(matches!(&actions[..], [Action::Delete { reason, .. }] if reason.contains("ended on its own")), "{actions:?}");
+    }
+
+    #[test]
+    fn a_replacement_is_deleted_when_its_original_was_deleted_not_by_preemption() {
+        let v = departed(original(), |v, p| {
+            v.remove_pod("batch/free-3", p);
+        });
+        let actions = reconcile(&v, NOW, 60);
+        assert!(matches!(&actions[..], [Action::Delete { reason, .. }] if reason.contains("deleted, not by preemption")), "{actions:?}");
     }
 
     #[test]

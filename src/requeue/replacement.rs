@@ -149,7 +149,6 @@ mod tests {
             replacement: "free-3-rq-00000000ab".into(),
             attempt: 1,
             preemptor: "online/online-2".into(),
-            guarded: false,
         }
     }
 

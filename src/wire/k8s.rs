@@ -376,11 +376,11 @@ impl Pod {
             creation_time: parse_time("metadata.creationTimestamp", &m.creation_timestamp)?,
             deletion_time: parse_time("metadata.deletionTimestamp", &m.deletion_timestamp)?,
             start_time: parse_time("status.startTime", &self.status.start_time)?,
-            controller: m
-                .owner_references
-                .into_iter()
-                .find(|o| o.controller == Some(true))
-                .map(|o| OwnerRef { kind: o.kind, name: o.name }),
+            controller: m.owner_references.iter().find(|o| o.controller == Some(true)).map(|o| OwnerRef { kind: o.kind.clone(), name: o.name.clone() }),
+            owner: match m.owner_references.iter().any(|o| o.controller == Some(true)) {
+                true => None,
+                false => m.owner_references.into_iter().next().map(|o| OwnerRef { kind: o.kind, name: o.name }),
+            },
             name: m.name,
             namespace: m.namespace,
             uid: m.uid,

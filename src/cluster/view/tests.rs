@@ -294,31 +294,27 @@ fn a_preemptor_could_free_the_evictable_pods_of_the_classes_it_may_preempt() {
     assert_eq!(usage.after_evicting(&p, batch, true).pods, 3);
 }
 
-fn guard_keys(v: &View) -> Vec<String> {
-    let mut keys: Vec<String> = v.guard_work().map(|p| p.key()).collect();
-    keys.sort();
-    keys
-}
-
 #[test]
-fn the_guard_work_holds_what_the_guard_loop_must_do_and_outlives_the_watch() {
+fn the_view_remembers_how_a_bare_pod_left_and_a_re_index_keeps_it() {
+    use crate::cluster::Departure;
     let p = policy();
-    let bare = |guarded: bool| Arc::new(Pod { controller: None, requeue_guarded: guarded, ..pod("batch", "b", Some("n1")) });
+    let bare = |name: &str| Pod { controller: None, ..pod("batch", name, Some("n1")) };
     let mut v = View::empty(&p);
-    v.apply_pod(bare(false), &p);
-    assert!(guard_keys(&v).is_empty(), "no index while requeue is off");
-    v.set_guarding(Guarding::On, &p);
-    assert_eq!(guard_keys(&v), ["batch/b"], "to guard");
-    v.apply_pod(Arc::new(pod("batch", "owned", Some("n1"))), &p);
-    v.apply_pod(bare(true), &p);
-    assert!(guard_keys(&v).is_empty(), "guarded and running: nothing to do");
-    // It ended (the watch of running pods drops it): it may still be held, so it stays.
-    v.remove_pod("batch/b", &p);
-    assert_eq!(guard_keys(&v), ["batch/b"]);
+    for name in ["preempted", "done", "deleted"] {
+        v.apply_pod(Arc::new(bare(name)), &p);
+    }
+    v.apply_pod(Arc::new(Pod { preempted: true, ..bare("preempted") }), &p);
+    v.remove_pod("batch/preempted", &p);
+    v.apply_pod(Arc::new(Pod { phase: Some(crate::model::Phase::Succeeded), ..bare("done") }), &p);
+    v.remove_pod("batch/deleted", &p);
     let rebuilt = v.rebuild(&p);
-    assert_eq!(guard_keys(&rebuilt), ["batch/b"], "a re-index keeps it");
-    v.forget_guard("batch/b", "another-uid");
-    assert_eq!(guard_keys(&v), ["batch/b"]);
-    v.forget_guard("batch/b", "uid-batch-b");
-    assert!(guard_keys(&v).is_empty());
+    for view in [&v, &rebuilt] {
+        assert_eq!(view.departure("uid-batch-preempted"), Some(Departure::Preempted));
+        assert_eq!(view.departure("uid-batch-done"), Some(Departure::Ended));
+        assert_eq!(view.departure("uid-batch-deleted"), Some(Departure::Deleted));
+    }
+    // Owned pods are brought back by their owner: nothing to remember.
+    v.apply_pod(Arc::new(pod("batch", "owned", Some("n1"))), &p);
+    v.remove_pod("batch/owned", &p);
+    assert_eq!(v.departure("uid-batch-owned"), None);
 }

@@ -1,0 +1,227 @@
+//! Finishing the guards earlier releases left (`guard`), against the API server.
+//!
+//! Guarded pods are found by their label, once at start and then every minute (every few
+//! seconds while some are left). Each is finished as `guard::finish` says: a preempted
+//! pod's replacement is stored before its guard goes; any other guard just goes. A guard
+//! is removed by a merge patch that carries the `resourceVersion` read, so a pod that
+//! changed meanwhile (kube-scheduler marking it preempted) is looked at again first. A
+//! replacement that cannot be stored is given up after `guard::MAX_TRIES` tries (about
+//! 20 s), or at once when its namespace is being deleted: the guard goes, and a Warning
+//! Event, a metric and the log say the pod is lost, so nothing waits forever on a write
+//! that can never succeed.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use serde_json::{json, Value};
+
+use super::guard::{self, Finish};
+use super::kube::{api_code, pod_api, pod_ref, pod_resource, Requeuer};
+use super::{replacement, RequeueIntent, GUARD};
+use crate::model::Pod;
+
+/// Between two looks while guards are left, and once none are.
+const AGAIN_SOON: Duration = Duration::from_secs(5);
+const AGAIN_LATER: Duration = Duration::from_secs(60);
+
+/// What one look found and did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct GuardReport {
+    /// Pods that carried a guard.
+    pub found: usize,
+    /// Preempted pods whose replacement was stored, then their guard removed.
+    pub requeued: usize,
+    /// Guards removed from pods that were not preempted.
+    pub unguarded: usize,
+    /// Preempted pods whose replacement could never be stored: lost, guard removed.
+    pub given_up: usize,
+    /// Left for the next look (a conflict, a passing API error).
+    pub left: usize,
+}
+
+impl GuardReport {
+    pub fn summary(&self) -> String {
+        format!(
+            "{} guarded pod(s): {} requeued, {} unguarded, {} given up (lost), {} left to retry",
+            self.found, self.requeued, self.unguarded, self.given_up, self.left
+        )
+    }
+}
+
+/// Failed tries per preempted pod (UID), across looks.
+#[derive(Default)]
+pub struct Tries(Mutex<HashMap<String, u32>>);
+
+impl Tries {
+    fn failed(&self, uid: &str) -> u32 {
+        let mut tries = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = tries.entry(uid.to_string()).or_default();
+        *n += 1;
+        *n
+    }
+
+    fn forget(&self, uid: &str) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+    }
+}
+
+enum Outcome {
+    Requeued,
+    Unguarded,
+    GivenUp,
+    Left,
+    Nothing,
+}
+
+impl Requeuer {
+    /// Runs until the process ends; says at start what it found.
+    pub async fn finish_leftover_guards(self: std::sync::Arc<Self>) {
+        let mut first = true;
+        loop {
+            let again = match self.finish_guards_once().await {
+                Ok(report) => {
+                    if first && report.found > 0 {
+                        tracing::warn!(summary = %report.summary(), "found guards left by an earlier release: finishing them");
+                    } else if report.found > 0 {
+                        tracing::info!(summary = %report.summary(), "finishing guards left by an earlier release");
+                    }
+                    first = false;
+                    metrics::gauge!("coloc_requeue_guards_left").set(report.left as f64);
+                    if report.left > 0 { AGAIN_SOON } else { AGAIN_LATER }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list pods guarded by an earlier release; will retry");
+                    AGAIN_SOON
+                }
+            };
+            tokio::time::sleep(again).await;
+        }
+    }
+
+    /// One look: every pod with the guard label listed and finished.
+    pub async fn finish_guards_once(&self) -> Result<GuardReport, kube::Error> {
+        let listed = kube::Api::<DynamicObject>::all_with(self.client.clone(), &pod_resource()).list(&ListParams::default().labels(GUARD)).await?;
+        Ok(self.finish_listed(listed.items).await)
+    }
+
+    /// Every pod listed, so that a guard whose label someone removed is found too
+    /// (`uninstall`, once: a whole list is not for every minute).
+    pub async fn finish_all_guards(&self) -> Result<GuardReport, kube::Error> {
+        let listed = kube::Api::<DynamicObject>::all_with(self.client.clone(), &pod_resource()).list(&ListParams::default()).await?;
+        let has_guard = |o: &DynamicObject| {
+            o.metadata.finalizers.iter().flatten().any(|f| f == GUARD) || o.metadata.labels.as_ref().is_some_and(|l| l.contains_key(GUARD))
+        };
+        Ok(self.finish_listed(listed.items.into_iter().filter(has_guard).collect()).await)
+    }
+
+    async fn finish_listed(&self, listed: Vec<DynamicObject>) -> GuardReport {
+        let mut report = GuardReport::default();
+        for object in listed {
+            let Ok(json) = serde_json::to_value(&object) else { continue };
+            let Some(pod) = decode(&json) else { continue };
+            if !pod.requeue_guarded {
+                // The label without the finalizer: only the label to take off.
+                self.remove_guard(&pod, &json, "label left without the finalizer").await;
+                continue;
+            }
+            report.found += 1;
+            match self.finish_guarded(&pod, &json).await {
+                Outcome::Requeued => report.requeued += 1,
+                Outcome::Unguarded => report.unguarded += 1,
+                Outcome::GivenUp => report.given_up += 1,
+                Outcome::Left => report.left += 1,
+                Outcome::Nothing => {}
+            }
+        }
+        report
+    }
+
+    async fn finish_guarded(&self, pod: &Pod, json: &Value) -> Outcome {
+        match guard::finish(pod) {
+            Finish::Nothing => Outcome::Nothing,
+            Finish::Unguard(why) => match self.remove_guard(pod, json, why).await {
+                true => Outcome::Unguarded,
+                false => Outcome::Left,
+            },
+            Finish::Requeue => {
+                let intent = RequeueIntent::for_victim(pod, pod.node_name.as_deref().unwrap_or_default(), "unknown (preempted by kube-scheduler)");
+                let stored = match replacement::build_after_eviction(json, &intent) {
+                    Ok(manifest) => self.create_replacement(&intent, manifest).await,
+                    Err(e) => Err(super::kube::StoreError { code: None, message: e.to_string() }),
+                };
+                match stored {
+                    Ok(stored) => {
+                        metrics::counter!("coloc_requeue_replacements_total", "outcome" => stored.outcome()).increment(1);
+                        self.tries.forget(&pod.uid);
+                        match self.remove_guard(pod, json, "preempted; its replacement is stored").await {
+                            true => Outcome::Requeued,
+                            false => Outcome::Left,
+                        }
+                    }
+                    Err(e) => {
+                        metrics::counter!("coloc_requeue_replacements_total", "outcome" => "failed").increment(1);
+                        let tries = self.tries.failed(&pod.uid);
+                        let reason = guard::give_up_after(tries, e.code, &e.message);
+                        match reason {
+                            Some(reason) => self.give_up(pod, json, &intent, reason, tries, &e.message).await,
+                            None => {
+                                tracing::warn!(original = %pod.key(), replacement = %intent.replacement, tries, error = %e.message, "requeue replacement not stored; will retry");
+                                Outcome::Left
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The replacement can never be stored: the guard goes and the pod is lost, visibly.
+    async fn give_up(&self, pod: &Pod, json: &Value, intent: &RequeueIntent, reason: &'static str, tries: u32, error: &str) -> Outcome {
+        if !self.remove_guard(pod, json, "its replacement cannot be stored").await {
+            return Outcome::Left;
+        }
+        self.tries.forget(&pod.uid);
+        metrics::counter!("coloc_requeue_given_up_total", "reason" => reason).increment(1);
+        let error = crate::wire::request::clip(error, 300);
+        tracing::error!(original = %pod.key(), replacement = %intent.replacement, reason, tries, error = %error, "requeue given up: the preempted pod is lost");
+        let note = format!("preempted, and its replacement {} could not be stored after {tries} tries ({reason}: {error}); the guard is removed and the pod is lost", intent.replacement);
+        self.event(pod_ref(&pod.namespace, &pod.name, &pod.uid), EventType::Warning, "RequeueGivenUp", note).await;
+        Outcome::GivenUp
+    }
+
+    /// Removes the guard finalizer and label, if the pod is still as read (`json`'s
+    /// resourceVersion); true once the guard is gone (removed now, or the pod is).
+    pub async fn remove_guard(&self, pod: &Pod, json: &Value, why: &str) -> bool {
+        let metadata = &json["metadata"];
+        let finalizers: Vec<&Value> = metadata["finalizers"].as_array().map(|f| f.iter().filter(|f| f.as_str() != Some(GUARD)).collect()).unwrap_or_default();
+        let patch = json!({"metadata": {
+            "uid": pod.uid,
+            "resourceVersion": metadata["resourceVersion"],
+            "finalizers": finalizers,
+            "labels": {GUARD: null},
+        }});
+        match pod_api(&self.client, &pod.namespace).patch(&pod.name, &PatchParams::default(), &Patch::Merge(patch)).await {
+            Ok(_) => {
+                metrics::counter!("coloc_requeue_guards_total", "change" => "removed").increment(1);
+                tracing::debug!(pod = %pod.key(), why, "guard removed");
+                true
+            }
+            Err(e) if api_code(&e) == Some(404) => true,
+            Err(e) if api_code(&e) == Some(409) => {
+                tracing::debug!(pod = %pod.key(), "guard not removed: the pod changed since it was read; looked at again");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(pod = %pod.key(), error = %e, "cannot remove guard; will retry");
+                false
+            }
+        }
+    }
+}
+
+fn decode(json: &Value) -> Option<Pod> {
+    serde_json::from_value::<crate::wire::k8s::Pod>(json.clone()).ok()?.into_model().ok()
+}
