@@ -1,5 +1,5 @@
 //! `coloc-extender explain NAMESPACE/NAME`: the pod's recent decisions from a running
-//! extender's health port (`GET /decisions`), printed for a person.
+//! extender's admin port (`GET /decisions`), printed for a person.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -11,8 +11,9 @@ use hyper_util::rt::TokioIo;
 
 use crate::http::decisions::{parse_pod_key, PodDecisions};
 
-/// The health port of the shipped manifests (`--health-listen 0.0.0.0:8081`).
-pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8081";
+/// The admin port (`serve --admin-listen`, 127.0.0.1:8082 by default), as
+/// `kubectl port-forward` brings it to this machine.
+pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8082";
 
 /// Fetches and renders; `Err` says what went wrong in words.
 pub fn run(pod: &str, server: &str) -> anyhow::Result<String> {
@@ -25,7 +26,7 @@ pub fn run(pod: &str, server: &str) -> anyhow::Result<String> {
 async fn fetch(server: &str, pod: &str) -> anyhow::Result<PodDecisions> {
     let base: Uri = server.parse().with_context(|| format!("--server {server:?} is not a URL"))?;
     if base.scheme_str() != Some("http") {
-        bail!("--server {server:?}: only http:// (the plain health port, --health-listen) is supported");
+        bail!("--server {server:?}: only http:// (the plain admin port, --admin-listen) is supported");
     }
     let host = base.host().context("--server has no host")?.trim_start_matches('[').trim_end_matches(']').to_string();
     let port = base.port_u16().unwrap_or(80);

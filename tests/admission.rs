@@ -11,7 +11,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use coloc_extender::cluster::ViewCell;
-use coloc_extender::http::{router, AppState, ViewSource};
+use coloc_extender::http::{admin_router, router, AppState, ViewSource};
 use coloc_extender::policy::Policy;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -41,8 +41,9 @@ async fn post(app: &Router, body: impl Into<Body>, length: Option<usize>) -> (St
     (status, serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into())))
 }
 
-async fn metrics(app: &Router) -> String {
-    let resp = app.clone().oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
+/// The process-wide metrics, as the admin port serves them.
+async fn metrics() -> String {
+    let resp = admin_router(state()).oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
     String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
 }
 
@@ -123,7 +124,7 @@ async fn a_body_that_does_not_arrive_in_time_is_408_body_timeout() {
     assert_eq!(status, StatusCode::REQUEST_TIMEOUT, "{v}");
     assert_eq!(v["code"], "body_timeout");
     assert!(v["error"].as_str().unwrap().contains("--body-timeout"), "{v}");
-    let m = metrics(&app).await;
+    let m = metrics().await;
     assert!(m.lines().any(|l| l.starts_with("coloc_requests_total") && l.contains("code=\"body_timeout\"") && l.contains("status=\"408\"")), "{m}");
 }
 
@@ -168,7 +169,7 @@ async fn a_body_without_length_counts_against_the_limit_as_it_arrives() {
 #[tokio::test]
 async fn a_request_beyond_the_concurrency_limit_is_refused_not_queued() {
     let (app, gate, first) = one_slot_held(Duration::from_secs(30)).await;
-    let m = metrics(&app).await;
+    let m = metrics().await;
     let in_flight = m.lines().find_map(|l| l.strip_prefix("coloc_requests_in_flight ")).and_then(|v| v.parse::<f64>().ok());
     assert!(in_flight >= Some(1.0), "the gauge counts the request being decided: {m}");
     let (status, v) = post(&app, filter_body(), None).await;
@@ -191,7 +192,7 @@ async fn timed_out_work_keeps_its_slot_until_it_stops_and_then_stops_at_once() {
     gate.release.send(()).unwrap();
     let mut m = String::new();
     for _ in 0..100 {
-        m = metrics(&app).await;
+        m = metrics().await;
         if m.lines().any(|l| l.starts_with("coloc_requests_abandoned_total{verb=\"filter\"}")) {
             break;
         }

@@ -68,15 +68,22 @@ fn replay_rejects_a_malformed_payload_with_its_name() {
     assert!(err.contains("broken.json") && err.contains("JSON"), "{err}");
 }
 
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("127.0.0.1:{}", l.local_addr().unwrap().port())
+}
+
 /// Starts `serve` on a free loopback port with `args` after `--listen`, stderr captured,
-/// and waits until it accepts connections.
+/// and waits until it accepts connections. The admin port is a free one too unless `args`
+/// name it (tests run at once; the default 127.0.0.1:8082 would be shared).
 fn start_serve(args: &[&std::ffi::OsStr]) -> (std::process::Child, String) {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let addr = format!("127.0.0.1:{port}");
-    let child = Command::new(BIN).args(["serve", "--listen", &addr]).args(args).stderr(Stdio::piped()).spawn().unwrap();
+    let addr = free_addr();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--listen", &addr]).args(args);
+    if !args.iter().any(|a| *a == "--admin-listen") {
+        cmd.args(["--admin-listen", &free_addr()]);
+    }
+    let child = cmd.stderr(Stdio::piped()).spawn().unwrap();
     let started = Instant::now();
     while TcpStream::connect(&addr).is_err() {
         assert!(started.elapsed() < Duration::from_secs(20), "server did not start");
@@ -218,18 +225,36 @@ fn replay_reads_podgroups_from_the_snapshot() {
 
 #[cfg(unix)]
 #[test]
-fn explain_prints_a_pods_recent_decisions_from_the_health_port() {
-    let health = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        format!("127.0.0.1:{}", l.local_addr().unwrap().port())
-    };
+fn explain_prints_a_pods_recent_decisions_from_the_admin_port() {
+    let (health, admin) = (free_addr(), free_addr());
     let snapshot = root().join("tests/fixtures/payloads/r1-nodecache-false/0037-preempt.snapshot.json");
-    let (mut child, addr) = start_serve(&["--snapshot".as_ref(), snapshot.as_os_str(), "--health-listen".as_ref(), health.as_ref()]);
+    let (mut child, addr) = start_serve(&[
+        "--snapshot".as_ref(),
+        snapshot.as_os_str(),
+        "--health-listen".as_ref(),
+        health.as_ref(),
+        "--admin-listen".as_ref(),
+        admin.as_ref(),
+    ]);
     let body = std::fs::read_to_string(root().join("tests/fixtures/payloads/r1-nodecache-false/0037-preempt.json")).unwrap();
     let reply = http(&addr, &format!("POST /preempt HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()));
     assert!(reply.starts_with("HTTP/1.1 200"), "{}", &reply[..reply.len().min(300)]);
+    // Decisions and metrics are on the admin port alone; probes on the health port.
+    let get = |at: &str, path: &str| http(at, &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    for path in ["/decisions?pod=online/online-2", "/metrics"] {
+        assert!(get(&admin, path).starts_with("HTTP/1.1 200"), "{path} on the admin port");
+        assert!(get(&health, path).starts_with("HTTP/1.1 404"), "{path} on the health port");
+        assert!(get(&addr, path).starts_with("HTTP/1.1 404"), "{path} on the scheduler port");
+    }
+    assert!(get(&health, "/readyz").starts_with("HTTP/1.1 200"));
+    assert!(get(&admin, "/readyz").starts_with("HTTP/1.1 404"));
 
-    let server = format!("http://{health}");
+    let out = Command::new(BIN).args(["explain", "--help"]).output().unwrap();
+    // Whatever the width clap wraps at.
+    let help = String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(help.contains("port-forward deploy/coloc-extender 8082") && help.contains("[default: http://127.0.0.1:8082]"), "{help}");
+
+    let server = format!("http://{admin}");
     let out = Command::new(BIN).args(["explain", "online/online-2", "--server", &server]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -244,6 +269,52 @@ fn explain_prints_a_pods_recent_decisions_from_the_health_port() {
     let _ = child.wait();
     let out = Command::new(BIN).args(["explain", "online/online-2", "--server", &server]).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cannot connect to"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn serve_refuses_a_bad_admin_listen_address_naming_the_flag() {
+    for (value, expected) in [
+        ("nonsense", "\"nonsense\" is not ADDR:PORT (e.g. 127.0.0.1:8082) or off"),
+        ("8082", "\"8082\" is not ADDR:PORT"),
+        ("localhost:8082", "is not ADDR:PORT"),
+        ("127.0.0.1:99999", "is not ADDR:PORT"),
+        ("OFF", "is not ADDR:PORT"),
+        ("", "is not ADDR:PORT"),
+    ] {
+        let out = Command::new(BIN).args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", value]).output().unwrap();
+        assert!(!out.status.success(), "{value:?} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("--admin-listen") && err.contains(expected), "{value:?}: {err}");
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn the_admin_port_warns_off_loopback_and_can_be_turned_off() {
+    /// Starts serve with `admin`, stops it once it answers, returns its log.
+    fn log_of(admin: &str) -> String {
+        let (mut child, addr) = start_serve(&["--admin-listen".as_ref(), admin.as_ref()]);
+        assert!(http(&addr, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 200"));
+        let _ = child.kill();
+        let _ = child.wait();
+        let mut log = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+        log
+    }
+    let port = free_addr().rsplit_once(':').unwrap().1.to_string();
+    let open = log_of(&format!("0.0.0.0:{port}"));
+    assert!(open.contains("the admin port is not on loopback") && open.contains("/decisions"), "{open}");
+    let off = log_of("off");
+    assert!(off.contains("admin=None") && !off.contains("not on loopback"), "{off}");
+    let local = log_of(&free_addr());
+    assert!(!local.contains("not on loopback"), "{local}");
+
+    // A taken port is named, with the flag.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = taken.local_addr().unwrap().to_string();
+    let out = Command::new(BIN).args(["serve", "--listen", &free_addr(), "--admin-listen", &at]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains(&format!("cannot listen on {at} (--admin-listen")), "{err}");
 }
 
 #[test]

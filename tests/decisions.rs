@@ -1,4 +1,4 @@
-//! GET /decisions?pod=NAMESPACE/NAME on the health port: the pod's recent decisions with
+//! GET /decisions?pod=NAMESPACE/NAME on the admin port: the pod's recent decisions with
 //! every reason, from a ring bounded in entries and bytes.
 
 use std::path::Path;
@@ -9,7 +9,7 @@ use axum::http::{Request, StatusCode};
 use axum::Router;
 use coloc_extender::cluster::{snapshot, View, ViewCell};
 use coloc_extender::http::decisions::{DecisionLog, PodDecisions, RingLimits};
-use coloc_extender::http::{health_router, router, AppState, ViewSource};
+use coloc_extender::http::{admin_router, health_router, router, AppState, ViewSource};
 use coloc_extender::decide::{Context, Requeue};
 use coloc_extender::pipeline::{answer, answer_in, Verb};
 use coloc_extender::policy::Policy;
@@ -45,12 +45,12 @@ fn get(uri: &str) -> Request<Body> {
 }
 
 #[tokio::test]
-async fn a_preempt_decision_is_served_with_every_reason_on_the_health_port_only() {
+async fn a_preempt_decision_is_served_with_every_reason_on_the_admin_port_only() {
     let state = state();
-    let (app, health) = (router(state.clone(), ""), health_router(state));
+    let (app, health, admin) = (router(state.clone(), ""), health_router(state.clone()), admin_router(state));
     preempt(&app).await;
 
-    let (status, body) = send(&health, get("/decisions?pod=online/online-2")).await;
+    let (status, body) = send(&admin, get("/decisions?pod=online/online-2")).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let found: PodDecisions = serde_json::from_str(&body).unwrap();
     assert_eq!(found.decisions.len(), 1);
@@ -68,16 +68,17 @@ async fn a_preempt_decision_is_served_with_every_reason_on_the_health_port_only(
     assert!(d.reasons.iter().any(|r| r.subject == "node"), "{body}");
     assert_eq!(d.truncated, 0);
 
-    // Another pod: nothing. The scheduler-facing router does not serve decisions.
-    let (status, body) = send(&health, get("/decisions?pod=online/someone-else")).await;
+    // Another pod: nothing. Neither the scheduler-facing nor the health router serves decisions.
+    let (status, body) = send(&admin, get("/decisions?pod=online/someone-else")).await;
     assert_eq!(status, StatusCode::OK);
     assert!(serde_json::from_str::<PodDecisions>(&body).unwrap().decisions.is_empty());
     assert_eq!(send(&app, get("/decisions?pod=online/online-2")).await.0, StatusCode::NOT_FOUND);
+    assert_eq!(send(&health, get("/decisions?pod=online/online-2")).await.0, StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]
 async fn a_bad_pod_parameter_gets_400_naming_the_problem() {
-    let health = health_router(state());
+    let admin = admin_router(state());
     for (uri, says) in [
         ("/decisions", "pod=NAMESPACE/NAME is required"),
         ("/decisions?pod=online-2", "is not NAMESPACE/NAME"),
@@ -87,7 +88,7 @@ async fn a_bad_pod_parameter_gets_400_naming_the_problem() {
         ("/decisions?pod=%FF", "is not NAMESPACE/NAME"),
         ("/decisions?pod=a/b&pod=c/d", "unreadable query"),
     ] {
-        let (status, body) = send(&health, get(uri)).await;
+        let (status, body) = send(&admin, get(uri)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {body}");
         assert!(body.contains(says), "{uri}: {body}");
     }

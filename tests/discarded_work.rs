@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::Request;
 use coloc_extender::cluster::ViewCell;
-use coloc_extender::http::{router, AppState, ViewSource};
+use coloc_extender::http::{admin_router, router, AppState, ViewSource};
 use coloc_extender::pipeline::{answer, Answer, Verb};
 use common::*;
 use http_body_util::BodyExt;
@@ -81,12 +81,12 @@ async fn the_metric_adds_up_by_class() {
     cell.publish(s.view());
     let mut state = AppState::new(s.policy.clone(), cell, ViewSource::Snapshot);
     state.clock = Arc::new(|| NOW);
-    let app = router(state, "");
+    let (app, admin) = (router(state.clone(), ""), admin_router(state));
     for _ in 0..2 {
         let req = Request::post("/preempt").header("content-type", "application/json").body(Body::from(body().to_string())).unwrap();
         assert_eq!(app.clone().oneshot(req).await.unwrap().status(), 200);
     }
-    let resp = app.oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
+    let resp = admin.oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
     let text = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
     assert!(text.lines().any(|l| l == r#"coloc_discarded_cpu_seconds_total{class="free"} 120"#), "{text}");
 }

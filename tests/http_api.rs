@@ -10,7 +10,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{Method, Request, StatusCode};
 use axum::Router;
 use coloc_extender::cluster::{snapshot, View, ViewCell};
-use coloc_extender::http::{router, AppState, ViewSource};
+use coloc_extender::http::{admin_router, health_router, router, AppState, ViewSource};
 use coloc_extender::policy::Policy;
 use http_body_util::BodyExt;
 use rstest::rstest;
@@ -738,10 +738,10 @@ fn stalled_body() -> Body {
 async fn no_concurrency_budget_answers_503_overloaded() {
     let mut state = state_with(Policy::builtin_default(), None);
     state.limits.max_concurrency = 0;
-    let app = router(state, "");
+    let app = router(state.clone(), "");
     err_json(&app, "/filter", payload(R2, "0001-filter.json"), 503, "overloaded").await;
     // Refusals are counted like any answer, so they can be alerted on.
-    let (_, metrics) = get(&app, "/metrics").await;
+    let (_, metrics) = get(&admin_router(state), "/metrics").await;
     assert!(metrics.lines().any(|l| l.starts_with("coloc_requests_total") && l.contains("code=\"overloaded\"") && l.contains("verb=\"filter\"")), "{metrics}");
     // Probes are not subject to the verb budget.
     let (status, _) = send(&app, Method::GET, "/healthz", Body::empty()).await;
@@ -776,14 +776,15 @@ async fn healthz_and_readyz() {
 
 #[tokio::test]
 async fn metrics_count_requests_and_decisions() {
-    let app = app(custom_policy(), None);
-    assert_eq!(get(&app, "/metrics").await.0, StatusCode::OK);
+    let state = state_with(custom_policy(), None);
+    let (app, admin) = (router(state.clone(), ""), admin_router(state));
+    assert_eq!(get(&admin, "/metrics").await.0, StatusCode::OK);
     ok_json(&app, "/filter", payload(R1, "0001-filter.json")).await;
     let mut never = payload_json(R1, "0037-preempt.json");
     never["Pod"] = cluster_pod("online-never");
     ok_json(&app, "/preempt", never.to_string()).await;
 
-    let (status, text) = get(&app, "/metrics").await;
+    let (status, text) = get(&admin, "/metrics").await;
     assert_eq!(status, StatusCode::OK);
     let line = |name: &str, labels: &[&str]| {
         text.lines().any(|l| l.starts_with(&format!("{name}{{")) && labels.iter().all(|x| l.contains(x)))
@@ -804,6 +805,46 @@ async fn path_prefix_moves_the_verbs_only() {
         ok_json(&app, "/scheduler/preempt", payload(R1, "0037-preempt.json")).await;
         err_json(&app, "/filter", payload(R2, "0001-filter.json"), 404, "unknown_path").await;
         assert_eq!(get(&app, "/healthz").await.0, StatusCode::OK);
-        assert_eq!(get(&app, "/metrics").await.0, StatusCode::OK);
+        assert_eq!(get(&app, "/metrics").await.0, StatusCode::NOT_FOUND);
     }
+}
+
+// ---- 8. which port serves what -----------------------------------------------------------
+
+/// Decisions name pods and reasons, metrics describe the workload: both only on the admin
+/// port (loopback by default), never on the scheduler port or the probes' port.
+#[tokio::test]
+async fn metrics_and_decisions_are_served_on_the_admin_port_only() {
+    let state = state_with(Policy::builtin_default(), Some(&snapshot_path(R1)));
+    let (app, health, admin) = (router(state.clone(), ""), health_router(state.clone()), admin_router(state));
+    ok_json(&app, "/preempt", payload(R1, "0037-preempt.json")).await;
+    let decisions = "/decisions?pod=online/online-2";
+    for path in ["/metrics", decisions] {
+        for (port, router) in [("scheduler", &app), ("health", &health)] {
+            let (status, body) = get(router, path).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{path} on the {port} port: {body}");
+            let v: Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(v["code"], "unknown_path", "{body}");
+            let listed = v["error"].as_str().unwrap().rsplit_once(": ").unwrap().1;
+            assert!(!listed.contains("/metrics") && !listed.contains("/decisions"), "{port} port's 404 lists only its own routes: {body}");
+        }
+    }
+    let (status, text) = get(&admin, "/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(text.contains("coloc_requests_total"), "{text}");
+    let (status, body) = get(&admin, decisions).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(serde_json::from_str::<Value>(&body).unwrap()["decisions"].as_array().is_some_and(|d| !d.is_empty()), "{body}");
+    // Each port's 404 lists what it serves; the admin port serves no probes and no verbs.
+    let (_, body) = get(&app, "/nope").await;
+    assert!(body.contains("GET /healthz, /readyz") && body.contains("POST /filter"), "{body}");
+    let (_, body) = get(&health, "/nope").await;
+    assert!(body.contains("this port serves /healthz, /readyz\""), "{body}");
+    for path in ["/healthz", "/readyz", "/nope"] {
+        let (status, body) = get(&admin, path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
+        assert!(body.contains("this port serves /metrics, /decisions"), "{body}");
+    }
+    let (status, _) = send(&admin, Method::POST, "/preempt", Body::from(payload(R1, "0037-preempt.json"))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }

@@ -52,10 +52,59 @@ fn the_deployment_is_hardened_and_probed() {
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], Value::from("/healthz"));
     assert!(c["resources"]["limits"]["memory"].is_string() && c["resources"]["requests"]["cpu"].is_string());
     let args: Vec<&str> = c["args"].as_sequence().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
-    for flag in ["--kube", "--tls-cert", "--client-ca", "--health-listen", "--policy", "--events"] {
+    for flag in ["--kube", "--tls-cert", "--client-ca", "--health-listen", "--policy", "--events", "--admin-listen=0.0.0.0:8082"] {
         assert!(args.contains(&flag), "missing {flag}");
     }
     assert!(!spec["affinity"]["podAntiAffinity"].is_null());
+    // Prometheus scrapes the admin port, the only one serving /metrics.
+    let annotations = &d["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!((&annotations["prometheus.io/port"], &annotations["prometheus.io/path"]), (&Value::from("8082"), &Value::from("/metrics")));
+    assert_eq!(container_ports(&d), [("https".to_string(), 8443), ("health".to_string(), 8081), ("admin".to_string(), 8082)]);
+}
+
+/// The extender container's ports, (name, number).
+fn container_ports(deployment: &Value) -> Vec<(String, i64)> {
+    let ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"].as_sequence().unwrap();
+    ports.iter().map(|p| (p["name"].as_str().unwrap().to_string(), p["containerPort"].as_i64().unwrap())).collect()
+}
+
+#[test]
+fn the_network_policy_opens_the_verb_and_health_ports_and_the_admin_port_to_monitoring_only() {
+    let base = load("kustomization.yaml");
+    let resources: Vec<&str> = base["resources"].as_sequence().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+    assert!(resources.contains(&"networkpolicy.yaml"), "{resources:?}");
+    let d = load("deployment.yaml");
+    let np = load("networkpolicy.yaml");
+    assert_eq!((&np["apiVersion"], &np["kind"]), (&Value::from("networking.k8s.io/v1"), &Value::from("NetworkPolicy")));
+    assert_eq!(np["metadata"]["namespace"], d["metadata"]["namespace"]);
+    let spec = &np["spec"];
+    // It selects exactly the extender's pods.
+    assert_eq!(spec["podSelector"]["matchLabels"], d["spec"]["selector"]["matchLabels"]);
+    let pod_labels = d["spec"]["template"]["metadata"]["labels"].as_mapping().unwrap();
+    for (k, v) in spec["podSelector"]["matchLabels"].as_mapping().unwrap() {
+        assert_eq!(pod_labels.get(k), Some(v), "the pods carry {k:?}");
+    }
+    assert_eq!(spec["policyTypes"], Value::from(vec!["Ingress"]));
+    // Each rule's ports, resolved against the container's named ports, with its sources.
+    let named = container_ports(&d);
+    let number = |p: &Value| match p {
+        Value::String(name) => named.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no container port {name}")).1,
+        other => other.as_i64().unwrap(),
+    };
+    let mut rules: Vec<(Vec<i64>, Value)> = spec["ingress"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let mut ports: Vec<i64> = r["ports"].as_sequence().unwrap().iter().map(|p| number(&p["port"])).collect();
+            ports.sort();
+            (ports, r["from"].clone())
+        })
+        .collect();
+    rules.sort_by(|a, b| a.0.cmp(&b.0));
+    let monitoring: Value = serde_yaml_ng::from_str("[{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]").unwrap();
+    // No `from`: any source (kube-scheduler is often host-networked; --client-ca guards 8443).
+    assert_eq!(rules, [(vec![8081, 8443], Value::Null), (vec![8082], monitoring)]);
 }
 
 #[test]
@@ -96,6 +145,58 @@ fn wake_writes_are_an_opt_in_component_limited_to_pods_in_the_extenders_namespac
     let binding = load("wake/rolebinding.yaml");
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     assert_eq!(binding["metadata"]["namespace"], role["metadata"]["namespace"]);
+}
+
+/// The pod writes RBAC grants a component are bounded by its ValidatingAdmissionPolicy:
+/// listed in the component, bound with Deny, matching every pod write of the extender's
+/// ServiceAccount (what each allows is shown on a real API server: tests/e2e/privilege.rs).
+#[test]
+fn each_write_component_ships_an_admission_policy_bounding_the_extenders_pod_writes() {
+    let sa = load("serviceaccount.yaml");
+    let user = format!("system:serviceaccount:{}:{}", sa["metadata"]["namespace"].as_str().unwrap(), sa["metadata"]["name"].as_str().unwrap());
+    let mut specs = Vec::new();
+    for component in ["requeue", "wake"] {
+        let kustomization = load(&format!("{component}/kustomization.yaml"));
+        let files: Vec<&str> = kustomization["resources"].as_sequence().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+        for f in ["validatingadmissionpolicy.yaml", "validatingadmissionpolicybinding.yaml"] {
+            assert!(files.contains(&f), "{component} lacks {f}: {files:?}");
+        }
+        let policy = load(&format!("{component}/validatingadmissionpolicy.yaml"));
+        let binding = load(&format!("{component}/validatingadmissionpolicybinding.yaml"));
+        assert_eq!((&policy["apiVersion"], &policy["kind"]), (&Value::from("admissionregistration.k8s.io/v1"), &Value::from("ValidatingAdmissionPolicy")));
+        assert_eq!((&binding["apiVersion"], &binding["kind"]), (&Value::from("admissionregistration.k8s.io/v1"), &Value::from("ValidatingAdmissionPolicyBinding")));
+        let name = policy["metadata"]["name"].as_str().unwrap();
+        assert_eq!(name, format!("coloc-extender-{component}"));
+        assert_eq!(binding["metadata"]["name"], policy["metadata"]["name"], "named as the component's RBAC binding");
+        assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+        assert_eq!(binding["spec"]["validationActions"], Value::from(vec!["Deny"]));
+        assert!(binding["spec"]["matchResources"].is_null(), "every namespace, kube-system included");
+        assert!(policy["metadata"]["namespace"].is_null() && binding["metadata"]["namespace"].is_null(), "cluster-scoped");
+
+        let spec = &policy["spec"];
+        assert_eq!(spec["failurePolicy"], Value::from("Fail"));
+        let rules = spec["matchConstraints"]["resourceRules"].as_sequence().unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0]["resources"], Value::from(vec!["pods"]), "pods; RBAC grants no subresource");
+        assert_eq!(rules[0]["operations"], Value::from(vec!["CREATE", "UPDATE", "DELETE"]));
+        let conditions = spec["matchConditions"].as_sequence().unwrap();
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0]["expression"].as_str().unwrap(), format!("request.userInfo.username == '{user}'"));
+        for v in spec["validations"].as_sequence().unwrap() {
+            let message = v["message"].as_str().unwrap();
+            assert!(message.starts_with("coloc-extender may "), "{message}");
+            assert_eq!(v["reason"], Value::from("Forbidden"));
+        }
+        specs.push(spec.clone());
+    }
+    // Every admission policy must pass: each admits both components' writes, so that either
+    // alone, or both, allow exactly those.
+    assert_eq!(specs[0], specs[1], "the requeue and wake policies differ");
+    use coloc_extender::{requeue, wake};
+    let text = serde_yaml_ng::to_string(&specs[0]).unwrap();
+    for name in [requeue::LABEL, requeue::FROM_UID, requeue::GATE, requeue::GUARD, wake::LABEL, wake::NODE] {
+        assert!(text.contains(&format!("'{name}'")), "the policies do not name {name}, as the extender does");
+    }
 }
 
 #[test]

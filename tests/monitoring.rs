@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use coloc_extender::cluster::{snapshot, View, ViewCell};
-use coloc_extender::http::{health_router, router, AppState, ViewSource};
+use coloc_extender::http::{admin_router, router, AppState, ViewSource};
 use coloc_extender::policy::Policy;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
@@ -45,12 +45,12 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     let view = Arc::new(ViewCell::default());
     view.publish(View::build(snapshot::parse(repo(&format!("{round}/0037-preempt.snapshot.json")).as_bytes()).unwrap(), &policy));
     let state = AppState::new(policy, view, ViewSource::Snapshot);
-    let (app, health) = (router(state.clone(), ""), health_router(state));
+    let (app, admin) = (router(state.clone(), ""), admin_router(state));
     for (verb, file) in [("filter", "0001-filter.json"), ("prioritize", "0002-prioritize.json"), ("preempt", "0037-preempt.json")] {
         let req = Request::post(format!("/{verb}")).header("content-type", "application/json").body(Body::from(repo(&format!("{round}/{file}")))).unwrap();
         call(&app, req).await;
     }
-    let exported = call(&health, Request::get("/metrics").body(Body::empty()).unwrap()).await;
+    let exported = call(&admin, Request::get("/metrics").body(Body::empty()).unwrap()).await;
     let exported: BTreeSet<&str> = exported
         .lines()
         .filter(|l| !l.starts_with('#'))

@@ -27,8 +27,9 @@ use workers::Workers;
 pub use error::ApiError;
 pub use state::{system_now, AppState, Limits, ViewSource};
 
-/// The service's routes: `POST {prefix}/{filter,prioritize,preempt}`, `GET /healthz`,
-/// `/readyz`, `/metrics`. `prefix` is "" or starts with '/'.
+/// The scheduler-facing routes: `POST {prefix}/{filter,prioritize,preempt}`, `GET /healthz`,
+/// `/readyz`. `prefix` is "" or starts with '/'. `/metrics` and `/decisions` are on
+/// [`admin_router`] only.
 pub fn router(state: AppState, prefix: &str) -> Router {
     // Install the recorder before the first request records anything.
     metrics::handle();
@@ -41,13 +42,12 @@ pub fn router(state: AppState, prefix: &str) -> Router {
         .route(&format!("{prefix}/preempt"), post(handlers::preempt))
         .layer(Extension(shared))
         .layer(middleware::from_fn_with_state(timeout, time_limit));
-    let expected = format!("POST {prefix}/filter, {prefix}/prioritize or {prefix}/preempt; GET /healthz, /readyz, /metrics");
+    let expected = format!("POST {prefix}/filter, {prefix}/prioritize or {prefix}/preempt; GET /healthz, /readyz");
     let not_allowed = expected.clone();
     Router::new()
         .merge(verbs)
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
-        .route("/metrics", get(handlers::metrics_text))
         .fallback(move |req: Request| async move {
             ApiError::new(StatusCode::NOT_FOUND, "unknown_path", format!("no route for {} {}: expected {expected}", req.method(), req.uri().path()))
         })
@@ -61,17 +61,27 @@ pub fn router(state: AppState, prefix: &str) -> Router {
         .with_state(state)
 }
 
-/// `/healthz`, `/readyz`, `/metrics` and `/decisions`: for a plain-HTTP port that probes,
-/// Prometheus and operators (`explain`) reach without the client certificate the verbs
-/// require. Decisions name pods and reasons: they are not served to the scheduler-facing port.
+/// `/healthz` and `/readyz` on a plain-HTTP port, for probes, which carry no client
+/// certificate.
 pub fn health_router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
+        .fallback(|req: Request| async move {
+            ApiError::new(StatusCode::NOT_FOUND, "unknown_path", format!("no route for {}: this port serves /healthz, /readyz", req.uri().path()))
+        })
+        .with_state(state)
+}
+
+/// `/metrics` and `/decisions` (`explain`), on a port of their own: decisions name pods and
+/// reasons, so they go only where the admin port is reachable (loopback by default).
+pub fn admin_router(state: AppState) -> Router {
+    metrics::handle();
+    Router::new()
         .route("/metrics", get(handlers::metrics_text))
         .route("/decisions", get(decisions::handler))
         .fallback(|req: Request| async move {
-            ApiError::new(StatusCode::NOT_FOUND, "unknown_path", format!("no route for {}: this port serves /healthz, /readyz, /metrics, /decisions", req.uri().path()))
+            ApiError::new(StatusCode::NOT_FOUND, "unknown_path", format!("no route for {}: this port serves /metrics, /decisions", req.uri().path()))
         })
         .with_state(state)
 }

@@ -73,7 +73,7 @@ pub struct AppState {
     pub freshness: Option<Arc<Freshness>>,
     /// Why the policy file could not be reloaded (the last good policy is in force).
     pub policy_problem: Arc<ArcSwapOption<String>>,
-    /// Recent decisions per pod (`GET /decisions` on the health port).
+    /// Recent decisions per pod (`GET /decisions` on the admin port).
     pub decisions: Arc<DecisionLog>,
     /// Writes Events on preemptors (`serve --kube --events`).
     pub events: Option<Arc<crate::events::kube::EventSink>>,

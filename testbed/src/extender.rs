@@ -12,13 +12,17 @@ pub struct Extender {
     pub proc: Proc,
     /// The verb port (`--listen`).
     pub port: u16,
-    /// The health port (`--health-listen`): /healthz, /readyz, /metrics, /decisions.
+    /// The health port (`--health-listen`): /healthz, /readyz.
     pub health_port: u16,
+    /// The admin port (`--admin-listen`): /metrics, /decisions.
+    pub admin_port: u16,
     health: kube::Client,
+    admin: kube::Client,
 }
 
 impl Extender {
-    /// Starts `binary serve --listen … --health-listen … <args>` as the extender's own user
+    /// Starts `binary serve --listen … --health-listen … --admin-listen … <args>` as the
+    /// extender's own user
     /// (`KUBECONFIG` = its kubeconfig) and waits until `/readyz` answers 200.
     pub async fn start(
         plane: &ControlPlane,
@@ -28,12 +32,16 @@ impl Extender {
     ) -> anyhow::Result<Extender> {
         let port = free_port();
         let health_port = free_port();
+        // Each its own: the default (127.0.0.1:8082) would collide between extenders.
+        let admin_port = free_port();
         let mut all = strings(&[
             "serve",
             "--listen",
             &format!("127.0.0.1:{port}"),
             "--health-listen",
             &format!("127.0.0.1:{health_port}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin_port}"),
         ]);
         all.extend(args.iter().map(|a| a.to_string()));
         let env = [
@@ -51,7 +59,9 @@ impl Extender {
             proc,
             port,
             health_port,
+            admin_port,
             health: plain_client(health_port)?,
+            admin: plain_client(admin_port)?,
         };
         e.wait_ready(Duration::from_secs(60)).await?;
         Ok(e)
@@ -104,9 +114,21 @@ impl Extender {
             .await?)
     }
 
+    /// GET on the admin port (`/metrics`, `/decisions`); an error for any status but 2xx.
+    pub async fn admin_get(&self, path: &str) -> anyhow::Result<String> {
+        Ok(self
+            .admin
+            .request_text(crate::control_plane::http_get(path))
+            .await?)
+    }
+
     /// One counter or gauge summed over its label sets, from `/metrics`.
     pub async fn metric_sum(&self, name: &str, label_filter: &str) -> anyhow::Result<f64> {
-        Ok(metric_sum(&self.get("/metrics").await?, name, label_filter))
+        Ok(metric_sum(
+            &self.admin_get("/metrics").await?,
+            name,
+            label_filter,
+        ))
     }
 }
 

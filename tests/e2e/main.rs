@@ -12,6 +12,7 @@ mod budgets;
 mod faults;
 mod invariants;
 mod jobs;
+mod privilege;
 mod profiles;
 mod scenarios;
 
@@ -35,6 +36,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(budgets::cases());
     v.extend(faults::cases());
     v.extend(profiles::cases());
+    v.extend(privilege::cases());
     v
 }
 

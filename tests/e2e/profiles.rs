@@ -48,7 +48,7 @@ fn marked(pod: &Pod) -> bool {
 /// The verbs the extender was asked about this pod (its /decisions).
 async fn verbs_asked(bed: &Bed, pod: &str) -> anyhow::Result<BTreeSet<String>> {
     let text = bed.extenders[0]
-        .get(&format!("/decisions?pod={pod}"))
+        .admin_get(&format!("/decisions?pod={pod}"))
         .await?;
     let d: serde_json::Value = serde_json::from_str(&text)?;
     Ok(d["decisions"]

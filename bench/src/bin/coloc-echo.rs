@@ -6,8 +6,8 @@
 //! `filter` keeps every node: it echoes `NodeNames` (nodeCacheCapable: true) or the
 //! `Nodes` list (false) without decoding them; `prioritize` answers `[]`; `preempt`
 //! echoes `NodeNameToMetaVictims` (or, for full victims, their UIDs). The health port
-//! answers `/readyz` and `/healthz`. The same `serve --listen --health-listen` as
-//! coloc-extender, so the test bed starts either the same way.
+//! answers `/readyz` and `/healthz`. The same `serve --listen --health-listen
+//! --admin-listen` as coloc-extender, so the test bed starts either the same way.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -35,6 +35,9 @@ struct Args {
     listen: SocketAddr,
     #[arg(long)]
     health_listen: Option<SocketAddr>,
+    /// Accepted for the same command line, and ignored: no metrics or decisions to serve.
+    #[arg(long)]
+    admin_listen: Option<String>,
 }
 
 #[derive(Deserialize)]

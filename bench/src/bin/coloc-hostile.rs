@@ -186,12 +186,16 @@ impl Server {
     fn start(args: &Args) -> anyhow::Result<Server> {
         let addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
         let health: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+        // Not the default 127.0.0.1:8082: a server still stopping would hold it.
+        let admin: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
         let mut child = Command::new(&args.server)
             .arg("serve")
             .arg("--listen")
             .arg(addr.to_string())
             .arg("--health-listen")
             .arg(health.to_string())
+            .arg("--admin-listen")
+            .arg(admin.to_string())
             .args(&args.serve_flags)
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())

@@ -56,7 +56,8 @@ impl Kind {
         }
     }
 
-    /// The binary to start and the flags after `serve --listen … --health-listen …`.
+    /// The binary to start and the flags after `serve --listen … --health-listen …
+    /// --admin-listen …`.
     pub fn program<'a>(self, p: &Programs<'a>) -> Option<(&'a Path, &'static [&'static str])> {
         match self {
             Kind::Stock | Kind::StockNoBatching => None,

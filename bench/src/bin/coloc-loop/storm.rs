@@ -144,7 +144,7 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
     let mut preempt_mean_ms = None;
     let writes = match &extender {
         Some(e) => {
-            let text = e.get("/metrics").await.unwrap_or_default();
+            let text = e.admin_get("/metrics").await.unwrap_or_default();
             std::fs::write(dir.join("extender-metrics.txt"), &text)?;
             let sum = |m: &str, f: &str| coloc_testbed::extender::metric_sum(&text, m, f);
             let preempt = "verb=\"preempt\"";
