@@ -27,7 +27,7 @@ pub struct UninstallArgs {
     #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
     pub namespace: String,
     /// Label selector of the extender's pods: none may still run.
-    #[arg(long, default_value = "app.kubernetes.io/name=coloc-extender,app.kubernetes.io/component!=uninstall")]
+    #[arg(long, default_value = "app.kubernetes.io/name=coloc-extender")]
     pub selector: String,
     /// What kube-scheduler's errors name when it cannot reach the extender (part of the
     /// registration's urlPrefix): a FailedScheduling Event naming it within --quiet-for

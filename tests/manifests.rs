@@ -26,12 +26,14 @@ fn grants(role: &Value) -> Vec<String> {
 }
 
 #[test]
-fn the_cluster_role_reads_what_the_view_watches_and_writes_only_events() {
+fn the_cluster_role_reads_what_the_view_watches_and_writes_only_events_and_guard_removals() {
     let granted = grants(&load("clusterrole.yaml"));
     let read = |r: &str| ["get", "list", "watch"].map(|v| format!("{r}:{v}"));
     let mut expected: Vec<String> = ["/nodes", "/pods", "batch/jobs", "policy/poddisruptionbudgets", "scheduling.k8s.io/podgroups", "scheduling.k8s.io/priorityclasses", "scheduling.volcano.sh/podgroups", "scheduling.x-k8s.io/podgroups"].iter().flat_map(|r| read(r)).collect();
     // Events on preemptors (serve --events): the Warning/Normal `kubectl describe pod` shows.
     expected.extend(["events.k8s.io/events:create".to_string(), "events.k8s.io/events:patch".to_string()]);
+    // Guards releases before 0.2 left are taken off in every mode (bounded by the policy).
+    expected.push("/pods:patch".to_string());
     expected.sort();
     assert_eq!(granted, expected);
 }
@@ -147,56 +149,75 @@ fn wake_writes_are_an_opt_in_component_limited_to_pods_in_the_extenders_namespac
     assert_eq!(binding["metadata"]["namespace"], role["metadata"]["namespace"]);
 }
 
-/// The pod writes RBAC grants a component are bounded by its ValidatingAdmissionPolicy:
-/// listed in the component, bound with Deny, matching every pod write of the extender's
-/// ServiceAccount (what each allows is shown on a real API server: tests/e2e/privilege.rs).
+/// Every pod write RBAC grants (the base's guard clean-up, the requeue and wake
+/// components, the uninstall Job) is bounded by one ValidatingAdmissionPolicy in the base:
+/// bound with Deny, matching every pod write of the extender's and the uninstall Job's
+/// ServiceAccounts (what it allows is shown on a real API server: tests/e2e/privilege.rs).
 #[test]
-fn each_write_component_ships_an_admission_policy_bounding_the_extenders_pod_writes() {
-    let sa = load("serviceaccount.yaml");
-    let user = format!("system:serviceaccount:{}:{}", sa["metadata"]["namespace"].as_str().unwrap(), sa["metadata"]["name"].as_str().unwrap());
-    let mut specs = Vec::new();
+fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
+    let user = |dir: &str| {
+        let sa = load(&format!("{dir}serviceaccount.yaml"));
+        format!("system:serviceaccount:{}:{}", sa["metadata"]["namespace"].as_str().unwrap(), sa["metadata"]["name"].as_str().unwrap())
+    };
+    let kustomization = load("kustomization.yaml");
+    let files: Vec<&str> = kustomization["resources"].as_sequence().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    for f in ["validatingadmissionpolicy.yaml", "validatingadmissionpolicybinding.yaml"] {
+        assert!(files.contains(&f), "the base lacks {f}: {files:?}");
+    }
+    let policy = load("validatingadmissionpolicy.yaml");
+    let binding = load("validatingadmissionpolicybinding.yaml");
+    assert_eq!((&policy["apiVersion"], &policy["kind"]), (&Value::from("admissionregistration.k8s.io/v1"), &Value::from("ValidatingAdmissionPolicy")));
+    assert_eq!((&binding["apiVersion"], &binding["kind"]), (&Value::from("admissionregistration.k8s.io/v1"), &Value::from("ValidatingAdmissionPolicyBinding")));
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], Value::from(vec!["Deny"]));
+    assert!(binding["spec"]["matchResources"].is_null(), "every namespace, kube-system included");
+    assert!(policy["metadata"]["namespace"].is_null() && binding["metadata"]["namespace"].is_null(), "cluster-scoped");
+    let spec = &policy["spec"];
+    assert_eq!(spec["failurePolicy"], Value::from("Fail"));
+    let rules = spec["matchConstraints"]["resourceRules"].as_sequence().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0]["resources"], Value::from(vec!["pods"]), "pods; RBAC grants no subresource");
+    assert_eq!(rules[0]["operations"], Value::from(vec!["CREATE", "UPDATE", "DELETE"]));
+    let conditions = spec["matchConditions"].as_sequence().unwrap();
+    assert_eq!(conditions.len(), 1);
+    let matched = conditions[0]["expression"].as_str().unwrap();
+    for who in [user(""), user("uninstall/")] {
+        assert!(matched.contains(&format!("'{who}'")), "{who} not matched: {matched}");
+    }
+    for v in spec["validations"].as_sequence().unwrap() {
+        let message = v["message"].as_str().unwrap();
+        assert!(message.starts_with("coloc-extender (or its uninstall) may "), "{message}");
+        assert_eq!(v["reason"], Value::from("Forbidden"));
+    }
     for component in ["requeue", "wake"] {
-        let kustomization = load(&format!("{component}/kustomization.yaml"));
-        let files: Vec<&str> = kustomization["resources"].as_sequence().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
-        for f in ["validatingadmissionpolicy.yaml", "validatingadmissionpolicybinding.yaml"] {
-            assert!(files.contains(&f), "{component} lacks {f}: {files:?}");
-        }
-        let policy = load(&format!("{component}/validatingadmissionpolicy.yaml"));
-        let binding = load(&format!("{component}/validatingadmissionpolicybinding.yaml"));
-        assert_eq!((&policy["apiVersion"], &policy["kind"]), (&Value::from("admissionregistration.k8s.io/v1"), &Value::from("ValidatingAdmissionPolicy")));
-        assert_eq!((&binding["apiVersion"], &binding["kind"]), (&Value::from("admissionregistration.k8s.io/v1"), &Value::from("ValidatingAdmissionPolicyBinding")));
-        let name = policy["metadata"]["name"].as_str().unwrap();
-        assert_eq!(name, format!("coloc-extender-{component}"));
-        assert_eq!(binding["metadata"]["name"], policy["metadata"]["name"], "named as the component's RBAC binding");
-        assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
-        assert_eq!(binding["spec"]["validationActions"], Value::from(vec!["Deny"]));
-        assert!(binding["spec"]["matchResources"].is_null(), "every namespace, kube-system included");
-        assert!(policy["metadata"]["namespace"].is_null() && binding["metadata"]["namespace"].is_null(), "cluster-scoped");
-
-        let spec = &policy["spec"];
-        assert_eq!(spec["failurePolicy"], Value::from("Fail"));
-        let rules = spec["matchConstraints"]["resourceRules"].as_sequence().unwrap();
-        assert_eq!(rules.len(), 1);
-        assert_eq!(rules[0]["resources"], Value::from(vec!["pods"]), "pods; RBAC grants no subresource");
-        assert_eq!(rules[0]["operations"], Value::from(vec!["CREATE", "UPDATE", "DELETE"]));
-        let conditions = spec["matchConditions"].as_sequence().unwrap();
-        assert_eq!(conditions.len(), 1);
-        assert_eq!(conditions[0]["expression"].as_str().unwrap(), format!("request.userInfo.username == '{user}'"));
-        for v in spec["validations"].as_sequence().unwrap() {
-            let message = v["message"].as_str().unwrap();
-            assert!(message.starts_with("coloc-extender may "), "{message}");
-            assert_eq!(v["reason"], Value::from("Forbidden"));
-        }
-        specs.push(spec.clone());
+        let k = load(&format!("{component}/kustomization.yaml"));
+        let files = serde_yaml_ng::to_string(&k["resources"]).unwrap();
+        assert!(!files.contains("admissionpolicy"), "{component} ships a policy of its own: every policy must pass, so one bounds all");
     }
-    // Every admission policy must pass: each admits both components' writes, so that either
-    // alone, or both, allow exactly those.
-    assert_eq!(specs[0], specs[1], "the requeue and wake policies differ");
     use coloc_extender::{requeue, wake};
-    let text = serde_yaml_ng::to_string(&specs[0]).unwrap();
+    let text = serde_yaml_ng::to_string(spec).unwrap();
     for name in [requeue::LABEL, requeue::FROM_UID, requeue::GATE, requeue::GUARD, wake::LABEL, wake::NODE] {
-        assert!(text.contains(&format!("'{name}'")), "the policies do not name {name}, as the extender does");
+        assert!(text.contains(&format!("'{name}'")), "the policy does not name {name}, as the extender does");
     }
+}
+
+/// The uninstall Job runs as a ServiceAccount of its own, with what it needs: list pods
+/// and FailedScheduling Events, patch (guards, gates), create (a preempted guarded pod's
+/// copy) and delete (replacements, placeholders) pods.
+#[test]
+fn the_uninstall_job_has_its_own_narrow_rbac() {
+    let kustomization = load("uninstall/kustomization.yaml");
+    let files: Vec<&str> = kustomization["resources"].as_sequence().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    assert_eq!(files, ["serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml", "job.yaml"]);
+    let granted = grants(&load("uninstall/clusterrole.yaml"));
+    let mut expected: Vec<String> = ["/pods:get", "/pods:list", "/pods:patch", "/pods:create", "/pods:delete", "/events:list", "events.k8s.io/events:create", "events.k8s.io/events:patch"].map(String::from).to_vec();
+    expected.sort();
+    assert_eq!(granted, expected);
+    let job = load("uninstall/job.yaml");
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], load("uninstall/serviceaccount.yaml")["metadata"]["name"]);
+    assert_eq!(job["spec"]["backoffLimit"], Value::from(0), "a refusal is read in the log, not retried");
+    assert_eq!(pod["containers"][0]["args"][0], Value::from("uninstall"));
 }
 
 #[test]

@@ -45,6 +45,8 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     let view = Arc::new(ViewCell::default());
     view.publish(View::build(snapshot::parse(repo(&format!("{round}/0037-preempt.snapshot.json")).as_bytes()).unwrap(), &policy));
     let state = AppState::new(policy, view, ViewSource::Snapshot);
+    // What a replica with --kube registers at start (requeue's and the guards' series).
+    coloc_extender::requeue::kube::register_metrics();
     let (app, admin) = (router(state.clone(), ""), admin_router(state));
     for (verb, file) in [("filter", "0001-filter.json"), ("prioritize", "0002-prioritize.json"), ("preempt", "0037-preempt.json")] {
         let req = Request::post(format!("/{verb}")).header("content-type", "application/json").body(Body::from(repo(&format!("{round}/{file}")))).unwrap();
@@ -64,7 +66,10 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&rules).unwrap();
     assert_eq!(yaml["kind"], serde_yaml_ng::Value::from("PrometheusRule"));
     let alerts: Vec<&str> = yaml["spec"]["groups"][0]["rules"].as_sequence().unwrap().iter().map(|r| r["alert"].as_str().unwrap()).collect();
-    assert_eq!(alerts, ["ColocExtenderErrors", "ColocExtenderSlow", "ColocExtenderViewStale", "ColocExtenderPolicyReloadFailed"]);
+    assert_eq!(
+        alerts,
+        ["ColocExtenderErrors", "ColocExtenderSlow", "ColocExtenderViewStale", "ColocExtenderPolicyReloadFailed", "ColocExtenderRequeueGivenUp", "ColocExtenderGuardsLeft"]
+    );
 
     for (what, text) in [("dashboard", &dashboard), ("alerts", &rules)] {
         let used = metric_names(text);

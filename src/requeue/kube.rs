@@ -90,9 +90,30 @@ pub fn api_code(e: &kube::Error) -> Option<u16> {
     }
 }
 
+/// Every reason `guard::give_up_after` may give.
+const GIVEN_UP_REASONS: &[&str] = &[
+    "namespace_terminating",
+    "service_account_missing",
+    "priority_class_missing",
+    "pod_security",
+    "forbidden",
+    "namespace_missing",
+    "invalid",
+    "retries_exhausted",
+];
+
+/// Registers requeue's series at zero, so an alert on their increase sees the first one.
+pub fn register_metrics() {
+    for reason in GIVEN_UP_REASONS {
+        metrics::counter!("coloc_requeue_given_up_total", "reason" => *reason).absolute(0);
+    }
+    metrics::gauge!("coloc_requeue_guards_left").set(0.0);
+}
+
 impl Requeuer {
     /// `instance` names this replica in Events (the pod name, typically).
     pub fn new(client: Client, instance: Option<String>) -> Requeuer {
+        register_metrics();
         let recorder = Recorder::new(client.clone(), crate::events::kube::reporter(instance));
         Requeuer { client, recorder, tries: Default::default(), pace: Default::default() }
     }

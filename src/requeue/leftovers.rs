@@ -206,7 +206,7 @@ impl Requeuer {
         match pod_api(&self.client, &pod.namespace).patch(&pod.name, &PatchParams::default(), &Patch::Merge(patch)).await {
             Ok(_) => {
                 metrics::counter!("coloc_requeue_guards_total", "change" => "removed").increment(1);
-                tracing::debug!(pod = %pod.key(), why, "guard removed");
+                tracing::debug!(pod = %pod.key(), why, preempted = pod.preempted, phase = ?pod.phase, deleting = pod.deletion_time.is_some(), "guard removed");
                 true
             }
             Err(e) if api_code(&e) == Some(404) => true,

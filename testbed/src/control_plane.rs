@@ -24,10 +24,14 @@ use crate::{pki, Binaries};
 
 /// The user the extender authenticates as: what its ServiceAccount would be in a cluster.
 pub const EXTENDER_USER: &str = "system:serviceaccount:kube-system:coloc-extender";
+/// Who `coloc-extender uninstall` acts as (manifests/uninstall).
+pub const UNINSTALL_USER: &str = "system:serviceaccount:kube-system:coloc-extender-uninstall";
 
 /// kube-controller-manager's controllers: the workload controllers whose behaviour the
-/// extender relies on (recreating victims, Job failure accounting, PDB status).
+/// extender relies on (recreating victims, Job failure accounting, PDB status), and the
+/// namespace controller (a deleted namespace must finish whatever the extender left).
 pub const CONTROLLERS: &[&str] = &[
+    "namespace-controller",
     "replicaset-controller",
     "deployment-controller",
     "statefulset-controller",
@@ -46,6 +50,7 @@ pub struct ControlPlane {
     pub api_port: u16,
     pub admin_kubeconfig: PathBuf,
     pub extender_kubeconfig: PathBuf,
+    pub uninstall_kubeconfig: PathBuf,
     dir: TempDir,
 }
 
@@ -73,7 +78,7 @@ impl ControlPlane {
         let pki = pki::write(d)?;
         std::fs::write(
             d.join("tokens.csv"),
-            format!("admin-token,testbed-admin,1,\"system:masters\"\nextender-token,{EXTENDER_USER},2,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\n"),
+            format!("admin-token,testbed-admin,1,\"system:masters\"\nextender-token,{EXTENDER_USER},2,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\nuninstall-token,{UNINSTALL_USER},3,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\n"),
         )?;
         let etcd_port = free_port();
         let peer_port = free_port();
@@ -151,6 +156,8 @@ impl ControlPlane {
             &extender_kubeconfig,
             kubeconfig(api_port, &pki.ca_cert, "extender-token"),
         )?;
+        let uninstall_kubeconfig = d.join("uninstall.kubeconfig");
+        std::fs::write(&uninstall_kubeconfig, kubeconfig(api_port, &pki.ca_cert, "uninstall-token"))?;
         let mut plane = ControlPlane {
             bins: bins.clone(),
             controller_manager: None,
@@ -159,6 +166,7 @@ impl ControlPlane {
             api_port,
             admin_kubeconfig,
             extender_kubeconfig,
+            uninstall_kubeconfig,
             dir,
         };
         plane.wait_ready(Duration::from_secs(90)).await?;

@@ -7,8 +7,6 @@ use coloc_testbed::cluster::{self, PodBuilder};
 use coloc_testbed::control_plane::Options;
 use coloc_testbed::proxy::Proxy;
 use coloc_testbed::Binaries;
-use coloc_extender::requeue::GUARD;
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::bed::placement;
 use crate::invariants::{bare_pods, is_replacement, nothing_lost};
@@ -36,10 +34,6 @@ pub fn cases() -> Vec<Case> {
         Case {
             name: "fault_requeue_permission_removed_bare_victims_spared",
             run: |b, m| Box::pin(permission_removed(b, m)),
-        },
-        Case {
-            name: "fault_requeue_permission_removed_guarded_victims_held_until_it_returns",
-            run: |b, m| Box::pin(permission_removed_guarded(b, m)),
         },
     ]
 }
@@ -198,8 +192,8 @@ async fn permission_removed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
     bed.one_node_two_free_pods().await?;
     let originals = bare_pods(&bed, "batch").await?;
-    // Unguarded: each replacement is stored before the answer, so a refused one spares.
-    let e = bed.extender(&["--requeue", "--requeue-guard=false"]).await?;
+    // Each replacement is stored before the answer, so a refused one spares.
+    let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
     bed.plane
         .kubectl(&["delete", "clusterrolebinding", "coloc-extender-requeue"])?;
@@ -230,46 +224,5 @@ async fn permission_removed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         "a replacement exists although the permission was removed"
     );
     nothing_lost(&bed, "batch", &originals).await?;
-    bed.finish()
-}
-
-fn guarded(p: &Pod) -> bool {
-    p.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == GUARD))
-}
-
-/// Guarded victims answered just before requeue lost its permission: evicted, they are
-/// held (terminating, guarded) instead of lost, the online pod is placed all the same,
-/// and once the permission is back their replacements are stored.
-async fn permission_removed_guarded(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
-    let mut bed = Bed::up(bins, mode).await?;
-    bed.one_node_two_free_pods().await?;
-    let originals = bare_pods(&bed, "batch").await?;
-    let e = bed.extender(&["--requeue"]).await?;
-    bed.schedule_with(&[bed.entry(e)]).await?;
-    bed.until_pods("batch", MINUTE, "both free pods guarded", |pods| {
-        let n = pods.iter().filter(|p| guarded(p)).count();
-        if n == 2 { Ok(()) } else { Err(format!("{n} guarded")) }
-    })
-    .await?;
-    bed.plane
-        .kubectl(&["delete", "clusterrolebinding", "coloc-extender-requeue"])?;
-    crate::scenarios::online(&bed, "web", 3000).await?;
-    crate::scenarios::online_placed(&bed, "web").await?;
-    bed.until_pods("batch", MINUTE, "the evicted free pods held by their guard", |pods| {
-        let held = pods.iter().filter(|p| guarded(p) && p.metadata.deletion_timestamp.is_some()).count();
-        match (held, pods.iter().any(is_replacement)) {
-            (_, true) => Err("a replacement exists although the permission was removed".into()),
-            (0, _) => Err("none held yet".into()),
-            _ => Ok(()),
-        }
-    })
-    .await?;
-    bed.plane.apply(&crate::bed::repo("manifests/requeue/clusterrolebinding.yaml"))?;
-    nothing_lost(&bed, "batch", &originals).await?;
-    bed.until_pods("batch", MINUTE, "the held pods let go", |pods| {
-        let held = pods.iter().filter(|p| guarded(p) && p.metadata.deletion_timestamp.is_some()).count();
-        if held == 0 { Ok(()) } else { Err(format!("{held} still held")) }
-    })
-    .await?;
     bed.finish()
 }

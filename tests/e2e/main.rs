@@ -14,6 +14,7 @@ mod invariants;
 mod jobs;
 mod privilege;
 mod profiles;
+mod removal;
 mod scenarios;
 
 use std::time::{Duration, Instant};
@@ -36,6 +37,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(budgets::cases());
     v.extend(faults::cases());
     v.extend(profiles::cases());
+    v.extend(removal::cases());
     v.extend(privilege::cases());
     v
 }

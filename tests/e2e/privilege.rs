@@ -1,6 +1,6 @@
-//! Least privilege, enforced: with the ValidatingAdmissionPolicies the requeue and wake
-//! components ship, the extender's ServiceAccount may write only the pods it makes, and
-//! only the changes it makes to them; RBAC alone grants it any pod.
+//! Least privilege, enforced: with the ValidatingAdmissionPolicy the base ships, the
+//! extender's ServiceAccount may write only the pods it makes, and only the changes it
+//! makes to them; RBAC alone grants it any pod.
 
 use coloc_extender::requeue::{replacement, RequeueIntent, GATE, GUARD, LABEL};
 use coloc_extender::wake;
@@ -26,23 +26,17 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// The shipped policies and bindings, applied as they are.
-const POLICIES: [&str; 2] = [
-    include_str!("../../manifests/requeue/validatingadmissionpolicy.yaml"),
-    include_str!("../../manifests/wake/validatingadmissionpolicy.yaml"),
-];
-const BINDINGS: [&str; 2] = [
-    include_str!("../../manifests/requeue/validatingadmissionpolicybinding.yaml"),
-    include_str!("../../manifests/wake/validatingadmissionpolicybinding.yaml"),
-];
+const POLICIES: [&str; 1] = [include_str!("../../manifests/validatingadmissionpolicy.yaml")];
+const BINDINGS: [&str; 1] = [include_str!("../../manifests/validatingadmissionpolicybinding.yaml")];
 
-const CREATE: &str = "coloc-extender may create only a requeue replacement";
-const DELETE: &str = "coloc-extender may delete only its own pods";
-const SPEC: &str = "coloc-extender may not change a pod's spec";
-const LABELS: &str = "coloc-extender may not change a pod's labels";
-const FINALIZERS: &str = "coloc-extender may not change a pod's finalizers";
+const CREATE: &str = "coloc-extender (or its uninstall) may create only a requeue replacement";
+const DELETE: &str = "coloc-extender (or its uninstall) may delete only its own pods";
+const SPEC: &str = "coloc-extender (or its uninstall) may not change a pod's spec";
+const LABELS: &str = "coloc-extender (or its uninstall) may not change a pod's labels";
+const FINALIZERS: &str = "coloc-extender (or its uninstall) may not change a pod's finalizers";
 const GATE_OWNER: &str =
-    "coloc-extender may remove the gate coloc-extender.io/requeue only from a requeue replacement";
-const GATES: &str = "coloc-extender may change spec.schedulingGates only by removing";
+    "coloc-extender (or its uninstall) may remove the gate coloc-extender.io/requeue only from a requeue replacement";
+const GATES: &str = "coloc-extender (or its uninstall) may change spec.schedulingGates only by removing";
 
 /// Another controller's scheduling gate.
 const HOLD: &str = "example.com/hold";
@@ -170,15 +164,13 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     pods.delete("free-1-rq-1", &uid_pre(&made_uid))
         .await
         .map_err(|e| anyhow::anyhow!("deleting a replacement was refused: {e}"))?;
-    let unguard = json!({"metadata": {"uid": uid, "$deleteFromPrimitiveList/finalizers": [GUARD], "labels": {GUARD: null}}});
-    let unguarded = pods
-        .patch(
-            "free-1",
-            &PatchParams::default(),
-            &Patch::Strategic(unguard),
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("removing a guard was refused: {e}"))?;
+    // The guard's removal exactly as the extender sends it (merge patch, resourceVersion).
+    let current = serde_json::to_value(pods.get("free-1").await?)?;
+    let model = serde_json::from_value::<coloc_extender::wire::k8s::Pod>(current.clone())?.into_model()?;
+    let requeuer = coloc_extender::requeue::kube::Requeuer::new(ext.clone(), None);
+    anyhow::ensure!(requeuer.remove_guard(&model, &current, "test").await, "removing a guard was refused (see the log above)");
+    let _ = uid;
+    let unguarded = pods.get("free-1").await?;
     anyhow::ensure!(
         unguarded.metadata.finalizers.unwrap_or_default().is_empty()
             && !unguarded
@@ -303,7 +295,7 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     )?;
 
     // Control: without the bindings, RBAC alone lets the same write through.
-    for b in ["coloc-extender-requeue", "coloc-extender-wake"] {
+    for b in ["coloc-extender"] {
         Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone())
             .delete(b, &DeleteParams::default())
             .await?;

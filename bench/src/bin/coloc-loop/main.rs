@@ -78,10 +78,6 @@ struct Args {
     /// instead of throughput; the echo runs are skipped (echo does not preempt).
     #[arg(long, default_value_t = 0)]
     storm: usize,
-    /// Storm: run the extender with requeue's guard (the default) or, `false`, with
-    /// replacements stored before each preempt answer.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    storm_guard: bool,
 
     /// Build the cluster, print how to reach it (kubeconfig, API server's PID), and keep it
     /// until interrupted instead of running: for measuring by hand on the same cluster
@@ -158,7 +154,6 @@ async fn main() -> anyhow::Result<()> {
             qps: args.qps,
             timeout: Duration::from_secs(args.timeout_s),
             programs: Programs { extender: &extender, echo: &echo },
-            guard: args.storm_guard,
         };
         let mut results = Vec::new();
         for round in 1..=args.rounds {
@@ -172,7 +167,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         println!("{}", storm::table(&results));
-        write_json(&out.join("results.json"), &serde_json::json!({"commit": commit, "storm_pods": args.storm, "storm_guard": args.storm_guard, "scheduler_qps": args.qps, "storm": results}))?;
+        write_json(&out.join("results.json"), &serde_json::json!({"commit": commit, "storm_pods": args.storm, "scheduler_qps": args.qps, "storm": results}))?;
         eprintln!("coloc-loop: wrote {}", out.join("results.json").display());
         return Ok(());
     }

@@ -5,9 +5,10 @@
 //! extender with `--requeue`. The online pods are created at once once kube-scheduler
 //! runs. Reports time to place (from the start of their creation to bind), the
 //! evictions, the bare pods lost (gone with no replacement) and the extender's API writes
-//! per victim (guards added and removed, replacements stored, released and cleaned up,
-//! requeue's and the preemptors' Events, wakes). With requeue's guard (the default) the storm starts once the extender
-//! has guarded every victim, as in a cluster where they have run a while.
+//! per victim (replacements stored, released and cleaned up, requeue's and the
+//! preemptors' Events, wakes). Each bare victim's replacement is stored before the
+//! extender answers; what is left afterwards (pods still carrying a finalizer of ours,
+//! replacements still gated) is counted as residue.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -48,11 +49,10 @@ pub struct StormResult {
     /// up, Events posted, wakes.
     pub extender_api_writes: Option<f64>,
     pub extender_api_writes_per_victim: Option<f64>,
-    /// Victims guarded when the storm began.
-    pub guarded_at_start: usize,
-    /// With the guard: seconds from the storm's start until no evicted victim was held
-    /// any longer (every replacement stored).
-    pub requeue_done_s: Option<f64>,
+    /// After the run: pods carrying the extender's finalizer, and replacements whose
+    /// original is gone but that are still gated. Both must be 0.
+    pub residue_guarded: usize,
+    pub residue_gated: usize,
     /// The extender's mean time to answer `preempt` (kube-scheduler's thread waits for it).
     pub extender_preempt_mean_ms: Option<f64>,
     pub extender_cpu_s: Option<f64>,
@@ -88,8 +88,6 @@ pub struct Settings<'a> {
     pub qps: u32,
     pub timeout: Duration,
     pub programs: Programs<'a>,
-    /// requeue's guard on (the extender's default) or off.
-    pub guard: bool,
 }
 
 pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, dir: &Path) -> anyhow::Result<StormResult> {
@@ -102,16 +100,9 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
         Some((binary, args)) => {
             let mut all = args.to_vec();
             all.push("--requeue");
-            if !s.guard {
-                all.push("--requeue-guard=false");
-            }
             Some(Extender::start(&plane, &name, binary, &all).await?)
         }
         None => None,
-    };
-    let guarded_at_start = match &extender {
-        Some(_) if s.guard => all_guarded(&client, before.len()).await?,
-        _ => 0,
     };
     let ext_pid = extender.as_ref().and_then(|e| e.proc.pid());
     let cpu0 = ext_pid.and_then(|p| procstat::cpu_seconds(&p.to_string()));
@@ -125,13 +116,8 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
     let times = binds.wait(pods, timeout).await;
     let cpu1 = ext_pid.and_then(|p| procstat::cpu_seconds(&p.to_string()));
     std::fs::write(dir.join("scheduler-config.yaml"), &scheduler.config)?;
-    // Let the last victims go and their replacements be released; guarded victims are
-    // held until their replacement is stored, which may come after the last bind.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let requeue_done_s = match &extender {
-        Some(_) if s.guard => Some(round3(none_held(&client).await?.duration_since(start).as_secs_f64())),
-        _ => None,
-    };
+    // Let the last victims go and their replacements be released.
+    tokio::time::sleep(Duration::from_secs(5)).await;
 
     let mut waits: Vec<f64> = times.iter().map(|t| t.duration_since(start).as_secs_f64()).collect();
     waits.sort_by(f64::total_cmp);
@@ -140,6 +126,12 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
     let replaced: BTreeSet<&str> = after.iter().filter_map(|p| p.metadata.annotations.as_ref()?.get(FROM_UID).map(String::as_str)).collect();
     let evicted: Vec<&str> = before.iter().map(|(_, uid)| uid.as_str()).filter(|uid| !live.contains(uid)).collect();
     let lost = evicted.iter().filter(|uid| !replaced.contains(*uid)).count();
+    let residue_guarded = after.iter().filter(|p| p.metadata.finalizers.iter().flatten().any(|f| f == GUARD)).count();
+    let residue_gated = after
+        .iter()
+        .filter(|p| p.metadata.annotations.as_ref().and_then(|a| a.get(FROM_UID)).is_some_and(|from| !live.contains(from.as_str())))
+        .filter(|p| p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()))
+        .count();
     std::fs::write(dir.join("scheduler-metrics.txt"), scheduler.metrics().await.unwrap_or_default())?;
     let mut preempt_mean_ms = None;
     let writes = match &extender {
@@ -177,46 +169,21 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
         lost,
         extender_api_writes: writes,
         extender_api_writes_per_victim: writes.filter(|_| !evicted.is_empty()).map(|w| round3(w / evicted.len() as f64)),
-        guarded_at_start,
-        requeue_done_s,
+        residue_guarded,
+        residue_gated,
         extender_preempt_mean_ms: preempt_mean_ms,
         extender_cpu_s: cpu1.zip(cpu0).map(|(b, a)| round3(b - a)),
     })
 }
 
-/// Waits (up to 5 minutes) until `done` accepts the storm's guarded pods (their metadata).
-async fn until_guarded<T>(client: &kube::Client, what: &str, done: impl Fn(&[PartialObjectMeta<Pod>]) -> Result<T, String>) -> anyhow::Result<T> {
-    let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), OFFLINE);
-    let params = kube::api::ListParams::default().labels(GUARD);
-    wait::until(Duration::from_secs(300), what, || async { done(&pods.list_metadata(&params).await.map_err(|e| e.to_string())?.items) }).await
-}
-
-/// When no evicted victim was held by its guard any more.
-async fn none_held(client: &kube::Client) -> anyhow::Result<Instant> {
-    until_guarded(client, "every evicted victim let go", |pods| {
-        let held = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_some()).count();
-        if held == 0 { Ok(Instant::now()) } else { Err(format!("{held} held")) }
-    })
-    .await
-}
-
-/// How many pods are guarded once all `victims` are.
-async fn all_guarded(client: &kube::Client, victims: usize) -> anyhow::Result<usize> {
-    until_guarded(client, "every victim guarded", |pods| {
-        let n = pods.len();
-        if n >= victims { Ok(n) } else { Err(format!("{n} of {victims} guarded")) }
-    })
-    .await
-}
-
 pub fn table(results: &[StormResult]) -> String {
-    let mut s = String::from("| run | round | placed | time to place p50 / p90 / max s | evictions | replacements | bare pods lost | guarded at start | all requeued after s | extender API writes per victim | extender preempt mean ms | extender CPU s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    let mut s = String::from("| run | round | placed | time to place p50 / p90 / max s | evictions | replacements | bare pods lost | residue: guarded, gated | extender API writes per victim | extender preempt mean ms | extender CPU s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v}"));
     for r in results {
         s += &format!(
-            "| {} | {} | {}/{} | {} / {} / {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {}/{} | {} / {} / {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.run, r.round, r.placed, r.pods, opt(r.place_p50_s), opt(r.place_p90_s), opt(r.place_max_s), r.evictions, r.replacements, r.lost,
-            r.guarded_at_start, opt(r.requeue_done_s), opt(r.extender_api_writes_per_victim), opt(r.extender_preempt_mean_ms), opt(r.extender_cpu_s)
+            format!("{}, {}", r.residue_guarded, r.residue_gated), opt(r.extender_api_writes_per_victim), opt(r.extender_preempt_mean_ms), opt(r.extender_cpu_s)
         );
     }
     s

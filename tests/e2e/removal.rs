@@ -1,0 +1,372 @@
+//! Safe to run and to take out: nothing the extender wrote outlives it or holds the
+//! cluster's objects. "Guards left by an earlier release" are the finalizer and label that
+//! releases before this one put on bare pods: planted here by hand, as such a release left
+//! them.
+
+use std::time::{Duration, Instant};
+
+use coloc_extender::requeue::GUARD;
+use coloc_testbed::cluster::{self, PodBuilder};
+use coloc_testbed::control_plane::plain_client;
+use coloc_testbed::{kubelet, wait, Binaries};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+
+use crate::bed::{placement, repo, EXTENDER};
+use crate::invariants::{bare_pods, gated, is_replacement, nothing_lost};
+use crate::scenarios::{online, online_placed, MINUTE};
+use crate::{Bed, Case, Mode};
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case { name: "removal_requeue_switched_off_while_guards_exist", run: |b, m| Box::pin(requeue_off_with_guards(b, m)) },
+        Case { name: "removal_scaled_to_zero_then_a_pod_deleted", run: |b, m| Box::pin(scaled_to_zero(b, m)) },
+        Case { name: "removal_uninstall_mid_storm", run: |b, m| Box::pin(uninstall_mid_storm(b, m)) },
+        Case { name: "removal_namespace_deleted_after_its_guarded_pod_was_preempted", run: |b, m| Box::pin(namespace_deleted(b, m)) },
+        Case { name: "removal_copy_refused_for_good_is_given_up_visibly", run: |b, m| Box::pin(copy_refused_for_good(b, m)) },
+        Case { name: "removal_bare_pod_completes_while_its_copy_is_stored", run: |b, m| Box::pin(completes_while_copy_stored(b, m)) },
+        Case { name: "removal_two_replicas_with_different_policies", run: |b, m| Box::pin(two_policies(b, m)) },
+    ]
+}
+
+/// Puts the guard an earlier release added on `namespace/name`, as the admin.
+async fn plant_guard(bed: &Bed, namespace: &str, name: &str) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), namespace);
+    let patch = json!({"metadata": {"finalizers": [GUARD], "labels": {GUARD: "true"}}});
+    pods.patch(name, &PatchParams::default(), &Patch::Strategic(patch)).await?;
+    Ok(())
+}
+
+/// What kube-scheduler does to a victim: the DisruptionTarget condition, then a delete.
+async fn preempt_as_kube_does(bed: &Bed, namespace: &str, name: &str) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), namespace);
+    // With its transition time: the disruption controller resets one that looks stale.
+    let now = jiff::Timestamp::now().to_string();
+    let condition = json!({"status": {"conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler", "message": "preempted by the test", "lastTransitionTime": now}]}});
+    let marked = pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(condition)).await?;
+    let conditions = marked.status.and_then(|s| s.conditions).unwrap_or_default();
+    anyhow::ensure!(conditions.iter().any(|c| c.type_ == "DisruptionTarget"), "the condition did not stick: {conditions:?}");
+    pods.delete(name, &DeleteParams::default()).await?;
+    Ok(())
+}
+
+fn carries_guard(p: &Pod) -> bool {
+    p.metadata.finalizers.iter().flatten().any(|f| f == GUARD) || p.metadata.labels.as_ref().is_some_and(|l| l.contains_key(GUARD))
+}
+
+/// Pods anywhere that still carry a guard (finalizer or label).
+async fn guarded_pods(bed: &Bed) -> anyhow::Result<Vec<String>> {
+    Ok(cluster::pods(&bed.client, None).await?.iter().filter(|p| carries_guard(p)).map(|p| format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or_default(), cluster::name(p))).collect())
+}
+
+async fn until_no_guard(bed: &Bed, timeout: Duration) -> anyhow::Result<()> {
+    wait::until(timeout, "no pod carrying a guard", || async {
+        let left = guarded_pods(bed).await.map_err(|e| e.to_string())?;
+        if left.is_empty() { Ok(()) } else { Err(format!("guarded: {left:?}")) }
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e:#}\n{}", bed.logs()))
+}
+
+/// Deletes `namespace/name` and waits until the object is gone, within `within`.
+async fn deleted_within(bed: &Bed, namespace: &str, name: &str, within: Duration) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), namespace);
+    pods.delete(name, &DeleteParams::default()).await?;
+    wait::until(within, &format!("{namespace}/{name} gone once deleted"), || async {
+        match pods.get_opt(name).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(p) => Err(format!("still there, finalizers {:?}", p.metadata.finalizers)),
+        }
+    })
+    .await
+}
+
+async fn given_up(bed: &Bed, e: usize, reason: &str) -> anyhow::Result<()> {
+    let filter = format!("reason=\"{reason}\"");
+    wait::until(MINUTE, &format!("coloc_requeue_given_up_total{{{filter}}}"), || async {
+        let n = bed.extenders[e].metric_sum("coloc_requeue_given_up_total", &filter).await.map_err(|e| e.to_string())?;
+        if n >= 1.0 { Ok(()) } else { Err("not given up yet".into()) }
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e:#}\n{}", bed.logs()))
+}
+
+/// Guards left by an earlier release, and this release runs without `--requeue`: every
+/// replica finishes them whatever its flags, and leaves the pods running.
+async fn requeue_off_with_guards(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.one_node_two_free_pods().await?;
+    let originals = bare_pods(&bed, "batch").await?;
+    for (name, _) in &originals {
+        plant_guard(&bed, "batch", name).await?;
+    }
+    let e = bed.extender(&[]).await?;
+    until_no_guard(&bed, MINUTE).await?;
+    let running = bare_pods(&bed, "batch").await?;
+    anyhow::ensure!(running == originals, "the pods are left running as they were: {running:?}");
+    anyhow::ensure!(bed.extenders[e].metric_sum("coloc_requeue_guards_total", "change=\"removed\"").await? >= 2.0);
+    deleted_within(&bed, "batch", "free-1", Duration::from_secs(10)).await
+}
+
+/// The extender runs with requeue, places an online pod, and is scaled to zero: no pod is
+/// left holding anything, so deleting one, or its namespace, finishes at once.
+async fn scaled_to_zero(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.one_node_two_free_pods().await?;
+    bed.nodes(&["node-2"], 4000).await?;
+    bed.bound(vec![PodBuilder::new("batch", "free-3", "free", 1000).on("node-2")]).await?;
+    bed.until_running("batch", 3).await?;
+    let originals = bare_pods(&bed, "batch").await?;
+    plant_guard(&bed, "batch", "free-1").await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    online(&bed, "web", 3500).await?;
+    online_placed(&bed, "web").await?;
+    nothing_lost(&bed, "batch", &originals).await?;
+    until_no_guard(&bed, MINUTE).await?;
+    bed.extenders[e].kill();
+    anyhow::ensure!(guarded_pods(&bed).await?.is_empty(), "a guard outlives the extender");
+    // web took node-2 (free-3 requeued); free-1 runs on, its old guard gone.
+    deleted_within(&bed, "batch", "free-1", Duration::from_secs(10)).await?;
+    let namespaces: Api<Namespace> = Api::all(bed.client.clone());
+    namespaces.delete("batch", &DeleteParams::default()).await?;
+    wait::until(MINUTE, "namespace batch gone", || async {
+        match namespaces.get_opt("batch").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(_) => Err("still terminating".into()),
+        }
+    })
+    .await?;
+    bed.finish()
+}
+
+/// Runs `coloc-extender uninstall` as its own ServiceAccount (manifests/uninstall RBAC).
+fn uninstall(bed: &Bed, args: &[&str]) -> anyhow::Result<(bool, String)> {
+    let out = std::process::Command::new(EXTENDER)
+        .arg("uninstall")
+        .args(["--namespace", "kube-system"])
+        .args(args)
+        .env("KUBECONFIG", &bed.plane.uninstall_kubeconfig)
+        .env_remove("POD_NAMESPACE")
+        .output()?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Ok((out.status.success(), text))
+}
+
+/// Four full nodes of bare pods, four online pods at once; once the extender has stored
+/// a first replacement, it is taken out the documented way: uninstall refuses while
+/// kube-scheduler still calls it, the extender is unregistered (the online pods not yet
+/// placed are withdrawn: what stock kube-scheduler does with them is not the extender's),
+/// and uninstall leaves no guard and no gated replacement, and nothing the extender
+/// answered for is lost.
+async fn uninstall_mid_storm(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.plane.apply(&repo("manifests/uninstall/clusterrole.yaml"))?;
+    bed.plane.apply(&repo("manifests/uninstall/clusterrolebinding.yaml"))?;
+    let nodes = ["node-1", "node-2", "node-3", "node-4"];
+    bed.nodes(&nodes, 4000).await?;
+    let pods = nodes.iter().enumerate().flat_map(|(i, n)| (1..=2).map(move |j| PodBuilder::new("batch", &format!("free-{}", 2 * i + j), "free", 1900).on(n))).collect();
+    bed.bound(pods).await?;
+    bed.until_running("batch", 8).await?;
+    let originals = bare_pods(&bed, "batch").await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    let host = format!("127.0.0.1:{}", bed.extenders[e].port);
+    cluster::create_all(&bed.client, (1..=4).map(|i| PodBuilder::new("online", &format!("web-{i}"), "online-prod", 3000).build()).collect()).await?;
+    bed.until_pods("batch", MINUTE, "a first replacement stored", |pods| if pods.iter().any(is_replacement) { Ok(()) } else { Err("none yet".into()) }).await?;
+
+    // Scaled to zero, but still registered: kube-scheduler's calls fail, and it says so.
+    bed.extenders[e].kill();
+    // An earlier release's guard on a pod preempted meanwhile.
+    let survivor = cluster::pods(&bed.client, Some("batch"))
+        .await?
+        .iter()
+        .find(|p| !is_replacement(p) && p.metadata.deletion_timestamp.is_none() && cluster::phase(p) == "Running")
+        .map(|p| cluster::name(p).to_string());
+    if let Some(name) = &survivor {
+        plant_guard(&bed, "batch", name).await?;
+        preempt_as_kube_does(&bed, "batch", name).await?;
+    }
+    let refused = wait::until(MINUTE, "uninstall to refuse while kube-scheduler still calls the extender", || async {
+        let (ok, out) = uninstall(&bed, &["--extender-host", &host, "--quiet-for", "60s"]).map_err(|e| e.to_string())?;
+        match (ok, out.contains("still sends to the extender")) {
+            (false, true) => Ok(out),
+            (true, _) => Err(format!("uninstall went ahead while registered:\n{out}")),
+            (false, false) => Err(format!("not refused for that (yet):\n{out}")),
+        }
+    })
+    .await?;
+    anyhow::ensure!(refused.contains("Remove the extender"), "{refused}");
+
+    // Unregistered: kube-scheduler alone, the online pods not placed yet withdrawn.
+    bed.scheduler = None;
+    let online_pods: Api<Pod> = Api::namespaced(bed.client.clone(), "online");
+    let placed = placement(&cluster::pods(&bed.client, Some("online")).await?);
+    for p in cluster::pods(&bed.client, Some("online")).await? {
+        if !placed.contains_key(cluster::name(&p)) {
+            online_pods.delete(cluster::name(&p), &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await?;
+        }
+    }
+    bed.schedule_with(&[]).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (ok, out) = uninstall(&bed, &["--extender-host", &host, "--quiet-for", "2s", "--wait-for-originals", "20s"])?;
+    anyhow::ensure!(ok, "uninstall failed:\n{out}\n{}", bed.logs());
+    anyhow::ensure!(guarded_pods(&bed).await?.is_empty(), "a guard is left after uninstall:\n{out}");
+    let batch = cluster::pods(&bed.client, Some("batch")).await?;
+    let still_gated: Vec<&str> = batch.iter().filter(|p| is_replacement(p) && gated(p)).map(cluster::name).collect();
+    anyhow::ensure!(still_gated.is_empty(), "gated replacements left: {still_gated:?}\n{out}");
+    nothing_lost(&bed, "batch", &originals).await.map_err(|e| anyhow::anyhow!("{e:#}\nuninstall said:\n{out}"))?;
+    let (ok, again) = uninstall(&bed, &["--extender-host", &host, "--quiet-for", "2s"])?;
+    anyhow::ensure!(ok && again.contains("0 guarded pod(s)") && again.contains("0 released, 0 deleted"), "a second run has nothing to do:\n{again}");
+    bed.finish()
+}
+
+/// A pod guarded by an earlier release is preempted, and its namespace deleted at once:
+/// its copy can never be stored there, so it is given up at once and the namespace goes
+/// within a minute.
+async fn namespace_deleted(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(&["node-1"], 4000).await?;
+    cluster::create(&bed.client, cluster::namespace("doomed")).await?;
+    bed.bound(vec![PodBuilder::new("doomed", "free-1", "free", 1900).on("node-1")]).await?;
+    bed.until_running("doomed", 1).await?;
+    plant_guard(&bed, "doomed", "free-1").await?;
+    preempt_as_kube_does(&bed, "doomed", "free-1").await?;
+    let namespaces: Api<Namespace> = Api::all(bed.client.clone());
+    namespaces.delete("doomed", &DeleteParams::default()).await?;
+    let deleted_at = Instant::now();
+    let e = bed.extender(&["--requeue"]).await?;
+    wait::until(MINUTE, "namespace doomed gone", || async {
+        match namespaces.get_opt("doomed").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(_) => Err("still terminating".into()),
+        }
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e:#}\n{}", bed.logs()))?;
+    anyhow::ensure!(deleted_at.elapsed() < MINUTE);
+    given_up(&bed, e, "namespace_terminating").await?;
+    bed.finish()
+}
+
+/// A pod guarded by an earlier release is preempted, and its copy can never be stored (its
+/// PriorityClass is gone): after a bounded number of tries the guard goes, and a Warning
+/// Event and the metric say the pod was lost and why.
+async fn copy_refused_for_good(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(&["node-1"], 4000).await?;
+    let classes: Api<PriorityClass> = Api::all(bed.client.clone());
+    cluster::create(&bed.client, cluster::priority_class("short-lived", 3500)).await?;
+    bed.bound(vec![PodBuilder::new("batch", "orphan-1", "short-lived", 1900).on("node-1")]).await?;
+    bed.until_running("batch", 1).await?;
+    plant_guard(&bed, "batch", "orphan-1").await?;
+    classes.delete("short-lived", &DeleteParams::default()).await?;
+    preempt_as_kube_does(&bed, "batch", "orphan-1").await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    given_up(&bed, e, "priority_class_missing").await?;
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), "batch");
+    wait::until(MINUTE, "orphan-1 let go", || async {
+        match pods.get_opt("orphan-1").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(p) => Err(format!("still there, finalizers {:?}", p.metadata.finalizers)),
+        }
+    })
+    .await?;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(bed.client.clone(), "batch");
+    let warning = wait::until(MINUTE, "a RequeueGivenUp Warning on orphan-1", || async {
+        let list = events.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+        list.items
+            .into_iter()
+            .find(|ev| ev.reason.as_deref() == Some("RequeueGivenUp") && ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("orphan-1"))
+            .ok_or_else(|| "none yet".to_string())
+    })
+    .await?;
+    anyhow::ensure!(warning.type_.as_deref() == Some("Warning"), "{warning:?}");
+    let note = warning.note.unwrap_or_default();
+    anyhow::ensure!(note.contains("lost") && note.contains("priority_class_missing"), "{note}");
+    bed.finish()
+}
+
+/// The extender stores a bare pod's copy for a preempt answer that kube-scheduler never
+/// acts on, and the pod then completes on its own: the copy is deleted, never released,
+/// so the work does not run a second time.
+async fn completes_while_copy_stored(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(&["node-1"], 4000).await?;
+    bed.bound(vec![
+        PodBuilder::new("batch", "free-1", "free", 1900).on("node-1").annotate(kubelet::RUN_SECONDS, "8"),
+        PodBuilder::new("batch", "free-2", "free", 1900).on("node-1"),
+    ])
+    .await?;
+    bed.until_running("batch", 2).await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    // Pending, with no kube-scheduler: only this preempt call decides about it.
+    online(&bed, "web", 3000).await?;
+    let pods = cluster::pods(&bed.client, Some("batch")).await?;
+    let free1 = pods.iter().find(|p| cluster::name(p) == "free-1").cloned().ok_or_else(|| anyhow::anyhow!("no free-1"))?;
+    let web = cluster::pods(&bed.client, Some("online")).await?.remove(0);
+    let victims: Vec<&Pod> = pods.iter().collect();
+    let body = match mode {
+        Mode::Names => json!({"Pod": web, "NodeNameToMetaVictims": {"node-1": {"Pods": victims.iter().map(|p| json!({"UID": p.metadata.uid})).collect::<Vec<_>>(), "NumPDBViolations": 0}}}),
+        Mode::Objects => json!({"Pod": web, "NodeNameToVictims": {"node-1": {"Pods": victims, "NumPDBViolations": 0}}}),
+    };
+    let client = plain_client(bed.extenders[e].port)?;
+    let body = serde_json::to_vec(&body)?;
+    let answer = wait::until(MINUTE, "a preempt answer naming free-1", || async {
+        let request = axum::http::Request::post("/preempt").header("Content-Type", "application/json").body(body.clone()).map_err(|e| e.to_string())?;
+        let text = client.request_text(request).await.map_err(|e| e.to_string())?;
+        if text.contains(free1.metadata.uid.as_deref().unwrap_or("?")) { Ok(text) } else { Err(text) }
+    })
+    .await?;
+    let uid = free1.metadata.uid.clone().unwrap_or_default();
+    let copy_of_free1 = |pods: &[Pod]| pods.iter().find(|p| crate::invariants::from_uid(p) == Some(uid.as_str())).cloned();
+    anyhow::ensure!(copy_of_free1(&cluster::pods(&bed.client, Some("batch")).await?).is_some(), "answered ({answer}) without a stored copy");
+    bed.until_pods("batch", MINUTE, "free-1 completed on its own and its copy deleted", |pods| {
+        let done = pods.iter().any(|p| cluster::name(p) == "free-1" && cluster::phase(p) == "Succeeded");
+        match (done, copy_of_free1(pods)) {
+            (_, Some(copy)) if !gated(&copy) => Err(format!("the copy was released: {:?}", copy.metadata.name)),
+            (true, None) => Ok(()),
+            (done, copy) => Err(format!("completed: {done}, copy: {:?}", copy.map(|c| c.metadata.name))),
+        }
+    })
+    .await?;
+    // And stays so.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    anyhow::ensure!(copy_of_free1(&cluster::pods(&bed.client, Some("batch")).await?).is_none(), "the copy came back");
+    bed.finish()
+}
+
+/// Two replicas behind one URL, one with the default policy and one whose `free` class
+/// protects bare pods (as during a policy roll-out): nothing lost, one copy per victim,
+/// no guard anywhere.
+async fn two_policies(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    let nodes = ["node-1", "node-2"];
+    bed.nodes(&nodes, 4000).await?;
+    let pods = nodes.iter().enumerate().flat_map(|(i, n)| (1..=2).map(move |j| PodBuilder::new("batch", &format!("free-{}", 2 * i + j), "free", 1900).on(n))).collect();
+    bed.bound(pods).await?;
+    bed.until_running("batch", 4).await?;
+    let originals = bare_pods(&bed, "batch").await?;
+    let default = std::fs::read_to_string(repo("policy/default.yaml"))?;
+    let protecting = default.replacen("      bare: requeue\n      jobs: count\n      minRuntime: 0s\n    # Free pods", "      bare: protect\n      jobs: count\n      minRuntime: 0s\n    # Free pods", 1);
+    anyhow::ensure!(protecting != default, "the default policy's free class changed shape: update this case");
+    let path = bed.plane.dir().join("protecting-policy.yaml");
+    std::fs::write(&path, protecting)?;
+    let a = bed.extender(&["--requeue"]).await?;
+    let b = bed.extender(&["--requeue", "--policy", &path.display().to_string()]).await?;
+    let proxy = coloc_testbed::proxy::Proxy::start(vec![bed.extenders[a].port, bed.extenders[b].port]).await?;
+    let mut entry = bed.entry(a);
+    entry.url_prefix = proxy.url();
+    bed.schedule_with(&[entry]).await?;
+    cluster::create_all(&bed.client, (1..=2).map(|i| PodBuilder::new("online", &format!("web-{i}"), "online-prod", 3000).build()).collect()).await?;
+    bed.until_pods("online", 2 * MINUTE, "both online pods placed", |pods| {
+        let placed = placement(pods);
+        if placed.len() == 2 { Ok(()) } else { Err(format!("placed: {placed:?}")) }
+    })
+    .await?;
+    nothing_lost(&bed, "batch", &originals).await?;
+    anyhow::ensure!(guarded_pods(&bed).await?.is_empty());
+    bed.finish()
+}
