@@ -66,6 +66,11 @@ impl Tries {
     fn forget(&self, uid: &str) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
     }
+
+    /// Keeps only the pods still guarded: one that went meanwhile is not counted forever.
+    fn keep_only(&self, guarded: &std::collections::HashSet<&str>) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).retain(|uid, _| guarded.contains(uid.as_str()));
+    }
 }
 
 enum Outcome {
@@ -104,6 +109,8 @@ impl Requeuer {
     /// One look: every pod with the guard label listed and finished.
     pub async fn finish_guards_once(&self) -> Result<GuardReport, kube::Error> {
         let listed = kube::Api::<DynamicObject>::all_with(self.client.clone(), &pod_resource()).list(&ListParams::default().labels(GUARD)).await?;
+        let uids: std::collections::HashSet<&str> = listed.items.iter().filter_map(|o| o.metadata.uid.as_deref()).collect();
+        self.tries.keep_only(&uids);
         Ok(self.finish_listed(listed.items).await)
     }
 

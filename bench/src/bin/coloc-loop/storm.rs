@@ -16,8 +16,6 @@ use std::time::{Duration, Instant};
 
 use coloc_extender::requeue::{FROM_UID, GUARD};
 use coloc_testbed::cluster::{self, PodBuilder};
-use k8s_openapi::api::core::v1::Pod;
-use kube::core::PartialObjectMeta;
 use coloc_bench::procstat;
 use coloc_testbed::{kubelet, prepared, wait, Binaries, ControlPlane, Extender, Kubelet, Scheduler};
 use serde::Serialize;
@@ -49,8 +47,11 @@ pub struct StormResult {
     /// up, Events posted, wakes.
     pub extender_api_writes: Option<f64>,
     pub extender_api_writes_per_victim: Option<f64>,
-    /// After the run: pods carrying the extender's finalizer, and replacements whose
-    /// original is gone but that are still gated. Both must be 0.
+    /// Seconds from the storm's start until every replacement whose original is gone was
+    /// released (requeue's background writes yield to kube-scheduler's preemptions).
+    pub all_released_s: Option<f64>,
+    /// After that: pods carrying the extender's finalizer, and replacements whose original
+    /// is gone but that are still gated. Both must be 0.
     pub residue_guarded: usize,
     pub residue_gated: usize,
     /// The extender's mean time to answer `preempt` (kube-scheduler's thread waits for it).
@@ -99,14 +100,20 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
     let extender = match kind.program(&s.programs) {
         Some((binary, args)) => {
             let mut all = args.to_vec();
-            all.push("--requeue");
+            if kind != Kind::Echo {
+                all.push("--requeue");
+            }
             Some(Extender::start(&plane, &name, binary, &all).await?)
         }
         None => None,
     };
     let ext_pid = extender.as_ref().and_then(|e| e.proc.pid());
     let cpu0 = ext_pid.and_then(|p| procstat::cpu_seconds(&p.to_string()));
-    let entries: Vec<_> = extender.iter().flat_map(|e| kind.entries(&e.url())).collect();
+    // The echo floor preempts too: it answers kube-scheduler's own victims, and writes nothing.
+    let entries: Vec<_> = match kind {
+        Kind::Echo => extender.iter().map(|e| coloc_testbed::ExtenderEntry::all_verbs(&e.url(), true)).collect(),
+        _ => extender.iter().flat_map(|e| kind.entries(&e.url())).collect(),
+    };
     let scheduler = Scheduler::start_with(&plane, &format!("kube-scheduler-{name}"), &entries, qps, kind.scheduler_flags()).await?;
     // The online pods arrive at once, at a running kube-scheduler: time to place counts
     // from the start of their creation.
@@ -116,8 +123,10 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
     let times = binds.wait(pods, timeout).await;
     let cpu1 = ext_pid.and_then(|p| procstat::cpu_seconds(&p.to_string()));
     std::fs::write(dir.join("scheduler-config.yaml"), &scheduler.config)?;
-    // Let the last victims go and their replacements be released.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    let all_released_s = match &extender {
+        Some(_) if kind != Kind::Echo => Some(round3(all_released(&client).await?.duration_since(start).as_secs_f64())),
+        _ => None,
+    };
 
     let mut waits: Vec<f64> = times.iter().map(|t| t.duration_since(start).as_secs_f64()).collect();
     waits.sort_by(f64::total_cmp);
@@ -169,6 +178,7 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
         lost,
         extender_api_writes: writes,
         extender_api_writes_per_victim: writes.filter(|_| !evicted.is_empty()).map(|w| round3(w / evicted.len() as f64)),
+        all_released_s,
         residue_guarded,
         residue_gated,
         extender_preempt_mean_ms: preempt_mean_ms,
@@ -176,14 +186,29 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
     })
 }
 
+/// When no replacement whose original is gone is still gated (up to 5 minutes).
+async fn all_released(client: &kube::Client) -> anyhow::Result<Instant> {
+    wait::until(Duration::from_secs(300), "every replacement of a gone original released", || async {
+        let pods = cluster::pods(client, Some(OFFLINE)).await.map_err(|e| e.to_string())?;
+        let live: BTreeSet<&str> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).filter_map(|p| p.metadata.uid.as_deref()).collect();
+        let waiting = pods
+            .iter()
+            .filter(|p| p.metadata.annotations.as_ref().and_then(|a| a.get(FROM_UID)).is_some_and(|from| !live.contains(from.as_str())))
+            .filter(|p| p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()))
+            .count();
+        if waiting == 0 { Ok(Instant::now()) } else { Err(format!("{waiting} still gated")) }
+    })
+    .await
+}
+
 pub fn table(results: &[StormResult]) -> String {
-    let mut s = String::from("| run | round | placed | time to place p50 / p90 / max s | evictions | replacements | bare pods lost | residue: guarded, gated | extender API writes per victim | extender preempt mean ms | extender CPU s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    let mut s = String::from("| run | round | placed | time to place p50 / p90 / max s | evictions | replacements | bare pods lost | all released after s | residue: guarded, gated | extender API writes per victim | extender preempt mean ms | extender CPU s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v}"));
     for r in results {
         s += &format!(
-            "| {} | {} | {}/{} | {} / {} / {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {}/{} | {} / {} / {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.run, r.round, r.placed, r.pods, opt(r.place_p50_s), opt(r.place_p90_s), opt(r.place_max_s), r.evictions, r.replacements, r.lost,
-            format!("{}, {}", r.residue_guarded, r.residue_gated), opt(r.extender_api_writes_per_victim), opt(r.extender_preempt_mean_ms), opt(r.extender_cpu_s)
+            opt(r.all_released_s), format!("{}, {}", r.residue_guarded, r.residue_gated), opt(r.extender_api_writes_per_victim), opt(r.extender_preempt_mean_ms), opt(r.extender_cpu_s)
         );
     }
     s
