@@ -32,7 +32,7 @@ fn the_cluster_role_reads_what_the_view_watches_and_writes_only_events_and_guard
     let mut expected: Vec<String> = ["/nodes", "/pods", "batch/jobs", "policy/poddisruptionbudgets", "scheduling.k8s.io/podgroups", "scheduling.k8s.io/priorityclasses", "scheduling.volcano.sh/podgroups", "scheduling.x-k8s.io/podgroups"].iter().flat_map(|r| read(r)).collect();
     // Events on preemptors (serve --events): the Warning/Normal `kubectl describe pod` shows.
     expected.extend(["events.k8s.io/events:create".to_string(), "events.k8s.io/events:patch".to_string()]);
-    // Guards releases before 0.2 left are taken off in every mode (bounded by the policy).
+    // Guards earlier releases left are taken off in every mode (bounded by the policy).
     expected.push("/pods:patch".to_string());
     expected.sort();
     assert_eq!(granted, expected);

@@ -337,10 +337,32 @@ impl View {
         }
     }
 
-    /// Removes the pod `namespace/name`; returns it if it was there.
+    /// Removes the pod `namespace/name` (deleted, as last seen); returns it if it was there.
     pub fn remove_pod(&mut self, key: &str, policy: &Policy) -> Option<PodRef> {
+        self.remove_pod_as(key, None, policy)
+    }
+
+    /// Removes the pod `namespace/name` that the API server deleted, `last` being the
+    /// object its watch event carried (kube-scheduler marks a victim before deleting it).
+    pub fn remove_deleted_pod(&mut self, key: &str, last: &Pod, policy: &Policy) -> Option<PodRef> {
+        self.remove_pod_as(key, Some(last), policy)
+    }
+
+    /// Removes the pod `namespace/name` that a re-list no longer finds: it went while the
+    /// watch was down, and how it went is not known, so no departure is noted.
+    pub fn remove_unseen_pod(&mut self, key: &str, policy: &Policy) -> Option<PodRef> {
         let old = self.pods.get(key).cloned()?;
-        self.note_departure(&old, false);
+        self.jobs.forget_pod(&old);
+        self.detach(&old, policy);
+        Some(old)
+    }
+
+    fn remove_pod_as(&mut self, key: &str, last: Option<&Pod>, policy: &Policy) -> Option<PodRef> {
+        let old = self.pods.get(key).cloned()?;
+        match last {
+            Some(last) if last.uid == old.uid && last.preempted && !old.preempted => self.note_departure(last, false),
+            _ => self.note_departure(&old, false),
+        }
         self.jobs.forget_pod(&old);
         self.detach(&old, policy);
         Some(old)

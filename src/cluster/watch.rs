@@ -163,6 +163,14 @@ trait Applies: LeanKind {
     fn apply(view: &mut View, model: Self::Model, policy: &Policy);
     /// Removes the object with `Lean::key()` `key`.
     fn remove(view: &mut View, key: &str, policy: &Policy);
+    /// Removes an object the API server deleted; `last` is what the event carried.
+    fn deleted(view: &mut View, key: &str, _last: Option<&Self::Model>, policy: &Policy) {
+        Self::remove(view, key, policy)
+    }
+    /// Removes an object a re-list no longer finds (it went while the watch was down).
+    fn unseen(view: &mut View, key: &str, policy: &Policy) {
+        Self::remove(view, key, policy)
+    }
     /// Keys (as `Lean::key()` spells them) of every object of this kind in the view.
     fn keys(view: &View) -> Vec<String>;
     /// Does the view hold any object of this kind?
@@ -181,6 +189,15 @@ impl Applies for PodKind {
     }
     fn remove(view: &mut View, key: &str, policy: &Policy) {
         view.remove_pod(key, policy);
+    }
+    fn deleted(view: &mut View, key: &str, last: Option<&Self::Model>, policy: &Policy) {
+        match last {
+            Some(last) => view.remove_deleted_pod(key, last, policy),
+            None => view.remove_pod(key, policy),
+        };
+    }
+    fn unseen(view: &mut View, key: &str, policy: &Policy) {
+        view.remove_unseen_pod(key, policy);
     }
     fn keys(view: &View) -> Vec<String> {
         view.all_pods().map(|p| p.key()).collect()
@@ -293,7 +310,7 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
                 Some(keys) => shared.cell.change_long(|view| {
                     let gone: Vec<String> = K::keys(view).into_iter().filter(|k| !keys.contains(k)).collect();
                     for key in &gone {
-                        K::remove(view, key, &policy);
+                        K::unseen(view, key, &policy);
                     }
                     gone.len()
                 }),
@@ -303,7 +320,7 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
             tracing::info!(kind = K::LABEL, objects = listed.objects, removed, "watch listed");
         }
         Event::Apply(obj) => apply_one(&shared.cell, &policy, obj),
-        Event::Delete(obj) => shared.cell.change(|view| K::remove(view, &obj.key(), &policy)),
+        Event::Delete(obj) => shared.cell.change(|view| K::deleted(view, &obj.key(), obj.model.as_ref().ok(), &policy)),
     }
     shared.open_when_synced(&mut m);
 }

@@ -169,7 +169,18 @@ async fn uninstall_mid_storm(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     bed.nodes(&nodes, 4000).await?;
     let pods = nodes.iter().enumerate().flat_map(|(i, n)| (1..=2).map(move |j| PodBuilder::new("batch", &format!("free-{}", 2 * i + j), "free", 1900).on(n))).collect();
     bed.bound(pods).await?;
-    bed.until_running("batch", 8).await?;
+    // Out of the storm's way (no online pod may preempt it): the pod an earlier release
+    // guarded, which kube-scheduler preempts once the extender is gone.
+    bed.nodes(&["node-5"], 4000).await?;
+    // Online priority, never preempting: no online pod may evict it, and its copy,
+    // released, waits for room instead of evicting free pods.
+    let mut never = cluster::priority_class("online-never", 10_000);
+    never.preemption_policy = Some("Never".into());
+    cluster::create(&bed.client, never).await?;
+    cluster::until_admitted(&bed.client, "batch", &["online-never"]).await?;
+    bed.bound(vec![PodBuilder::new("batch", "old-guarded", "online-never", 3900).on("node-5")]).await?;
+    bed.until_running("batch", 9).await?;
+    plant_guard(&bed, "batch", "old-guarded").await?;
     let originals = bare_pods(&bed, "batch").await?;
     let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
@@ -179,16 +190,10 @@ async fn uninstall_mid_storm(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 
     // Scaled to zero, but still registered: kube-scheduler's calls fail, and it says so.
     bed.extenders[e].kill();
-    // An earlier release's guard on a pod preempted meanwhile.
-    let survivor = cluster::pods(&bed.client, Some("batch"))
-        .await?
-        .iter()
-        .find(|p| !is_replacement(p) && p.metadata.deletion_timestamp.is_none() && cluster::phase(p) == "Running")
-        .map(|p| cluster::name(p).to_string());
-    if let Some(name) = &survivor {
-        plant_guard(&bed, "batch", name).await?;
-        preempt_as_kube_does(&bed, "batch", name).await?;
-    }
+    // An earlier release's guard, and the pod preempted meanwhile (the extender, running
+    // until now, took its guard off: put back as an earlier release would have left it).
+    plant_guard(&bed, "batch", "old-guarded").await?;
+    preempt_as_kube_does(&bed, "batch", "old-guarded").await?;
     let refused = wait::until(MINUTE, "uninstall to refuse while kube-scheduler still calls the extender", || async {
         let (ok, out) = uninstall(&bed, &["--extender-host", &host, "--quiet-for", "60s"]).map_err(|e| e.to_string())?;
         match (ok, out.contains("still sends to the extender")) {

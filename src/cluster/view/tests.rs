@@ -313,6 +313,14 @@ fn the_view_remembers_how_a_bare_pod_left_and_a_re_index_keeps_it() {
         assert_eq!(view.departure("uid-batch-done"), Some(Departure::Ended));
         assert_eq!(view.departure("uid-batch-deleted"), Some(Departure::Deleted));
     }
+    // Marked by kube-scheduler in the deletion's own event only: still preempted.
+    v.apply_pod(Arc::new(bare("marked-late")), &p);
+    v.remove_deleted_pod("batch/marked-late", &Pod { preempted: true, ..bare("marked-late") }, &p);
+    assert_eq!(v.departure("uid-batch-marked-late"), Some(Departure::Preempted));
+    // Gone while the watch was down: how is not known, so nothing is remembered.
+    v.apply_pod(Arc::new(bare("unseen")), &p);
+    v.remove_unseen_pod("batch/unseen", &p);
+    assert_eq!(v.departure("uid-batch-unseen"), None);
     // Owned pods are brought back by their owner: nothing to remember.
     v.apply_pod(Arc::new(pod("batch", "owned", Some("n1"))), &p);
     v.remove_pod("batch/owned", &p);
