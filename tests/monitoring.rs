@@ -45,9 +45,10 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     let view = Arc::new(ViewCell::default());
     view.publish(View::build(snapshot::parse(repo(&format!("{round}/0037-preempt.snapshot.json")).as_bytes()).unwrap(), &policy));
     let state = AppState::new(policy, view, ViewSource::Snapshot);
-    // What a replica with --kube registers at start (requeue's and the guards' series).
-    coloc_extender::requeue::kube::register_metrics();
     let (app, admin) = (router(state.clone(), ""), admin_router(state));
+    // What a replica with --kube registers at start, once the recorder is installed
+    // (requeue's and the old guards' series).
+    coloc_extender::requeue::kube::register_metrics();
     for (verb, file) in [("filter", "0001-filter.json"), ("prioritize", "0002-prioritize.json"), ("preempt", "0037-preempt.json")] {
         let req = Request::post(format!("/{verb}")).header("content-type", "application/json").body(Body::from(repo(&format!("{round}/{file}")))).unwrap();
         call(&app, req).await;
