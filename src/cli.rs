@@ -500,11 +500,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if args.requeue_guard.is_some() {
             tracing::warn!("--requeue-guard is ignored: guards are no longer added, and those an earlier release left are finished");
         }
+        let requeuer = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance));
         // Whatever the flags: guards an earlier release left would hold their pods forever.
-        let leftovers = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance.clone()));
-        tokio::spawn(leftovers.finish_leftover_guards());
+        tokio::spawn(requeuer.clone().finish_leftover_guards());
         if args.requeue {
-            let requeuer = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance));
             tokio::spawn(requeuer.clone().reconcile_loop(view.clone(), Duration::from_secs(1), args.requeue_evict_within.as_secs() as i64));
             state.requeuer = Some(requeuer);
             tracing::info!(budget_ms = args.requeue_budget_ms, evict_within_s = args.requeue_evict_within.as_secs(), "requeue is on");

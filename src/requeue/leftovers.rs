@@ -40,12 +40,15 @@ pub struct GuardReport {
     pub given_up: usize,
     /// Left for the next look (a conflict, a passing API error).
     pub left: usize,
+    /// Why the first of those was left, for the one log line of the look.
+    pub first_failure: Option<String>,
 }
 
 impl GuardReport {
     pub fn summary(&self) -> String {
+        let why = self.first_failure.as_deref().map(|w| format!(" (first: {w})")).unwrap_or_default();
         format!(
-            "{} guarded pod(s): {} requeued, {} unguarded, {} given up (lost), {} left to retry",
+            "{} guarded pod(s): {} requeued, {} unguarded, {} given up (lost), {} left to retry{why}",
             self.found, self.requeued, self.unguarded, self.given_up, self.left
         )
     }
@@ -77,23 +80,27 @@ enum Outcome {
     Requeued,
     Unguarded,
     GivenUp,
-    Left,
+    /// Left for the next look, and why.
+    Left(String),
     Nothing,
 }
 
 impl Requeuer {
     /// Runs until the process ends; says at start what it found.
     pub async fn finish_leftover_guards(self: std::sync::Arc<Self>) {
-        let mut first = true;
+        let mut last: Option<GuardReport> = None;
         loop {
             let again = match self.finish_guards_once().await {
                 Ok(report) => {
-                    if first && report.found > 0 {
-                        tracing::warn!(summary = %report.summary(), "found guards left by an earlier release: finishing them");
-                    } else if report.found > 0 {
-                        tracing::info!(summary = %report.summary(), "finishing guards left by an earlier release");
+                    // One line per look that found something new (per-pod detail is debug).
+                    match &last {
+                        None if report.found > 0 => tracing::warn!(summary = %report.summary(), "found guards left by an earlier release: finishing them"),
+                        Some(before) if report.found > 0 && *before != report => {
+                            tracing::info!(summary = %report.summary(), "finishing guards left by an earlier release")
+                        }
+                        _ => {}
                     }
-                    first = false;
+                    last = Some(report.clone());
                     metrics::gauge!("coloc_requeue_guards_left").set(report.left as f64);
                     if report.left > 0 { AGAIN_SOON } else { AGAIN_LATER }
                 }
@@ -139,7 +146,10 @@ impl Requeuer {
                 Outcome::Requeued => report.requeued += 1,
                 Outcome::Unguarded => report.unguarded += 1,
                 Outcome::GivenUp => report.given_up += 1,
-                Outcome::Left => report.left += 1,
+                Outcome::Left(why) => {
+                    report.left += 1;
+                    report.first_failure.get_or_insert_with(|| format!("{}: {}", pod.key(), crate::wire::request::clip(&why, 200)));
+                }
                 Outcome::Nothing => {}
             }
         }
@@ -149,9 +159,9 @@ impl Requeuer {
     async fn finish_guarded(&self, pod: &Pod, json: &Value) -> Outcome {
         match guard::finish(pod) {
             Finish::Nothing => Outcome::Nothing,
-            Finish::Unguard(why) => match self.remove_guard(pod, json, why).await {
-                true => Outcome::Unguarded,
-                false => Outcome::Left,
+            Finish::Unguard(why) => match self.try_remove_guard(pod, json, why).await {
+                Ok(()) => Outcome::Unguarded,
+                Err(e) => Outcome::Left(e),
             },
             Finish::Requeue => {
                 let intent = RequeueIntent::for_victim(pod, pod.node_name.as_deref().unwrap_or_default(), "unknown (preempted by kube-scheduler)");
@@ -163,9 +173,9 @@ impl Requeuer {
                     Ok(stored) => {
                         metrics::counter!("coloc_requeue_replacements_total", "outcome" => stored.outcome()).increment(1);
                         self.tries.forget(&pod.uid);
-                        match self.remove_guard(pod, json, "preempted; its replacement is stored").await {
-                            true => Outcome::Requeued,
-                            false => Outcome::Left,
+                        match self.try_remove_guard(pod, json, "preempted; its replacement is stored").await {
+                            Ok(()) => Outcome::Requeued,
+                            Err(e) => Outcome::Left(e),
                         }
                     }
                     Err(e) => {
@@ -175,8 +185,8 @@ impl Requeuer {
                         match reason {
                             Some(reason) => self.give_up(pod, json, &intent, reason, tries, &e.message).await,
                             None => {
-                                tracing::warn!(original = %pod.key(), replacement = %intent.replacement, tries, error = %e.message, "requeue replacement not stored; will retry");
-                                Outcome::Left
+                                tracing::debug!(original = %pod.key(), replacement = %intent.replacement, tries, error = %e.message, "requeue replacement not stored; will retry");
+                                Outcome::Left(format!("replacement not stored (try {tries}): {}", e.message))
                             }
                         }
                     }
@@ -187,8 +197,8 @@ impl Requeuer {
 
     /// The replacement can never be stored: the guard goes and the pod is lost, visibly.
     async fn give_up(&self, pod: &Pod, json: &Value, intent: &RequeueIntent, reason: &'static str, tries: u32, error: &str) -> Outcome {
-        if !self.remove_guard(pod, json, "its replacement cannot be stored").await {
-            return Outcome::Left;
+        if let Err(e) = self.try_remove_guard(pod, json, "its replacement cannot be stored").await {
+            return Outcome::Left(e);
         }
         self.tries.forget(&pod.uid);
         metrics::counter!("coloc_requeue_given_up_total", "reason" => reason).increment(1);
@@ -202,6 +212,10 @@ impl Requeuer {
     /// Removes the guard finalizer and label, if the pod is still as read (`json`'s
     /// resourceVersion); true once the guard is gone (removed now, or the pod is).
     pub async fn remove_guard(&self, pod: &Pod, json: &Value, why: &str) -> bool {
+        self.try_remove_guard(pod, json, why).await.is_ok()
+    }
+
+    async fn try_remove_guard(&self, pod: &Pod, json: &Value, why: &str) -> Result<(), String> {
         let metadata = &json["metadata"];
         let finalizers: Vec<&Value> = metadata["finalizers"].as_array().map(|f| f.iter().filter(|f| f.as_str() != Some(GUARD)).collect()).unwrap_or_default();
         let patch = json!({"metadata": {
@@ -214,16 +228,12 @@ impl Requeuer {
             Ok(_) => {
                 metrics::counter!("coloc_requeue_guards_total", "change" => "removed").increment(1);
                 tracing::debug!(pod = %pod.key(), why, preempted = pod.preempted, phase = ?pod.phase, deleting = pod.deletion_time.is_some(), "guard removed");
-                true
+                Ok(())
             }
-            Err(e) if api_code(&e) == Some(404) => true,
-            Err(e) if api_code(&e) == Some(409) => {
-                tracing::debug!(pod = %pod.key(), "guard not removed: the pod changed since it was read; looked at again");
-                false
-            }
+            Err(e) if api_code(&e) == Some(404) => Ok(()),
             Err(e) => {
-                tracing::warn!(pod = %pod.key(), error = %e, "cannot remove guard; will retry");
-                false
+                tracing::debug!(pod = %pod.key(), error = %e, "guard not removed; looked at again");
+                Err(format!("guard not removed: {e}"))
             }
         }
     }
