@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use kube::api::{DeleteParams, DynamicObject, ListParams};
-use serde_json::Value;
 
 use crate::model::Pod;
 use crate::requeue::kube::Requeuer;
+use crate::requeue::leftovers::decoded;
 use crate::requeue::{FROM_POD, FROM_UID, GATE, LABEL};
 
 #[derive(clap::Args, Debug)]
@@ -121,7 +121,7 @@ async fn uninstall(args: UninstallArgs) -> anyhow::Result<()> {
         let listed = pods.list(&ListParams::default().labels(&format!("{LABEL}=true"))).await.context("cannot list replacements")?;
         let mut waiting = Vec::new();
         for object in listed.items {
-            let Some((json, replacement)) = decoded(&object) else { continue };
+            let Some((_, replacement)) = decoded(&object) else { continue };
             if !replacement.scheduling_gates.iter().any(|g| g == GATE) || replacement.deletion_time.is_some() {
                 continue;
             }
@@ -131,7 +131,7 @@ async fn uninstall(args: UninstallArgs) -> anyhow::Result<()> {
                     waiting.push(replacement.key());
                     continue;
                 }
-                Settle::Wait | Settle::Release => requeuer.release_now(&replacement, &json).await.map(|()| ("released", "its original was preempted".to_string())),
+                Settle::Wait | Settle::Release => requeuer.release_now(&replacement).await.map(|()| ("released", "its original was preempted".to_string())),
                 Settle::Delete(why) => requeuer.delete_now(&replacement).await.map(|()| ("deleted", why)),
             };
             match outcome {
@@ -228,12 +228,6 @@ async fn original_of(client: &kube::Client, replacement: &Pod) -> anyhow::Result
         Some(object) => Ok(decoded(&object).map(|(_, p)| p).filter(|p| &p.uid == uid)),
         None => Ok(None),
     }
-}
-
-fn decoded(object: &DynamicObject) -> Option<(Value, Pod)> {
-    let json = serde_json::to_value(object).ok()?;
-    let pod = serde_json::from_value::<crate::wire::k8s::Pod>(json.clone()).ok()?.into_model().ok()?;
-    Some((json, pod))
 }
 
 #[cfg(test)]

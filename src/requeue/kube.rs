@@ -209,20 +209,9 @@ impl Requeuer {
         }
     }
 
-    /// Releases `replacement` (as `json` shows it) now, whatever its original: `uninstall`.
-    pub async fn release_now(&self, replacement: &crate::model::Pod, json: &Value) -> Result<(), String> {
-        let annotation = |k: &str| json["metadata"]["annotations"][k].as_str().unwrap_or_default().to_string();
-        let release = Release {
-            namespace: replacement.namespace.clone(),
-            name: replacement.name.clone(),
-            uid: replacement.uid.clone(),
-            gates: replacement.scheduling_gates.clone(),
-            from_uid: annotation(FROM_UID),
-            from_pod: annotation(super::FROM_POD),
-            attempt: annotation(super::ATTEMPT),
-            preempted_by: annotation(super::PREEMPTED_BY),
-        };
-        self.release(&release).await
+    /// Releases `replacement` now, whatever its original: `uninstall`.
+    pub async fn release_now(&self, replacement: &crate::model::Pod) -> Result<(), String> {
+        self.release(&Release::of(replacement)).await
     }
 
     /// Deletes the gated `replacement` now: `uninstall`.

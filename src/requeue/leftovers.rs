@@ -134,8 +134,7 @@ impl Requeuer {
     async fn finish_listed(&self, listed: Vec<DynamicObject>) -> GuardReport {
         let mut report = GuardReport::default();
         for object in listed {
-            let Ok(json) = serde_json::to_value(&object) else { continue };
-            let Some(pod) = decode(&json) else { continue };
+            let Some((json, pod)) = decoded(&object) else { continue };
             if !pod.requeue_guarded {
                 // The label without the finalizer: only the label to take off.
                 self.remove_guard(&pod, &json, "label left without the finalizer").await;
@@ -239,6 +238,9 @@ impl Requeuer {
     }
 }
 
-fn decode(json: &Value) -> Option<Pod> {
-    serde_json::from_value::<crate::wire::k8s::Pod>(json.clone()).ok()?.into_model().ok()
+/// A listed pod as JSON (what a replacement is copied from) and as the model.
+pub fn decoded(object: &DynamicObject) -> Option<(Value, Pod)> {
+    let json = serde_json::to_value(object).ok()?;
+    let pod = serde_json::from_value::<crate::wire::k8s::Pod>(json.clone()).ok()?.into_model().ok()?;
+    Some((json, pod))
 }

@@ -39,6 +39,23 @@ pub struct Release {
     pub preempted_by: String,
 }
 
+impl Release {
+    /// The release of replacement `r`, from its own annotations.
+    pub fn of(r: &Pod) -> Release {
+        let annotation = |k: &str| r.annotations.get(k).map(str::to_owned).unwrap_or_default();
+        Release {
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            uid: r.uid.clone(),
+            gates: r.scheduling_gates.clone(),
+            from_uid: annotation(FROM_UID),
+            from_pod: annotation(FROM_POD),
+            attempt: annotation(ATTEMPT),
+            preempted_by: annotation(PREEMPTED_BY),
+        }
+    }
+}
+
 /// Gated replacements to release or delete. `evict_within`: seconds a replacement may wait
 /// for its original to start terminating.
 pub fn reconcile(view: &View, now: Timestamp, evict_within: i64) -> Vec<Action> {
@@ -88,16 +105,7 @@ fn decide(view: &View, r: &Pod, now: Timestamp, evict_within: i64, held: &BTreeS
         None if view.gang_of(r).is_some_and(|g| held.contains(&g)) => None,
         // Preempted, or gone while no replica watched (a restart): released, since a
         // preempt answer named it.
-        None => Some(Action::Release(Release {
-            namespace: r.namespace.clone(),
-            name: r.name.clone(),
-            uid: r.uid.clone(),
-            gates: r.scheduling_gates.clone(),
-            from_uid,
-            from_pod: annotation(FROM_POD),
-            attempt: annotation(ATTEMPT),
-            preempted_by: annotation(PREEMPTED_BY),
-        })),
+        None => Some(Action::Release(Release::of(r))),
         // Being evicted: released once it is gone.
         Some(original) if original.deletion_time.is_some() => None,
         Some(original) => {

@@ -136,11 +136,7 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
     let evicted: Vec<&str> = before.iter().map(|(_, uid)| uid.as_str()).filter(|uid| !live.contains(uid)).collect();
     let lost = evicted.iter().filter(|uid| !replaced.contains(*uid)).count();
     let residue_guarded = after.iter().filter(|p| p.metadata.finalizers.iter().flatten().any(|f| f == GUARD)).count();
-    let residue_gated = after
-        .iter()
-        .filter(|p| p.metadata.annotations.as_ref().and_then(|a| a.get(FROM_UID)).is_some_and(|from| !live.contains(from.as_str())))
-        .filter(|p| p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()))
-        .count();
+    let residue_gated = gated_of_gone(&after);
     std::fs::write(dir.join("scheduler-metrics.txt"), scheduler.metrics().await.unwrap_or_default())?;
     let mut preempt_mean_ms = None;
     let writes = match &extender {
@@ -186,16 +182,20 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
     })
 }
 
+/// Replacements still gated although their original is gone.
+fn gated_of_gone(pods: &[k8s_openapi::api::core::v1::Pod]) -> usize {
+    let live: BTreeSet<&str> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).filter_map(|p| p.metadata.uid.as_deref()).collect();
+    pods.iter()
+        .filter(|p| p.metadata.annotations.as_ref().and_then(|a| a.get(FROM_UID)).is_some_and(|from| !live.contains(from.as_str())))
+        .filter(|p| p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()))
+        .count()
+}
+
 /// When no replacement whose original is gone is still gated (up to 5 minutes).
 async fn all_released(client: &kube::Client) -> anyhow::Result<Instant> {
     wait::until(Duration::from_secs(300), "every replacement of a gone original released", || async {
         let pods = cluster::pods(client, Some(OFFLINE)).await.map_err(|e| e.to_string())?;
-        let live: BTreeSet<&str> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).filter_map(|p| p.metadata.uid.as_deref()).collect();
-        let waiting = pods
-            .iter()
-            .filter(|p| p.metadata.annotations.as_ref().and_then(|a| a.get(FROM_UID)).is_some_and(|from| !live.contains(from.as_str())))
-            .filter(|p| p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()))
-            .count();
+        let waiting = gated_of_gone(&pods);
         if waiting == 0 { Ok(Instant::now()) } else { Err(format!("{waiting} still gated")) }
     })
     .await
