@@ -131,6 +131,10 @@ pub struct Pod {
     /// kube-scheduler preempted it (condition `DisruptionTarget`, reason
     /// `PreemptionByScheduler`): once terminating, its room is on its way to a preemptor.
     pub preempted: bool,
+    /// Its kubelet reports it not ready (condition `Ready` not `True`): the disruption
+    /// controller does not count it healthy. A pod with no `Ready` condition yet is taken
+    /// as ready, as snapshots of clusters without kubelets have it.
+    pub unready: bool,
     /// Effective requests: max(init, sum(app)) + sidecars + overhead.
     pub requests: Resources,
     pub host_ports: Vec<HostPort>,

@@ -16,7 +16,7 @@ use super::PMap;
 use super::jobs::Jobs;
 use super::uid_index::UidIndex;
 use super::usage::{Aggregates, Counted};
-use crate::model::{DisruptionMode, GangInfo, GangRef, GangSource, Job, Node, Pdb, Pod, PodGroup, PodRef, PriorityClass, Resources};
+use crate::model::{DisruptionMode, GangInfo, GangRef, GangSource, Job, Node, Pdb, Pod, PodGroup, PodRef, PriorityClass, Resources, Timestamp};
 use crate::policy::{ClassId, GangConfig, Policy};
 
 /// Raw objects a view is built from.
@@ -65,6 +65,16 @@ impl NodeInfo {
     /// be evicted. O(1) to read.
     pub fn usage(&self) -> &Aggregates {
         &self.usage
+    }
+
+    /// Bound, non-terminal pods, in no particular order.
+    pub fn pods(&self) -> &[PodRef] {
+        &self.pods
+    }
+
+    /// Pending pods nominated to this node.
+    pub fn nominated(&self) -> &[PodRef] {
+        &self.nominated
     }
 
     fn add_pod(&mut self, pod: PodRef, counted: Counted) {
@@ -147,6 +157,10 @@ pub struct View {
     /// How bare pods left the view, by UID: requeue releases a replacement only if its
     /// original was preempted, never when it ended or was deleted on its own.
     departures: PMap<String, Departure>,
+    /// Per controller (`namespace/Kind/name`), when kube-scheduler last preempted one of
+    /// its pods (the victim's deletion time): a pod it created since is that victim's
+    /// replacement, its disruption barely over.
+    preemptions: PMap<String, Timestamp>,
 }
 
 /// How a bare pod left the view.
@@ -162,6 +176,14 @@ pub enum Departure {
 
 /// Departures kept at most; past that, those no replacement waits on are forgotten.
 const DEPARTURES_KEPT: usize = 50_000;
+
+/// Controllers whose last preemption is kept at most.
+const PREEMPTIONS_KEPT: usize = 10_000;
+
+fn controller_key(pod: &Pod) -> Option<String> {
+    let c = pod.controller.as_ref()?;
+    Some(format!("{}/{}/{}", pod.namespace, c.kind, c.name))
+}
 
 impl View {
     /// An empty view for `policy` (gang labels, tenants and classes come from it: rebuild
@@ -213,6 +235,7 @@ impl View {
             }
         }
         view.departures = self.departures.clone();
+        view.preemptions = self.preemptions.clone();
         for pod in self.pods.values() {
             view.apply_pod(pod.clone(), policy);
         }
@@ -245,6 +268,25 @@ impl View {
         self.departures.insert(pod.uid.clone(), how);
     }
 
+    /// When kube-scheduler last preempted a pod of `pod`'s controller, if the view saw it.
+    pub fn last_preemption_by_controller(&self, pod: &Pod) -> Option<Timestamp> {
+        self.preemptions.get(&controller_key(pod)?).copied()
+    }
+
+    /// Notes a preempted, terminating pod of a controller.
+    fn note_preemption(&mut self, pod: &Pod) {
+        let (true, Some(at), Some(key)) = (pod.preempted, pod.deletion_time, controller_key(pod)) else { return };
+        if self.preemptions.len() >= PREEMPTIONS_KEPT {
+            // The oldest half goes: only recent preemptions change a decision.
+            let mut times: Vec<Timestamp> = self.preemptions.values().copied().collect();
+            times.sort_unstable();
+            let cut = times[times.len() / 2];
+            self.preemptions.retain(|_, t| *t > cut);
+        }
+        let last = self.preemptions.entry(key).or_insert(at);
+        *last = (*last).max(at);
+    }
+
     // ---- changes ------------------------------------------------------------------------
 
     fn bump(&mut self) -> u64 {
@@ -274,6 +316,7 @@ impl View {
 
     fn place_pod(&mut self, pod: PodRef, key: String, policy: &Policy) {
         self.jobs.observe_pod(&pod);
+        self.note_preemption(&pod);
         let old = self.pods.get(&key).cloned();
         if let Some(old) = &old {
             if self.stays_in_place(old, &pod) {
@@ -359,6 +402,9 @@ impl View {
 
     fn remove_pod_as(&mut self, key: &str, last: Option<&Pod>, policy: &Policy) -> Option<PodRef> {
         let old = self.pods.get(key).cloned()?;
+        if let Some(last) = last {
+            self.note_preemption(last);
+        }
         match last {
             Some(last) if last.uid == old.uid && last.preempted && !old.preempted => self.note_departure(last, false),
             _ => self.note_departure(&old, false),
@@ -646,6 +692,11 @@ impl View {
         (pdb.disruptions_allowed - gone).max(0)
     }
 
+    /// Every node the view has the Node object of, with its state, in no particular order.
+    pub fn nodes(&self) -> impl Iterator<Item = (&Node, &NodeInfo)> {
+        self.nodes.values().filter_map(|i| Some((i.node.as_deref()?, &**i)))
+    }
+
     pub fn node_names(&self) -> impl Iterator<Item = &str> {
         self.nodes.iter().filter(|(_, i)| i.node.is_some()).map(|(n, _)| n.as_str())
     }
@@ -736,8 +787,11 @@ impl View {
 }
 
 /// A covered pod that is bound and not terminating is present for `pdb`'s budget.
+/// A covered pod the disruption controller counts healthy: bound, not terminating, ready.
+/// A pod recreated a moment ago is not healthy until it is ready, whatever the PDB's
+/// status still says.
 fn counts_toward(pdb: &Pdb, pod: &Pod) -> bool {
-    pod.node_name.is_some() && pod.deletion_time.is_none() && pdb.covers(pod)
+    pod.node_name.is_some() && pod.deletion_time.is_none() && !pod.unready && pdb.covers(pod)
 }
 
 /// Kueue-style dominant resource share: the largest fraction of any cluster resource used.

@@ -11,9 +11,11 @@
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 
+mod aftermath;
 mod gangs;
 mod jobs;
 
+use self::aftermath::Aftermath;
 use super::eligibility::{self, Fate, Preemptor};
 use super::fit::{fits, NodeUsage};
 use super::{Context, Explanation};
@@ -49,6 +51,11 @@ pub struct Cost {
     /// allowed failure. Nothing is lost now, but a later arrival whose only room is
     /// behind that budget would have to violate it (budgets are shared over time).
     pub budgets_spent: i64,
+    /// Victims that came back a moment ago (recreated after a preemption, or requeued):
+    /// evicted again, their disruption would be counted twice.
+    pub re_evicted: i64,
+    /// Pods the returning victims are expected to preempt, where they would find no room.
+    pub follow_on_evictions: i64,
     /// Bare victims that go back to the pending queue through a replacement.
     pub requeued: i64,
     /// How valuable the most valuable victim's class is (0: no victims).
@@ -56,7 +63,7 @@ pub struct Cost {
     pub max_priority: i64,
     pub priority_sum: i64,
     pub victims: i64,
-    /// Seconds of run time thrown away.
+    /// Seconds of run time thrown away, the expected follow-on evictions' included.
     pub lost_runtime: i64,
     /// Prefer taking from tenants with a high weighted share: minus the lowest share
     /// among victims' tenants, in millionths.
@@ -85,6 +92,10 @@ struct Victim<'a> {
     job_note: Option<String>,
     /// Its eviction uses up its Job's last allowed failure (`jobs::charge`).
     last_job_failure: bool,
+    /// What its return is expected to evict (`aftermath`).
+    follow_on: Option<String>,
+    /// It came back a moment ago (`aftermath`).
+    recently_back: Option<String>,
 }
 
 impl Victim<'_> {
@@ -176,6 +187,7 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
         return out;
     }
 
+    let aftermath = view.map(|v| Aftermath::new(*ctx, v));
     let mut plans = Vec::new();
     let ex = &mut out.explanations;
     match &args.candidates {
@@ -183,9 +195,9 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
             for (node, v) in map {
                 let plan = if v.count == 0 {
                     Some(placeholder(node, v.num_pdb_violations, ex))
-                } else if let Some(view) = view.filter(|vw| vw.node(node).is_some()) {
+                } else if let (Some(view), Some(aftermath)) = (view.filter(|vw| vw.node(node).is_some()), &aftermath) {
                     out.view_behind |= lags_behind(view, &v.uids);
-                    reselect_or_drop(ctx, view, preemptor, pod, node, &v.uids, ex)
+                    reselect_or_drop(ctx, view, aftermath, preemptor, pod, node, &v.uids, ex)
                 } else {
                     if view.is_some() {
                         ex.push(Explanation::node(node, "degraded", "node_not_in_view",
@@ -201,22 +213,22 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
                 let plan = if v.uids.is_empty() {
                     Some(placeholder(node, v.num_pdb_violations, ex))
                 } else {
-                    match view {
+                    match view.zip(aftermath.as_ref()) {
                         None => {
                             ex.push(Explanation::node(node, "dropped", "no_view_uids_only",
                                 "victims arrived as UIDs only and there is no cluster view: none can be checked against the policy"));
                             None
                         }
-                        Some(view) if view.node(node).is_none() => {
+                        Some((view, _)) if view.node(node).is_none() => {
                             out.view_behind = true;
                             ex.push(Explanation::node(node, "dropped", "node_not_in_view",
                                 "node unknown to the cluster view: its victims cannot be checked"));
                             None
                         }
-                        Some(view) => {
+                        Some((view, aftermath)) => {
                             out.view_behind |= lags_behind(view, &v.uids);
                             note_misplaced_uids(view, node, v, ex);
-                            reselect_or_drop(ctx, view, preemptor, pod, node, &v.uids, ex)
+                            reselect_or_drop(ctx, view, aftermath, preemptor, pod, node, &v.uids, ex)
                         }
                     }
                 };
@@ -269,16 +281,18 @@ fn held_room<'v>(ctx: &'v Context, view: &'v View, node: &str, preemptor: Preemp
 /// Re-selection on a node the view knows. If the view says the pod already fits, the
 /// view and kube-scheduler's cache disagree (one of them is stale): never answer an
 /// empty victim list for a candidate that had victims (v1.35 rejects it), drop the node.
+#[allow(clippy::too_many_arguments)]
 fn reselect_or_drop(
     ctx: &Context,
     view: &View,
+    aftermath: &Aftermath,
     preemptor: Preemptor,
     pod: &Pod,
     node: &str,
     proposed: &[String],
     ex: &mut Vec<Explanation>,
 ) -> Option<Plan> {
-    match reselect(ctx, view, preemptor, pod, node, proposed, ex) {
+    match reselect(ctx, view, aftermath, preemptor, pod, node, proposed, ex) {
         Reselected::Plan(p) => Some(p),
         Reselected::Vetoed => None,
         Reselected::NoVictimsNeeded => {
@@ -379,13 +393,17 @@ fn victim<'a>(ctx: &Context, pod: &'a Pod, eligible: eligibility::Eligible, view
         proposed,
         job_note: None,
         last_job_failure: false,
+        follow_on: None,
+        recently_back: None,
     }
 }
 
 /// Full re-selection on a node the view knows.
+#[allow(clippy::too_many_arguments)]
 fn reselect(
     ctx: &Context,
     view: &View,
+    aftermath: &Aftermath,
     preemptor: Preemptor,
     pod: &Pod,
     node_name: &str,
@@ -458,7 +476,7 @@ fn reselect(
     let mut vetoed: Option<Vec<Explanation>> = None;
     for order in orders {
         let mut notes = Vec::new();
-        match reprieve(ctx, view, preemptor, pod, node, &candidates, &order, usage.clone(), &mut notes) {
+        match reprieve(ctx, view, aftermath, preemptor, pod, node, &candidates, &order, usage.clone(), &mut notes) {
             Some(plan) if best.as_ref().is_none_or(|(b, _)| plan.cost < b.cost) => best = Some((plan, notes)),
             Some(_) => {}
             None => {
@@ -485,6 +503,7 @@ fn reselect(
 fn reprieve(
     ctx: &Context,
     view: &View,
+    aftermath: &Aftermath,
     preemptor: Preemptor,
     pod: &Pod,
     node: &crate::model::Node,
@@ -534,9 +553,18 @@ fn reprieve(
     }
 
     jobs::charge(ctx, node_name, &mut chosen, ex)?;
+    // What follows: pods that came back a moment ago are evicted twice; returning ones
+    // that find no room evict in turn.
+    for c in chosen.iter_mut() {
+        c.recently_back = aftermath.recently_back(c.pod);
+    }
+    let follow_on = aftermath.charge(node, &mut chosen, ex);
     let mut cost = cost_of(ctx, &chosen);
     cost.pdb_violations = violations;
     cost.budgets_spent += spent;
+    cost.re_evicted = chosen.iter().filter(|c| c.recently_back.is_some()).count() as i64;
+    cost.follow_on_evictions = follow_on.evictions;
+    cost.lost_runtime += follow_on.runtime;
     cost.broken_gang_members = gangs::charge(node_name, &chosen, ex);
     Some(finish(ctx, preemptor, node_name, chosen, violations, cost, "re-selected under the policy", ex))
 }
@@ -693,6 +721,7 @@ fn finish(ctx: &Context, preemptor: Preemptor, node: &str, mut victims: Vec<Vict
                 (None, _) => ("chosen", why),
             },
         };
+        let detail = [v.recently_back.as_deref(), v.follow_on.as_deref()].into_iter().flatten().fold(detail, |d, note| format!("{d}; {note}"));
         ex.push(Explanation::pod(node, &v.pod.key(), "victim", code, detail));
     }
     ex.push(Explanation::node(node, "candidate", "candidate",

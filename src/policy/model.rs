@@ -468,6 +468,12 @@ impl Placement {
         self.require_node_labels.is_empty() && self.forbid_node_labels.is_empty()
     }
 
+    /// May pods of the class use a node with `labels`? (`rejects` says why not.)
+    pub fn admits(&self, labels: &Labels) -> bool {
+        self.require_node_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            && !self.forbid_node_labels.iter().any(|(k, v)| labels.get(k) == Some(v))
+    }
+
     /// Why a node with `labels` is off limits, if it is.
     pub fn rejects(&self, labels: &Labels) -> Option<String> {
         for (k, v) in &self.require_node_labels {

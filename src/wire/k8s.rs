@@ -159,7 +159,7 @@ pub struct PodStatus {
     pub conditions: Vec<PodCondition>,
 }
 
-/// A pod condition: only kube-scheduler's `DisruptionTarget` is read.
+/// A pod condition: kube-scheduler's `DisruptionTarget` and the kubelet's `Ready` are read.
 #[derive(Deserialize, Default)]
 pub struct PodCondition {
     #[serde(rename = "type", default, deserialize_with = "nullable")]
@@ -369,8 +369,10 @@ impl Pod {
             .collect();
 
         let preempted = self.status.conditions.iter().any(|c| c.type_ == "DisruptionTarget" && c.status == "True" && c.reason == "PreemptionByScheduler");
+        let unready = self.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status != "True");
         Ok(model::Pod {
             preempted,
+            unready,
             job_tracking: m.finalizers.iter().any(|f| f == model::TRACKING_FINALIZER),
             requeue_guarded: m.finalizers.iter().any(|f| f == crate::requeue::GUARD),
             creation_time: parse_time("metadata.creationTimestamp", &m.creation_timestamp)?,

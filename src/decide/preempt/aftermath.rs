@@ -1,0 +1,277 @@
+//! What follows an eviction. A victim that comes back (recreated by its controller, or
+//! requeued) comes back at its priority and with its preemption policy (a requeued pod
+//! with its class's `requeue.preemption`). Where the view has no room for it, it preempts
+//! in turn: those expected evictions, and the run time they discard, are part of the cost
+//! of choosing it. One that waits for room evicts nobody.
+//!
+//! And a pod that came back a moment ago has just been disrupted: evicting it again
+//! costs more than evicting one that has run its course.
+
+use std::cell::{OnceCell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use super::Victim;
+use crate::cluster::View;
+use crate::decide::eligibility::{self, Fate, Preemptor};
+use crate::decide::fit::{fits, NodeUsage};
+use crate::decide::{Context, Explanation};
+use crate::model::{Node, Pod, Timestamp};
+use crate::policy::{ClassId, ReplacementPreemption};
+
+/// A pod that came back less than this long ago (seconds) counts as just disrupted.
+pub(super) const RECENTLY_BACK_S: i64 = 300;
+
+/// Room for this many pods of a shape elsewhere is plenty: the scan stops.
+const PLENTY: u32 = 64;
+
+/// Nodes where a returning pod could make room that are looked at in full, at most.
+const DISPLACE_NODES_TRIED: usize = 32;
+
+/// What one victim set is expected to set off.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FollowOn {
+    /// Pods the returning victims are expected to preempt.
+    pub evictions: i64,
+    /// Seconds those pods have run.
+    pub runtime: i64,
+}
+
+/// Per preempt request: the room each shape of returning pod finds, looked up once.
+pub(super) struct Aftermath<'a> {
+    ctx: Context<'a>,
+    view: &'a View,
+    rooms: RefCell<HashMap<Shape, Rc<Room>>>,
+}
+
+/// What a returning pod needs and may do: pods of one shape find the same room.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Shape {
+    class: ClassId,
+    priority: i32,
+    requests: Vec<(String, i64)>,
+    ports: Vec<(i32, String, String)>,
+}
+
+impl Shape {
+    fn of(pod: &Pod, class: ClassId, priority: i32) -> Shape {
+        let r = &pod.requests;
+        let mut requests = vec![("cpu".to_string(), r.milli_cpu), ("memory".to_string(), r.memory), ("ephemeral-storage".to_string(), r.ephemeral_storage)];
+        requests.extend(r.scalar.iter().map(|(k, v)| (k.clone(), *v)));
+        let ports = pod.host_ports.iter().map(|p| (p.port, p.protocol.clone(), p.ip.clone())).collect();
+        Shape { class, priority, requests, ports }
+    }
+}
+
+/// Free room for a shape, and how it would make room where there is none.
+struct Room {
+    /// Nodes with room for at least one more, and for how many.
+    free: Vec<(String, u32)>,
+    /// The scan found room for `PLENTY` and stopped.
+    plenty: bool,
+    displaced: OnceCell<Option<Displaced>>,
+}
+
+impl Room {
+    fn elsewhere(&self, node: &str) -> u32 {
+        self.free.iter().filter(|(n, _)| n != node).map(|(_, k)| *k).sum()
+    }
+}
+
+/// The cheapest way a returning pod makes room: on `node`, by evicting `evictions` pods.
+#[derive(Debug, Clone)]
+struct Displaced {
+    node: String,
+    evictions: i64,
+    runtime: i64,
+    /// The first pod it would evict, to name in explanations.
+    first: String,
+}
+
+/// How a victim comes back, if it does.
+enum Return {
+    /// It may preempt: recreated with `PreemptLowerPriority`, or requeued with
+    /// `requeue.preemption: keep`, and its class preempts some class.
+    Preempts,
+    /// It waits for free room.
+    Waits,
+}
+
+impl<'a> Aftermath<'a> {
+    pub(super) fn new(ctx: Context<'a>, view: &'a View) -> Self {
+        Aftermath { ctx, view, rooms: RefCell::default() }
+    }
+
+    /// Charges `chosen` (evicted from `node`) with what their return sets off; notes it on
+    /// each victim it concerns. What the preemptor leaves on `node` is no room for them:
+    /// each victim is needed, so less than any of them is left there.
+    pub(super) fn charge(&self, node: &Node, chosen: &mut [Victim], ex: &mut Vec<Explanation>) -> FollowOn {
+        let mut out = FollowOn::default();
+        let mut claimed: HashMap<Shape, u32> = HashMap::new();
+        for v in chosen.iter_mut() {
+            let Some(back) = self.comes_back(v) else { continue };
+            let shape = Shape::of(v.pod, v.class, v.pod_priority);
+            let room = self.room(&shape, v.pod);
+            let used = claimed.entry(shape).or_default();
+            if room.plenty || room.elsewhere(&node.name) > *used {
+                *used += 1;
+                continue;
+            }
+            if let Return::Waits = back {
+                continue;
+            }
+            let Some(d) = room.displaced.get_or_init(|| self.displaced(v.pod, v.class)) else {
+                continue; // nowhere could it make room: it waits
+            };
+            out.evictions += d.evictions;
+            out.runtime += d.runtime;
+            let note = format!(
+                "comes back at priority {} and would find no free room: expected to evict {} pod(s) (e.g. {} on {})",
+                v.pod_priority, d.evictions, d.first, d.node
+            );
+            ex.push(Explanation::pod(&node.name, &v.pod.key(), "charged", "follow_on", note.clone()));
+            v.follow_on = Some(note);
+        }
+        out
+    }
+
+    /// Why `pod` counts as just disrupted, if it came back less than `RECENTLY_BACK_S` ago.
+    pub(super) fn recently_back(&self, pod: &Pod) -> Option<String> {
+        let age = self.ctx.now - pod.running_since()?;
+        if age > RECENTLY_BACK_S {
+            return None;
+        }
+        if crate::requeue::is_replacement(pod) {
+            return Some(format!("requeued {age}s ago (attempt {}): evicted once already", crate::requeue::attempt_of(pod)));
+        }
+        let preempted_at = self.view.last_preemption_by_controller(pod)?;
+        let c = pod.controller.as_ref()?;
+        (pod.creation_time? >= preempted_at).then(|| format!("recreated by {} {} {age}s ago, after one of its pods was preempted", c.kind, c.name))
+    }
+
+    fn comes_back(&self, v: &Victim) -> Option<Return> {
+        let policy = self.ctx.policy;
+        let preempts = !v.pod.preemption_never && policy.preempts_anything(v.class);
+        let may = match v.fate {
+            // A DaemonSet's pod comes back on the same node; a finished Job makes no more.
+            Fate::Recreated => {
+                let c = v.pod.controller.as_ref()?;
+                if c.kind == "DaemonSet" || self.view.jobs().of(v.pod).is_some_and(|j| j.finished) {
+                    return None;
+                }
+                preempts
+            }
+            Fate::Requeued => preempts && policy.class(v.class).requeue.preemption == ReplacementPreemption::Keep,
+            Fate::Lost | Fate::LeftToOwner => return None,
+        };
+        Some(if may { Return::Preempts } else { Return::Waits })
+    }
+
+    /// May pods of `class` be placed on `node` at all (schedulable, untainted, placement)?
+    fn admits(&self, node: &Node, class: ClassId) -> bool {
+        !node.unschedulable
+            && !node.taints.iter().any(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+            && self.ctx.policy.class(class).placement.admits(&node.labels)
+    }
+
+    fn room(&self, shape: &Shape, pod: &Pod) -> Rc<Room> {
+        if let Some(r) = self.rooms.borrow().get(shape) {
+            return r.clone();
+        }
+        let mut room = Room { free: Vec::new(), plenty: false, displaced: OnceCell::new() };
+        let mut total = 0;
+        for (node, info) in self.view.nodes() {
+            if !self.admits(node, shape.class) {
+                continue;
+            }
+            let held: Vec<&Pod> = self.held(info.nominated(), shape.priority).collect();
+            let k = if held.is_empty() {
+                slots(pod, node, &info.usage().all)
+            } else {
+                let mut usage = info.usage().all.clone();
+                held.iter().for_each(|p| usage.add(p));
+                slots(pod, node, &usage)
+            };
+            if k > 0 {
+                room.free.push((node.name.clone(), k));
+                total += k;
+                if total >= PLENTY {
+                    room.plenty = true;
+                    break;
+                }
+            }
+        }
+        let room = Rc::new(room);
+        self.rooms.borrow_mut().insert(shape.clone(), room.clone());
+        room
+    }
+
+    /// Pending pods nominated with at least `priority`: their room is not for the taking.
+    fn held<'p>(&self, nominated: &'p [crate::model::PodRef], priority: i32) -> impl Iterator<Item = &'p Pod> + use<'p, 'a> {
+        let view = self.view;
+        nominated.iter().map(|p| &**p).filter(move |p| view.priority_of(p) >= priority)
+    }
+
+    /// Where `pod` (of `class`) would make room with the fewest evictions, as this policy
+    /// would answer its preempt call: least valuable pods first.
+    fn displaced(&self, pod: &Pod, class: ClassId) -> Option<Displaced> {
+        let ctx = &self.ctx;
+        let key = pod.key();
+        let preemptor = Preemptor { priority: ctx.priority_of(pod), class, key: &key };
+        let mut best: Option<Displaced> = None;
+        let mut tried = 0;
+        for (node, info) in self.view.nodes() {
+            if !self.admits(node, class) || fits(pod, node, &info.usage().after_evicting(ctx.policy, class, ctx.requeue.enabled)).is_err() {
+                continue;
+            }
+            tried += 1;
+            if tried > DISPLACE_NODES_TRIED {
+                break;
+            }
+            let mut usage = info.usage().all.clone();
+            self.held(info.nominated(), preemptor.priority).for_each(|p| usage.add(p));
+            let mut victims: Vec<(ClassId, &Pod)> = info
+                .pods()
+                .iter()
+                .filter_map(|p| Some((eligibility::check(ctx, preemptor, p).ok()?.class, &**p)))
+                .collect();
+            // Least valuable first: later class, lower priority, ran least.
+            victims.sort_by_key(|(c, p)| (std::cmp::Reverse(*c), ctx.priority_of(p), std::cmp::Reverse(p.running_since().unwrap_or(Timestamp::MAX))));
+            let (mut evictions, mut runtime, mut first) = (0, 0, None);
+            for (_, p) in victims {
+                if fits(pod, node, &usage).is_ok() {
+                    break;
+                }
+                usage.remove(p);
+                evictions += 1;
+                runtime += p.running_since().map_or(0, |t| (ctx.now - t).max(0));
+                first.get_or_insert_with(|| p.key());
+            }
+            let (Ok(()), Some(first)) = (fits(pod, node, &usage), first) else { continue };
+            if best.as_ref().is_none_or(|b| (evictions, runtime) < (b.evictions, b.runtime)) {
+                best = Some(Displaced { node: node.name.clone(), evictions, runtime, first });
+            }
+        }
+        best
+    }
+}
+
+/// How many more pods like `pod` fit on `node` beside `usage` (up to `PLENTY`).
+fn slots(pod: &Pod, node: &Node, usage: &NodeUsage) -> u32 {
+    if fits(pod, node, usage).is_err() {
+        return 0;
+    }
+    if !pod.host_ports.is_empty() {
+        return 1;
+    }
+    let per = |want: i64, used: i64, allocatable: i64| if want > 0 { (allocatable.saturating_sub(used) / want).max(0) } else { i64::MAX };
+    let (r, a, u) = (&pod.requests, &node.allocatable, &usage.requested);
+    let mut k = per(r.milli_cpu, u.milli_cpu, a.milli_cpu)
+        .min(per(r.memory, u.memory, a.memory))
+        .min(per(r.ephemeral_storage, u.ephemeral_storage, a.ephemeral_storage))
+        .min(node.allocatable_pods.saturating_sub(usage.pods).max(0));
+    for (name, want) in &r.scalar {
+        k = k.min(per(*want, u.scalar(name), a.scalar(name)));
+    }
+    k.clamp(0, PLENTY as i64) as u32
+}
