@@ -35,11 +35,14 @@ pub fn priority_class(name: &str, value: i32) -> PriorityClass {
     from(json!({"metadata": {"name": name}, "value": value}))
 }
 
-/// The default policy's classes: online-prod, offline-batch, free.
+/// PriorityClasses the default policy classifies: online-prod (online), offline-batch
+/// and offline-batch-low (batch), free-high and free (free).
 pub fn default_priority_classes() -> Vec<PriorityClass> {
     vec![
         priority_class("online-prod", 10_000),
         priority_class("offline-batch", 6_000),
+        priority_class("offline-batch-low", 5_500),
+        priority_class("free-high", 3_500),
         priority_class("free", 3_000),
     ]
 }

@@ -34,6 +34,10 @@ pub fn cases() -> Vec<Case> {
             run: |b, m| Box::pin(replacements_wait(b, m)),
         },
         Case {
+            name: "an_owned_victim_whose_replacement_would_evict_loses_to_a_bare_one_that_waits",
+            run: |b, m| Box::pin(cascade_avoided(b, m)),
+        },
+        Case {
             name: "a_strict_pdb_is_respected_and_describe_pod_says_why",
             run: |b, m| Box::pin(strict_pdb(b, m)),
         },
@@ -139,6 +143,51 @@ async fn replicaset_workers(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     anyhow::ensure!(
         replacements == 0,
         "controller-owned victims are never requeued, found {replacements} replacements"
+    );
+    bed.finish()
+}
+
+/// node-1 holds a ReplicaSet's worker (unpinned, 3 CPU), node-2 a bare `free` pod (3 CPU);
+/// each has 1 CPU left and the online pod needs 2. Evicting the worker looks free (its
+/// controller recreates it), but the recreated worker finds no room and preempts the free
+/// pod too: two evictions. Requeuing the free pod costs one: its copy waits
+/// (`requeue.preemption: never`). The worker keeps running.
+async fn cascade_avoided(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(&["node-1", "node-2"], 4000).await?;
+    bed.bound(vec![PodBuilder::new("batch", "scratch", "free", 3000).on("node-2")]).await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    cluster::create(&bed.client, cluster::replica_set("batch", "workers", 1, "offline-batch", 3000)).await?;
+    let worker = bed
+        .until_pods("batch", MINUTE, "the worker running on node-1", |pods| {
+            let w = pods.iter().find(|p| cluster::name(p).starts_with("workers-") && cluster::phase(p) == "Running");
+            match w.map(|w| (uid(w), cluster::node_of(w).map(str::to_string))) {
+                Some((uid, Some(node))) if node == "node-1" => Ok(uid),
+                other => Err(format!("worker: {other:?}")),
+            }
+        })
+        .await?;
+
+    online(&bed, "web", 2000).await?;
+    let node = online_placed(&bed, "web").await?;
+    bed.until_pods("batch", MINUTE, "scratch gone and its copy released", |pods| {
+        let original = pods.iter().any(|p| cluster::name(p) == "scratch");
+        let released = pods.iter().filter(|p| is_replacement(p) && !gated(p)).count();
+        if !original && released == 1 { Ok(()) } else { Err(format!("original there: {original}, {released} released copies")) }
+    })
+    .await?;
+    // Time for anything that would follow: a recreated worker would preempt by now.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let log = std::fs::read_to_string(&bed.scheduler.as_ref().expect("started").proc.log)?;
+    let evictions = log.lines().filter(|l| l.contains("Preemptor Pod preempted victim Pod")).count();
+    let pods = cluster::pods(&bed.client, Some("batch")).await?;
+    let worker_stays = pods.iter().any(|p| uid(p) == worker && p.metadata.deletion_timestamp.is_none());
+    anyhow::ensure!(
+        node == "node-2" && worker_stays && evictions == 1,
+        "web on {node} (want node-2), the worker {}, {evictions} eviction(s) (want 1)\n{}",
+        if worker_stays { "still running" } else { "evicted" },
+        bed.logs()
     );
     bed.finish()
 }

@@ -4,10 +4,11 @@
 //! `nodeCacheCapable` mode asked for. Prints side by side what each placed, evicted (and
 //! how many evictions were made for offline pods: recreated or requeued ones), requeued,
 //! lost, the PDB violations, gangs broken, Jobs failed and the run time discarded, and
-//! the extender's Events.
+//! the extender's Events. Online pods arrive in their waves, `--wave-interval` apart.
 //!
 //!   cargo build --release && cargo run --release -p coloc-testbed --bin coloc-demo
-//!   coloc-demo [--scenario FILE | --generate NODES] [--modes names,objects] [--extender PATH] [--hold]
+//!   coloc-demo [--scenario FILE | --generate NODES [--seed N]] [--modes names,objects]
+//!              [--wave-interval SECS] [--json FILE] [--extender PATH] [--hold]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -32,18 +33,26 @@ struct Args {
     scenario: PathBuf,
     /// Nodes of a generated scenario (`Scenario::generate`) instead of a file.
     generate: Option<usize>,
+    seed: u64,
+    wave_interval: Duration,
+    /// Where to write each run's figures as JSON.
+    json: Option<PathBuf>,
     /// nodeCacheCapable per extender run: true for names, false for objects.
     modes: Vec<bool>,
     extender: PathBuf,
     hold: bool,
 }
 
-const USAGE: &str = "usage: coloc-demo [--scenario FILE | --generate NODES] [--modes names,objects] [--extender PATH] [--hold]";
+const USAGE: &str =
+    "usage: coloc-demo [--scenario FILE | --generate NODES [--seed N]] [--modes names,objects] [--wave-interval SECS] [--json FILE] [--extender PATH] [--hold]";
 
 fn args() -> Result<Args, String> {
     let mut a = Args {
         scenario: Path::new(REPO).join("testbed/scenarios/colocated.json"),
         generate: None,
+        seed: 1,
+        wave_interval: Duration::from_secs(3),
+        json: None,
         modes: vec![true],
         extender: Path::new(REPO).join("target/release/coloc-extender"),
         hold: false,
@@ -56,6 +65,15 @@ fn args() -> Result<Args, String> {
                 let n = it.next().ok_or("--generate needs a number of nodes")?;
                 a.generate = Some(n.parse().ok().filter(|n| *n > 0).ok_or(format!("--generate needs a number of nodes, not {n:?}"))?);
             }
+            "--seed" => {
+                let n = it.next().ok_or("--seed needs a number")?;
+                a.seed = n.parse().map_err(|_| format!("--seed needs a number, not {n:?}"))?;
+            }
+            "--wave-interval" => {
+                let n = it.next().ok_or("--wave-interval needs seconds")?;
+                a.wave_interval = Duration::from_secs_f64(n.parse().ok().filter(|s: &f64| s.is_finite() && *s >= 0.0).ok_or(format!("--wave-interval needs seconds, not {n:?}"))?);
+            }
+            "--json" => a.json = Some(it.next().ok_or("--json needs a file")?.into()),
             "--modes" => {
                 let m = it.next().ok_or("--modes needs names, objects or both")?;
                 a.modes = m
@@ -128,25 +146,29 @@ async fn main() -> ExitCode {
 
 async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
     let scenario = match args.generate {
-        Some(n) => Scenario::generate(n),
+        Some(n) => Scenario::generate(n, args.seed),
         None => Scenario::load(&args.scenario)?,
     };
     match args.generate {
-        Some(n) => println!("scenario generated for {n} nodes: {}", scenario.about),
+        Some(_) => println!("scenario generated: {}", scenario.about),
         None => println!("scenario {}: {}", args.scenario.display(), scenario.about),
     }
     println!("control plane: {} (kube-scheduler, kube-apiserver, kube-controller-manager; a kubelet stand-in)\n", bins.dir.display());
     println!("run 1: kube-scheduler alone ...");
-    let (stock, _) = run(bins, &scenario, None, false).await?;
+    let (stock, _) = run(bins, &scenario, None, args.wave_interval, false).await?;
     let mut runs = vec![("kube-scheduler alone".to_string(), stock)];
     let mut held = None;
     for (i, &names) in args.modes.iter().enumerate() {
         let label = format!("coloc-extender, {}", if names { "names" } else { "objects" });
         println!("run {}: kube-scheduler + {label} ...", i + 2);
         let last = i + 1 == args.modes.len();
-        let (ours, plane) = run(bins, &scenario, Some((&args.extender, names)), args.hold && last).await?;
+        let (ours, plane) = run(bins, &scenario, Some((&args.extender, names)), args.wave_interval, args.hold && last).await?;
         held = plane;
         runs.push((label, ours));
+    }
+    if let Some(path) = &args.json {
+        let figures: Vec<_> = runs.iter().map(|(label, o)| figures(label, o, &scenario)).collect();
+        std::fs::write(path, serde_json::to_string_pretty(&serde_json::json!({"scenario": scenario.about, "runs": figures}))?)?;
     }
     let rows: [Row; 11] = [
         ("online pods placed", Box::new(|o| format!("{}/{}", o.placed.len(), scenario.online.len()))),
@@ -194,6 +216,24 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
         println!("(run with --hold to keep the second control plane up for kubectl)");
     }
     Ok(())
+}
+
+/// One run's figures, as `--json` writes them.
+fn figures(label: &str, o: &Outcome, sc: &Scenario) -> serde_json::Value {
+    serde_json::json!({
+        "run": label,
+        "online_placed": o.placed.len(),
+        "online": sc.online.len(),
+        "evictions": o.evictions,
+        "evictions_by_online_pods": o.evictions - o.evictions_for_offline,
+        "evictions_by_offline_pods": o.evictions_for_offline,
+        "pdb_violations": o.pdb_violations,
+        "jobs_failed": o.jobs_failed.len(),
+        "gangs_broken": o.gangs_broken.len(),
+        "bare_lost": o.lost.len(),
+        "requeued": o.requeued.len(),
+        "cpu_seconds_discarded": o.discarded_cpu_s.round(),
+    })
 }
 
 /// A line of the comparison: its label, and what it shows of one run.
@@ -263,11 +303,14 @@ fn run_seconds_discarded(p: &Pod) -> Option<f64> {
     Some(at.duration_since(started).as_secs_f64().max(0.0))
 }
 
-async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, hold: bool) -> anyhow::Result<(Outcome, Option<ControlPlane>)> {
+async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, wave_interval: Duration, hold: bool) -> anyhow::Result<(Outcome, Option<ControlPlane>)> {
     let plane = ControlPlane::start(bins, Options::default()).await?;
     let client = plane.client().await?;
     cluster::create_all(&client, vec![cluster::namespace("online"), cluster::namespace("batch")]).await?;
-    cluster::create_all(&client, cluster::default_priority_classes()).await?;
+    let classes = cluster::default_priority_classes();
+    let names: Vec<String> = classes.iter().filter_map(|c| c.metadata.name.clone()).collect();
+    cluster::create_all(&client, classes).await?;
+    cluster::until_admitted(&client, "batch", &names.iter().map(String::as_str).collect::<Vec<_>>()).await?;
     for f in ["clusterrole.yaml", "clusterrolebinding.yaml", "requeue/clusterrole.yaml", "requeue/clusterrolebinding.yaml", "wake/role.yaml", "wake/rolebinding.yaml"] {
         plane.apply(&Path::new(REPO).join("manifests").join(f))?;
     }
@@ -307,20 +350,30 @@ async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, ho
     let names = extender.is_none_or(|(_, names)| names);
     let entries: Vec<ExtenderEntry> = ext.iter().map(|e| ExtenderEntry::all_verbs(&e.url(), names)).collect();
     let _scheduler = Scheduler::start(&plane, "kube-scheduler", &entries, 1000).await?;
-    let arrived = Instant::now();
-    cluster::create_all(&client, sc.online_pods()).await?;
     let mut out = Outcome::default();
-    let deadline = arrived + Duration::from_secs(60);
+    let mut arrived: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut waves = sc.waves().into_iter();
+    let mut next_wave = Instant::now();
+    let mut deadline = Instant::now() + Duration::from_secs(60);
     while out.placed.len() < sc.online.len() && Instant::now() < deadline {
+        if Instant::now() >= next_wave {
+            if let Some(wave) = waves.next() {
+                cluster::create_all(&client, wave.iter().map(|o| o.pod()).collect()).await?;
+                arrived.extend(wave.iter().map(|o| (o.name.clone(), Instant::now())));
+                next_wave += wave_interval;
+                deadline = Instant::now() + Duration::from_secs(60);
+            }
+        }
         for p in cluster::pods(&client, Some("online")).await? {
-            if let Some(node) = cluster::node_of(&p) {
-                out.placed.entry(cluster::name(&p).to_string()).or_insert((node.to_string(), arrived.elapsed().as_secs_f64()));
+            if let (Some(node), Some(at)) = (cluster::node_of(&p), arrived.get(cluster::name(&p))) {
+                out.placed.entry(cluster::name(&p).to_string()).or_insert((node.to_string(), at.elapsed().as_secs_f64()));
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Let victims finish, replacements be released and the Job controller count.
-    tokio::time::sleep(Duration::from_secs(6)).await;
+    // Let victims finish, recreated and requeued pods find their place (or preempt for
+    // it), and the Job and disruption controllers count.
+    tokio::time::sleep(Duration::from_secs(15)).await;
 
     let after = cluster::pods(&client, Some("batch")).await?;
     let alive = |uid: &str| after.iter().any(|p| p.metadata.uid.as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none());
