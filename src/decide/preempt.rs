@@ -63,7 +63,8 @@ pub struct Cost {
     pub max_priority: i64,
     pub priority_sum: i64,
     pub victims: i64,
-    /// Seconds of run time thrown away, the expected follow-on evictions' included.
+    /// Run time thrown away in milli-CPU-seconds (seconds run × CPU requested), the
+    /// expected follow-on evictions' included: a big pod's hour is more work than a small one's.
     pub lost_runtime: i64,
     /// Prefer taking from tenants with a high weighted share: minus the lowest share
     /// among victims' tenants, in millionths.
@@ -661,6 +662,13 @@ impl<'a> Budgets<'a> {
     }
 }
 
+/// Work a pod has done so far: seconds run × milli-CPU requested (at least 1 milli-CPU,
+/// so a pod without requests still counts its time).
+pub(super) fn cpu_seconds(now: crate::model::Timestamp, pod: &Pod) -> i64 {
+    let ran = pod.start_time.map_or(0, |t| (now - t).max(0));
+    ran.saturating_mul(pod.requests.milli_cpu.max(1))
+}
+
 fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
     let classes = ctx.policy.classes.len() as i64;
     let mut cost = Cost { victims: victims.len() as i64, ..Cost::default() };
@@ -669,7 +677,7 @@ fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
         cost.top_class_value = cost.top_class_value.max(classes - v.class as i64);
         cost.max_priority = cost.max_priority.max(v.priority as i64);
         cost.priority_sum += v.priority as i64;
-        cost.lost_runtime += v.running_since.map(|t| (ctx.now - t).max(0)).unwrap_or(0);
+        cost.lost_runtime += cpu_seconds(ctx.now, v.pod);
         match v.fate {
             Fate::Lost => cost.lost_pods += 1,
             Fate::Requeued => cost.requeued += 1,

@@ -189,10 +189,10 @@ impl Scenario {
             // About 40 % for controllers' pods, a little left free on some nodes.
             let k = 1 + rng.below((cpu_m / 1000 * 2 / 5) as u64) as i64;
             slots += k;
-            let slack = if rng.below(5) < 2 { 500 } else { 0 };
+            let slack = 250 * rng.below(3) as i64;
             let mut left = cpu_m - k * 1000 - slack;
             while left > 0 {
-                let cpu = (500 * (1 + rng.below(4) as i64)).min(left);
+                let cpu = (250 * (1 + rng.below(4) as i64)).min(left);
                 left -= cpu;
                 let n = sc.bare.len() + 1;
                 let (name, class, g) = match rng.below(10) {

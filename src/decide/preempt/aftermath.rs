@@ -33,7 +33,7 @@ const DISPLACE_NODES_TRIED: usize = 32;
 pub(super) struct FollowOn {
     /// Pods the returning victims are expected to preempt.
     pub evictions: i64,
-    /// Seconds those pods have run.
+    /// Work those pods have done (milli-CPU-seconds, as `Cost::lost_runtime`).
     pub runtime: i64,
 }
 
@@ -83,6 +83,7 @@ impl Room {
 struct Displaced {
     node: String,
     evictions: i64,
+    /// Milli-CPU-seconds those pods have run.
     runtime: i64,
     /// The first pod it would evict, to name in explanations.
     first: String,
@@ -244,7 +245,7 @@ impl<'a> Aftermath<'a> {
                 }
                 usage.remove(p);
                 evictions += 1;
-                runtime += p.running_since().map_or(0, |t| (ctx.now - t).max(0));
+                runtime += super::cpu_seconds(ctx.now, p);
                 first.get_or_insert_with(|| p.key());
             }
             let (Ok(()), Some(first)) = (fits(pod, node, &usage), first) else { continue };

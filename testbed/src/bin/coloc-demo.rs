@@ -112,9 +112,14 @@ struct Outcome {
     pdb_violations: i64,
     /// Run time of every evicted pod × its CPU request.
     discarded_cpu_s: f64,
+    /// Every evicted pod (originals, recreated and requeued ones) → CPU-seconds discarded.
+    discarded_by_pod: BTreeMap<String, f64>,
     requeued: BTreeSet<String>,
     lost: BTreeSet<String>,
     gangs_broken: BTreeSet<String>,
+    /// Run time × CPU of the members a broken gang still has running: a gang runs as one,
+    /// so their progress is lost with the evicted member's.
+    broken_gang_survivors_cpu_s: f64,
     jobs_failed: BTreeSet<String>,
     events: String,
 }
@@ -170,7 +175,7 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
         let figures: Vec<_> = runs.iter().map(|(label, o)| figures(label, o, &scenario)).collect();
         std::fs::write(path, serde_json::to_string_pretty(&serde_json::json!({"scenario": scenario.about, "runs": figures}))?)?;
     }
-    let rows: [Row; 11] = [
+    let rows: [Row; 12] = [
         ("online pods placed", Box::new(|o| format!("{}/{}", o.placed.len(), scenario.online.len()))),
         ("time to place, max", Box::new(|o| o.placed.values().map(|(_, s)| *s).fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.max(s)))).map_or("-".into(), |s| format!("{s:.1} s")))),
         ("evictions", Box::new(|o| o.evictions.to_string())),
@@ -180,6 +185,7 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
         ("lost (bare pods gone for good)", Box::new(|o| list(&o.lost))),
         ("PDB violations", Box::new(|o| o.pdb_violations.to_string())),
         ("gangs broken", Box::new(|o| list(&o.gangs_broken))),
+        ("  their survivors' run, CPU-s", Box::new(|o| format!("{:.0}", o.broken_gang_survivors_cpu_s))),
         ("Jobs failed", Box::new(|o| list(&o.jobs_failed))),
         ("run time discarded, CPU-s", Box::new(|o| format!("{:.0}", o.discarded_cpu_s))),
     ];
@@ -230,9 +236,11 @@ fn figures(label: &str, o: &Outcome, sc: &Scenario) -> serde_json::Value {
         "pdb_violations": o.pdb_violations,
         "jobs_failed": o.jobs_failed.len(),
         "gangs_broken": o.gangs_broken.len(),
+        "broken_gang_survivors_cpu_seconds": o.broken_gang_survivors_cpu_s.round(),
         "bare_lost": o.lost.len(),
         "requeued": o.requeued.len(),
         "cpu_seconds_discarded": o.discarded_cpu_s.round(),
+        "discarded_by_pod": o.discarded_by_pod,
     })
 }
 
@@ -396,6 +404,12 @@ async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, wa
         let gone = members.iter().filter(|m| out.evicted.contains(**m)).count();
         if gone > 0 && gone < members.len() {
             out.gangs_broken.insert(gang.to_string());
+            let now = jiff::Timestamp::now();
+            for p in after.iter().filter(|p| members.contains(&cluster::name(p)) && p.metadata.deletion_timestamp.is_none()) {
+                let started = p.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
+                let ran = started.map_or(0.0, |t| now.duration_since(t).as_secs_f64().max(0.0));
+                out.broken_gang_survivors_cpu_s += ran * cpu_cores(p);
+            }
         }
     }
     let preempted = Api::<Event>::namespaced(client.clone(), "batch").list(&Default::default()).await?;
@@ -411,7 +425,8 @@ async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, wa
     {
         let r = record.lock().unwrap();
         out.pdb_violations = r.pdb_violations;
-        out.discarded_cpu_s = r.pods.values().filter_map(|p| Some(run_seconds_discarded(p)? * cpu_cores(p))).sum();
+        out.discarded_by_pod = r.pods.values().filter_map(|p| Some((cluster::name(p).to_string(), (run_seconds_discarded(p)? * cpu_cores(p)).round()))).collect();
+        out.discarded_cpu_s = out.discarded_by_pod.values().sum();
     }
     let jobs: Api<Job> = Api::namespaced(client.clone(), "batch");
     for j in &sc.jobs {
