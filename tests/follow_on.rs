@@ -40,33 +40,47 @@ fn online(cpu: i64) -> Pod {
     pod("preemptor", "online", None, cpu)
 }
 
-/// n1 holds a ReplicaSet's worker, n2 a bare free pod; each has 1 CPU free, the online pod
-/// needs 2.
-fn worker_beside_free() -> Scenario {
+/// n1 holds a ReplicaSet's worker, n2 a bare batch pod of the same size and age, n3 is full
+/// of a free pod; n1 and n2 have 1 CPU free, the online pod needs 2.
+fn worker_beside_bare() -> Scenario {
     Scenario::new(policy_with("never"))
         .node(node("n1", 4000, 8))
         .node(node("n2", 4000, 8))
-        .pods([pod("worker", "batch", Some("n1"), 3000), pod("scratch", "free", Some("n2"), 3000).bare()])
+        .node(node("n3", 4000, 8))
+        .pods([pod("worker", "batch", Some("n1"), 3000), pod("report", "batch", Some("n2"), 3000).bare(), pod("scratch", "free", Some("n3"), 4000).bare()])
 }
 
 #[test]
 fn an_owned_victim_whose_return_finds_no_room_loses_to_a_bare_one_that_waits() {
     // Evicting the worker: recreated at batch priority, it finds no room and preempts the
-    // free pod as well (two evictions). Requeuing the free pod: it waits (one eviction).
-    let out = worker_beside_free().preempt(online(2000), &["n1", "n2"]);
-    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["scratch"]))]), "{}", out.explain());
+    // free pod (two evictions). Requeuing the bare pod: its copy waits (one eviction).
+    let out = worker_beside_bare().preempt(online(2000), &["n1", "n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["report"]))]), "{}", out.explain());
     let follow = out.explanations.iter().find(|e| e.code == "follow_on").expect("the worker's follow-on is explained");
     assert_eq!(follow.pod.as_deref(), Some("default/worker"));
     assert!(follow.detail.contains("expected to evict 1 pod(s)") && follow.detail.contains("default/scratch"), "{}", follow.detail);
 }
 
 #[test]
-fn an_owned_victim_whose_return_finds_room_is_still_cheaper_than_a_requeue() {
-    // An empty n3 takes the recreated worker: nothing follows, and no copy is stored.
-    let s = worker_beside_free().node(node("n3", 4000, 8));
+fn an_owned_victim_whose_return_finds_room_is_as_cheap_as_a_requeue_and_writes_nothing() {
+    // An empty n4 takes the recreated worker: nothing follows, and no copy is stored.
+    let s = worker_beside_bare().node(node("n4", 4000, 8));
     let out = s.preempt(online(2000), &["n1", "n2"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["worker"]))]), "{}", out.explain());
     assert!(!out.has("charged", "follow_on"), "{}", out.explain());
+}
+
+#[test]
+fn a_lower_class_goes_first_whatever_comes_back() {
+    // A bare free pod on n2 instead of the batch one: the policy's class order decides
+    // before anything that follows does.
+    let s = Scenario::new(policy_with("never"))
+        .node(node("n1", 4000, 8))
+        .node(node("n2", 4000, 8))
+        .node(node("n3", 4000, 8))
+        .pods([pod("worker", "batch", Some("n1"), 3000), pod("scratch", "free", Some("n2"), 3000).bare(), pod("full", "batch", Some("n3"), 4000).bare()]);
+    let out = s.preempt(online(2000), &["n1", "n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["scratch"]))]), "{}", out.explain());
 }
 
 #[test]
@@ -87,10 +101,16 @@ fn a_requeued_pod_counts_what_it_would_evict_only_if_it_may_preempt() {
 
 #[test]
 fn a_pod_that_may_not_preempt_waits_and_evicts_nobody() {
-    let mut s = worker_beside_free();
-    s.objects.pods[0].preemption_never = true;
+    // Two workers alike but for preemptionPolicy: the one that would wait is the victim.
+    let mut waits = pod("waits", "batch", Some("n2"), 3000);
+    waits.preemption_never = true;
+    let s = Scenario::new(policy_with("never"))
+        .node(node("n1", 4000, 8))
+        .node(node("n2", 4000, 8))
+        .node(node("n3", 4000, 8))
+        .pods([pod("preempts", "batch", Some("n1"), 3000), waits, pod("scratch", "free", Some("n3"), 4000).bare()]);
     let out = s.preempt(online(2000), &["n1", "n2"]);
-    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["worker"]))]), "{}", out.explain());
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["waits"]))]), "{}", out.explain());
 }
 
 #[test]

@@ -69,7 +69,16 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     let alerts: Vec<&str> = yaml["spec"]["groups"][0]["rules"].as_sequence().unwrap().iter().map(|r| r["alert"].as_str().unwrap()).collect();
     assert_eq!(
         alerts,
-        ["ColocExtenderErrors", "ColocExtenderSlow", "ColocExtenderViewStale", "ColocExtenderPolicyReloadFailed", "ColocExtenderRequeueGivenUp", "ColocExtenderGuardsLeft"]
+        [
+            "ColocExtenderErrors",
+            "ColocExtenderSlow",
+            "ColocExtenderViewStale",
+            "ColocExtenderPolicyReloadFailed",
+            "ColocExtenderRequeueGivenUp",
+            "ColocExtenderGuardsLeft",
+            "ColocExtenderNoReadyReplica",
+            "ColocExtenderFailingClosed"
+        ]
     );
 
     for (what, text) in [("dashboard", &dashboard), ("alerts", &rules)] {
@@ -88,4 +97,63 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     assert_eq!(component["kind"], serde_yaml_ng::Value::from("Component"));
     let base: serde_yaml_ng::Value = serde_yaml_ng::from_str(&repo("manifests/kustomization.yaml")).unwrap();
     assert!(base["components"].is_null(), "monitoring is opt-in");
+}
+
+#[test]
+fn the_pod_monitor_scrapes_the_admin_port_the_no_replica_alert_reads() {
+    let monitor: serde_yaml_ng::Value = serde_yaml_ng::from_str(&repo("manifests/monitoring/podmonitor.yaml")).unwrap();
+    assert_eq!(monitor["kind"], serde_yaml_ng::Value::from("PodMonitor"));
+    assert_eq!(monitor["spec"]["podMetricsEndpoints"][0]["port"], serde_yaml_ng::Value::from("admin"));
+    let deployment = repo("manifests/deployment.yaml");
+    assert!(deployment.contains("name: admin"), "the Deployment names its admin port");
+    let job = format!("{}/{}", monitor["metadata"]["namespace"].as_str().unwrap(), monitor["metadata"]["name"].as_str().unwrap());
+    assert!(repo("manifests/monitoring/prometheusrule.yaml").contains(&format!("job=\"{job}\"")), "the alert reads job {job}");
+    let component = repo("manifests/monitoring/kustomization.yaml");
+    assert!(component.contains("- podmonitor.yaml"));
+}
+
+/// Every metric the code records, with its type, as `metrics::counter!("name"` and the
+/// like spell it in src/.
+fn recorded_metrics() -> BTreeSet<(String, String)> {
+    let mut found = BTreeSet::new();
+    let mut dirs = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for kind in ["counter", "gauge", "histogram"] {
+                let mut rest = text.as_str();
+                while let Some(i) = rest.find(&format!("{kind}!(")) {
+                    rest = &rest[i + kind.len() + 2..];
+                    let call = rest.trim_start().strip_prefix('"').unwrap_or("");
+                    if let Some(name) = call.split('"').next().filter(|n| n.starts_with("coloc_")) {
+                        found.insert((name.to_string(), kind.to_string()));
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_metric_reference_lists_every_metric_the_code_records_and_nothing_else() {
+    let doc = repo("docs/metrics.md");
+    let rows: BTreeSet<(String, String)> = doc
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let name = cells.get(1)?.strip_prefix("`coloc_")?.strip_suffix('`')?;
+            Some((format!("coloc_{name}"), cells.get(2)?.to_string()))
+        })
+        .collect();
+    let recorded = recorded_metrics();
+    assert!(recorded.len() >= 30, "{recorded:?}");
+    let missing: Vec<_> = recorded.difference(&rows).collect();
+    let stale: Vec<_> = rows.difference(&recorded).collect();
+    assert!(missing.is_empty() && stale.is_empty(), "docs/metrics.md lacks {missing:?} and lists {stale:?} the code does not record");
 }

@@ -56,8 +56,6 @@ pub struct Cost {
     pub re_evicted: i64,
     /// Pods the returning victims are expected to preempt, where they would find no room.
     pub follow_on_evictions: i64,
-    /// Bare victims that go back to the pending queue through a replacement.
-    pub requeued: i64,
     /// How valuable the most valuable victim's class is (0: no victims).
     pub top_class_value: i64,
     pub max_priority: i64,
@@ -69,6 +67,11 @@ pub struct Cost {
     /// Prefer taking from tenants with a high weighted share: minus the lowest share
     /// among victims' tenants, in millionths.
     pub tenant_penalty: i64,
+    /// Bare victims that go back to the pending queue through a copy: nothing is lost
+    /// either way, so only the copies' API writes tell it from a recreated victim, last.
+    /// (Ranked before class and run time, it made owned pods look free: their controllers
+    /// recreate them into a full cluster, where they evict in turn.)
+    pub requeued: i64,
 }
 
 /// One victim as decisions rank it.

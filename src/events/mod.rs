@@ -70,7 +70,7 @@ pub fn for_preempt(answer: &Answer) -> Option<PodEvent> {
         .into_iter()
         .map(|(n, pods)| format!("{n}: {}", pods.into_iter().map(|(p, why)| format!("{p} ({})", why.join(", "))).collect::<Vec<_>>().join(", ")))
         .collect();
-    let why = "the cheapest choice under the policy (no broken gang, then fewest PDB violations, then fewest budgets spent to the last, requeues and lost run time)";
+    let why = "the cheapest choice under the policy (no broken gang, then fewest PDB violations, then fewest budgets spent to the last, further evictions, requeues and lost work)";
     Some(event(false, "PreemptionVictims", format!("coloc-extender: victims {}; {why}", nodes.join("; "))))
 }
 

@@ -35,6 +35,8 @@ pub fn handle() -> PrometheusHandle {
 }
 
 fn describe() {
+    metrics::describe_gauge!("coloc_build_info", "Always 1, labelled with the running release's version");
+    metrics::gauge!("coloc_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     metrics::describe_histogram!("coloc_request_duration_seconds", "Time to answer a request, by verb");
     metrics::describe_counter!("coloc_requests_total", "Requests by verb, HTTP status and code (ok or the error's code)");
     metrics::describe_counter!("coloc_requests_abandoned_total", "Decisions stopped early because their request timed out or its client went away");

@@ -98,6 +98,12 @@ impl PodBuilder {
         self
     }
 
+    /// Lets kube-scheduler place it only on nodes labelled `key: value`.
+    pub fn select(mut self, key: &str, value: &str) -> PodBuilder {
+        self.0["spec"]["nodeSelector"][key] = json!(value);
+        self
+    }
+
     pub fn label(mut self, k: &str, v: &str) -> PodBuilder {
         self.0["metadata"]["labels"][k] = json!(v);
         self

@@ -147,15 +147,21 @@ async fn replicaset_workers(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     bed.finish()
 }
 
-/// node-1 holds a ReplicaSet's worker (unpinned, 3 CPU), node-2 a bare `free` pod (3 CPU);
-/// each has 1 CPU left and the online pod needs 2. Evicting the worker looks free (its
-/// controller recreates it), but the recreated worker finds no room and preempts the free
-/// pod too: two evictions. Requeuing the free pod costs one: its copy waits
-/// (`requeue.preemption: never`). The worker keeps running.
+/// node-1 holds a ReplicaSet's worker (unpinned, 3 CPU), node-2 a bare pod of the same
+/// class and size, node-3 (in another zone, where online pods do not go) a bare `free` pod
+/// filling it; node-1 and node-2 have 1 CPU left and the online pod needs 2. Evicting the worker looks as cheap (its controller
+/// recreates it, and it ran less), but the recreated worker finds no room and preempts the
+/// free pod: two evictions. Requeuing the bare pod costs one: its copy waits (the default
+/// `requeue.preemption: never`). The worker keeps running.
 async fn cascade_avoided(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
     bed.nodes(&["node-1", "node-2"], 4000).await?;
-    bed.bound(vec![PodBuilder::new("batch", "scratch", "free", 3000).on("node-2")]).await?;
+    cluster::create(&bed.client, cluster::node("node-3", 4000, 64, "zone-2")).await?;
+    bed.bound(vec![
+        PodBuilder::new("batch", "report", "offline-batch", 3000).on("node-2"),
+        PodBuilder::new("batch", "scratch", "free", 4000).on("node-3"),
+    ])
+    .await?;
     let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
     cluster::create(&bed.client, cluster::replica_set("batch", "workers", 1, "offline-batch", 3000)).await?;
@@ -169,10 +175,10 @@ async fn cascade_avoided(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         })
         .await?;
 
-    online(&bed, "web", 2000).await?;
+    cluster::create(&bed.client, PodBuilder::new("online", "web", "online-prod", 2000).select("topology.kubernetes.io/zone", "zone-1").build()).await?;
     let node = online_placed(&bed, "web").await?;
-    bed.until_pods("batch", MINUTE, "scratch gone and its copy released", |pods| {
-        let original = pods.iter().any(|p| cluster::name(p) == "scratch");
+    bed.until_pods("batch", MINUTE, "report gone and its copy released", |pods| {
+        let original = pods.iter().any(|p| cluster::name(p) == "report");
         let released = pods.iter().filter(|p| is_replacement(p) && !gated(p)).count();
         if !original && released == 1 { Ok(()) } else { Err(format!("original there: {original}, {released} released copies")) }
     })
@@ -183,8 +189,9 @@ async fn cascade_avoided(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let evictions = log.lines().filter(|l| l.contains("Preemptor Pod preempted victim Pod")).count();
     let pods = cluster::pods(&bed.client, Some("batch")).await?;
     let worker_stays = pods.iter().any(|p| uid(p) == worker && p.metadata.deletion_timestamp.is_none());
+    let scratch_stays = pods.iter().any(|p| cluster::name(p) == "scratch" && p.metadata.deletion_timestamp.is_none());
     anyhow::ensure!(
-        node == "node-2" && worker_stays && evictions == 1,
+        node == "node-2" && worker_stays && scratch_stays && evictions == 1,
         "web on {node} (want node-2), the worker {}, {evictions} eviction(s) (want 1)\n{}",
         if worker_stays { "still running" } else { "evicted" },
         bed.logs()
