@@ -448,11 +448,28 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Before anything records: the watches register their counters once, as they start,
     // and a counter registered before the recorder would count nothing.
     http::metrics::handle();
-    let mut policy = load_policy(args.policy.as_deref())?;
-    if let Some(mode) = args.ops.mode {
-        policy.mode = mode;
-    }
-    if policy.mode == Mode::Shadow {
+    // An invalid policy file must not keep every replica in CrashLoop (a drain, an OOM
+    // kill): serve the built-in default in shadow mode, say so, and take the file as soon
+    // as it is fixed.
+    let (policy, startup_problem) = match load_policy(args.policy.as_deref()) {
+        Ok(mut policy) => {
+            if let Some(mode) = args.ops.mode {
+                policy.mode = mode;
+            }
+            (policy, None)
+        }
+        Err(e) => {
+            let file = args.policy.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+            let why = format!("policy file {file} is invalid ({e:#}); serving the built-in default policy in shadow mode until it is fixed");
+            tracing::error!(policy = %file, error = format!("{e:#}"), "invalid policy at start: serving the built-in default policy in shadow mode (kube-scheduler's own answers) until the file is fixed");
+            http::metrics::record_policy_reload("error");
+            http::metrics::record_policy_fallback(true);
+            let mut fallback = Policy::builtin_default();
+            fallback.mode = Mode::Shadow;
+            (fallback, Some(why))
+        }
+    };
+    if policy.mode == Mode::Shadow && startup_problem.is_none() {
         tracing::warn!("shadow mode: answers are kube-scheduler's own; the policy's decisions are only logged, counted (coloc_shadow_diffs_total) and kept for /decisions");
     }
     let view = Arc::new(ViewCell::default());
@@ -472,6 +489,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let requeue_classes = policy.requeue_classes().join(", ");
     http::memory::tune();
     let mut state = AppState::new(policy, view.clone(), source);
+    state.policy_problem.store(startup_problem.map(Arc::new));
     state.decisions = Arc::new(http::decisions::DecisionLog::new(http::decisions::RingLimits {
         entries: args.ops.decisions_entries,
         bytes: args.ops.decisions_bytes,
@@ -630,6 +648,7 @@ async fn reload_policy(
         .await;
         match parsed {
             Ok(Ok(p)) => {
+                http::metrics::record_policy_fallback(false);
                 if let Some(objects) = &snapshot {
                     let (objects, p2) = (objects.clone(), p.clone());
                     if let Ok(v) = tokio::task::spawn_blocking(move || View::build(objects, &p2)).await {
@@ -642,9 +661,17 @@ async fn reload_policy(
                 tracing::info!(policy = %path.display(), "policy reloaded");
             }
             Ok(Err(e)) => {
-                http::metrics::record_policy_reload("error");
-                tracing::error!(policy = %path.display(), error = %e, "policy reload failed; keeping the previous policy");
-                problem.store(Some(Arc::new(format!("policy file {} is invalid ({e}); the last good policy stays in force", path.display()))));
+                let error = format!("{e:#}");
+                // Tried again on every tick while the problem lasts: said once per new error.
+                if problem.load().as_deref().is_none_or(|p| !p.contains(&error)) {
+                    http::metrics::record_policy_reload("error");
+                    tracing::error!(policy = %path.display(), error, "policy reload failed; keeping the previous policy");
+                    let keeping = match problem.load().as_deref() {
+                        Some(p) if p.contains("built-in default") => "the built-in default policy stays in force, in shadow mode",
+                        _ => "the last good policy stays in force",
+                    };
+                    problem.store(Some(Arc::new(format!("policy file {} is invalid ({error}); {keeping}", path.display()))));
+                }
             }
             Err(e) => tracing::error!(error = %e, "policy reload task failed"),
         }

@@ -190,6 +190,43 @@ fn sighup_reloads_the_policy_and_a_vanished_policy_file_is_reported() {
 
 #[cfg(unix)]
 #[test]
+fn an_invalid_policy_at_start_is_served_as_the_default_in_shadow_until_fixed() {
+    // A replica restarted (drain, OOM kill) after someone broke the ConfigMap must not
+    // crash-loop: it serves kube-scheduler's own answers and says why, loudly.
+    let dir = std::env::temp_dir().join(format!("coloc-cli-badpolicy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.yaml");
+    std::fs::write(&policy, "defaultClass: a\nclasses: [{name: a, preempts: [ghost]}]\n").unwrap();
+    let admin = free_addr();
+    let (mut child, addr) = start_serve(&["--policy".as_ref(), policy.as_os_str(), "--admin-listen".as_ref(), admin.as_ref()]);
+    let get = |at: &str, path: &str| http(at, &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    let ready = get(&addr, "/readyz");
+    assert!(ready.starts_with("HTTP/1.1 200") && ready.contains("invalid") && ready.contains("built-in default policy in shadow mode"), "{ready}");
+    assert!(get(&admin, "/metrics").contains("coloc_policy_fallback 1"));
+    // Answers are kube-scheduler's own: every node kept.
+    let body = std::fs::read_to_string(root().join("tests/fixtures/payloads/r1-nodecache-false/0001-filter.json")).unwrap();
+    let reply = http(&addr, &format!("POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()));
+    assert!(reply.starts_with("HTTP/1.1 200") && reply.contains("\"FailedAndUnresolvableNodes\":{}"), "{}", &reply[..reply.len().min(400)]);
+    // Fixed: taken at the next look, the fallback over.
+    std::fs::copy(root().join("policy/default.yaml"), &policy).unwrap();
+    let started = Instant::now();
+    while get(&addr, "/readyz").contains("invalid") {
+        assert!(started.elapsed() < Duration::from_secs(10), "the fixed policy was not taken");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(get(&admin, "/metrics").contains("coloc_policy_fallback 0"));
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let _ = child.wait();
+    let mut log = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+    assert!(log.contains("invalid policy at start") && log.contains("ghost"), "{log}");
+    assert_eq!(log.matches("policy reload failed").count(), 0, "the start-up problem is said once, not on every look: {log}");
+    assert!(log.contains("policy reloaded"), "{log}");
+}
+
+#[cfg(unix)]
+#[test]
 fn one_request_logs_one_line_at_info() {
     // 1,000 unknown UIDs (the per-node cap) on a known node: one "ignored" decision each.
     // At the default level the log gets one line for the request, counting them.

@@ -74,6 +74,7 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
             "ColocExtenderSlow",
             "ColocExtenderViewStale",
             "ColocExtenderPolicyReloadFailed",
+            "ColocExtenderPolicyFallback",
             "ColocExtenderRequeueGivenUp",
             "ColocExtenderGuardsLeft",
             "ColocExtenderNoReadyReplica",

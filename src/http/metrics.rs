@@ -45,6 +45,7 @@ fn describe() {
     metrics::describe_counter!("coloc_gang_decisions_total", "Decisions about gangs by verb, verdict, reason code and where the gang is declared (native, coscheduling, volcano, kueue, labels)");
     metrics::describe_counter!("coloc_pdb_violations_total", "PDB violations in preempt answers");
     metrics::describe_counter!("coloc_policy_reloads_total", "Policy reloads by result");
+    metrics::describe_gauge!("coloc_policy_fallback", "1 while the replica serves the built-in default policy in shadow mode because its policy file was invalid at start");
     metrics::describe_gauge!("coloc_view_ready", "1 when the cluster view has synced");
     metrics::describe_gauge!("coloc_view_age_seconds", "Seconds since the cluster view was last rebuilt");
     metrics::describe_gauge!("coloc_view_stale", "1 when a watch has failed long enough that decisions run without the view");
@@ -65,6 +66,7 @@ fn describe() {
             metrics::counter!("coloc_shadow_diffs_total", "verb" => verb, "kind" => kind.as_str()).increment(0);
         }
     }
+    record_policy_fallback(false);
     for result in ["ok", "error", "unreadable"] {
         metrics::counter!("coloc_policy_reloads_total", "result" => result).increment(0);
     }
@@ -125,6 +127,12 @@ pub fn record_decisions(verb: &'static str, explanations: &[Explanation]) {
 /// `result`: ok, error (invalid file), unreadable (missing, a directory, no permission).
 pub fn record_policy_reload(result: &'static str) {
     metrics::counter!("coloc_policy_reloads_total", "result" => result).increment(1);
+}
+
+/// Whether the replica serves the built-in default policy in shadow mode because its
+/// policy file was invalid when it started.
+pub fn record_policy_fallback(on: bool) {
+    metrics::gauge!("coloc_policy_fallback").set(if on { 1.0 } else { 0.0 });
 }
 
 /// Work stopped early because its request had been given up (timeout, client gone).

@@ -45,13 +45,17 @@ fn gang_sources_can_be_switched_off_one_by_one() {
 }
 
 #[test]
-fn manifests_ship_the_default_policy() {
+fn manifests_ship_the_default_policy_in_shadow_mode() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    assert_eq!(
-        std::fs::read_to_string(root.join("policy/default.yaml")).unwrap(),
-        std::fs::read_to_string(root.join("manifests/policy.yaml")).unwrap(),
-        "manifests/policy.yaml must be a copy of policy/default.yaml (cp policy/default.yaml manifests/policy.yaml)"
-    );
+    let default = std::fs::read_to_string(root.join("policy/default.yaml")).unwrap();
+    let shipped = std::fs::read_to_string(root.join("manifests/policy.yaml")).unwrap();
+    let mode = "mode: enforce\n";
+    let (before, after) = default.split_once(mode).expect("the default policy enforces");
+    let shipped_shadow = shipped.strip_prefix(before).and_then(|s| s.strip_suffix(after)).unwrap_or_else(|| {
+        panic!("manifests/policy.yaml must be policy/default.yaml with its `{}` line in shadow", mode.trim())
+    });
+    assert!(shipped_shadow.ends_with("mode: shadow\n") && shipped_shadow.lines().all(|l| l.starts_with('#') || l == "mode: shadow"), "{shipped_shadow}");
+    assert_eq!(Policy::from_yaml(&shipped).unwrap().mode, crate::policy::Mode::Shadow);
 }
 
 #[rstest]
