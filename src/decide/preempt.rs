@@ -96,8 +96,8 @@ struct Victim<'a> {
     job_note: Option<String>,
     /// Its eviction uses up its Job's last allowed failure (`jobs::charge`).
     last_job_failure: bool,
-    /// What its return is expected to evict (`aftermath`).
-    follow_on: Option<String>,
+    /// Its return is expected to evict (`aftermath` explains it).
+    follow_on: bool,
     /// It came back a moment ago (`aftermath`).
     recently_back: Option<String>,
 }
@@ -397,7 +397,7 @@ fn victim<'a>(ctx: &Context, pod: &'a Pod, eligible: eligibility::Eligible, view
         proposed,
         job_note: None,
         last_job_failure: false,
-        follow_on: None,
+        follow_on: false,
         recently_back: None,
     }
 }
@@ -732,7 +732,10 @@ fn finish(ctx: &Context, preemptor: Preemptor, node: &str, mut victims: Vec<Vict
                 (None, _) => ("chosen", why),
             },
         };
-        let detail = [v.recently_back.as_deref(), v.follow_on.as_deref()].into_iter().flatten().fold(detail, |d, note| format!("{d}; {note}"));
+        let detail = match (&v.recently_back, v.follow_on) {
+            (None, false) => detail,
+            (back, follow_on) => format!("{detail}{}{}", back.as_deref().map(|b| format!("; {b}")).unwrap_or_default(), if follow_on { "; its return is expected to evict (follow_on)" } else { "" }),
+        };
         ex.push(Explanation::pod(node, &v.pod.key(), "victim", code, detail));
     }
     ex.push(Explanation::node(node, "candidate", "candidate",

@@ -25,8 +25,9 @@ pub(super) const RECENTLY_BACK_S: i64 = 300;
 /// Room for this many pods of a shape elsewhere is plenty: the scan stops.
 const PLENTY: u32 = 64;
 
-/// Nodes where a returning pod could make room that are looked at in full, at most.
-const DISPLACE_NODES_TRIED: usize = 32;
+/// Nodes where a returning pod could make room that are looked at in full, at most: an
+/// estimate, bounded so that a preempt call with many victim shapes stays cheap.
+const DISPLACE_NODES_TRIED: usize = 8;
 
 /// What one victim set is expected to set off.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -44,22 +45,34 @@ pub(super) struct Aftermath<'a> {
     rooms: RefCell<HashMap<Shape, Rc<Room>>>,
 }
 
-/// What a returning pod needs and may do: pods of one shape find the same room.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// What a returning pod needs and may do: pods of one shape find the same room. Built for
+/// every victim of every plan, so it allocates nothing: extended resources and host ports
+/// enter as a hash (a collision would only share a room estimate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Shape {
     class: ClassId,
     priority: i32,
-    requests: Vec<(String, i64)>,
-    ports: Vec<(i32, String, String)>,
+    milli_cpu: i64,
+    memory: i64,
+    ephemeral_storage: i64,
+    rest: u64,
 }
 
 impl Shape {
     fn of(pod: &Pod, class: ClassId, priority: i32) -> Shape {
+        use std::hash::{Hash, Hasher};
         let r = &pod.requests;
-        let mut requests = vec![("cpu".to_string(), r.milli_cpu), ("memory".to_string(), r.memory), ("ephemeral-storage".to_string(), r.ephemeral_storage)];
-        requests.extend(r.scalar.iter().map(|(k, v)| (k.clone(), *v)));
-        let ports = pod.host_ports.iter().map(|p| (p.port, p.protocol.clone(), p.ip.clone())).collect();
-        Shape { class, priority, requests, ports }
+        let rest = if r.scalar.is_empty() && pod.host_ports.is_empty() {
+            0
+        } else {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            r.scalar.hash(&mut h);
+            for p in &pod.host_ports {
+                (p.port, &p.protocol, &p.ip).hash(&mut h);
+            }
+            h.finish()
+        };
+        Shape { class, priority, milli_cpu: r.milli_cpu, memory: r.memory, ephemeral_storage: r.ephemeral_storage, rest }
     }
 }
 
@@ -109,6 +122,9 @@ impl<'a> Aftermath<'a> {
     pub(super) fn charge(&self, node: &Node, chosen: &mut [Victim], ex: &mut Vec<Explanation>) -> FollowOn {
         let mut out = FollowOn::default();
         let mut claimed: HashMap<Shape, u32> = HashMap::new();
+        // One line per node (a plan may have dozens of returning victims): the first one.
+        let mut returning = 0;
+        let mut example: Option<(&Victim, Displaced)> = None;
         for v in chosen.iter_mut() {
             let Some(back) = self.comes_back(v) else { continue };
             let shape = Shape::of(v.pod, v.class, v.pod_priority);
@@ -126,12 +142,18 @@ impl<'a> Aftermath<'a> {
             };
             out.evictions += d.evictions;
             out.runtime += d.runtime;
-            let note = format!(
-                "comes back at priority {} and would find no free room: expected to evict {} pod(s) (e.g. {} on {})",
-                v.pod_priority, d.evictions, d.first, d.node
-            );
-            ex.push(Explanation::pod(&node.name, &v.pod.key(), "charged", "follow_on", note.clone()));
-            v.follow_on = Some(note);
+            returning += 1;
+            v.follow_on = true;
+            if example.is_none() {
+                example = Some((&*v, d.clone()));
+            }
+        }
+        if let Some((v, d)) = example {
+            let others = if returning > 1 { format!(" (and {} more returning victim(s))", returning - 1) } else { String::new() };
+            ex.push(Explanation::pod(&node.name, &v.pod.key(), "charged", "follow_on", format!(
+                "comes back at priority {} and would find no free room: expected to evict {} pod(s) (e.g. {} on {}){others}; {} in all",
+                v.pod_priority, d.evictions, d.first, d.node, out.evictions
+            )));
         }
         out
     }
@@ -203,7 +225,7 @@ impl<'a> Aftermath<'a> {
             }
         }
         let room = Rc::new(room);
-        self.rooms.borrow_mut().insert(shape.clone(), room.clone());
+        self.rooms.borrow_mut().insert(*shape, room.clone());
         room
     }
 
@@ -251,6 +273,9 @@ impl<'a> Aftermath<'a> {
             let (Ok(()), Some(first)) = (fits(pod, node, &usage), first) else { continue };
             if best.as_ref().is_none_or(|b| (evictions, runtime) < (b.evictions, b.runtime)) {
                 best = Some(Displaced { node: node.name.clone(), evictions, runtime, first });
+            }
+            if evictions == 1 {
+                break; // none evicts fewer
             }
         }
         best

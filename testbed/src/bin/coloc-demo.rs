@@ -7,7 +7,7 @@
 //! the extender's Events. Online pods arrive in their waves, `--wave-interval` apart.
 //!
 //!   cargo build --release && cargo run --release -p coloc-testbed --bin coloc-demo
-//!   coloc-demo [--scenario FILE | --generate NODES [--seed N]] [--modes names,objects]
+//!   coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs]] [--modes names,objects]
 //!              [--wave-interval SECS] [--json FILE] [--extender PATH] [--hold]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -34,6 +34,8 @@ struct Args {
     /// Nodes of a generated scenario (`Scenario::generate`) instead of a file.
     generate: Option<usize>,
     seed: u64,
+    /// Generated bare pods declare no gangs (to see what keeping gangs whole costs).
+    no_gangs: bool,
     wave_interval: Duration,
     /// Where to write each run's figures as JSON.
     json: Option<PathBuf>,
@@ -44,13 +46,14 @@ struct Args {
 }
 
 const USAGE: &str =
-    "usage: coloc-demo [--scenario FILE | --generate NODES [--seed N]] [--modes names,objects] [--wave-interval SECS] [--json FILE] [--extender PATH] [--hold]";
+    "usage: coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs]] [--modes names,objects] [--wave-interval SECS] [--json FILE] [--extender PATH] [--hold]";
 
 fn args() -> Result<Args, String> {
     let mut a = Args {
         scenario: Path::new(REPO).join("testbed/scenarios/colocated.json"),
         generate: None,
         seed: 1,
+        no_gangs: false,
         wave_interval: Duration::from_secs(3),
         json: None,
         modes: vec![true],
@@ -73,6 +76,7 @@ fn args() -> Result<Args, String> {
                 let n = it.next().ok_or("--wave-interval needs seconds")?;
                 a.wave_interval = Duration::from_secs_f64(n.parse().ok().filter(|s: &f64| s.is_finite() && *s >= 0.0).ok_or(format!("--wave-interval needs seconds, not {n:?}"))?);
             }
+            "--no-gangs" => a.no_gangs = true,
             "--json" => a.json = Some(it.next().ok_or("--json needs a file")?.into()),
             "--modes" => {
                 let m = it.next().ok_or("--modes needs names, objects or both")?;
@@ -150,10 +154,14 @@ async fn main() -> ExitCode {
 }
 
 async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
-    let scenario = match args.generate {
+    let mut scenario = match args.generate {
         Some(n) => Scenario::generate(n, args.seed),
         None => Scenario::load(&args.scenario)?,
     };
+    if args.no_gangs {
+        scenario.bare.iter_mut().for_each(|b| (b.gang, b.gang_min) = (None, None));
+        scenario.about += " (no gangs)";
+    }
     match args.generate {
         Some(_) => println!("scenario generated: {}", scenario.about),
         None => println!("scenario {}: {}", args.scenario.display(), scenario.about),
