@@ -275,7 +275,9 @@ impl View {
 
     /// Notes a preempted, terminating pod of a controller.
     fn note_preemption(&mut self, pod: &Pod) {
-        let (true, Some(at), Some(key)) = (pod.preempted, pod.deletion_time, controller_key(pod)) else { return };
+        // Checked before the key is built: this runs on every pod event.
+        let (true, Some(at)) = (pod.preempted, pod.deletion_time) else { return };
+        let Some(key) = controller_key(pod) else { return };
         if self.preemptions.len() >= PREEMPTIONS_KEPT {
             // The oldest half goes: only recent preemptions change a decision.
             let mut times: Vec<Timestamp> = self.preemptions.values().copied().collect();
@@ -786,7 +788,6 @@ impl View {
     }
 }
 
-/// A covered pod that is bound and not terminating is present for `pdb`'s budget.
 /// A covered pod the disruption controller counts healthy: bound, not terminating, ready.
 /// A pod recreated a moment ago is not healthy until it is ready, whatever the PDB's
 /// status still says.

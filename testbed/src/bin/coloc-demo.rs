@@ -119,6 +119,8 @@ struct Outcome {
     /// Every evicted pod (originals, recreated and requeued ones) → CPU-seconds discarded.
     discarded_by_pod: BTreeMap<String, f64>,
     requeued: BTreeSet<String>,
+    /// Requeued copies bound to a node by the end: they took room again.
+    copies_bound: usize,
     lost: BTreeSet<String>,
     gangs_broken: BTreeSet<String>,
     /// Run time × CPU of the members a broken gang still has running: a gang runs as one,
@@ -183,13 +185,14 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
         let figures: Vec<_> = runs.iter().map(|(label, o)| figures(label, o, &scenario)).collect();
         std::fs::write(path, serde_json::to_string_pretty(&serde_json::json!({"scenario": scenario.about, "runs": figures}))?)?;
     }
-    let rows: [Row; 12] = [
+    let rows: [Row; 13] = [
         ("online pods placed", Box::new(|o| format!("{}/{}", o.placed.len(), scenario.online.len()))),
         ("time to place, max", Box::new(|o| o.placed.values().map(|(_, s)| *s).fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.max(s)))).map_or("-".into(), |s| format!("{s:.1} s")))),
         ("evictions", Box::new(|o| o.evictions.to_string())),
         ("  made for offline pods", Box::new(|o| o.evictions_for_offline.to_string())),
         ("original pods evicted", Box::new(|o| list(&o.evicted))),
         ("requeued (back in the queue)", Box::new(|o| list(&o.requeued))),
+        ("  copies bound by the end", Box::new(|o| o.copies_bound.to_string())),
         ("lost (bare pods gone for good)", Box::new(|o| list(&o.lost))),
         ("PDB violations", Box::new(|o| o.pdb_violations.to_string())),
         ("gangs broken", Box::new(|o| list(&o.gangs_broken))),
@@ -247,6 +250,7 @@ fn figures(label: &str, o: &Outcome, sc: &Scenario) -> serde_json::Value {
         "broken_gang_survivors_cpu_seconds": o.broken_gang_survivors_cpu_s.round(),
         "bare_lost": o.lost.len(),
         "requeued": o.requeued.len(),
+        "requeued_copies_bound": o.copies_bound,
         "cpu_seconds_discarded": o.discarded_cpu_s.round(),
         "discarded_by_pod": o.discarded_by_pod,
     })
@@ -395,6 +399,10 @@ async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, wa
     let alive = |uid: &str| after.iter().any(|p| p.metadata.uid.as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none());
     let stands_in = |name: &str| after.iter().any(|p| p.metadata.annotations.as_ref().and_then(|a| a.get("coloc-extender.io/base-name")).is_some_and(|b| b == name));
     let bare: BTreeSet<&str> = sc.bare.iter().map(|b| b.name.as_str()).collect();
+    out.copies_bound = after
+        .iter()
+        .filter(|p| p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("coloc-extender.io/base-name")) && cluster::node_of(p).is_some())
+        .count();
     for (name, uid) in &before {
         if alive(uid) {
             continue;
