@@ -116,9 +116,9 @@ impl<'a> Aftermath<'a> {
         Aftermath { ctx, view, rooms: RefCell::default() }
     }
 
-    /// Charges `chosen` (evicted from `node`) with what their return sets off; notes it on
-    /// each victim it concerns. What the preemptor leaves on `node` is no room for them:
-    /// each victim is needed, so less than any of them is left there.
+    /// Charges `chosen` (evicted from `node`) with what their return sets off, marks each
+    /// victim it concerns and explains the first. What the preemptor leaves on `node` is no
+    /// room for them: each victim is needed, so less than any of them is left there.
     pub(super) fn charge(&self, node: &Node, chosen: &mut [Victim], ex: &mut Vec<Explanation>) -> FollowOn {
         let mut out = FollowOn::default();
         let mut claimed: HashMap<Shape, u32> = HashMap::new();
