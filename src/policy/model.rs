@@ -470,25 +470,30 @@ impl Placement {
 
     /// May pods of the class use a node with `labels`? (`rejects` says why not.)
     pub fn admits(&self, labels: &Labels) -> bool {
-        self.require_node_labels.iter().all(|(k, v)| labels.get(k) == Some(v))
-            && !self.forbid_node_labels.iter().any(|(k, v)| labels.get(k) == Some(v))
+        self.broken_rule(labels).is_none()
     }
 
     /// Why a node with `labels` is off limits, if it is.
     pub fn rejects(&self, labels: &Labels) -> Option<String> {
-        for (k, v) in &self.require_node_labels {
-            if labels.get(k) != Some(v) {
-                return Some(match labels.get(k) {
-                    Some(got) => format!("node label {k}={got}, class requires {k}={v}"),
-                    None => format!("node lacks label {k}={v} required by the class"),
-                });
-            }
-        }
-        for (k, v) in &self.forbid_node_labels {
-            if labels.get(k) == Some(v) {
-                return Some(format!("node label {k}={v} is forbidden for the class"));
-            }
-        }
-        None
+        Some(match self.broken_rule(labels)? {
+            BrokenRule::Required { key, value, got: Some(got) } => format!("node label {key}={got}, class requires {key}={value}"),
+            BrokenRule::Required { key, value, got: None } => format!("node lacks label {key}={value} required by the class"),
+            BrokenRule::Forbidden { key, value } => format!("node label {key}={value} is forbidden for the class"),
+        })
     }
+
+    /// The first rule a node with `labels` breaks, found without allocating (`admits` asks
+    /// it of every node of a preempt call).
+    fn broken_rule<'a>(&'a self, labels: &'a Labels) -> Option<BrokenRule<'a>> {
+        if let Some((key, value)) = self.require_node_labels.iter().find(|(k, v)| labels.get(k) != Some(*v)) {
+            return Some(BrokenRule::Required { key, value, got: labels.get(key) });
+        }
+        self.forbid_node_labels.iter().find(|(k, v)| labels.get(k) == Some(*v)).map(|(key, value)| BrokenRule::Forbidden { key, value })
+    }
+}
+
+/// A placement rule a node breaks.
+enum BrokenRule<'a> {
+    Required { key: &'a str, value: &'a str, got: Option<&'a str> },
+    Forbidden { key: &'a str, value: &'a str },
 }
