@@ -20,7 +20,7 @@ use super::eligibility::{self, Fate, Preemptor};
 use super::fit::{fits, NodeUsage};
 use super::{Context, Explanation};
 use crate::cluster::View;
-use crate::model::{GangInfo, Pod, Timestamp};
+use crate::model::{GangInfo, Pod, PodRef, Timestamp};
 use crate::policy::{ClassId, PdbMode, ReplacementPreemption, WithoutView};
 use crate::requeue::RequeueIntent;
 use crate::wire::request::{MetaVictims, Victims};
@@ -271,15 +271,16 @@ fn room_on_its_way(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, 
                 return false;
             }
             let staying = pods.iter().map(|p| &**p).filter(|p| p.deletion_time.is_none() && p.uid != pod.uid);
-            fits(pod, node, &NodeUsage::of(staying.chain(held_room(ctx, view, n, preemptor, pod)))).is_ok()
+            fits(pod, node, &NodeUsage::of(staying.chain(held_room(view, view.nominated_on(n), preemptor.priority, &pod.uid)))).is_ok()
         })
         .map(str::to_string)
 }
 
-/// Like kube-scheduler, room held by pods nominated to `node` with a priority at least the
-/// preemptor's is not available to it; they are never victims either.
-fn held_room<'v>(ctx: &'v Context, view: &'v View, node: &str, preemptor: Preemptor, pod: &'v Pod) -> impl Iterator<Item = &'v Pod> + 'v {
-    view.nominated_on(node).iter().map(|p| &**p).filter(move |p| p.uid != pod.uid && ctx.priority_of(p) >= preemptor.priority)
+/// Like kube-scheduler, room held by the pods `nominated` to a node with a priority at
+/// least `priority` is not available to a pod of that priority (`asking`, never counted
+/// against itself); they are never victims either.
+fn held_room<'v>(view: &'v View, nominated: &'v [PodRef], priority: i32, asking: &'v str) -> impl Iterator<Item = &'v Pod> + 'v {
+    nominated.iter().map(|p| &**p).filter(move |p| p.uid != asking && view.priority_of(p) >= priority)
 }
 
 /// Re-selection on a node the view knows. If the view says the pod already fits, the
@@ -419,7 +420,7 @@ fn reselect(
     // The view keeps a node's pods in arrival order: explain them in name order.
     pods.sort_unstable_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     let mut usage = NodeUsage::of(pods.iter().copied());
-    let held: Vec<&Pod> = held_room(ctx, view, node_name, preemptor, pod).collect();
+    let held: Vec<&Pod> = held_room(view, view.nominated_on(node_name), preemptor.priority, &pod.uid).collect();
     for h in &held {
         usage.add(h);
     }

@@ -207,7 +207,7 @@ impl<'a> Aftermath<'a> {
             if !self.admits(node, shape.class) {
                 continue;
             }
-            let held: Vec<&Pod> = self.held(info.nominated(), shape.priority).collect();
+            let held: Vec<&Pod> = super::held_room(self.view, info.nominated(), shape.priority, &pod.uid).collect();
             let k = if held.is_empty() {
                 slots(pod, node, &info.usage().all)
             } else {
@@ -229,12 +229,6 @@ impl<'a> Aftermath<'a> {
         room
     }
 
-    /// Pending pods nominated with at least `priority`: their room is not for the taking.
-    fn held<'p>(&self, nominated: &'p [crate::model::PodRef], priority: i32) -> impl Iterator<Item = &'p Pod> + use<'p, 'a> {
-        let view = self.view;
-        nominated.iter().map(|p| &**p).filter(move |p| view.priority_of(p) >= priority)
-    }
-
     /// Where `pod` (of `class`) would make room with the fewest evictions, as this policy
     /// would answer its preempt call: least valuable pods first.
     fn displaced(&self, pod: &Pod, class: ClassId) -> Option<Displaced> {
@@ -252,7 +246,7 @@ impl<'a> Aftermath<'a> {
                 break;
             }
             let mut usage = info.usage().all.clone();
-            self.held(info.nominated(), preemptor.priority).for_each(|p| usage.add(p));
+            super::held_room(self.view, info.nominated(), preemptor.priority, &pod.uid).for_each(|p| usage.add(p));
             let mut victims: Vec<(ClassId, &Pod)> = info
                 .pods()
                 .iter()
