@@ -618,6 +618,9 @@ async fn reload_policy(
     reload: tokio::sync::watch::Receiver<u64>,
 ) {
     let mut last = std::fs::read(&path).unwrap_or_default();
+    // A problem before the first look can only be an invalid file at start: the built-in
+    // default serves in shadow mode until a valid file is read.
+    let mut serving_fallback = problem.load().is_some();
     let mut ticker = http::server::ReloadTicker::new(Duration::from_secs(2), reload);
     loop {
         let forced = ticker.next().await;
@@ -648,6 +651,7 @@ async fn reload_policy(
         .await;
         match parsed {
             Ok(Ok(p)) => {
+                serving_fallback = false;
                 http::metrics::record_policy_fallback(false);
                 if let Some(objects) = &snapshot {
                     let (objects, p2) = (objects.clone(), p.clone());
@@ -666,9 +670,9 @@ async fn reload_policy(
                 if problem.load().as_deref().is_none_or(|p| !p.contains(&error)) {
                     http::metrics::record_policy_reload("error");
                     tracing::error!(policy = %path.display(), error, "policy reload failed; keeping the previous policy");
-                    let keeping = match problem.load().as_deref() {
-                        Some(p) if p.contains("built-in default") => "the built-in default policy stays in force, in shadow mode",
-                        _ => "the last good policy stays in force",
+                    let keeping = match serving_fallback {
+                        true => "the built-in default policy stays in force, in shadow mode",
+                        false => "the last good policy stays in force",
                     };
                     problem.store(Some(Arc::new(format!("policy file {} is invalid ({error}); {keeping}", path.display()))));
                 }
