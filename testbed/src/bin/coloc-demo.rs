@@ -397,11 +397,13 @@ async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, wa
 
     let after = cluster::pods(&client, Some("batch")).await?;
     let alive = |uid: &str| after.iter().any(|p| p.metadata.uid.as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none());
-    let stands_in = |name: &str| after.iter().any(|p| p.metadata.annotations.as_ref().and_then(|a| a.get("coloc-extender.io/base-name")).is_some_and(|b| b == name));
+    // A requeued copy names its original in this annotation.
+    let base_name = |p: &Pod| p.metadata.annotations.as_ref().and_then(|a| a.get("coloc-extender.io/base-name")).cloned();
+    let stands_in = |name: &str| after.iter().any(|p| base_name(p).is_some_and(|b| b == name));
     let bare: BTreeSet<&str> = sc.bare.iter().map(|b| b.name.as_str()).collect();
     out.copies_bound = after
         .iter()
-        .filter(|p| p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("coloc-extender.io/base-name")) && cluster::node_of(p).is_some())
+        .filter(|p| base_name(p).is_some() && cluster::node_of(p).is_some())
         .count();
     for (name, uid) in &before {
         if alive(uid) {
