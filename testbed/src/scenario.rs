@@ -200,24 +200,20 @@ impl Scenario {
                     4..=5 => (format!("sweep-{n}"), "free-high", None),
                     6..=7 => (format!("report-{n}"), if rng.below(2) == 0 { "offline-batch" } else { "offline-batch-low" }, None),
                     _ => {
-                        // Gang members spread over consecutive nodes.
+                        // The next member of the gang being filled (2 or 3 members, on
+                        // this node or the next ones), or the first of a new one.
                         let (gname, size, placed) = gang.take().filter(|(_, size, placed)| placed < size).unwrap_or_else(|| (format!("gang-{n}"), 2 + rng.below(2) as u32, 0));
                         let name = format!("{gname}-{}", placed + 1);
-                        let member = (gname.clone(), size);
-                        gang = Some((gname, size, placed + 1));
-                        (name, "free", Some(member))
+                        gang = Some((gname.clone(), size, placed + 1));
+                        (name, "free", Some(gname))
                     }
                 };
-                sc.bare.push(BarePod { name, class: class.into(), cpu_m: cpu, node: node.clone(), gang: g.as_ref().map(|(n, _)| n.clone()), gang_min: g.map(|(_, size)| size) });
+                sc.bare.push(BarePod { name, class: class.into(), cpu_m: cpu, node: node.clone(), gang: g, gang_min: None });
             }
         }
-        // A gang left short of its members is smaller than it says: its minimum is what it has.
-        let mut sizes: BTreeMap<String, u32> = BTreeMap::new();
-        for b in &sc.bare {
-            if let Some(g) = &b.gang {
-                *sizes.entry(g.clone()).or_default() += 1;
-            }
-        }
+        // Every gang needs all its members (the last one may be left short: its minimum is
+        // what it has).
+        let sizes: BTreeMap<String, u32> = sc.gangs().into_iter().map(|(g, members)| (g.to_string(), members.len() as u32)).collect();
         for b in &mut sc.bare {
             if let Some(g) = &b.gang {
                 b.gang_min = Some(sizes[g]);
