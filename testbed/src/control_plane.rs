@@ -26,6 +26,8 @@ use crate::{pki, Binaries};
 pub const EXTENDER_USER: &str = "system:serviceaccount:kube-system:coloc-extender";
 /// Who `coloc-extender uninstall` acts as (manifests/uninstall).
 pub const UNINSTALL_USER: &str = "system:serviceaccount:kube-system:coloc-extender-uninstall";
+/// Who the scheduler of its own (manifests/scheduler-of-its-own) runs as.
+pub const SCHEDULER_USER: &str = "system:serviceaccount:kube-system:coloc-scheduler";
 
 /// kube-controller-manager's controllers: the workload controllers whose behaviour the
 /// extender relies on (recreating victims, Job failure accounting, PDB status), and the
@@ -51,6 +53,7 @@ pub struct ControlPlane {
     pub admin_kubeconfig: PathBuf,
     pub extender_kubeconfig: PathBuf,
     pub uninstall_kubeconfig: PathBuf,
+    pub scheduler_kubeconfig: PathBuf,
     dir: TempDir,
 }
 
@@ -78,7 +81,7 @@ impl ControlPlane {
         let pki = pki::write(d)?;
         std::fs::write(
             d.join("tokens.csv"),
-            format!("admin-token,testbed-admin,1,\"system:masters\"\nextender-token,{EXTENDER_USER},2,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\nuninstall-token,{UNINSTALL_USER},3,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\n"),
+            format!("admin-token,testbed-admin,1,\"system:masters\"\nextender-token,{EXTENDER_USER},2,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\nuninstall-token,{UNINSTALL_USER},3,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\nscheduler-token,{SCHEDULER_USER},4,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\n"),
         )?;
         let etcd_port = free_port();
         let peer_port = free_port();
@@ -158,6 +161,8 @@ impl ControlPlane {
         )?;
         let uninstall_kubeconfig = d.join("uninstall.kubeconfig");
         std::fs::write(&uninstall_kubeconfig, kubeconfig(api_port, &pki.ca_cert, "uninstall-token"))?;
+        let scheduler_kubeconfig = d.join("scheduler.kubeconfig");
+        std::fs::write(&scheduler_kubeconfig, kubeconfig(api_port, &pki.ca_cert, "scheduler-token"))?;
         let mut plane = ControlPlane {
             bins: bins.clone(),
             controller_manager: None,
@@ -167,6 +172,7 @@ impl ControlPlane {
             admin_kubeconfig,
             extender_kubeconfig,
             uninstall_kubeconfig,
+            scheduler_kubeconfig,
             dir,
         };
         plane.wait_ready(Duration::from_secs(90)).await?;

@@ -111,6 +111,17 @@ impl Scheduler {
             extenders,
             qps,
         );
+        Scheduler::start_configured(plane, name, config, extra).await
+    }
+
+    /// kube-scheduler with this KubeSchedulerConfiguration as it is, and `extra` flags
+    /// after the test bed's own (which serve /readyz on a free loopback port).
+    pub async fn start_configured(
+        plane: &ControlPlane,
+        name: &str,
+        config: String,
+        extra: &[&str],
+    ) -> anyhow::Result<Scheduler> {
         let path = plane.dir().join(format!("{name}.yaml"));
         std::fs::write(&path, &config)?;
         let port = free_port();

@@ -12,6 +12,7 @@ mod budgets;
 mod faults;
 mod invariants;
 mod jobs;
+mod own_scheduler;
 mod privilege;
 mod profiles;
 mod removal;
@@ -39,6 +40,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(profiles::cases());
     v.extend(removal::cases());
     v.extend(privilege::cases());
+    v.extend(own_scheduler::cases());
     v
 }
 
