@@ -1,4 +1,4 @@
-//! The workload-class policy as loaded from YAML (see README "Policy reference").
+//! The workload-class policy as loaded from YAML (see docs/policy.md).
 
 use std::collections::BTreeMap;
 
@@ -87,7 +87,7 @@ pub enum ReplacementPreemption {
 impl Class {
     /// What this class gets from filter/prioritize beyond kube-scheduler's own fit and
     /// spreading: placement rules, packing, preferred nodes. Empty: preempt alone carries
-    /// its policy, and its pods can skip the per-pod verbs (README "Online pods pay nothing").
+    /// its policy, and its pods can skip the per-pod verbs (docs/registration.md, "Online pods pay nothing").
     pub fn per_pod_verbs_reasons(&self) -> Vec<&'static str> {
         let mut why = Vec::new();
         if !self.placement.require_node_labels.is_empty() || !self.placement.forbid_node_labels.is_empty() {
