@@ -500,9 +500,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             "requeue is off (serve --kube --requeue): bare victims of these classes are protected, as with bare: protect");
     }
     let reload = http::server::reload_signals();
-    if let Some(path) = args.policy.clone() {
-        tokio::spawn(reload_policy(path, args.ops.mode, state.policy.clone(), view.clone(), snapshot, state.policy_problem.clone(), reload.clone()));
-    }
     if source == ViewSource::Kubernetes {
         let config = kube::Config::infer().await.context("cannot find a Kubernetes client configuration (in-cluster config or KUBECONFIG)")?;
         let client = kube::Client::try_from(config.clone()).context("cannot build a Kubernetes client")?;
@@ -533,6 +530,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             tracing::info!(namespace = %args.wake_namespace, min_interval_s = args.wake_min_interval.as_secs(), "waking parked pods is on");
         }
         watch_apart(config, view.clone(), state.policy.clone(), fresh)?;
+    }
+    if let Some(path) = args.policy.clone() {
+        let alarm = policy_alarm(state.events.clone());
+        tokio::spawn(reload_policy(path, args.ops.mode, state.policy.clone(), view.clone(), snapshot, state.policy_problem.clone(), reload.clone(), alarm));
     }
 
     let app = http::router(state.clone(), &args.path_prefix);
@@ -604,6 +605,19 @@ fn serve_apart(name: &'static str, listener: std::net::TcpListener, app: axum::R
     })
 }
 
+/// Says on this replica's own pod (a Warning Event) that its policy file was refused: with
+/// --events, in a pod (POD_NAME and POD_NAMESPACE, as the shipped Deployment sets them).
+type PolicyAlarm = Option<Box<dyn Fn(&str) + Send + Sync>>;
+
+fn policy_alarm(events: Option<Arc<crate::events::kube::EventSink>>) -> PolicyAlarm {
+    let sink = events?;
+    let (Ok(namespace), Ok(pod)) = (std::env::var("POD_NAMESPACE"), std::env::var("POD_NAME")) else {
+        tracing::info!("POD_NAME or POD_NAMESPACE unset: a refused policy file is said in the log, /readyz and metrics, not in an Event");
+        return None;
+    };
+    Some(Box::new(move |problem: &str| sink.offer(crate::events::policy_invalid(&namespace, &pod, problem))))
+}
+
 /// Re-reads the policy file every 2 s, and at once on SIGHUP (mounted ConfigMaps change by
 /// symlink swap, which file-event watchers easily miss). Parsing runs off the async
 /// runtime. An invalid or unreadable file keeps the old policy, and says so in the log,
@@ -616,11 +630,20 @@ async fn reload_policy(
     snapshot: Option<Objects>,
     problem: Arc<ArcSwapOption<String>>,
     reload: tokio::sync::watch::Receiver<u64>,
+    alarm: PolicyAlarm,
 ) {
+    let raise = |what: &str| {
+        if let Some(alarm) = &alarm {
+            alarm(what);
+        }
+    };
     let mut last = std::fs::read(&path).unwrap_or_default();
     // A problem before the first look can only be an invalid file at start: the built-in
     // default serves in shadow mode until a valid file is read.
     let mut serving_fallback = problem.load().is_some();
+    if let Some(why) = problem.load_full() {
+        raise(&why);
+    }
     let mut ticker = http::server::ReloadTicker::new(Duration::from_secs(2), reload);
     loop {
         let forced = ticker.next().await;
@@ -631,6 +654,7 @@ async fn reload_policy(
                 if problem.load().as_deref() != Some(&why) {
                     http::metrics::record_policy_reload("unreadable");
                     tracing::error!(policy = %path.display(), error = %e, "policy file unreadable; keeping the previous policy");
+                    raise(&why);
                     problem.store(Some(Arc::new(why)));
                 }
                 continue;
@@ -674,7 +698,9 @@ async fn reload_policy(
                         true => "the built-in default policy stays in force, in shadow mode",
                         false => "the last good policy stays in force",
                     };
-                    problem.store(Some(Arc::new(format!("policy file {} is invalid ({error}); {keeping}", path.display()))));
+                    let why = format!("policy file {} is invalid ({error}); {keeping}", path.display());
+                    raise(&why);
+                    problem.store(Some(Arc::new(why)));
                 }
             }
             Err(e) => tracing::error!(error = %e, "policy reload task failed"),

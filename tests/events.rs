@@ -72,7 +72,7 @@ fn vetoes_are_grouped_by_reason_most_frequent_first() {
 }
 
 fn event(note: &str) -> PodEvent {
-    PodEvent { namespace: "online".into(), name: "web".into(), uid: "u1".into(), warning: true, reason: "PreemptionBlocked", note: note.into() }
+    PodEvent { namespace: "online".into(), name: "web".into(), uid: "u1".into(), warning: true, reason: "PreemptionBlocked", action: "Preempt", note: note.into() }
 }
 
 #[test]

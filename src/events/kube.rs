@@ -70,7 +70,7 @@ async fn write_loop(client: Client, reporter: Reporter, mut rx: mpsc::Receiver<P
             type_: if e.warning { EventType::Warning } else { EventType::Normal },
             reason: e.reason.into(),
             note: Some(e.note.clone()),
-            action: "Preempt".into(),
+            action: e.action.into(),
             secondary: None,
         };
         // A recorder per Event: its cache would turn a changed note into a count on the

@@ -20,7 +20,24 @@ pub struct PodEvent {
     /// `PreemptionBlocked` (no candidate left, or the pod may not preempt) or
     /// `PreemptionVictims` (who is evicted and why).
     pub reason: &'static str,
+    /// What the extender was doing: `Preempt`, or `LoadPolicy`.
+    pub action: &'static str,
     pub note: String,
+}
+
+/// The Warning a replica records on its own pod when it refuses its policy file (at start,
+/// where it serves the built-in default in shadow mode, or on a reload, where the last good
+/// policy stays): where `kubectl describe pod` and `kubectl get events` show it.
+pub fn policy_invalid(namespace: &str, pod: &str, problem: &str) -> PodEvent {
+    PodEvent {
+        namespace: namespace.into(),
+        name: pod.into(),
+        uid: String::new(),
+        warning: true,
+        reason: "PolicyInvalid",
+        action: "LoadPolicy",
+        note: clip(&format!("coloc-extender: {problem}"), NOTE_LIMIT).into_owned(),
+    }
 }
 
 /// The Events API limit for `note`.
@@ -36,6 +53,7 @@ pub fn for_preempt(answer: &Answer) -> Option<PodEvent> {
         uid: answer.pod_uid.clone(),
         warning,
         reason,
+        action: "Preempt",
         note: clip(&note, NOTE_LIMIT).into_owned(),
     };
     let ex = &answer.explanations;

@@ -53,6 +53,9 @@ impl Extender {
                 "RUST_LOG".to_string(),
                 std::env::var("COLOC_E2E_LOG").unwrap_or_else(|_| "info".into()),
             ),
+            // What the shipped Deployment gives each replica (the downward API).
+            ("POD_NAME".to_string(), name.to_string()),
+            ("POD_NAMESPACE".to_string(), "kube-system".to_string()),
         ];
         let proc = Proc::spawn(name, binary, &all, &env, plane.dir())?;
         let mut e = Extender {

@@ -35,6 +35,10 @@ pub fn cases() -> Vec<Case> {
             name: "fault_requeue_permission_removed_bare_victims_spared",
             run: |b, m| Box::pin(permission_removed(b, m)),
         },
+        Case {
+            name: "fault_policy_file_refused_at_start_and_on_reload_says_so_on_the_replicas_pod",
+            run: |b, m| Box::pin(policy_refused(b, m)),
+        },
     ]
 }
 
@@ -224,5 +228,52 @@ async fn permission_removed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         "a replacement exists although the permission was removed"
     );
     nothing_lost(&bed, "batch", &originals).await?;
+    bed.finish()
+}
+
+/// The Warning Events `reason` on the extender's own pod, kube-system/`pod`.
+async fn replica_events(bed: &Bed, pod: &str, reason: &str) -> anyhow::Result<Vec<String>> {
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(bed.client.clone(), "kube-system");
+    Ok(events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason) && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod))
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter_map(|e| e.note)
+        .collect())
+}
+
+/// A policy file broken before a restart: the replica serves the built-in default in
+/// shadow mode and records a Warning `PolicyInvalid` on its own pod; fixed, it takes the
+/// file; broken again, it keeps the last good policy and says so the same way.
+async fn policy_refused(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    let path = bed.plane.dir().join("policy.yaml");
+    std::fs::write(&path, "defaultClass: a\nclasses: [{name: a, preempts: [ghost]}]\n")?;
+    let path_arg = path.display().to_string();
+    let e = bed.extender(&["--events", "--events-min-interval", "1s", "--policy", &path_arg]).await?;
+    let pod = bed.extenders[e].proc.name.clone();
+    let notes = coloc_testbed::wait::until(MINUTE, "a PolicyInvalid Event at start", || async {
+        let notes = replica_events(&bed, &pod, "PolicyInvalid").await.map_err(|e| e.to_string())?;
+        (!notes.is_empty()).then_some(notes).ok_or("none yet".to_string())
+    })
+    .await?;
+    anyhow::ensure!(notes[0].contains("ghost") && notes[0].contains("built-in default policy in shadow mode"), "{notes:?}");
+    // Fixed: taken within a few seconds.
+    std::fs::copy(crate::bed::repo("policy/default.yaml"), &path)?;
+    coloc_testbed::wait::until(MINUTE, "the fixed policy taken", || async {
+        let ready = bed.extenders[e].get("/readyz").await.map_err(|e| e.to_string())?;
+        (!ready.contains("invalid")).then_some(()).ok_or(ready)
+    })
+    .await?;
+    // Broken again (another mistake): the last good policy stays, and an Event says so.
+    std::fs::write(&path, "defaultClass: b\nclasses: [{name: a}]\n")?;
+    coloc_testbed::wait::until(MINUTE, "a PolicyInvalid Event on reload", || async {
+        let notes = replica_events(&bed, &pod, "PolicyInvalid").await.map_err(|e| e.to_string())?;
+        notes.iter().any(|n| n.contains("last good policy stays in force")).then_some(()).ok_or(format!("{notes:?}"))
+    })
+    .await?;
     bed.finish()
 }
