@@ -31,6 +31,9 @@ pub enum Command {
     CheckPolicy {
         file: PathBuf,
     },
+    /// Print the policy's JSON Schema (for editors and CI; check-policy also checks meaning,
+    /// e.g. that every class named exists).
+    PolicySchema,
     /// Answer one recorded request without a server: the wire answer on stdout, the
     /// explanation on stderr.
     Replay {
@@ -354,6 +357,14 @@ fn parse_now(s: Option<&str>) -> anyhow::Result<i64> {
 
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::PolicySchema => {
+            use std::io::Write;
+            // A closed pipe (`| head`) ends the output, not the process with a panic.
+            match writeln!(std::io::stdout(), "{}", crate::policy::json_schema()) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(()),
+            }
+        }
         Command::CheckPolicy { file } => {
             let policy = Policy::load(&file)?;
             println!("{}: valid, {} classes (default class: {})", file.display(), policy.classes.len(), policy.default_class);

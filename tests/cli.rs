@@ -14,7 +14,7 @@ fn root() -> &'static Path {
 
 #[test]
 fn check_policy_accepts_the_shipped_policies() {
-    for f in ["policy/default.yaml", "policy/koordinator.yaml", "policy/custom-priority-classes.yaml"] {
+    for f in ["policy/default.yaml", "policy/koordinator.yaml", "policy/custom-priority-classes.yaml", "manifests/policy.yaml"] {
         let out = Command::new(BIN).arg("check-policy").arg(root().join(f)).output().unwrap();
         assert!(out.status.success(), "{f}: {}", String::from_utf8_lossy(&out.stderr));
         assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));

@@ -24,6 +24,15 @@ pub enum PolicyError {
 /// `managedResources`). No node offers it: it is `ignoredByScheduler`.
 pub const PER_POD_VERBS_MARKER: &str = "coloc-extender.io/per-pod-verbs";
 
+/// The policy file's JSON Schema, generated from its types: shape only (fields, types,
+/// enums, durations). What refers to what (a class named in `preempts` exists, the default
+/// class is listed) is checked by `Policy::load`, i.e. `check-policy`.
+pub fn json_schema() -> String {
+    let mut schema = schemars::schema_for!(Policy);
+    schema.insert("title".into(), "coloc-extender policy".into());
+    serde_json::to_string_pretty(&schema).unwrap_or_default()
+}
+
 /// Index of a class in the policy: lower means listed earlier, i.e. more valuable.
 pub type ClassId = usize;
 

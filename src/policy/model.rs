@@ -6,7 +6,7 @@ use serde::Deserialize;
 
 use crate::model::{GangRef, GangSource, Labels, Pod};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Policy {
     /// `enforce` (default) answers with the policy's decisions; `shadow` answers exactly as
@@ -35,7 +35,7 @@ fn one() -> usize {
     1
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Class {
     pub name: String,
@@ -63,7 +63,7 @@ pub struct Class {
 
 /// How a requeued pod (a released replacement) comes back, and how often one workload may
 /// be requeued.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RequeueRules {
     /// `keep`: the replacement may preempt as its original could; `never`: it waits for
@@ -76,7 +76,7 @@ pub struct RequeueRules {
     pub max_attempts: Option<u32>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ReplacementPreemption {
     #[default]
@@ -104,7 +104,7 @@ impl Class {
 }
 
 /// Whether decisions reach kube-scheduler.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, clap::ValueEnum, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     #[default]
@@ -122,7 +122,7 @@ impl Mode {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum WithoutView {
     #[default]
@@ -130,7 +130,7 @@ pub enum WithoutView {
     Refuse,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Selector {
     #[serde(default)]
@@ -139,11 +139,12 @@ pub struct Selector {
     pub priority: Option<PriorityRange>,
     #[serde(default)]
     pub namespaces: Vec<String>,
+    #[schemars(with = "BTreeMap<String, String>")]
     #[serde(default)]
     pub labels: Labels,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PriorityRange {
     #[serde(default = "i32_min")]
@@ -159,7 +160,7 @@ fn i32_max() -> i32 {
     i32::MAX
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PdbMode {
     /// Never evict a pod if that would exceed its PDB's disruptionsAllowed.
@@ -170,7 +171,7 @@ pub enum PdbMode {
 }
 
 /// What happens to a victim that no controller would recreate (a bare pod).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BareVictims {
     /// Evict it only once a gated replacement is stored in the API server; the replacement
@@ -187,7 +188,7 @@ pub enum BareVictims {
 /// What may happen to a Job's pod whose preemption would fail its Job (its last failure
 /// under `backoffLimit` or `backoffLimitPerIndex`, or a `FailJob`/`FailIndex` rule on
 /// `DisruptionTarget`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum JobVictims {
     /// Cost it as lost work: chosen only where no other candidate places the preemptor.
@@ -197,7 +198,7 @@ pub enum JobVictims {
     Protect,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct VictimRules {
     /// May pods of this class be evicted at all?
@@ -212,7 +213,8 @@ pub struct VictimRules {
     #[serde(default)]
     pub recreatable_only: Option<bool>,
     /// Time a pod must have run before it may be evicted (anti-thrash), e.g. "10m".
-    #[serde(default, with = "duration")]
+    #[serde(default, deserialize_with = "duration::deserialize")]
+    #[schemars(with = "String", regex(pattern = r"^\s*(0|([0-9]+[smhd])+)\s*$"))]
     pub min_runtime: i64,
     /// Job pods whose preemption would fail their Job: `count` (default) or `protect`.
     #[serde(default)]
@@ -237,24 +239,27 @@ impl Default for VictimRules {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Placement {
     /// Nodes must carry all of these labels (else: unresolvable for this class).
+    #[schemars(with = "BTreeMap<String, String>")]
     #[serde(default)]
     pub require_node_labels: Labels,
     /// Nodes carrying any of these labels are off limits.
+    #[schemars(with = "BTreeMap<String, String>")]
     #[serde(default)]
     pub forbid_node_labels: Labels,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Scoring {
     /// Prefer fuller nodes (bin packing) instead of emptier ones.
     #[serde(default)]
     pub pack: bool,
     /// Nodes with all these labels score higher.
+    #[schemars(with = "BTreeMap<String, String>")]
     #[serde(default)]
     pub prefer_node_labels: Labels,
 }
@@ -266,7 +271,7 @@ impl Scoring {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GangConfig {
     /// Which declarations make a gang; all on by default.
@@ -285,7 +290,7 @@ pub struct GangConfig {
 /// wins. Native first: kube-scheduler itself enforces it and it sits in the pod's spec
 /// (immutable), so it says how the pod was actually admitted; plugin labels and
 /// annotations are often copied from templates and may outlive their scheduler.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GangSources {
     /// `spec.schedulingGroup.podGroupName` + PodGroup `scheduling.k8s.io/v1beta1|v1alpha2`.
@@ -380,7 +385,7 @@ impl GangConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TenantConfig {
     /// When an offline (evictable-class) pod preempts, apply Kueue's fair-sharing rules
