@@ -97,7 +97,7 @@ fn run(bencher: Bencher, verb: Verb, body: &'static [u8], view: Option<&'static 
 // Heavy cases (40 MB bodies) take ~0.1-0.5 s per call: a handful of samples each, and a
 // time cap per benchmark keeps the whole run under ~10 minutes on 2 cores.
 const SIZES: [usize; 3] = [100, 1_000, 5_000];
-/// Candidate names with a view of as many nodes (issue 21: 1,000 nodes × 30 pods). One
+/// Candidate names with a view of as many nodes (1,000 nodes × 30 pods). One
 /// call per sample, so `slowest` bounds the p99 from above.
 const VIEW_SIZES: [usize; 1] = [1_000];
 

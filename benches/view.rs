@@ -1,4 +1,4 @@
-//! The cluster view under watch traffic (issue 8): what one event costs to apply to a
+//! The cluster view under watch traffic: what one event costs to apply to a
 //! 5,000-node / 150,000-pod view, what publishing the result costs, and `View::build`.
 //!
 //!     cargo bench --bench view                  # everything (~1-2 min on 2 cores)

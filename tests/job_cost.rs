@@ -1,4 +1,4 @@
-//! Job-aware victim cost (DESIGN §2): a Job's pod is recreated by its Job, but its
+//! Job-aware victim cost: a Job's pod is recreated by its Job, but its
 //! preemption counts against the Job's `backoffLimit` (or the index's
 //! `backoffLimitPerIndex`) unless the Job's `podFailurePolicy` ignores `DisruptionTarget`,
 //! and a `FailJob` rule on that condition fails the whole Job. A victim whose preemption

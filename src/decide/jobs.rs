@@ -1,4 +1,4 @@
-//! What a preemption does to a Job (DESIGN §2): the Job controller recreates the pod, but
+//! What a preemption does to a Job: the Job controller recreates the pod, but
 //! the preemption counts as a failure against `backoffLimit` (or the index's
 //! `backoffLimitPerIndex`) unless the Job's `podFailurePolicy` ignores `DisruptionTarget`;
 //! a `FailJob` (`FailIndex`) rule on that condition fails the Job (the index) at once.

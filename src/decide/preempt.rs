@@ -1,7 +1,7 @@
 //! preempt: re-select victims on every candidate node under the policy, then return the
 //! best candidate(s).
 //!
-//! With a cluster view that knows the node, victims are chosen afresh (DESIGN §3):
+//! With a cluster view that knows the node, victims are chosen afresh:
 //! remove every pod the policy lets us evict, check the preemptor fits, then reprieve
 //! pods most valuable first (PDB-violating ones before the others, gang members before
 //! loners), keeping each whose return still lets the preemptor fit. Without one, kube's

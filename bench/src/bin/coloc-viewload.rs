@@ -1,4 +1,4 @@
-//! coloc-viewload: measures the watch-fed cluster view (issue 8) against an in-process fake
+//! coloc-viewload: measures the watch-fed cluster view against an in-process fake
 //! Kubernetes API server on loopback.
 //!
 //!     cargo run --release --locked --bin coloc-viewload -- \
@@ -36,7 +36,7 @@
 //! `--metrics` installs `serve`'s Prometheus recorder first (the watch counts every event);
 //! `--omit-current-healthy` serves PDBs without `status.currentHealthy`; `--heap-all` keeps
 //! the heap count running to the end (a leak shows there, fragmentation does not). Figures
-//! and method: docs/performance.md, "Cluster view (issue 8)".
+//! and method: docs/performance.md, "Cluster view".
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
