@@ -10,7 +10,6 @@ pub mod cluster;
 pub mod decide;
 pub mod discarded;
 pub mod events;
-pub mod explain;
 pub mod http;
 pub mod model;
 pub mod pipeline;

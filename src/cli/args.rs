@@ -1,0 +1,212 @@
+//! The flags of `serve`: where it listens, what it may write, what one request may cost.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::http::Limits;
+use crate::policy::Mode;
+use crate::wire::Caps;
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    #[arg(long, default_value = "127.0.0.1:8888")]
+    pub listen: SocketAddr,
+    /// Policy file, reloaded when it changes (default: the shipped default policy).
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// URL prefix before /filter, /prioritize, /preempt (e.g. /scheduler).
+    #[arg(long, default_value = "")]
+    pub path_prefix: String,
+    /// Cluster view from a snapshot file instead of the Kubernetes API.
+    #[arg(long, conflicts_with = "kube")]
+    pub snapshot: Option<PathBuf>,
+    /// Cluster view from the Kubernetes API (in-cluster config or KUBECONFIG).
+    #[arg(long)]
+    pub kube: bool,
+    /// Requeue bare victims of `requeue` classes: store a gated replacement before offering
+    /// them, release it when the original is gone. Writes pods and events: needs the
+    /// `manifests/requeue` RBAC component.
+    #[arg(long, requires = "kube")]
+    pub requeue: bool,
+    /// Accepted so that manifests of earlier releases still start, and ignored: guards are
+    /// no longer added (a finalizer outlives an extender scaled to zero). Guards an
+    /// earlier release left are always finished.
+    #[arg(long, hide = true, action = clap::ArgAction::Set, requires = "requeue")]
+    pub requeue_guard: Option<bool>,
+    /// Time for storing requeue replacements within one preempt, in milliseconds.
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(100..=4000))]
+    pub requeue_budget_ms: u64,
+    /// Wake pods kube-scheduler parked while we could not answer a preempt well (restart,
+    /// view not ready, replacements not stored): once ready again, store and delete a
+    /// placeholder pod bound to no real node, which kube-scheduler takes as a reason to
+    /// retry them. Writes pods in --wake-namespace: needs the `manifests/wake` RBAC component.
+    #[arg(long, requires = "kube")]
+    pub wake: bool,
+    /// Namespace of the wake placeholders (default: $POD_NAMESPACE, else kube-system).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+    pub wake_namespace: String,
+    /// Least time between two wakes, e.g. 10s.
+    #[arg(long, default_value = "10s", value_parser = parse_secs)]
+    pub wake_min_interval: Duration,
+    /// A gated replacement whose original has not started terminating by then is deleted
+    /// (kube-scheduler chose otherwise), e.g. 60s.
+    #[arg(long, default_value = "60s", value_parser = parse_secs)]
+    pub requeue_evict_within: Duration,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this CA (only kube-scheduler may call).
+    #[arg(long, requires = "tls_cert")]
+    pub client_ca: Option<PathBuf>,
+    /// Plain-HTTP listener for /healthz and /readyz (probes carry no client certificate).
+    #[arg(long)]
+    pub health_listen: Option<SocketAddr>,
+    /// Plain-HTTP listener for /metrics and /decisions (`explain`), or `off`. Decisions name
+    /// pods and reasons: keep it on loopback, or restrict who reaches it (the shipped
+    /// NetworkPolicy lets only the monitoring namespace in).
+    #[arg(long, default_value = "127.0.0.1:8082", value_parser = parse_admin_listen)]
+    pub admin_listen: AdminListen,
+    /// Threads serving the verbs and running requeue, Events and wakes. kube-scheduler calls
+    /// one verb at a time and large decisions run on --decision-workers, so one thread
+    /// spares the wake-ups of handing each request between two (measured:
+    /// docs/performance.md, "One I/O thread").
+    #[arg(long, default_value_t = 1, value_parser = parse_threads)]
+    pub io_threads: usize,
+    /// Log lines as JSON (for log pipelines) instead of text.
+    #[arg(long)]
+    pub log_json: bool,
+    #[command(flatten)]
+    pub ops: OpsArgs,
+}
+
+/// Adoption and day-2 operations: shadow mode, decision lookup, Events.
+#[derive(clap::Args)]
+pub struct OpsArgs {
+    /// Override the policy's `mode`: `shadow` answers exactly as kube-scheduler would decide
+    /// without the extender and counts what the policy would change
+    /// (coloc_shadow_diffs_total); nothing is written to the API server.
+    #[arg(long)]
+    pub mode: Option<Mode>,
+    /// Decisions kept for GET /decisions and `explain` (on --admin-listen), newest kept.
+    #[arg(long, default_value_t = 10_000)]
+    pub decisions_entries: usize,
+    /// Memory bound of the kept decisions, in bytes.
+    #[arg(long, default_value_t = 32 << 20)]
+    pub decisions_bytes: usize,
+    /// Write Events on preemptors: a Warning when no node can make room under the policy
+    /// (with the reason per node), a Normal naming the victims. Needs events create/patch.
+    #[arg(long, requires = "kube")]
+    pub events: bool,
+    /// Per pod: an unchanged Event is written again only after this long, e.g. 10m.
+    #[arg(long, default_value = "10m", value_parser = parse_secs)]
+    pub events_repeat_after: Duration,
+    /// Per pod: a changed Event waits at least this long after the previous one, e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = parse_secs)]
+    pub events_min_interval: Duration,
+}
+
+/// What one request may cost, and how many may run at once.
+#[derive(clap::Args)]
+pub struct LimitArgs {
+    /// Largest request body, in bytes.
+    #[arg(long, default_value_t = 128 << 20)]
+    pub max_body_bytes: usize,
+    /// Bytes of request bodies held at once over all requests (at least --max-body-bytes);
+    /// beyond it new requests get 503 and kube-scheduler retries.
+    #[arg(long, default_value_t = 512 << 20)]
+    pub max_inflight_body_bytes: usize,
+    /// Whole-request time limit, e.g. 4s (kube-scheduler gives up at its httpTimeout, 5s by default).
+    #[arg(long, default_value = "4s", value_parser = parse_secs)]
+    pub request_timeout: Duration,
+    /// Time for a request body to arrive, e.g. 2s (at most --request-timeout).
+    #[arg(long, default_value = "2s", value_parser = parse_secs)]
+    pub body_timeout: Duration,
+    /// Requests admitted at once (bodies received, being decided) before new ones get 503.
+    #[arg(long, default_value_t = 256, value_parser = parse_concurrency)]
+    pub max_concurrency: usize,
+    /// Threads deciding large requests (default: the CPUs available).
+    #[arg(long, value_parser = parse_concurrency)]
+    pub decision_workers: Option<usize>,
+    /// Most nodes in one request (Nodes.items, NodeNames, preempt candidates).
+    #[arg(long, default_value_t = Caps::default().max_nodes, value_parser = parse_cap)]
+    pub max_nodes: usize,
+    /// Most victims proposed on one candidate node.
+    #[arg(long, default_value_t = Caps::default().max_victims_per_node, value_parser = parse_cap)]
+    pub max_victims_per_node: usize,
+    /// Most victims proposed over all candidate nodes of one preempt.
+    #[arg(long, default_value_t = Caps::default().max_victims, value_parser = parse_cap)]
+    pub max_victims: usize,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> anyhow::Result<Limits> {
+        if self.max_inflight_body_bytes < self.max_body_bytes {
+            anyhow::bail!(
+                "--max-inflight-body-bytes {} is below --max-body-bytes {}: the largest body could never be admitted",
+                self.max_inflight_body_bytes,
+                self.max_body_bytes
+            );
+        }
+        let defaults = Limits::default();
+        Ok(Limits {
+            max_body_bytes: self.max_body_bytes,
+            max_inflight_body_bytes: self.max_inflight_body_bytes,
+            request_timeout: self.request_timeout,
+            body_timeout: self.body_timeout.min(self.request_timeout),
+            max_concurrency: self.max_concurrency,
+            decision_workers: self.decision_workers.unwrap_or(defaults.decision_workers),
+            caps: Caps { max_nodes: self.max_nodes, max_victims_per_node: self.max_victims_per_node, max_victims: self.max_victims },
+            ..defaults
+        })
+    }
+}
+
+/// `--admin-listen`: an address, or `off` (None).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdminListen(pub Option<SocketAddr>);
+
+fn parse_admin_listen(s: &str) -> Result<AdminListen, String> {
+    if s == "off" {
+        return Ok(AdminListen(None));
+    }
+    s.parse().map(|a| AdminListen(Some(a))).map_err(|_| format!("{s:?} is not ADDR:PORT (e.g. 127.0.0.1:8082) or off"))
+}
+
+fn parse_cap(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("0 would refuse every request: use at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
+}
+
+/// A duration of at least one second ("4s", "1m"): kube-scheduler's own timeouts are in
+/// seconds, and zero would refuse every request.
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    match crate::policy::parse_duration(s)? {
+        0 => Err(format!("{s:?} is zero: use at least 1s")),
+        n => Ok(Duration::from_secs(n as u64)),
+    }
+}
+
+fn parse_threads(s: &str) -> Result<usize, String> {
+    parse_count(s, 256, "0 threads would serve nothing")
+}
+
+fn parse_concurrency(s: &str) -> Result<usize, String> {
+    parse_count(s, 65_536, "0 would refuse every request")
+}
+
+/// A count from 1 to `max`; `zero` says what 0 would do.
+fn parse_count(s: &str, max: usize, zero: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err(format!("{zero}: use at least 1")),
+        Ok(n) if n > max => Err(format!("{n} is more than {max}")),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
+}

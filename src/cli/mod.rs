@@ -1,0 +1,120 @@
+//! Command line: `serve` (the composition root is in serve.rs), `check-policy`,
+//! `policy-schema`, `replay`, `explain` and `uninstall`, one module each.
+
+mod args;
+mod check_policy;
+pub mod explain;
+mod policy_reload;
+mod replay;
+mod serve;
+
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand};
+
+pub use args::{AdminListen, LimitArgs, OpsArgs, ServeArgs};
+
+use crate::pipeline::Verb;
+use crate::policy::{Mode, Policy};
+
+#[derive(Parser)]
+#[command(name = "coloc-extender", version, about = "kube-scheduler extender for co-located online/offline clusters")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Serve filter, prioritize and preempt over HTTP(S).
+    Serve(ServeArgs),
+    /// Validate a policy file and print its classes.
+    CheckPolicy {
+        file: PathBuf,
+    },
+    /// Print the policy's JSON Schema (for editors and CI; check-policy also checks meaning,
+    /// e.g. that every class named exists).
+    PolicySchema,
+    /// Answer one recorded request without a server: the wire answer on stdout, the
+    /// explanation on stderr.
+    Replay {
+        #[arg(long)]
+        verb: Verb,
+        payload: PathBuf,
+        /// Policy file (default: the shipped default policy).
+        #[arg(long)]
+        policy: Option<PathBuf>,
+        /// Cluster snapshot (`kubectl get nodes,pods,pdb,priorityclasses,jobs -A -o json`)
+        /// for full victim re-selection.
+        #[arg(long)]
+        snapshot: Option<PathBuf>,
+        /// The decision time, RFC 3339 or Unix seconds (default: now).
+        #[arg(long)]
+        now: Option<String>,
+        /// Decide as `serve` without `--requeue` would: bare victims of `requeue` classes
+        /// are protected. By default replay shows what would be requeued (it never writes).
+        #[arg(long)]
+        no_requeue: bool,
+        /// Override the policy's mode: `shadow` prints kube-scheduler's own answer on stdout
+        /// and the policy's answer, with what it would change, on stderr.
+        #[arg(long)]
+        mode: Option<Mode>,
+    },
+    /// Take the extender out and leave the cluster as it was: refuses while it is still
+    /// registered or running, then finishes every guard an earlier release left, settles
+    /// every gated replacement and deletes wake placeholders. Run it as a one-shot Job
+    /// (manifests/uninstall) once kube-scheduler no longer calls the extender.
+    Uninstall(crate::uninstall::UninstallArgs),
+    /// Print a pod's recent decisions from a running extender (GET /decisions on its
+    /// admin port), e.g. `kubectl -n kube-system port-forward deploy/coloc-extender 8082`
+    /// then `coloc-extender explain online/web-0` (port-forward reaches the pod's loopback,
+    /// where the admin port listens by default).
+    Explain {
+        /// NAMESPACE/NAME
+        pod: String,
+        /// The extender's admin listener (`serve --admin-listen`).
+        #[arg(long, default_value = explain::DEFAULT_SERVER)]
+        server: String,
+    },
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::PolicySchema => check_policy::print_schema(),
+        Command::CheckPolicy { file } => check_policy::run(&file),
+        Command::Uninstall(args) => crate::uninstall::run(args),
+        Command::Explain { pod, server } => {
+            print!("{}", explain::run(&pod, &server)?);
+            Ok(())
+        }
+        Command::Replay { verb, payload, policy, snapshot, now, no_requeue, mode } => {
+            replay::run(replay::ReplayArgs { verb, payload, policy, snapshot, now, no_requeue, mode })
+        }
+        Command::Serve(args) => {
+            init_logging(args.log_json);
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(args.io_threads).enable_all().build()?;
+            runtime.block_on(serve::serve(args))
+        }
+    }
+}
+
+pub fn load_policy(path: Option<&Path>) -> anyhow::Result<Policy> {
+    match path {
+        Some(p) => Ok(Policy::load(p)?),
+        None => Ok(Policy::builtin_default()),
+    }
+}
+
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    if json {
+        builder.json().flatten_event(true).init();
+    } else {
+        builder.init();
+    }
+}

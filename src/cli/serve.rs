@@ -1,0 +1,201 @@
+//! `serve`: the composition root. Builds the state, starts every background task (policy
+//! and certificate reloads, watches, requeue, wake, Events) and the listeners.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+
+use super::args::{AdminListen, ServeArgs};
+use super::policy_reload::{policy_alarm, reload_policy, PolicyReload};
+use crate::cluster::{self, View, ViewCell};
+use crate::http::{self, AppState, Limits, ViewSource};
+use crate::policy::{Mode, Policy};
+use crate::tls::{self, TlsAcceptorCell, TlsFiles};
+
+pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    check_prefix(&args.path_prefix)?;
+    // Before anything records: the watches register their counters once, as they start,
+    // and a counter registered before the recorder would count nothing.
+    http::metrics::handle();
+    // An invalid policy file must not keep every replica in CrashLoop (a drain, an OOM
+    // kill): serve the built-in default in shadow mode, say so, and take the file as soon
+    // as it is fixed.
+    let (policy, startup_problem) = match super::load_policy(args.policy.as_deref()) {
+        Ok(mut policy) => {
+            if let Some(mode) = args.ops.mode {
+                policy.mode = mode;
+            }
+            (policy, None)
+        }
+        Err(e) => {
+            let file = args.policy.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+            let why = format!("policy file {file} is invalid ({e:#}); serving the built-in default policy in shadow mode until it is fixed");
+            tracing::error!(policy = %file, error = format!("{e:#}"), "invalid policy at start: serving the built-in default policy in shadow mode (kube-scheduler's own answers) until the file is fixed");
+            http::metrics::record_policy_reload("error");
+            http::metrics::record_policy_fallback(true);
+            let mut fallback = Policy::builtin_default();
+            fallback.mode = Mode::Shadow;
+            (fallback, Some(why))
+        }
+    };
+    if policy.mode == Mode::Shadow && startup_problem.is_none() {
+        tracing::warn!("shadow mode: answers are kube-scheduler's own; the policy's decisions are only logged, counted (coloc_shadow_diffs_total) and kept for /decisions");
+    }
+    let view = Arc::new(ViewCell::default());
+    let (source, snapshot) = match (&args.snapshot, args.kube) {
+        (Some(path), _) => {
+            let objects = cluster::snapshot::load(path)?;
+            tracing::info!(snapshot = %path.display(), nodes = objects.nodes.len(), pods = objects.pods.len(), "cluster view from snapshot");
+            view.publish(View::build(objects.clone(), &policy));
+            (ViewSource::Snapshot, Some(objects))
+        }
+        (None, true) => (ViewSource::Kubernetes, None),
+        (None, false) => {
+            tracing::warn!("no cluster view (--snapshot or --kube): preempt judges kube-scheduler's victims only");
+            (ViewSource::None, None)
+        }
+    };
+    let requeue_classes = policy.requeue_classes().join(", ");
+    http::memory::tune();
+    let mut state = AppState::new(policy, view.clone(), source);
+    state.policy_problem.store(startup_problem.map(Arc::new));
+    state.decisions = Arc::new(http::decisions::DecisionLog::new(http::decisions::RingLimits {
+        entries: args.ops.decisions_entries,
+        bytes: args.ops.decisions_bytes,
+    }));
+    state.limits = Limits { requeue_budget: Duration::from_millis(args.requeue_budget_ms), ..args.limits.limits()? };
+    if !args.requeue && !requeue_classes.is_empty() {
+        tracing::warn!(classes = %requeue_classes,
+            "requeue is off (serve --kube --requeue): bare victims of these classes are protected, as with bare: protect");
+    }
+    let reload = http::server::reload_signals();
+    if source == ViewSource::Kubernetes {
+        let config = kube::Config::infer().await.context("cannot find a Kubernetes client configuration (in-cluster config or KUBECONFIG)")?;
+        let client = kube::Client::try_from(config.clone()).context("cannot build a Kubernetes client")?;
+        let fresh = Arc::new(cluster::watch::Freshness::default());
+        state.freshness = Some(fresh.clone());
+        let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
+        if args.ops.events {
+            let throttle = crate::events::Throttle::new(args.ops.events_min_interval.as_secs() as i64, args.ops.events_repeat_after.as_secs() as i64, 50_000);
+            let reporter = crate::events::kube::reporter(instance.clone());
+            state.events = Some(Arc::new(crate::events::kube::EventSink::start(client.clone(), reporter, throttle, state.clock.clone())));
+            tracing::info!("events on preemptors are on");
+        }
+        if args.requeue_guard.is_some() {
+            tracing::warn!("--requeue-guard is ignored: guards are no longer added, and those an earlier release left are finished");
+        }
+        let requeuer = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance));
+        // Whatever the flags: guards an earlier release left would hold their pods forever.
+        tokio::spawn(requeuer.clone().finish_leftover_guards());
+        if args.requeue {
+            tokio::spawn(requeuer.clone().reconcile_loop(view.clone(), Duration::from_secs(1), args.requeue_evict_within.as_secs() as i64));
+            state.requeuer = Some(requeuer);
+            tracing::info!(budget_ms = args.requeue_budget_ms, evict_within_s = args.requeue_evict_within.as_secs(), "requeue is on");
+        }
+        if args.wake {
+            let waker = crate::wake::kube::Waker::new(client.clone(), args.wake_namespace.clone());
+            tokio::spawn(waker.clone().run(view.clone(), args.wake_min_interval));
+            state.waker = Some(waker);
+            tracing::info!(namespace = %args.wake_namespace, min_interval_s = args.wake_min_interval.as_secs(), "waking parked pods is on");
+        }
+        watch_apart(config, view.clone(), state.policy.clone(), fresh)?;
+    }
+    if let Some(path) = args.policy.clone() {
+        let reloading = PolicyReload {
+            path,
+            mode: args.ops.mode,
+            policy: state.policy.clone(),
+            view: view.clone(),
+            snapshot,
+            problem: state.policy_problem.clone(),
+            alarm: policy_alarm(state.events.clone()),
+        };
+        tokio::spawn(reload_policy(reloading, reload.clone()));
+    }
+
+    let app = http::router(state.clone(), &args.path_prefix);
+    let mut opts = http::server::ServeOptions::default();
+    if let (Some(cert), Some(key)) = (args.tls_cert, args.tls_key) {
+        let files = TlsFiles { cert, key, client_ca: args.client_ca };
+        let cell = Arc::new(TlsAcceptorCell::new(files.load()?));
+        tokio::spawn(tls::watch(files, cell.clone(), Duration::from_secs(5), reload.clone()));
+        opts.tls = Some(cell);
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    if let Some(addr) = args.health_listen {
+        let listener = std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+        serve_apart("health", listener, http::health_router(state.clone()), stop_rx.clone())?;
+    }
+    if let AdminListen(Some(addr)) = args.admin_listen {
+        if !addr.ip().is_loopback() {
+            tracing::warn!(admin_listen = %addr, "the admin port is not on loopback: whoever reaches it reads /decisions (pod names, why each was or was not preempted) and /metrics; restrict it (e.g. the shipped NetworkPolicy)");
+        }
+        let listener = std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr} (--admin-listen; `off` turns it off)"))?;
+        serve_apart("admin", listener, http::admin_router(state.clone()), stop_rx.clone())?;
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(listen = %args.listen, admin = ?args.admin_listen.0, prefix = %args.path_prefix, tls = opts.tls.is_some(), view = ?source, "serving");
+    http::server::serve(listener, app, opts, async move {
+        http::server::shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    })
+    .await;
+    drop(stop_rx);
+    Ok(())
+}
+
+/// Runs `task` on a thread named `name` with a single-threaded runtime of its own.
+fn run_apart<F: std::future::Future<Output = ()>>(name: &str, task: impl FnOnce() -> F + Send + 'static) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().with_context(|| format!("cannot start the {name} thread's runtime"))?;
+    std::thread::Builder::new().name(name.into()).spawn(move || runtime.block_on(task()))?;
+    Ok(())
+}
+
+/// The watches get a thread, runtime and client of their own: an event that arrives alone
+/// (a bind, every few ms) then wakes one thread, not a worker of the shared runtime that
+/// wakes the other to share work it does not have (measured: the watch path's CPU per pod
+/// bound, docs/performance.md).
+fn watch_apart(config: kube::Config, view: Arc<cluster::ViewCell>, policy: Arc<arc_swap::ArcSwap<crate::policy::Policy>>, fresh: Arc<cluster::watch::Freshness>) -> anyhow::Result<()> {
+    run_apart("watch", move || async move {
+        match kube::Client::try_from(config) {
+            Ok(client) => cluster::watch::run(client, view, policy, fresh, Duration::from_millis(500)).await,
+            Err(e) => tracing::error!(error = %e, "cannot build the watches' Kubernetes client"),
+        }
+    })
+}
+
+/// Probes and scrapes get a thread and runtime of their own (one each): while the verb
+/// threads are busy receiving large bodies, `/healthz` still answers within milliseconds
+/// (measured by coloc-hostile), so a kubelet never restarts a busy extender.
+fn serve_apart(name: &'static str, listener: std::net::TcpListener, app: axum::Router, mut stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
+    listener.set_nonblocking(true)?;
+    run_apart(name, move || async move {
+        match tokio::net::TcpListener::from_std(listener) {
+            Ok(listener) => {
+                http::server::serve(listener, app, Default::default(), async move {
+                    let _ = stop.changed().await;
+                })
+                .await
+            }
+            Err(e) => tracing::error!(error = %e, listener = name, "listener failed"),
+        }
+    })
+}
+
+/// `/scheduler`-like prefixes only: braces and `*` would become route wildcards.
+fn check_prefix(prefix: &str) -> anyhow::Result<()> {
+    if prefix.is_empty() {
+        return Ok(());
+    }
+    if !prefix.starts_with('/') {
+        bail!("--path-prefix {prefix:?} must start with '/'");
+    }
+    if let Some(c) = prefix.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '/' | '-' | '_' | '.' | '~'))) {
+        bail!("--path-prefix {prefix:?}: {c:?} is not allowed (letters, digits, / - _ . ~)");
+    }
+    if prefix.contains("//") {
+        bail!("--path-prefix {prefix:?} has an empty segment");
+    }
+    Ok(())
+}
