@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 mod job;
 mod labels;
+pub mod marks;
 pub use job::{parse_index_ranges, DisruptionAction, Job, COMPLETION_INDEX, INDEX_FAILURE_COUNT, TRACKING_FINALIZER};
 
 pub use labels::Labels;

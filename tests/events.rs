@@ -27,6 +27,10 @@ fn fixture(name: &str) -> Vec<u8> {
     std::fs::read(Path::new(ROUND).join(name)).unwrap()
 }
 
+fn preempt_event(a: &Answer) -> Option<PodEvent> {
+    for_preempt(&a.pod, &a.pod_uid, &a.explanations)
+}
+
 fn decided(step: &str, requeue: bool) -> Answer {
     let policy = Policy::builtin_default();
     let view = View::build(snapshot::parse(&fixture(&format!("{step}-preempt.snapshot.json"))).unwrap(), &policy);
@@ -38,7 +42,7 @@ fn decided(step: &str, requeue: bool) -> Answer {
 #[test]
 fn no_node_left_gives_one_warning_with_the_reason_per_node() {
     // online-gpu: the only candidate's room is held by bare batch pods, requeue is off.
-    let e = for_preempt(&decided("0041", false)).unwrap();
+    let e = preempt_event(&decided("0041", false)).unwrap();
     assert!(e.warning);
     assert_eq!((e.namespace.as_str(), e.name.as_str(), e.reason), ("online", "online-gpu", "PreemptionBlocked"));
     assert!(!e.uid.is_empty());
@@ -47,7 +51,7 @@ fn no_node_left_gives_one_warning_with_the_reason_per_node() {
 
 #[test]
 fn chosen_victims_give_a_normal_event_naming_them_and_why() {
-    let e = for_preempt(&decided("0037", false)).unwrap();
+    let e = preempt_event(&decided("0037", false)).unwrap();
     assert!(!e.warning);
     assert_eq!(e.reason, "PreemptionVictims");
     assert!(e.note.starts_with("coloc-extender: victims node-a2: batch/"), "{}", e.note);

@@ -155,7 +155,7 @@ fn run_apart<F: std::future::Future<Output = ()>>(name: &str, task: impl FnOnce(
 /// The watches get a thread, runtime and client of their own: an event that arrives alone
 /// (a bind, every few ms) then wakes one thread, not a worker of the shared runtime that
 /// wakes the other to share work it does not have (measured: the watch path's CPU per pod
-/// bound, docs/performance.md).
+/// bound, docs/performance-journal.md, "The watch path on a thread of its own").
 fn watch_apart(config: kube::Config, view: Arc<cluster::ViewCell>, policy: Arc<arc_swap::ArcSwap<crate::policy::Policy>>, fresh: Arc<cluster::watch::Freshness>) -> anyhow::Result<()> {
     run_apart("watch", move || async move {
         match kube::Client::try_from(config) {

@@ -77,7 +77,7 @@ impl Counted {
         if !class.victim.allowed || pod.deletion_time.is_some() {
             return Counted::Protected;
         }
-        if !pod.is_bare() || crate::requeue::opted_out(pod) {
+        if !pod.is_bare() || crate::model::marks::opted_out(pod) {
             return Counted::Evictable(class_id);
         }
         match class.victim.bare() {

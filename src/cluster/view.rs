@@ -39,7 +39,7 @@ pub struct NodeInfo {
     pub node: Option<Arc<Node>>,
     /// Bound, non-terminal pods, in no particular order: a bind appends, a delete swaps the
     /// last one into its place. Keeping them sorted cost a binary search over other pods'
-    /// names on every bind, each a cache miss by then (docs/performance.md); the rare
+    /// names on every bind, each a cache miss by then (docs/performance-journal.md, "The watch path, event by event"); the rare
     /// readers that show pods in order (`preempt`'s explanations) sort what they read.
     pods: Vec<PodRef>,
     /// How each of `pods` (same index) is counted in `usage`.
@@ -251,12 +251,12 @@ impl View {
     /// Notes how a bare pod leaves: `preempted` (its last state), else `ending` says
     /// whether it ended (terminal) or was deleted.
     fn note_departure(&mut self, pod: &Pod, ending: bool) {
-        if !pod.is_bare() || crate::requeue::is_replacement(pod) && pod.scheduling_gates.iter().any(|g| g == crate::requeue::GATE) {
+        if !pod.is_bare() || crate::model::marks::is_replacement(pod) && pod.scheduling_gates.iter().any(|g| g == crate::model::marks::GATE) {
             return;
         }
         if self.departures.len() >= DEPARTURES_KEPT {
             let awaited: std::collections::HashSet<&str> =
-                self.replacements.values().filter_map(|r| r.annotations.get(crate::requeue::FROM_UID)).collect();
+                self.replacements.values().filter_map(|r| r.annotations.get(crate::model::marks::FROM_UID)).collect();
             let kept: PMap<String, Departure> = self.departures.iter().filter(|(uid, _)| awaited.contains(uid.as_str())).map(|(k, v)| (k.clone(), *v)).collect();
             self.departures = kept;
         }
@@ -418,9 +418,9 @@ impl View {
 
     /// Enters `pod` in the view's maps, in place of `old` (same key) if given.
     fn index(&mut self, pod: &PodRef, key: String, old: Option<&PodRef>) {
-        if crate::requeue::is_replacement(pod) {
+        if crate::model::marks::is_replacement(pod) {
             self.replacements.insert(key.clone(), pod.clone());
-        } else if old.is_some_and(|o| crate::requeue::is_replacement(o)) {
+        } else if old.is_some_and(|o| crate::model::marks::is_replacement(o)) {
             self.replacements.remove(&key);
         }
         self.pods.insert(key, pod.clone());

@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::decide::Explanation;
 use crate::model::Timestamp;
-use crate::pipeline::Answer;
 use crate::wire::request::clip;
 
 /// An Event on the preemptor.
@@ -45,18 +44,17 @@ const NOTE_LIMIT: usize = 1000;
 
 /// The Event a preempt answer deserves, if any: a Warning when it vetoes every candidate
 /// or the pod may not preempt, a Normal naming the victims when it has some.
-pub fn for_preempt(answer: &Answer) -> Option<PodEvent> {
-    let (namespace, name) = answer.pod.split_once('/')?;
+pub fn for_preempt(pod: &str, pod_uid: &str, ex: &[Explanation]) -> Option<PodEvent> {
+    let (namespace, name) = pod.split_once('/')?;
     let event = |warning, reason, note: String| PodEvent {
         namespace: namespace.into(),
         name: name.into(),
-        uid: answer.pod_uid.clone(),
+        uid: pod_uid.to_string(),
         warning,
         reason,
         action: "Preempt",
         note: clip(&note, NOTE_LIMIT).into_owned(),
     };
-    let ex = &answer.explanations;
     if let Some(refused) = ex.iter().find(|e| e.subject == "request" && e.verdict == "refused") {
         return Some(event(true, "PreemptionBlocked", format!("coloc-extender: no preemption: {}", refused.detail)));
     }

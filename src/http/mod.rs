@@ -1,6 +1,7 @@
 //! The HTTP edge: routing, limits, errors, metrics.
 
 mod admission;
+pub mod decision_log;
 pub mod decisions;
 mod error;
 mod handlers;

@@ -13,7 +13,7 @@ pub fn answered(state: &AppState, verb: Verb, answer: &Answer) {
     state.decisions.record(verb, answer, answer.decided_at);
     // Shadow answers are kube-scheduler's own: an Event about the policy's would mislead.
     if let (Some(sink), Verb::Preempt, Mode::Enforce) = (&state.events, verb, answer.mode) {
-        if let Some(event) = crate::events::for_preempt(answer) {
+        if let Some(event) = crate::events::for_preempt(&answer.pod, &answer.pod_uid, &answer.explanations) {
             sink.offer(event);
         }
     }

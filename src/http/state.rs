@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 
-use super::decisions::DecisionLog;
+use super::decision_log::DecisionLog;
 use crate::cluster::watch::Freshness;
 use crate::cluster::ViewCell;
 use crate::model::Timestamp;

@@ -19,10 +19,7 @@ pub enum PolicyError {
     Invalid { field: String, message: String, line: Option<usize> },
 }
 
-/// The extended resource that marks a pod for filter/prioritize in the per-pod-verbs
-/// registration (manifests/scheduler/kube-scheduler-config-per-pod-verbs.yaml, entry with
-/// `managedResources`). No node offers it: it is `ignoredByScheduler`.
-pub const PER_POD_VERBS_MARKER: &str = "coloc-extender.io/per-pod-verbs";
+pub use crate::model::marks::PER_POD_VERBS_MARKER;
 
 /// The policy file's JSON Schema, generated from its types: shape only (fields, types,
 /// enums, durations). What refers to what (a class named in `preempts` exists, the default

@@ -14,7 +14,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-use super::leftovers::Tries;
+use super::tries::Tries;
 use super::plan::{self, Action, Release};
 use super::{replacement, RequeueIntent, FROM_UID, GATE};
 use crate::cluster::ViewCell;

@@ -10,8 +10,6 @@
 //! Event, a metric and the log say the pod is lost, so nothing waits forever on a write
 //! that can never succeed.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
@@ -20,6 +18,7 @@ use serde_json::{json, Value};
 
 use super::guard::{self, Finish};
 use super::kube::{api_code, pod_api, pod_ref, pod_resource, Requeuer};
+
 use super::{replacement, RequeueIntent, GUARD};
 use crate::model::Pod;
 
@@ -51,28 +50,6 @@ impl GuardReport {
             "{} guarded pod(s): {} requeued, {} unguarded, {} given up (lost), {} left to retry{why}",
             self.found, self.requeued, self.unguarded, self.given_up, self.left
         )
-    }
-}
-
-/// Failed tries per preempted pod (UID), across looks.
-#[derive(Default)]
-pub struct Tries(Mutex<HashMap<String, u32>>);
-
-impl Tries {
-    fn failed(&self, uid: &str) -> u32 {
-        let mut tries = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let n = tries.entry(uid.to_string()).or_default();
-        *n += 1;
-        *n
-    }
-
-    fn forget(&self, uid: &str) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
-    }
-
-    /// Keeps only the pods still guarded: one that went meanwhile is not counted forever.
-    fn keep_only(&self, guarded: &std::collections::HashSet<&str>) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).retain(|uid, _| guarded.contains(uid.as_str()));
     }
 }
 

@@ -14,36 +14,14 @@ pub mod leftovers;
 pub mod pace;
 pub mod plan;
 pub mod replacement;
+mod tries;
 
 use crate::model::Pod;
 use crate::policy::{BareVictims, Class};
 
-/// The scheduling gate that holds a replacement back while its original still runs.
-pub const GATE: &str = "coloc-extender.io/requeue";
-/// The finalizer earlier releases put on bare pods requeue would bring back (the pod stayed,
-/// terminating, until its replacement was stored). No longer added; left ones are finished.
-pub const GUARD: &str = "coloc-extender.io/requeue-guard";
-/// Label on every replacement (list/watch selector, and for people).
-pub const LABEL: &str = "coloc-extender.io/requeued";
-/// UID of the pod this one replaces.
-pub const FROM_UID: &str = "coloc-extender.io/requeued-from-uid";
-/// `namespace/name` of the pod this one replaces.
-pub const FROM_POD: &str = "coloc-extender.io/requeued-from";
-/// How many times this workload has been requeued (1 for the first replacement).
-pub const ATTEMPT: &str = "coloc-extender.io/requeue-attempt";
-/// `namespace/name` of the pod whose preemption caused the requeue.
-pub const PREEMPTED_BY: &str = "coloc-extender.io/preempted-by";
-/// The name of the first pod in the chain: replacements of replacements do not grow.
-pub const BASE_NAME: &str = "coloc-extender.io/base-name";
-
-/// Annotation by which a bare pod opts out of requeue (value `never`): whoever created it
-/// brings it back under a name of its own, so a copy would run twice.
-pub const OPT_OUT: &str = "coloc-extender.io/requeue";
-
-/// Has `pod` opted out of requeue?
-pub fn opted_out(pod: &Pod) -> bool {
-    pod.annotations.get(OPT_OUT).is_some_and(|v| v.eq_ignore_ascii_case("never"))
-}
+// What requeue writes on pods is read below requeue too (the view, the wire decoder):
+// the names live in `model::marks`.
+pub use crate::model::marks::{attempt_of, is_replacement, opted_out, ATTEMPT, BASE_NAME, FROM_POD, FROM_UID, GATE, GUARD, LABEL, OPT_OUT, PREEMPTED_BY};
 
 /// Would requeue bring `pod` back if it were preempted as a pod of `class`? A bare pod of
 /// a class that may be evicted and requeues bare victims, with requeue attempts left.
@@ -87,16 +65,6 @@ impl RequeueIntent {
     pub fn original_key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
-}
-
-/// Is `pod` a replacement we stored?
-pub fn is_replacement(pod: &Pod) -> bool {
-    pod.annotations.contains_key(FROM_UID)
-}
-
-/// Requeues so far of the workload `pod` belongs to (0 for an original).
-pub fn attempt_of(pod: &Pod) -> u32 {
-    pod.annotations.get(ATTEMPT).and_then(|a| a.parse().ok()).unwrap_or(0)
 }
 
 /// `<base>-rq-<hash of the original's UID>`, at most 253 characters: deterministic, and

@@ -315,7 +315,7 @@ pub fn resources(field: impl Fn() -> String, list: &BTreeMap<String, String>) ->
             "pods" => pods = q.value_ceil(),
             // The per-pod-verbs marker is registered ignoredByScheduler and no node offers
             // it: kube-scheduler's fit does not count it, and neither may ours.
-            crate::policy::PER_POD_VERBS_MARKER => {}
+            crate::model::marks::PER_POD_VERBS_MARKER => {}
             // Extended resources (vendor.com/x) and hugepages are counted as whole units;
             // other native names (storage, ...) are not checked by NodeResourcesFit.
             n if n.contains('/') || n.starts_with("hugepages-") => {
@@ -374,7 +374,7 @@ impl Pod {
             preempted,
             unready,
             job_tracking: m.finalizers.iter().any(|f| f == model::TRACKING_FINALIZER),
-            requeue_guarded: m.finalizers.iter().any(|f| f == crate::requeue::GUARD),
+            requeue_guarded: m.finalizers.iter().any(|f| f == crate::model::marks::GUARD),
             creation_time: parse_time("metadata.creationTimestamp", &m.creation_timestamp)?,
             deletion_time: parse_time("metadata.deletionTimestamp", &m.deletion_timestamp)?,
             start_time: parse_time("status.startTime", &self.status.start_time)?,
