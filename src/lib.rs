@@ -17,6 +17,7 @@ pub mod policy;
 pub mod quantity;
 pub mod reload;
 pub mod requeue;
+pub mod service;
 pub mod shadow;
 pub mod tls;
 pub mod uninstall;

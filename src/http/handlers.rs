@@ -1,8 +1,8 @@
-//! Request handlers: thin wrappers around `pipeline::answer`.
+//! Request handlers: admission, one decision on the right thread, metrics and the
+//! response. What a verb decides and in how many rounds is `service`'s.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Extension, Request as HttpRequest, State};
@@ -16,9 +16,7 @@ use super::state::{AppState, ViewSource};
 use super::workers::{Cancel, Workers};
 use crate::decide::{Context, Detail, Requeue};
 use crate::pipeline::{self, Answer, Verb};
-use crate::requeue::kube::Requeuer;
-use crate::requeue::RequeueIntent;
-use crate::wake::Reason as WakeReason;
+use crate::service::{self, Failed};
 use crate::wire::{Bounds, DecodeError};
 
 /// What the verb routes share besides `AppState`: admission budgets and the workers.
@@ -81,11 +79,8 @@ async fn handle(verb: Verb, State(state): State<AppState>, Extension(verbs): Ext
 /// carried out once the cause has cleared (`wake`).
 fn ask_wake(state: &AppState, result: &Result<Answer, ApiError>) {
     let Some(waker) = &state.waker else { return };
-    match result {
-        Err(_) => waker.request(WakeReason::PreemptFailed),
-        Ok(_) if !state.is_ready() => waker.request(WakeReason::ViewNotReady),
-        Ok(answer) if answer.requeue_gave_up => waker.request(WakeReason::RequeueUnavailable),
-        Ok(_) => {}
+    if let Some(reason) = service::wake_reason(result.as_ref().ok(), state.is_ready()) {
+        waker.request(reason);
     }
 }
 
@@ -97,76 +92,20 @@ struct AdmittedRequest {
 }
 
 async fn run(verb: Verb, state: &AppState, verbs: &Verbs, req: AdmittedRequest) -> Result<Answer, ApiError> {
-    match (&state.requeuer, verb) {
-        (Some(requeuer), Verb::Preempt) => preempt_with_requeue(state, verbs, requeuer, &req).await,
-        (None, Verb::Preempt) => decide_preempt(state, verbs, &req, None).await,
-        _ => decide(verb, state, verbs, &req, None).await,
+    let once = |requeue: Option<Failed>| decide(verb, state, verbs, &req, requeue);
+    if verb != Verb::Preempt {
+        return once(None).await;
     }
-}
-
-/// How long a preempt waits for the view to catch up with kube-scheduler's cache. The
-/// watch trails it by milliseconds; this bounds what a view that never catches up (a pod
-/// deleted since kube-scheduler looked) costs the scheduling thread.
-const VIEW_CATCH_UP: Duration = Duration::from_millis(250);
-
-/// A preempt decided on a view that has caught up with what kube-scheduler proposed. A
-/// pod bound a moment ago may be missing from the view: deciding without it would drop
-/// its node as "fits without evictions" and pick a worse one (a gang member's node).
-async fn decide_preempt(state: &AppState, verbs: &Verbs, req: &AdmittedRequest, requeue: Option<Arc<BTreeMap<String, String>>>) -> Result<Answer, ApiError> {
     // A snapshot view is the whole truth: nothing will catch up.
-    if state.view_source != ViewSource::Kubernetes {
-        return decide(Verb::Preempt, state, verbs, req, requeue).await;
-    }
-    let deadline = tokio::time::Instant::now() + VIEW_CATCH_UP;
-    loop {
-        let mut published = state.view.subscribe();
-        let answer = decide(Verb::Preempt, state, verbs, req, requeue.clone()).await?;
-        if !answer.view_behind {
-            return Ok(answer);
-        }
-        if !matches!(tokio::time::timeout_at(deadline, published.changed()).await, Ok(Ok(()))) {
-            tracing::debug!(pod = %answer.pod, "the view did not catch up with kube-scheduler's proposal in time: answering as decided");
-            return Ok(answer);
-        }
-    }
-}
-
-/// Rounds of "decide, then store the replacements it needs" before requeue is given up.
-const REQUEUE_ROUNDS: usize = 3;
-
-/// A bare victim is answered only once its replacement is stored: decide, store the
-/// replacements the answer needs (at once), and if any could not be stored decide again
-/// with those pods spared. If replacements keep failing, answer with requeue off.
-async fn preempt_with_requeue(state: &AppState, verbs: &Verbs, requeuer: &Requeuer, req: &AdmittedRequest) -> Result<Answer, ApiError> {
-    requeuer.pace.preempt_seen();
-    let deadline = tokio::time::Instant::now() + state.limits.requeue_budget;
-    let mut failed = BTreeMap::new();
-    for _ in 0..REQUEUE_ROUNDS {
-        let answer = decide_preempt(state, verbs, req, Some(Arc::new(failed.clone()))).await?;
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let to_store: &[RequeueIntent] = &answer.requeues;
-        let newly = if to_store.is_empty() {
-            BTreeMap::new()
-        } else if left.is_zero() {
-            to_store.iter().map(|i| (i.uid.clone(), "no time left in the requeue budget".to_string())).collect()
-        } else {
-            requeuer.store_all(to_store, left).await
-        };
-        if newly.is_empty() {
-            return Ok(answer);
-        }
-        failed.extend(newly);
-    }
-    tracing::warn!(failed = failed.len(), "requeue replacements keep failing: answering with requeue off for this preempt");
-    let mut answer = decide_preempt(state, verbs, req, None).await?;
-    answer.requeue_gave_up = true;
-    Ok(answer)
+    let watched = (state.view_source == ViewSource::Kubernetes).then_some(&*state.view);
+    let store = state.requeuer.as_deref().map(|r| (r, state.limits.requeue_budget));
+    service::preempt(once, watched, store).await
 }
 
 /// One decision. `requeue`: `None` when requeue is off, else the pods whose replacement
 /// could not be stored. Large bodies are decided on the workers, which keep the request's
 /// admission until they finish and stop early once it is cancelled.
-async fn decide(verb: Verb, state: &AppState, verbs: &Verbs, req: &AdmittedRequest, requeue: Option<Arc<BTreeMap<String, String>>>) -> Result<Answer, ApiError> {
+async fn decide(verb: Verb, state: &AppState, verbs: &Verbs, req: &AdmittedRequest, requeue: Option<Failed>) -> Result<Answer, ApiError> {
     let policy = state.policy.load_full();
     let view = state.view.load();
     let clock = state.clock.clone();
