@@ -87,7 +87,8 @@ fn view(nodes: usize) -> &'static View {
 fn run(bencher: Bencher, verb: Verb, body: &'static [u8], view: Option<&'static View>) {
     // Fail loudly (once, untimed) if the payload is rejected: a benchmark of an error
     // path would look wonderfully fast.
-    let first = pipeline::answer(verb, body, policy(), view, NOW).unwrap_or_else(|e| panic!("{verb:?} rejected its payload: {e}"));
+    let first = pipeline::answer(verb, body, policy(), view, NOW)
+        .unwrap_or_else(|e| panic!("{verb:?} rejected its payload: {e}"));
     assert!(!first.body.is_empty());
     bencher
         .counter(divan::counter::BytesCount::new(body.len()))

@@ -61,7 +61,8 @@ fn node(i: usize) -> Node {
     if i % 3 != 0 {
         l.insert("colocation.example.com/offline-allowed".into(), "true".into());
     }
-    let mut allocatable = Resources { milli_cpu: 32_000, memory: 128 * GI, ephemeral_storage: 500 * GI, ..Default::default() };
+    let mut allocatable =
+        Resources { milli_cpu: 32_000, memory: 128 * GI, ephemeral_storage: 500 * GI, ..Default::default() };
     if i % 10 == 0 {
         allocatable.scalar.insert("example.com/gpu".into(), 8);
     }
@@ -115,16 +116,32 @@ fn objects(nodes: usize) -> Objects {
         .map(|t| Pdb {
             name: "batch-pdb".into(),
             namespace: format!("team-{t:02}"),
-            selector: Some(Selector { match_labels: labels(&[("workload-class", "batch")]), match_expressions: Vec::new() }),
+            selector: Some(Selector {
+                match_labels: labels(&[("workload-class", "batch")]),
+                match_expressions: Vec::new(),
+            }),
             disruptions_allowed: 500,
             ..Default::default()
         })
         .collect();
-    let priority_classes = [("system-cluster-critical", 2_000_000_000), ("online-prod", 10_000), ("offline-batch", 5_000), ("free-tier", 3_000), ("koord-batch", 5_500)]
-        .into_iter()
-        .map(|(n, v)| PriorityClass { name: n.into(), value: v })
-        .collect();
-    Objects { nodes: (0..nodes).map(node).collect(), pods: (0..nodes * PER_NODE).map(|p| pod(p, 0)).collect(), pdbs, priority_classes, pod_groups: Vec::new(), jobs: Vec::new() }
+    let priority_classes = [
+        ("system-cluster-critical", 2_000_000_000),
+        ("online-prod", 10_000),
+        ("offline-batch", 5_000),
+        ("free-tier", 3_000),
+        ("koord-batch", 5_500),
+    ]
+    .into_iter()
+    .map(|(n, v)| PriorityClass { name: n.into(), value: v })
+    .collect();
+    Objects {
+        nodes: (0..nodes).map(node).collect(),
+        pods: (0..nodes * PER_NODE).map(|p| pod(p, 0)).collect(),
+        pdbs,
+        priority_classes,
+        pod_groups: Vec::new(),
+        jobs: Vec::new(),
+    }
 }
 
 /// The 5,000-node / 150,000-pod view, built once.

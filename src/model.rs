@@ -57,10 +57,7 @@ impl Resources {
     }
 
     pub fn is_zero(&self) -> bool {
-        self.milli_cpu == 0
-            && self.memory == 0
-            && self.ephemeral_storage == 0
-            && self.scalar.values().all(|v| *v == 0)
+        self.milli_cpu == 0 && self.memory == 0 && self.ephemeral_storage == 0 && self.scalar.values().all(|v| *v == 0)
     }
 
     pub fn scalar(&self, name: &str) -> i64 {
@@ -263,8 +260,7 @@ impl Pdb {
     }
 
     pub fn covers(&self, pod: &Pod) -> bool {
-        pod.namespace == self.namespace
-            && self.selector.as_ref().is_some_and(|s| s.matches(&pod.labels))
+        pod.namespace == self.namespace && self.selector.as_ref().is_some_and(|s| s.matches(&pod.labels))
     }
 }
 

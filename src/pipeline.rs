@@ -10,7 +10,10 @@ use crate::model::Timestamp;
 use crate::policy::{Mode, Policy};
 use crate::requeue::RequeueIntent;
 use crate::shadow::{self, Diffs};
-use crate::wire::{self, response::to_json, response::to_json_sized, Bounds, DecodeError, FilterResult, HostPriority, NodeSet, PreemptionResult};
+use crate::wire::{
+    self, response::to_json, response::to_json_sized, Bounds, DecodeError, FilterResult, HostPriority, NodeSet,
+    PreemptionResult,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
@@ -73,7 +76,14 @@ pub struct Answer {
 }
 
 impl Answer {
-    fn enforced(ctx: &Context, body: Vec<u8>, pod: &crate::model::Pod, explanations: Vec<Explanation>, requeues: Vec<RequeueIntent>, summary: String) -> Answer {
+    fn enforced(
+        ctx: &Context,
+        body: Vec<u8>,
+        pod: &crate::model::Pod,
+        explanations: Vec<Explanation>,
+        requeues: Vec<RequeueIntent>,
+        summary: String,
+    ) -> Answer {
         Answer {
             body,
             pod: pod.key(),
@@ -94,7 +104,12 @@ impl Answer {
 
     /// In shadow mode `body` becomes kube-scheduler's own answer (`neutral`) and the
     /// policy's is kept aside; requeue intents are dropped, so nothing is written.
-    fn in_mode(mut self, mode: Mode, neutral: impl FnOnce() -> Vec<u8>, diffs: impl FnOnce(&Answer) -> Diffs) -> Answer {
+    fn in_mode(
+        mut self,
+        mode: Mode,
+        neutral: impl FnOnce() -> Vec<u8>,
+        diffs: impl FnOnce(&Answer) -> Diffs,
+    ) -> Answer {
         if mode == Mode::Shadow {
             self.diffs = diffs(&self);
             self.would_answer = Some(std::mem::replace(&mut self.body, neutral()));
@@ -107,8 +122,25 @@ impl Answer {
 
 /// Answers with `view` as the whole truth (replay, tests, benchmarks). Requeue is
 /// simulated as enabled: the answer shows what would be requeued, and nothing is written.
-pub fn answer(verb: Verb, body: &[u8], policy: &Policy, view: Option<&View>, now: Timestamp) -> Result<Answer, DecodeError> {
-    answer_in(verb, body, &Context { policy, view, view_expected: view.is_some(), now, requeue: Requeue::enabled(), detail: Detail::Decisions })
+pub fn answer(
+    verb: Verb,
+    body: &[u8],
+    policy: &Policy,
+    view: Option<&View>,
+    now: Timestamp,
+) -> Result<Answer, DecodeError> {
+    answer_in(
+        verb,
+        body,
+        &Context {
+            policy,
+            view,
+            view_expected: view.is_some(),
+            now,
+            requeue: Requeue::enabled(),
+            detail: Detail::Decisions,
+        },
+    )
 }
 
 /// Answers in the policy's `mode`: enforced, or in shadow as if the extender were absent.
@@ -129,7 +161,9 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
             let body = match &args.nodes {
                 NodeSet::Objects(nodes) => {
                     let kept: Vec<_> = out.kept.iter().map(|&i| nodes[i].raw).collect();
-                    let size = kept.iter().map(|r| r.get().len() + 1).sum::<usize>() + 256 + 128 * (out.failed.len() + out.unresolvable.len());
+                    let size = kept.iter().map(|r| r.get().len() + 1).sum::<usize>()
+                        + 256
+                        + 128 * (out.failed.len() + out.unresolvable.len());
                     to_json_sized(&FilterResult::objects(kept, &out.failed, &out.unresolvable), size)
                 }
                 NodeSet::Names(names) => to_json(&FilterResult::names(
@@ -139,31 +173,41 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
                 )),
             };
             let summary = format!("kept {} of {} node(s)", out.kept.len(), args.nodes.len());
-            Ok(Answer::enforced(&ctx, body, &args.pod, out.explanations, Vec::new(), summary)
-                .in_mode(mode, || shadow::filter_answer(&args), |_| shadow::filter_diffs(&args, out.kept.len())))
+            Ok(Answer::enforced(&ctx, body, &args.pod, out.explanations, Vec::new(), summary).in_mode(
+                mode,
+                || shadow::filter_answer(&args),
+                |_| shadow::filter_diffs(&args, out.kept.len()),
+            ))
         }
         Verb::Prioritize => {
             let args = wire::decode_extender_args_within(body, bounds)?;
             bounds.check()?;
             let out = decide::prioritize(&args, &ctx);
             let summary = scores_summary(&out.scores);
-            Ok(Answer::enforced(&ctx, to_json(&out.scores), &args.pod, out.explanations, Vec::new(), summary)
-                .in_mode(mode, || shadow::prioritize_answer(&args), |_| shadow::prioritize_diffs(&out.scores)))
+            Ok(Answer::enforced(&ctx, to_json(&out.scores), &args.pod, out.explanations, Vec::new(), summary).in_mode(
+                mode,
+                || shadow::prioritize_answer(&args),
+                |_| shadow::prioritize_diffs(&out.scores),
+            ))
         }
         Verb::Preempt => {
             // Nodes the view knows are re-selected from its pods: skip decoding kube's.
-            let args = wire::decode_preempt_args_for(body, |node| ctx.view.is_none_or(|v| v.node(node).is_none()), bounds)?;
+            let args =
+                wire::decode_preempt_args_for(body, |node| ctx.view.is_none_or(|v| v.node(node).is_none()), bounds)?;
             bounds.check()?;
             let out = decide::preempt(&args, &ctx);
             let summary = candidates_summary(&out.result);
             let result = out.result;
             let kube = (mode == Mode::Shadow).then(|| shadow::kube_candidates(&args));
-            let mut answer = Answer::enforced(&ctx, to_json(&result), &args.pod, out.explanations, out.requeues, summary);
+            let mut answer =
+                Answer::enforced(&ctx, to_json(&result), &args.pod, out.explanations, out.requeues, summary);
             answer.view_behind = out.view_behind;
             let policy_discards = discarded::of(&args, &result, &ctx);
             match &kube {
                 None => answer.discarded = policy_discards,
-                Some(kube) => (answer.discarded, answer.would_discard) = (discarded::of(&args, kube, &ctx), policy_discards),
+                Some(kube) => {
+                    (answer.discarded, answer.would_discard) = (discarded::of(&args, kube, &ctx), policy_discards)
+                }
             }
             if let Some(line) = discard_line(&answer) {
                 answer.explanations.push(Explanation::request("discards", "discarded_work", line));
@@ -174,8 +218,18 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
                 |a| {
                     let requeued = a.requeues.iter().map(|r| r.uid.as_str()).collect();
                     // In shadow mode `discarded` is counted on kube-scheduler's pick, `would_discard` on the policy's.
-                    let picked = (a.discarded.as_ref().map(|d| d.node.as_str()), a.would_discard.as_ref().map(|d| d.node.as_str()));
-                    shadow::preempt_diffs(&args, kube.as_ref().expect("made in shadow mode"), &result, picked, &requeued, &ctx)
+                    let picked = (
+                        a.discarded.as_ref().map(|d| d.node.as_str()),
+                        a.would_discard.as_ref().map(|d| d.node.as_str()),
+                    );
+                    shadow::preempt_diffs(
+                        &args,
+                        kube.as_ref().expect("made in shadow mode"),
+                        &result,
+                        picked,
+                        &requeued,
+                        &ctx,
+                    )
                 },
             ))
         }
@@ -188,7 +242,9 @@ fn discard_line(answer: &Answer) -> Option<String> {
     match (&answer.discarded, &answer.would_discard) {
         (None, None) => None,
         (_, None) => Some(format!("evicting on {sent}")),
-        (_, Some(policy)) => Some(format!("kube-scheduler's choice discards {sent}; the policy's would discard {}", policy.describe())),
+        (_, Some(policy)) => {
+            Some(format!("kube-scheduler's choice discards {sent}; the policy's would discard {}", policy.describe()))
+        }
     }
 }
 

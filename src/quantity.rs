@@ -68,9 +68,7 @@ pub fn parse(input: &str) -> Result<Quantity, QuantityError> {
         b'+' => (false, &s[1..]),
         _ => (false, s),
     };
-    let num_end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(rest.len());
+    let num_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
     let (number, suffix) = rest.split_at(num_end);
     if number.is_empty() || number == "." || number.matches('.').count() > 1 {
         return Err(syntax());
@@ -117,8 +115,7 @@ pub fn parse(input: &str) -> Result<Quantity, QuantityError> {
     let scale = exp10 + 9 - frac_part.len() as i32;
     let base = mantissa.checked_mul(mult).ok_or_else(range)?;
     let nanos = if scale >= 0 {
-        base.checked_mul(10i128.checked_pow(scale as u32).ok_or_else(range)?)
-            .ok_or_else(range)?
+        base.checked_mul(10i128.checked_pow(scale as u32).ok_or_else(range)?).ok_or_else(range)?
     } else {
         let div = 10i128.checked_pow((-scale) as u32).unwrap_or(i128::MAX);
         div_ceil(base, div)

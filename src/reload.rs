@@ -60,4 +60,3 @@ impl ReloadTicker {
         signalled == Some(true)
     }
 }
-

@@ -31,7 +31,11 @@ pub trait ReplacementStore {
     /// A preempt call arrived: background writes make way.
     fn preempt_seen(&self);
     /// Stores every replacement within `budget`; the ones that failed, UID → why.
-    fn store_all(&self, intents: &[RequeueIntent], budget: Duration) -> impl Future<Output = BTreeMap<String, String>> + Send;
+    fn store_all(
+        &self,
+        intents: &[RequeueIntent],
+        budget: Duration,
+    ) -> impl Future<Output = BTreeMap<String, String>> + Send;
 }
 
 impl ReplacementStore for crate::requeue::kube::Requeuer {
@@ -39,7 +43,11 @@ impl ReplacementStore for crate::requeue::kube::Requeuer {
         self.pace.preempt_seen();
     }
 
-    fn store_all(&self, intents: &[RequeueIntent], budget: Duration) -> impl Future<Output = BTreeMap<String, String>> + Send {
+    fn store_all(
+        &self,
+        intents: &[RequeueIntent],
+        budget: Duration,
+    ) -> impl Future<Output = BTreeMap<String, String>> + Send {
         crate::requeue::kube::Requeuer::store_all(self, intents, budget)
     }
 }
@@ -48,7 +56,11 @@ impl ReplacementStore for crate::requeue::kube::Requeuer {
 /// makes one decision with the requeue state it is given (`None`: requeue off; `Some`: on,
 /// sparing the failed pods); `watched` is the view fed by watches, which may trail
 /// kube-scheduler's cache (`None` for a snapshot or no view: nothing will catch up).
-pub async fn preempt<D, F, E, S>(decide: D, watched: Option<&ViewCell>, store: Option<(&S, Duration)>) -> Result<Answer, E>
+pub async fn preempt<D, F, E, S>(
+    decide: D,
+    watched: Option<&ViewCell>,
+    store: Option<(&S, Duration)>,
+) -> Result<Answer, E>
 where
     D: Fn(Option<Failed>) -> F,
     F: Future<Output = Result<Answer, E>>,
@@ -86,7 +98,12 @@ where
 /// A bare victim is answered only once its replacement is stored: decide, store the
 /// replacements the answer needs (at once), and if any could not be stored decide again
 /// with those pods spared. If replacements keep failing, answer with requeue off.
-async fn preempt_with_requeue<D, F, E, S>(decide: &D, watched: Option<&ViewCell>, store: &S, budget: Duration) -> Result<Answer, E>
+async fn preempt_with_requeue<D, F, E, S>(
+    decide: &D,
+    watched: Option<&ViewCell>,
+    store: &S,
+    budget: Duration,
+) -> Result<Answer, E>
 where
     D: Fn(Option<Failed>) -> F,
     F: Future<Output = Result<Answer, E>>,
@@ -110,7 +127,10 @@ where
         }
         failed.extend(newly);
     }
-    tracing::warn!(failed = failed.len(), "requeue replacements keep failing: answering with requeue off for this preempt");
+    tracing::warn!(
+        failed = failed.len(),
+        "requeue replacements keep failing: answering with requeue off for this preempt"
+    );
     let mut answer = caught_up(decide, watched, None).await?;
     answer.requeue_gave_up = true;
     Ok(answer)

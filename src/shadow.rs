@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 use crate::decide::Context;
 use crate::model::{GangRef, Pod};
 use crate::wire::response::{to_json, to_json_sized};
-use crate::wire::{Candidates, ExtenderArgs, FilterResult, HostPriority, MetaPod, MetaVictims, NodeSet, PreemptArgs, PreemptionResult};
+use crate::wire::{
+    Candidates, ExtenderArgs, FilterResult, HostPriority, MetaPod, MetaVictims, NodeSet, PreemptArgs, PreemptionResult,
+};
 
 /// What the policy would have changed, by kind (`coloc_shadow_diffs_total{kind}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -91,7 +93,9 @@ pub fn filter_answer(args: &ExtenderArgs) -> Vec<u8> {
             let size = nodes.iter().map(|n| n.raw.get().len() + 1).sum::<usize>() + 256;
             to_json_sized(&FilterResult::objects(nodes.iter().map(|n| n.raw).collect(), &none, &none), size)
         }
-        NodeSet::Names(names) => to_json(&FilterResult::names(names.iter().map(|n| n.as_ref()).collect(), &none, &none)),
+        NodeSet::Names(names) => {
+            to_json(&FilterResult::names(names.iter().map(|n| n.as_ref()).collect(), &none, &none))
+        }
     }
 }
 
@@ -103,7 +107,8 @@ pub fn filter_diffs(args: &ExtenderArgs, kept: usize) -> Diffs {
 
 /// prioritize without the extender: 0 for every node.
 pub fn prioritize_answer(args: &ExtenderArgs) -> Vec<u8> {
-    let scores: Vec<HostPriority> = args.nodes.names().into_iter().map(|host| HostPriority { host, score: 0 }).collect();
+    let scores: Vec<HostPriority> =
+        args.nodes.names().into_iter().map(|host| HostPriority { host, score: 0 }).collect();
     to_json(&scores)
 }
 
@@ -116,7 +121,10 @@ pub fn prioritize_diffs(scores: &[HostPriority]) -> Diffs {
 
 /// kube-scheduler's own candidates, unchanged.
 pub fn kube_candidates(args: &PreemptArgs) -> PreemptionResult {
-    let entry = |uids: &[String], pdb: i64| MetaVictims { pods: uids.iter().map(|uid| MetaPod { uid: uid.clone() }).collect(), num_pdb_violations: pdb };
+    let entry = |uids: &[String], pdb: i64| MetaVictims {
+        pods: uids.iter().map(|uid| MetaPod { uid: uid.clone() }).collect(),
+        num_pdb_violations: pdb,
+    };
     let map = match &args.candidates {
         Candidates::Full(m) => m.iter().map(|(n, v)| (n.clone(), entry(&v.uids, v.num_pdb_violations))).collect(),
         Candidates::Meta(m) => m.iter().map(|(n, v)| (n.clone(), entry(&v.uids, v.num_pdb_violations))).collect(),
@@ -130,7 +138,14 @@ pub fn kube_candidates(args: &PreemptArgs) -> PreemptionResult {
 /// requeues (evicted, not lost).
 /// `picked`: the node kube-scheduler picks among `kube`'s candidates and among
 /// `enforced`'s (`pick`; the caller has them from counting discarded work).
-pub fn preempt_diffs(args: &PreemptArgs, kube: &PreemptionResult, enforced: &PreemptionResult, picked: (Option<&str>, Option<&str>), requeued: &BTreeSet<&str>, ctx: &Context) -> Diffs {
+pub fn preempt_diffs(
+    args: &PreemptArgs,
+    kube: &PreemptionResult,
+    enforced: &PreemptionResult,
+    picked: (Option<&str>, Option<&str>),
+    requeued: &BTreeSet<&str>,
+    ctx: &Context,
+) -> Diffs {
     let mut d = Diffs::default();
     for (node, theirs) in &kube.node_name_to_meta_victims {
         match enforced.node_name_to_meta_victims.get(node) {
@@ -183,13 +198,17 @@ impl<'a> Resolver<'a> {
 /// victims; remaining ties by name (kube-scheduler then prefers the latest start time).
 pub(crate) fn pick<'r>(candidates: &'r PreemptionResult, pods: &Resolver, ctx: &Context) -> Option<&'r String> {
     let priority = |uid: &str| pods.pod(uid).map_or(0, |p| ctx.priority_of(p) as i64);
-    candidates.node_name_to_meta_victims.iter().min_by_key(|(node, v)| {
-        let prios: Vec<i64> = v.pods.iter().map(|p| priority(&p.uid)).collect();
-        let highest = prios.iter().copied().max().unwrap_or(i64::MIN);
-        // kube-scheduler offsets each priority by MaxInt32+1 so that more victims cost more.
-        let sum: i64 = prios.iter().map(|p| p + i32::MAX as i64 + 1).sum();
-        (v.num_pdb_violations, highest, sum, v.pods.len(), (*node).clone())
-    }).map(|(node, _)| node)
+    candidates
+        .node_name_to_meta_victims
+        .iter()
+        .min_by_key(|(node, v)| {
+            let prios: Vec<i64> = v.pods.iter().map(|p| priority(&p.uid)).collect();
+            let highest = prios.iter().copied().max().unwrap_or(i64::MIN);
+            // kube-scheduler offsets each priority by MaxInt32+1 so that more victims cost more.
+            let sum: i64 = prios.iter().map(|p| p + i32::MAX as i64 + 1).sum();
+            (v.num_pdb_violations, highest, sum, v.pods.len(), (*node).clone())
+        })
+        .map(|(node, _)| node)
 }
 
 /// What evicting one candidate's victims does.

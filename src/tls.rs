@@ -101,7 +101,12 @@ impl TlsAcceptorCell {
 /// Polls the files and swaps in a new configuration when they change, or at once on
 /// `reload` (SIGHUP); a broken reload keeps the previous one and says so in logs and
 /// metrics.
-pub async fn watch(files: TlsFiles, cell: Arc<TlsAcceptorCell>, every: std::time::Duration, reload: tokio::sync::watch::Receiver<u64>) {
+pub async fn watch(
+    files: TlsFiles,
+    cell: Arc<TlsAcceptorCell>,
+    every: std::time::Duration,
+    reload: tokio::sync::watch::Receiver<u64>,
+) {
     let mut last = files.fingerprint();
     let mut ticker = crate::reload::ReloadTicker::new(every, reload);
     loop {

@@ -76,7 +76,9 @@ pub fn settle(original: Option<&Pod>) -> Settle {
         Some(o) if o.preempted && o.is_terminal() => Settle::Release,
         Some(o) if o.preempted => Settle::Wait,
         Some(o) if o.is_terminal() => Settle::Delete(format!("its original {} ended on its own", o.key())),
-        Some(o) if o.deletion_time.is_some() => Settle::Delete(format!("its original {} was deleted, not by preemption", o.key())),
+        Some(o) if o.deletion_time.is_some() => {
+            Settle::Delete(format!("its original {} was deleted, not by preemption", o.key()))
+        }
         Some(o) => Settle::Delete(format!("its original {} still runs", o.key())),
     }
 }
@@ -87,7 +89,9 @@ pub fn run(args: UninstallArgs) -> anyhow::Result<()> {
 }
 
 async fn uninstall(args: UninstallArgs) -> anyhow::Result<()> {
-    let config = kube::Config::infer().await.context("cannot find a Kubernetes client configuration (in-cluster config or KUBECONFIG)")?;
+    let config = kube::Config::infer()
+        .await
+        .context("cannot find a Kubernetes client configuration (in-cluster config or KUBECONFIG)")?;
     let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
     let pods = kube::Api::<DynamicObject>::all_with(client.clone(), &crate::requeue::kube::pod_resource());
 
@@ -96,7 +100,10 @@ async fn uninstall(args: UninstallArgs) -> anyhow::Result<()> {
         println!("   skipped (--force)");
     } else {
         still_in_use(&client, &args).await?;
-        println!("   no extender pod runs, and kube-scheduler reported no call to it in the last {}s", args.quiet_for.as_secs());
+        println!(
+            "   no extender pod runs, and kube-scheduler reported no call to it in the last {}s",
+            args.quiet_for.as_secs()
+        );
     }
 
     println!("2. guards left by earlier releases");
@@ -118,7 +125,10 @@ async fn uninstall(args: UninstallArgs) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + args.wait_for_originals;
     let (mut released, mut deleted) = (0, 0);
     loop {
-        let listed = pods.list(&ListParams::default().labels(&format!("{LABEL}=true"))).await.context("cannot list replacements")?;
+        let listed = pods
+            .list(&ListParams::default().labels(&format!("{LABEL}=true")))
+            .await
+            .context("cannot list replacements")?;
         let mut waiting = Vec::new();
         for object in listed.items {
             let Some((_, replacement)) = decoded(&object) else { continue };
@@ -131,13 +141,20 @@ async fn uninstall(args: UninstallArgs) -> anyhow::Result<()> {
                     waiting.push(replacement.key());
                     continue;
                 }
-                Settle::Wait | Settle::Release => requeuer.release_now(&replacement).await.map(|()| ("released", "its original was preempted".to_string())),
+                Settle::Wait | Settle::Release => requeuer
+                    .release_now(&replacement)
+                    .await
+                    .map(|()| ("released", "its original was preempted".to_string())),
                 Settle::Delete(why) => requeuer.delete_now(&replacement).await.map(|()| ("deleted", why)),
             };
             match outcome {
                 Ok((what, why)) => {
                     println!("   {what} {}: {why}", replacement.key());
-                    if what == "released" { released += 1 } else { deleted += 1 }
+                    if what == "released" {
+                        released += 1
+                    } else {
+                        deleted += 1
+                    }
                 }
                 Err(e) => {
                     println!("   could not settle {}: {e}", replacement.key());
@@ -154,7 +171,8 @@ async fn uninstall(args: UninstallArgs) -> anyhow::Result<()> {
     println!("   {released} released, {deleted} deleted");
 
     println!("4. wake placeholders");
-    let placeholders = pods.list(&ListParams::default().labels(crate::wake::LABEL)).await.context("cannot list wake placeholders")?;
+    let placeholders =
+        pods.list(&ListParams::default().labels(crate::wake::LABEL)).await.context("cannot list wake placeholders")?;
     let mut removed = 0;
     for p in placeholders.items {
         let (Some(ns), Some(name)) = (p.metadata.namespace.as_deref(), p.metadata.name.as_deref()) else { continue };
@@ -195,21 +213,32 @@ async fn still_in_use(client: &kube::Client, args: &UninstallArgs) -> anyhow::Re
         args.namespace
     );
     let events = kube::Api::<k8s_openapi::api::core::v1::Event>::all(client.clone());
-    let failed = events.list(&ListParams::default().fields("reason=FailedScheduling")).await.context("cannot list FailedScheduling events")?;
+    let failed = events
+        .list(&ListParams::default().fields("reason=FailedScheduling"))
+        .await
+        .context("cannot list FailedScheduling events")?;
     let now = jiff::Timestamp::now();
     for e in failed.items {
         let message = e.message.as_deref().unwrap_or_default();
         if !message.contains(&args.extender_host) {
             continue;
         }
-        let last = [e.event_time.as_ref().map(|t| t.0), e.last_timestamp.as_ref().map(|t| t.0), e.series.as_ref().and_then(|s| s.last_observed_time.as_ref()).map(|t| t.0)]
-            .into_iter()
-            .flatten()
-            .max();
+        let last = [
+            e.event_time.as_ref().map(|t| t.0),
+            e.last_timestamp.as_ref().map(|t| t.0),
+            e.series.as_ref().and_then(|s| s.last_observed_time.as_ref()).map(|t| t.0),
+        ]
+        .into_iter()
+        .flatten()
+        .max();
         let Some(last) = last else { continue };
         let age = now.as_second() - last.as_second();
         if age <= args.quiet_for.as_secs() as i64 {
-            let pod = format!("{}/{}", e.involved_object.namespace.unwrap_or_default(), e.involved_object.name.unwrap_or_default());
+            let pod = format!(
+                "{}/{}",
+                e.involved_object.namespace.unwrap_or_default(),
+                e.involved_object.name.unwrap_or_default()
+            );
             anyhow::bail!(
                 "kube-scheduler still sends to the extender: {age}s ago it could not schedule {pod}: {:?}. Remove the extender from the KubeSchedulerConfiguration (or delete the scheduler of its own), then run uninstall again after --quiet-for ({}s)",
                 crate::wire::request::clip(message, 200),
@@ -222,10 +251,16 @@ async fn still_in_use(client: &kube::Client, args: &UninstallArgs) -> anyhow::Re
 
 /// The pod a replacement's annotations name, if it still exists with that UID.
 async fn original_of(client: &kube::Client, replacement: &Pod) -> anyhow::Result<Option<Pod>> {
-    let (Some(from), Some(uid)) = (replacement.annotations.get(FROM_POD), replacement.annotations.get(FROM_UID)) else { return Ok(None) };
+    let (Some(from), Some(uid)) = (replacement.annotations.get(FROM_POD), replacement.annotations.get(FROM_UID)) else {
+        return Ok(None);
+    };
     let Some((ns, name)) = from.split_once('/') else { return Ok(None) };
-    match crate::requeue::kube::pod_api(client, ns).get_opt(name).await.with_context(|| format!("cannot read {from}"))? {
-        Some(object) => Ok(decoded(&object).map(|(_, p)| p).filter(|p| &p.uid == uid)),
+    match crate::requeue::kube::pod_api(client, ns)
+        .get_opt(name)
+        .await
+        .with_context(|| format!("cannot read {from}"))?
+    {
+        Some(object) => Ok(decoded(&object).map(|(_, p)| p).filter(|p| p.uid == *uid)),
         None => Ok(None),
     }
 }
@@ -236,7 +271,13 @@ mod tests {
     use crate::model::Phase;
 
     fn original() -> Pod {
-        Pod { name: "free-1".into(), namespace: "batch".into(), uid: "u".into(), phase: Some(Phase::Running), ..Default::default() }
+        Pod {
+            name: "free-1".into(),
+            namespace: "batch".into(),
+            uid: "u".into(),
+            phase: Some(Phase::Running),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -249,8 +290,12 @@ mod tests {
     #[test]
     fn a_replacement_whose_original_did_not_go_by_preemption_is_deleted() {
         assert!(matches!(settle(Some(&original())), Settle::Delete(why) if why.contains("still runs")));
-        assert!(matches!(settle(Some(&Pod { phase: Some(Phase::Succeeded), ..original() })), Settle::Delete(why) if why.contains("on its own")));
-        assert!(matches!(settle(Some(&Pod { deletion_time: Some(1), ..original() })), Settle::Delete(why) if why.contains("not by preemption")));
+        assert!(
+            matches!(settle(Some(&Pod { phase: Some(Phase::Succeeded), ..original() })), Settle::Delete(why) if why.contains("on its own"))
+        );
+        assert!(
+            matches!(settle(Some(&Pod { deletion_time: Some(1), ..original() })), Settle::Delete(why) if why.contains("not by preemption"))
+        );
     }
 
     #[test]

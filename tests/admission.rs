@@ -79,9 +79,11 @@ fn blocking_clock(state: &mut AppState) -> Arc<Gate> {
 impl Gate {
     async fn wait_entered(self: &Arc<Self>) {
         let gate = self.clone();
-        tokio::task::spawn_blocking(move || gate.entered.lock().unwrap().recv_timeout(Duration::from_secs(10)).expect("a decision reached the clock"))
-            .await
-            .unwrap();
+        tokio::task::spawn_blocking(move || {
+            gate.entered.lock().unwrap().recv_timeout(Duration::from_secs(10)).expect("a decision reached the clock")
+        })
+        .await
+        .unwrap();
     }
 }
 
@@ -120,12 +122,19 @@ async fn a_body_that_does_not_arrive_in_time_is_408_body_timeout() {
     let mut state = state();
     state.limits.body_timeout = Duration::from_millis(50);
     let app = router(state, "");
-    let (status, v) = tokio::time::timeout(Duration::from_secs(10), post(&app, stalled_body(), None)).await.expect("the service gives up on its own");
+    let (status, v) = tokio::time::timeout(Duration::from_secs(10), post(&app, stalled_body(), None))
+        .await
+        .expect("the service gives up on its own");
     assert_eq!(status, StatusCode::REQUEST_TIMEOUT, "{v}");
     assert_eq!(v["code"], "body_timeout");
     assert!(v["error"].as_str().unwrap().contains("--body-timeout"), "{v}");
     let m = metrics().await;
-    assert!(m.lines().any(|l| l.starts_with("coloc_requests_total") && l.contains("code=\"body_timeout\"") && l.contains("status=\"408\"")), "{m}");
+    assert!(
+        m.lines().any(|l| l.starts_with("coloc_requests_total")
+            && l.contains("code=\"body_timeout\"")
+            && l.contains("status=\"408\"")),
+        "{m}"
+    );
 }
 
 #[tokio::test]
@@ -170,7 +179,8 @@ async fn a_body_without_length_counts_against_the_limit_as_it_arrives() {
 async fn a_request_beyond_the_concurrency_limit_is_refused_not_queued() {
     let (app, gate, first) = one_slot_held(Duration::from_secs(30)).await;
     let m = metrics().await;
-    let in_flight = m.lines().find_map(|l| l.strip_prefix("coloc_requests_in_flight ")).and_then(|v| v.parse::<f64>().ok());
+    let in_flight =
+        m.lines().find_map(|l| l.strip_prefix("coloc_requests_in_flight ")).and_then(|v| v.parse::<f64>().ok());
     assert!(in_flight >= Some(1.0), "the gauge counts the request being decided: {m}");
     let (status, v) = post(&app, filter_body(), None).await;
     assert_eq!((status, v["code"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("overloaded")), "{v}");

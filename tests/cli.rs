@@ -14,7 +14,12 @@ fn root() -> &'static Path {
 
 #[test]
 fn check_policy_accepts_the_shipped_policies() {
-    for f in ["policy/default.yaml", "policy/koordinator.yaml", "policy/custom-priority-classes.yaml", "manifests/policy.yaml"] {
+    for f in [
+        "policy/default.yaml",
+        "policy/koordinator.yaml",
+        "policy/custom-priority-classes.yaml",
+        "manifests/policy.yaml",
+    ] {
         let out = Command::new(BIN).arg("check-policy").arg(root().join(f)).output().unwrap();
         assert!(out.status.success(), "{f}: {}", String::from_utf8_lossy(&out.stderr));
         assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));
@@ -46,7 +51,11 @@ fn replay_preempt(policy: Option<&str>, snapshot: &std::path::Path, payload: &st
 #[test]
 fn replay_prints_the_answer_and_the_reasons() {
     let p = root().join("tests/fixtures/payloads/r1-nodecache-false");
-    let out = replay_preempt(Some("policy/custom-priority-classes.yaml"), &p.join("0037-preempt.snapshot.json"), &p.join("0037-preempt.json"));
+    let out = replay_preempt(
+        Some("policy/custom-priority-classes.yaml"),
+        &p.join("0037-preempt.snapshot.json"),
+        &p.join("0037-preempt.json"),
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let answer: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(answer["NodeNameToMetaVictims"].as_object().unwrap().keys().collect::<Vec<_>>(), vec!["node-a2"]);
@@ -105,9 +114,11 @@ fn http(addr: &str, request: &str) -> String {
 #[test]
 fn serve_answers_and_stops_cleanly_on_sigterm() {
     let snapshot = root().join("tests/fixtures/payloads/r1-nodecache-false/0037-preempt.snapshot.json");
-    let (mut child, addr) = start_serve(&["--path-prefix".as_ref(), "/scheduler".as_ref(), "--snapshot".as_ref(), snapshot.as_os_str()]);
+    let (mut child, addr) =
+        start_serve(&["--path-prefix".as_ref(), "/scheduler".as_ref(), "--snapshot".as_ref(), snapshot.as_os_str()]);
     assert!(http(&addr, "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 200"));
-    let body = std::fs::read_to_string(root().join("tests/fixtures/payloads/r1-nodecache-false/0001-filter.json")).unwrap();
+    let body =
+        std::fs::read_to_string(root().join("tests/fixtures/payloads/r1-nodecache-false/0001-filter.json")).unwrap();
     let reply = http(
         &addr,
         &format!("POST /scheduler/filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()),
@@ -198,15 +209,26 @@ fn an_invalid_policy_at_start_is_served_as_the_default_in_shadow_until_fixed() {
     let policy = dir.join("policy.yaml");
     std::fs::write(&policy, "defaultClass: a\nclasses: [{name: a, preempts: [ghost]}]\n").unwrap();
     let admin = free_addr();
-    let (mut child, addr) = start_serve(&["--policy".as_ref(), policy.as_os_str(), "--admin-listen".as_ref(), admin.as_ref()]);
+    let (mut child, addr) =
+        start_serve(&["--policy".as_ref(), policy.as_os_str(), "--admin-listen".as_ref(), admin.as_ref()]);
     let get = |at: &str, path: &str| http(at, &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
     let ready = get(&addr, "/readyz");
-    assert!(ready.starts_with("HTTP/1.1 200") && ready.contains("invalid") && ready.contains("built-in default policy in shadow mode"), "{ready}");
+    assert!(
+        ready.starts_with("HTTP/1.1 200")
+            && ready.contains("invalid")
+            && ready.contains("built-in default policy in shadow mode"),
+        "{ready}"
+    );
     assert!(get(&admin, "/metrics").contains("coloc_policy_fallback 1"));
     // Answers are kube-scheduler's own: every node kept.
-    let body = std::fs::read_to_string(root().join("tests/fixtures/payloads/r1-nodecache-false/0001-filter.json")).unwrap();
+    let body =
+        std::fs::read_to_string(root().join("tests/fixtures/payloads/r1-nodecache-false/0001-filter.json")).unwrap();
     let reply = http(&addr, &format!("POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()));
-    assert!(reply.starts_with("HTTP/1.1 200") && reply.contains("\"FailedAndUnresolvableNodes\":{}"), "{}", &reply[..reply.len().min(400)]);
+    assert!(
+        reply.starts_with("HTTP/1.1 200") && reply.contains("\"FailedAndUnresolvableNodes\":{}"),
+        "{}",
+        &reply[..reply.len().min(400)]
+    );
     // Fixed: taken at the next look, the fallback over.
     std::fs::copy(root().join("policy/default.yaml"), &policy).unwrap();
     let started = Instant::now();
@@ -221,7 +243,11 @@ fn an_invalid_policy_at_start_is_served_as_the_default_in_shadow_until_fixed() {
     let mut log = String::new();
     child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
     assert!(log.contains("invalid policy at start") && log.contains("ghost"), "{log}");
-    assert_eq!(log.matches("policy reload failed").count(), 0, "the start-up problem is said once, not on every look: {log}");
+    assert_eq!(
+        log.matches("policy reload failed").count(),
+        0,
+        "the start-up problem is said once, not on every look: {log}"
+    );
     assert!(log.contains("policy reloaded"), "{log}");
 }
 
@@ -232,7 +258,10 @@ fn one_request_logs_one_line_at_info() {
     // At the default level the log gets one line for the request, counting them.
     let snapshot = root().join("tests/fixtures/payloads/r2-nodecache-true/0037-preempt.snapshot.json");
     let (mut child, addr) = start_serve(&["--snapshot".as_ref(), snapshot.as_os_str()]);
-    let request: serde_json::Value = serde_json::from_slice(&std::fs::read(root().join("tests/fixtures/payloads/r2-nodecache-true/0037-preempt.json")).unwrap()).unwrap();
+    let request: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(root().join("tests/fixtures/payloads/r2-nodecache-true/0037-preempt.json")).unwrap(),
+    )
+    .unwrap();
     let uids: Vec<serde_json::Value> = (0..1000).map(|i| serde_json::json!({"UID": format!("unknown-{i}")})).collect();
     let body = serde_json::json!({"Pod": request["Pod"], "NodeNameToMetaVictims": {"node-a1": {"Pods": uids, "NumPDBViolations": 0}}}).to_string();
     let reply = http(&addr, &format!("POST /preempt HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()));
@@ -273,7 +302,8 @@ fn explain_prints_a_pods_recent_decisions_from_the_admin_port() {
         "--admin-listen".as_ref(),
         admin.as_ref(),
     ]);
-    let body = std::fs::read_to_string(root().join("tests/fixtures/payloads/r1-nodecache-false/0037-preempt.json")).unwrap();
+    let body =
+        std::fs::read_to_string(root().join("tests/fixtures/payloads/r1-nodecache-false/0037-preempt.json")).unwrap();
     let reply = http(&addr, &format!("POST /preempt HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()));
     assert!(reply.starts_with("HTTP/1.1 200"), "{}", &reply[..reply.len().min(300)]);
     // Decisions and metrics are on the admin port alone; probes on the health port.
@@ -289,7 +319,10 @@ fn explain_prints_a_pods_recent_decisions_from_the_admin_port() {
     let out = Command::new(BIN).args(["explain", "--help"]).output().unwrap();
     // Whatever the width clap wraps at.
     let help = String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(help.contains("port-forward deploy/coloc-extender 8082") && help.contains("[default: http://127.0.0.1:8082]"), "{help}");
+    assert!(
+        help.contains("port-forward deploy/coloc-extender 8082") && help.contains("[default: http://127.0.0.1:8082]"),
+        "{help}"
+    );
 
     let server = format!("http://{admin}");
     let out = Command::new(BIN).args(["explain", "online/online-2", "--server", &server]).output().unwrap();
@@ -305,7 +338,11 @@ fn explain_prints_a_pods_recent_decisions_from_the_admin_port() {
     let _ = child.kill();
     let _ = child.wait();
     let out = Command::new(BIN).args(["explain", "online/online-2", "--server", &server]).output().unwrap();
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cannot connect to"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cannot connect to"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -318,7 +355,8 @@ fn serve_refuses_a_bad_admin_listen_address_naming_the_flag() {
         ("OFF", "is not ADDR:PORT"),
         ("", "is not ADDR:PORT"),
     ] {
-        let out = Command::new(BIN).args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", value]).output().unwrap();
+        let out =
+            Command::new(BIN).args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", value]).output().unwrap();
         assert!(!out.status.success(), "{value:?} accepted");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("--admin-listen") && err.contains(expected), "{value:?}: {err}");
@@ -331,7 +369,9 @@ fn the_admin_port_warns_off_loopback_and_can_be_turned_off() {
     /// Starts serve with `admin`, stops it once it answers, returns its log.
     fn log_of(admin: &str) -> String {
         let (mut child, addr) = start_serve(&["--admin-listen".as_ref(), admin.as_ref()]);
-        assert!(http(&addr, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 200"));
+        assert!(
+            http(&addr, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 200")
+        );
         let _ = child.kill();
         let _ = child.wait();
         let mut log = String::new();
@@ -360,7 +400,11 @@ fn check_policy_says_which_classes_need_filter_and_prioritize() {
     let text = String::from_utf8_lossy(&out.stdout);
     // Placement rules and scoring live only in the offline classes of the default policy.
     assert!(text.contains("needed by: batch (placement, packing, preferred nodes), free (placement, packing); the other classes need only preempt"), "{text}");
-    for advice in ["kube-scheduler-config-per-pod-verbs.yaml", "coloc-extender.io/per-pod-verbs", "priorityClassName in [offline-batch, koord-batch, free, free-tier, koord-free]"] {
+    for advice in [
+        "kube-scheduler-config-per-pod-verbs.yaml",
+        "coloc-extender.io/per-pod-verbs",
+        "priorityClassName in [offline-batch, koord-batch, free, free-tier, koord-free]",
+    ] {
         assert!(text.contains(advice), "missing {advice} in:\n{text}");
     }
 
@@ -369,11 +413,17 @@ fn check_policy_says_which_classes_need_filter_and_prioritize() {
     // No placement, no scoring: preempt alone carries the policy.
     let plain = dir.join("plain.yaml");
     std::fs::write(&plain, "defaultClass: a\nclasses:\n  - name: online\n    match: [{priority: {min: 9000}}]\n    preempts: [a]\n  - name: a\n    victim: {allowed: true}\n").unwrap();
-    let text = String::from_utf8_lossy(&Command::new(BIN).arg("check-policy").arg(&plain).output().unwrap().stdout).into_owned();
+    let text = String::from_utf8_lossy(&Command::new(BIN).arg("check-policy").arg(&plain).output().unwrap().stdout)
+        .into_owned();
     assert!(text.contains("no class needs filter/prioritize"), "{text}");
     // A class found by labels cannot be marked by PriorityClass or priority.
     let labelled = dir.join("labelled.yaml");
     std::fs::write(&labelled, "defaultClass: a\nclasses:\n  - name: spot\n    match: [{labels: {tier: spot}}]\n    placement: {requireNodeLabels: {spot: \"true\"}}\n  - name: a\n").unwrap();
-    let text = String::from_utf8_lossy(&Command::new(BIN).arg("check-policy").arg(&labelled).output().unwrap().stdout).into_owned();
-    assert!(text.contains("needed by: spot (placement)") && text.contains("note: class spot also matches pods by namespace or labels"), "{text}");
+    let text = String::from_utf8_lossy(&Command::new(BIN).arg("check-policy").arg(&labelled).output().unwrap().stdout)
+        .into_owned();
+    assert!(
+        text.contains("needed by: spot (placement)")
+            && text.contains("note: class spot also matches pods by namespace or labels"),
+        "{text}"
+    );
 }

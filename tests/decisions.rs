@@ -8,9 +8,9 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use coloc_extender::cluster::{snapshot, View, ViewCell};
+use coloc_extender::decide::{Context, Requeue};
 use coloc_extender::http::decisions::{DecisionLog, PodDecisions, RingLimits};
 use coloc_extender::http::{admin_router, health_router, router, AppState, ViewSource};
-use coloc_extender::decide::{Context, Requeue};
 use coloc_extender::pipeline::{answer, answer_in, Verb};
 use coloc_extender::policy::Policy;
 use http_body_util::BodyExt;
@@ -60,10 +60,26 @@ async fn a_preempt_decision_is_served_with_every_reason_on_the_admin_port_only()
     // Every reason the decision gave (routine lines aside) is there.
     let policy = Policy::builtin_default();
     let view = View::build(snapshot::load(&Path::new(PAYLOADS).join("0037-preempt.snapshot.json")).unwrap(), &policy);
-    let ctx = Context { policy: &policy, view: Some(&view), view_expected: true, now: 1_795_000_000, requeue: Requeue::disabled(), detail: Default::default() };
-    let decided = answer_in(Verb::Preempt, &std::fs::read(Path::new(PAYLOADS).join("0037-preempt.json")).unwrap(), &ctx).unwrap();
-    let expected: Vec<_> = decided.explanations.iter().filter(|e| !e.is_routine()).map(|e| (e.verdict, e.code, e.detail.clone())).collect();
-    assert_eq!(d.reasons.iter().map(|r| (r.verdict.as_str(), r.code.as_str(), r.detail.clone())).collect::<Vec<_>>(), expected);
+    let ctx = Context {
+        policy: &policy,
+        view: Some(&view),
+        view_expected: true,
+        now: 1_795_000_000,
+        requeue: Requeue::disabled(),
+        detail: Default::default(),
+    };
+    let decided =
+        answer_in(Verb::Preempt, &std::fs::read(Path::new(PAYLOADS).join("0037-preempt.json")).unwrap(), &ctx).unwrap();
+    let expected: Vec<_> = decided
+        .explanations
+        .iter()
+        .filter(|e| !e.is_routine())
+        .map(|e| (e.verdict, e.code, e.detail.clone()))
+        .collect();
+    assert_eq!(
+        d.reasons.iter().map(|r| (r.verdict.as_str(), r.code.as_str(), r.detail.clone())).collect::<Vec<_>>(),
+        expected
+    );
     assert!(d.reasons.iter().any(|r| r.verdict == "preemptor" && r.code == "classified"), "{body}");
     assert!(d.reasons.iter().any(|r| r.subject == "node"), "{body}");
     assert_eq!(d.truncated, 0);
@@ -95,7 +111,9 @@ async fn a_bad_pod_parameter_gets_400_naming_the_problem() {
 }
 
 fn one_answer(pod: &str) -> coloc_extender::pipeline::Answer {
-    let body = format!(r#"{{"Pod":{{"metadata":{{"name":"{pod}","namespace":"ns","uid":"u-{pod}"}},"spec":{{"containers":[]}}}},"NodeNames":["a","b"]}}"#);
+    let body = format!(
+        r#"{{"Pod":{{"metadata":{{"name":"{pod}","namespace":"ns","uid":"u-{pod}"}},"spec":{{"containers":[]}}}},"NodeNames":["a","b"]}}"#
+    );
     answer(Verb::Filter, body.as_bytes(), &Policy::builtin_default(), None, 0).unwrap()
 }
 
@@ -129,7 +147,13 @@ fn the_ring_keeps_the_newest_within_its_entries_and_bytes() {
 fn one_huge_decision_keeps_at_most_a_quarter_of_the_bytes_and_says_what_it_cut() {
     let mut a = one_answer("big");
     let filler = a.explanations[0].clone();
-    a.explanations = (0..1000).map(|i| coloc_extender::decide::Explanation { detail: format!("reason {i} {}", "x".repeat(200)), verdict: "unresolvable", ..filler.clone() }).collect();
+    a.explanations = (0..1000)
+        .map(|i| coloc_extender::decide::Explanation {
+            detail: format!("reason {i} {}", "x".repeat(200)),
+            verdict: "unresolvable",
+            ..filler.clone()
+        })
+        .collect();
     let log = DecisionLog::new(RingLimits { entries: 10, bytes: 64 << 10 });
     log.record(Verb::Filter, &a, 0);
     let d = &log.for_pod("ns/big")[0];

@@ -20,10 +20,10 @@ use tower::ServiceExt;
 /// kube-scheduler cannot tell them apart (same priority, one victim each) and takes n1 by
 /// name; the policy keeps the hour of work and takes n2.
 fn cluster(extra: &str) -> Scenario {
-    Scenario::new(policy("strict", extra))
-        .node(node("n1", 1000, 8))
-        .node(node("n2", 1000, 8))
-        .pods([pod("ran-an-hour", "free", Some("n1"), 1000).started(3600), pod("ran-a-minute", "free", Some("n2"), 1000).started(60)])
+    Scenario::new(policy("strict", extra)).node(node("n1", 1000, 8)).node(node("n2", 1000, 8)).pods([
+        pod("ran-an-hour", "free", Some("n1"), 1000).started(3600),
+        pod("ran-a-minute", "free", Some("n2"), 1000).started(60),
+    ])
 }
 
 fn body() -> Value {
@@ -56,7 +56,11 @@ fn an_enforced_answer_counts_what_its_victims_had_run_by_class() {
 #[test]
 fn shadow_mode_counts_kube_schedulers_choice_beside_the_policys() {
     let a = preempt("mode: shadow");
-    assert_eq!(a.discarded.as_ref().map(|d| (d.node.as_str(), d.total())), Some(("n1", 3600.0)), "kube-scheduler's own choice");
+    assert_eq!(
+        a.discarded.as_ref().map(|d| (d.node.as_str(), d.total())),
+        Some(("n1", 3600.0)),
+        "kube-scheduler's own choice"
+    );
     assert_eq!(a.would_discard.as_ref().map(|d| (d.node.as_str(), d.total())), Some(("n2", 60.0)), "the policy's");
     let line = a.explanations.iter().find(|e| e.code == "discarded_work").expect("explained");
     assert!(line.detail.contains("n1: 3600") && line.detail.contains("n2: 60"), "{}", line.detail);
@@ -83,7 +87,10 @@ async fn the_metric_adds_up_by_class() {
     state.clock = Arc::new(|| NOW);
     let (app, admin) = (router(state.clone(), ""), admin_router(state));
     for _ in 0..2 {
-        let req = Request::post("/preempt").header("content-type", "application/json").body(Body::from(body().to_string())).unwrap();
+        let req = Request::post("/preempt")
+            .header("content-type", "application/json")
+            .body(Body::from(body().to_string()))
+            .unwrap();
         assert_eq!(app.clone().oneshot(req).await.unwrap().status(), 200);
     }
     let resp = admin.oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();

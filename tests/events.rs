@@ -34,8 +34,14 @@ fn preempt_event(a: &Answer) -> Option<PodEvent> {
 fn decided(step: &str, requeue: bool) -> Answer {
     let policy = Policy::builtin_default();
     let view = View::build(snapshot::parse(&fixture(&format!("{step}-preempt.snapshot.json"))).unwrap(), &policy);
-    let ctx = Context { policy: &policy, view: Some(&view), view_expected: true, now: 1_795_000_000,
-        requeue: if requeue { Requeue::enabled() } else { Requeue::disabled() }, detail: Default::default() };
+    let ctx = Context {
+        policy: &policy,
+        view: Some(&view),
+        view_expected: true,
+        now: 1_795_000_000,
+        requeue: if requeue { Requeue::enabled() } else { Requeue::disabled() },
+        detail: Default::default(),
+    };
     answer_in(Verb::Preempt, &fixture(&format!("{step}-preempt.json")), &ctx).unwrap()
 }
 
@@ -67,7 +73,12 @@ fn vetoes_are_grouped_by_reason_most_frequent_first() {
         Explanation::node("a", "dropped", "does_not_fit", ""),
         Explanation::pod("b", "b/y", "spared", "requeue_disabled", ""),
         Explanation::node("b", "dropped", "does_not_fit", ""),
-        Explanation::node("c", "dropped", "pdb_strict", "the preemptor needs batch/w-1 evicted, which exceeds PDB batch/offline-worker-pdb (disruptionsAllowed 2)"),
+        Explanation::node(
+            "c",
+            "dropped",
+            "pdb_strict",
+            "the preemptor needs batch/w-1 evicted, which exceeds PDB batch/offline-worker-pdb (disruptionsAllowed 2)",
+        ),
     ];
     assert_eq!(
         coloc_extender::events::vetoes(&ex),
@@ -76,7 +87,15 @@ fn vetoes_are_grouped_by_reason_most_frequent_first() {
 }
 
 fn event(note: &str) -> PodEvent {
-    PodEvent { namespace: "online".into(), name: "web".into(), uid: "u1".into(), warning: true, reason: "PreemptionBlocked", action: "Preempt", note: note.into() }
+    PodEvent {
+        namespace: "online".into(),
+        name: "web".into(),
+        uid: "u1".into(),
+        warning: true,
+        reason: "PreemptionBlocked",
+        action: "Preempt",
+        note: note.into(),
+    }
 }
 
 #[test]
@@ -116,7 +135,10 @@ async fn eventually(api: &FakeApi, n: usize) -> Vec<Value> {
 async fn events_reach_the_api_server_deduplicated_and_a_failed_write_is_only_counted() {
     let api = FakeApi::start().await;
     let now = Arc::new(AtomicI64::new(1_000));
-    let clock = { let now = now.clone(); Arc::new(move || now.load(Ordering::SeqCst)) };
+    let clock = {
+        let now = now.clone();
+        Arc::new(move || now.load(Ordering::SeqCst))
+    };
     let sink = EventSink::start(api.client(), reporter(Some("replica-1".into())), Throttle::new(30, 600, 100), clock);
     for _ in 0..5 {
         sink.offer(event("coloc-extender: no node can make room"));
@@ -153,10 +175,18 @@ async fn a_preempt_through_the_router_leaves_a_warning_on_the_pod_without_waitin
     let view = Arc::new(ViewCell::default());
     view.publish(View::build(snapshot::parse(&fixture("0041-preempt.snapshot.json")).unwrap(), &policy));
     let mut state = AppState::new(policy, view, ViewSource::Snapshot);
-    state.events = Some(Arc::new(EventSink::start(api.client(), reporter(None), Throttle::new(30, 600, 100), state.clock.clone())));
+    state.events = Some(Arc::new(EventSink::start(
+        api.client(),
+        reporter(None),
+        Throttle::new(30, 600, 100),
+        state.clock.clone(),
+    )));
     let app = router(state, "");
     let started = std::time::Instant::now();
-    let req = Request::post("/preempt").header("content-type", "application/json").body(Body::from(fixture("0041-preempt.json"))).unwrap();
+    let req = Request::post("/preempt")
+        .header("content-type", "application/json")
+        .body(Body::from(fixture("0041-preempt.json")))
+        .unwrap();
     let resp = app.oneshot(req).await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     assert!(started.elapsed() < Duration::from_secs(2), "the answer waited for the event write");
@@ -171,5 +201,9 @@ async fn a_preempt_through_the_router_leaves_a_warning_on_the_pod_without_waitin
     }
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0]["regarding"]["name"], "online-gpu");
-    assert!(found[0]["note"].as_str().unwrap().contains("only bare pods could make room (requeue disabled)"), "{}", found[0]["note"]);
+    assert!(
+        found[0]["note"].as_str().unwrap().contains("only bare pods could make room (requeue disabled)"),
+        "{}",
+        found[0]["note"]
+    );
 }

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use fake_api::FakeApi;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, WatchEvent, WatchParams};
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, WatchEvent, WatchParams,
+};
 use kube::runtime::watcher::{self, Event};
 use serde_json::{json, Value};
 
@@ -122,7 +124,10 @@ fn names(v: &[Pod]) -> Vec<String> {
 #[tokio::test]
 async fn a_watcher_sees_seeded_created_patched_and_deleted_pods() {
     let fake = FakeApi::start().await;
-    fake.seed(&[pod("seeded", json!({}), "Running"), json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}})]);
+    fake.seed(&[
+        pod("seeded", json!({}), "Running"),
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}),
+    ]);
     let seeded = fake.get("Pod", "default", "seeded").unwrap();
     assert!(seeded["metadata"]["uid"].as_str().is_some_and(|u| u.len() == 36), "{seeded}");
     assert!(seeded["metadata"]["creationTimestamp"].as_str().is_some_and(|t| t.ends_with('Z')));
@@ -135,7 +140,10 @@ async fn a_watcher_sees_seeded_created_patched_and_deleted_pods() {
     assert!(created.metadata.uid.is_some() && created.metadata.creation_timestamp.is_some());
     eventually("ADDED new", || seen.logged("apply:new") == 1).await;
 
-    let patched = within(pods.patch("new", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})))).await.unwrap();
+    let patched =
+        within(pods.patch("new", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}}))))
+            .await
+            .unwrap();
     assert!(
         patched.metadata.resource_version.as_ref().unwrap().parse::<u64>().unwrap()
             > created.metadata.resource_version.as_ref().unwrap().parse::<u64>().unwrap()
@@ -158,9 +166,21 @@ async fn a_watcher_sees_seeded_created_patched_and_deleted_pods() {
     let nodes: Api<Node> = Api::all(fake.client());
     assert_eq!(within(nodes.get("n1")).await.unwrap().metadata.name.as_deref(), Some("n1"));
     assert_eq!(seen.inits.load(Ordering::SeqCst), 1, "no re-list: {:?}", seen.log());
-    assert_eq!((fake.count("list", "Pod"), fake.count("create", "Pod"), fake.count("patch", "Pod"), fake.count("delete", "Pod")), (1, 1, 1, 1));
+    assert_eq!(
+        (
+            fake.count("list", "Pod"),
+            fake.count("create", "Pod"),
+            fake.count("patch", "Pod"),
+            fake.count("delete", "Pod")
+        ),
+        (1, 1, 1, 1)
+    );
     assert!(fake.count("watch", "Pod") >= 1);
-    assert!(fake.requests().iter().any(|(m, p, q)| m == "GET" && p == "/api/v1/pods" && q.contains("watch=true")), "{:?}", fake.requests());
+    assert!(
+        fake.requests().iter().any(|(m, p, q)| m == "GET" && p == "/api/v1/pods" && q.contains("watch=true")),
+        "{:?}",
+        fake.requests()
+    );
     task.abort();
 }
 
@@ -175,11 +195,17 @@ async fn conflicts_preconditions_and_not_found() {
         other => panic!("{other:?}"),
     }
 
-    let wrong = DeleteParams { preconditions: Some(Preconditions { uid: Some("not-the-uid".into()), resource_version: None }), ..Default::default() };
+    let wrong = DeleteParams {
+        preconditions: Some(Preconditions { uid: Some("not-the-uid".into()), resource_version: None }),
+        ..Default::default()
+    };
     assert_eq!(code_of(within(pods.delete("twice", &wrong)).await), 409);
     assert!(fake.get("Pod", "default", "twice").is_some());
     let uid = fake.get("Pod", "default", "twice").unwrap()["metadata"]["uid"].as_str().unwrap().to_string();
-    let right = DeleteParams { preconditions: Some(Preconditions { uid: Some(uid), resource_version: None }), ..Default::default() };
+    let right = DeleteParams {
+        preconditions: Some(Preconditions { uid: Some(uid), resource_version: None }),
+        ..Default::default()
+    };
     within(pods.delete("twice", &right)).await.unwrap();
 
     match within(pods.get("twice")).await {
@@ -193,7 +219,11 @@ async fn conflicts_preconditions_and_not_found() {
     let mut g = pod("", json!({}), "Pending");
     g["metadata"] = json!({"generateName": "gen-", "namespace": "elsewhere"});
     let made = within(pods.create(&PostParams::default(), &typed(g))).await.unwrap();
-    assert!(made.metadata.name.as_ref().unwrap().starts_with("gen-") && made.metadata.name.as_ref().unwrap().len() == 9, "{:?}", made.metadata.name);
+    assert!(
+        made.metadata.name.as_ref().unwrap().starts_with("gen-") && made.metadata.name.as_ref().unwrap().len() == 9,
+        "{:?}",
+        made.metadata.name
+    );
     assert_eq!(made.metadata.namespace.as_deref(), Some("default"));
 
     // Replace with a stale resourceVersion: 409; with the current one: fine.
@@ -213,7 +243,13 @@ async fn merge_json_strategic_apply_and_status_patches() {
     let pods: Api<Pod> = Api::namespaced(fake.client(), "default");
     let pp = PatchParams::default();
 
-    let merged = within(pods.patch("gated", &pp, &Patch::Merge(json!({"metadata": {"labels": {"k": "v"}}, "spec": {"priority": 7}})))).await.unwrap();
+    let merged = within(pods.patch(
+        "gated",
+        &pp,
+        &Patch::Merge(json!({"metadata": {"labels": {"k": "v"}}, "spec": {"priority": 7}})),
+    ))
+    .await
+    .unwrap();
     assert_eq!(merged.metadata.labels.unwrap()["k"], "v");
     assert_eq!(merged.spec.as_ref().unwrap().priority, Some(7));
     assert_eq!(merged.spec.unwrap().scheduling_gates.unwrap().len(), 2);
@@ -224,7 +260,9 @@ async fn merge_json_strategic_apply_and_status_patches() {
         {"op": "test", "path": "/spec/schedulingGates/0/name", "value": "a"},
         {"op": "remove", "path": "/spec/schedulingGates/0"},
     ]);
-    let ungated = within(pods.patch("gated", &pp, &Patch::Json::<()>(serde_json::from_value(ops.clone()).unwrap()))).await.unwrap();
+    let ungated = within(pods.patch("gated", &pp, &Patch::Json::<()>(serde_json::from_value(ops.clone()).unwrap())))
+        .await
+        .unwrap();
     let gates: Vec<String> = ungated.spec.unwrap().scheduling_gates.unwrap().into_iter().map(|g| g.name).collect();
     assert_eq!(gates, ["b"]);
 
@@ -234,29 +272,52 @@ async fn merge_json_strategic_apply_and_status_patches() {
         Err(kube::Error::Api(s)) => assert_eq!((s.code, s.reason.as_str()), (422, "Invalid")),
         other => panic!("{other:?}"),
     }
-    assert_eq!(fake.get("Pod", "default", "gated").unwrap()["spec"]["schedulingGates"], json!([{"name": "b"}]), "a failed JSON patch changes nothing");
+    assert_eq!(
+        fake.get("Pod", "default", "gated").unwrap()["spec"]["schedulingGates"],
+        json!([{"name": "b"}]),
+        "a failed JSON patch changes nothing"
+    );
 
     // A stale resourceVersion in a patch conflicts; the current one does not.
     let stale = json!({"metadata": {"resourceVersion": "1"}, "spec": {"priority": 8}});
     assert_eq!(code_of(within(pods.patch("gated", &pp, &Patch::Merge(stale))).await), 409);
     let rv = fake.get("Pod", "default", "gated").unwrap()["metadata"]["resourceVersion"].clone();
-    within(pods.patch("gated", &pp, &Patch::Merge(json!({"metadata": {"resourceVersion": rv}, "spec": {"priority": 8}})))).await.unwrap();
+    within(pods.patch(
+        "gated",
+        &pp,
+        &Patch::Merge(json!({"metadata": {"resourceVersion": rv}, "spec": {"priority": 8}})),
+    ))
+    .await
+    .unwrap();
 
-    let strategic = within(pods.patch("gated", &pp, &Patch::Strategic(json!({"metadata": {"annotations": {"s": "1"}}})))).await.unwrap();
+    let strategic =
+        within(pods.patch("gated", &pp, &Patch::Strategic(json!({"metadata": {"annotations": {"s": "1"}}}))))
+            .await
+            .unwrap();
     assert_eq!(strategic.metadata.annotations.unwrap()["s"], "1");
 
-    let status = within(pods.patch_status("gated", &pp, &Patch::Merge(json!({"status": {"phase": "Running"}})))).await.unwrap();
+    let status =
+        within(pods.patch_status("gated", &pp, &Patch::Merge(json!({"status": {"phase": "Running"}})))).await.unwrap();
     assert_eq!(status.status.unwrap().phase.as_deref(), Some("Running"));
-    assert!(fake.requests().iter().any(|(m, p, _)| m == "PATCH" && p == "/api/v1/namespaces/default/pods/gated/status"));
+    assert!(fake
+        .requests()
+        .iter()
+        .any(|(m, p, _)| m == "PATCH" && p == "/api/v1/namespaces/default/pods/gated/status"));
 
     // Server-side apply creates when absent, merges when present.
     let ssa = PatchParams::apply("selftest").force();
-    let applied = within(pods.patch("ssa", &ssa, &Patch::Apply(pod("ssa", json!({"app": "one"}), "Pending")))).await.unwrap();
-    assert_eq!(applied.metadata.labels.unwrap()["app"], "one");
     let applied =
-        within(pods.patch("ssa", &ssa, &Patch::Apply(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ssa", "labels": {"app": "two"}}}))))
-            .await
-            .unwrap();
+        within(pods.patch("ssa", &ssa, &Patch::Apply(pod("ssa", json!({"app": "one"}), "Pending")))).await.unwrap();
+    assert_eq!(applied.metadata.labels.unwrap()["app"], "one");
+    let applied = within(pods.patch(
+        "ssa",
+        &ssa,
+        &Patch::Apply(
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ssa", "labels": {"app": "two"}}}),
+        ),
+    ))
+    .await
+    .unwrap();
     assert_eq!(applied.metadata.labels.unwrap()["app"], "two");
     assert_eq!(fake.count("patch", "Pod"), 9);
 }
@@ -282,7 +343,8 @@ async fn finalizers_hold_a_deleted_object_and_merge_as_a_set() {
     within(pods.delete("held", &DeleteParams::default())).await.unwrap();
     let held = fake.get("Pod", "default", "held").expect("held by its finalizers");
     assert!(held["metadata"]["deletionTimestamp"].is_string(), "{held}");
-    let remove = |f: &str| Patch::Strategic(json!({"metadata": {"uid": uid, "$deleteFromPrimitiveList/finalizers": [f]}}));
+    let remove =
+        |f: &str| Patch::Strategic(json!({"metadata": {"uid": uid, "$deleteFromPrimitiveList/finalizers": [f]}}));
     within(pods.patch("held", &pp, &remove("ours"))).await.unwrap();
     assert_eq!(fake.get("Pod", "default", "held").unwrap()["metadata"]["finalizers"], json!(["theirs"]));
     within(pods.patch("held", &pp, &remove("theirs"))).await.unwrap();
@@ -336,16 +398,34 @@ async fn selectors_filter_lists_and_watches() {
     ]);
     let pods: Api<Pod> = Api::all(fake.client());
     let live = "status.phase!=Succeeded,status.phase!=Failed";
-    assert_eq!(names(&within(pods.list(&ListParams::default().fields(live))).await.unwrap().items), ["pending", "running"]);
-    assert_eq!(names(&within(pods.list(&ListParams::default().labels("a=b"))).await.unwrap().items), ["done", "running"]);
-    assert_eq!(names(&within(pods.list(&ListParams::default().labels("a in (b,c),a!=c"))).await.unwrap().items), ["done", "running"]);
+    assert_eq!(
+        names(&within(pods.list(&ListParams::default().fields(live))).await.unwrap().items),
+        ["pending", "running"]
+    );
+    assert_eq!(
+        names(&within(pods.list(&ListParams::default().labels("a=b"))).await.unwrap().items),
+        ["done", "running"]
+    );
+    assert_eq!(
+        names(&within(pods.list(&ListParams::default().labels("a in (b,c),a!=c"))).await.unwrap().items),
+        ["done", "running"]
+    );
     assert_eq!(names(&within(pods.list(&ListParams::default().labels("!a"))).await.unwrap().items), ["failed"]);
-    assert_eq!(names(&within(pods.list(&ListParams::default().fields("metadata.name=pending"))).await.unwrap().items), ["pending"]);
-    assert!(fake.requests().iter().any(|(_, _, q)| q.contains("fieldSelector=status.phase!=Succeeded,status.phase!=Failed")));
+    assert_eq!(
+        names(&within(pods.list(&ListParams::default().fields("metadata.name=pending"))).await.unwrap().items),
+        ["pending"]
+    );
+    assert!(fake
+        .requests()
+        .iter()
+        .any(|(_, _, q)| q.contains("fieldSelector=status.phase!=Succeeded,status.phase!=Failed")));
 
     let (by_field, t1) = follow(pods.clone(), watcher::Config::default().fields(live));
     let (by_label, t2) = follow(pods.clone(), watcher::Config::default().labels("a=b"));
-    eventually("both synced", || by_field.inits.load(Ordering::SeqCst) == 1 && by_label.inits.load(Ordering::SeqCst) == 1).await;
+    eventually("both synced", || {
+        by_field.inits.load(Ordering::SeqCst) == 1 && by_label.inits.load(Ordering::SeqCst) == 1
+    })
+    .await;
     assert_eq!(by_field.names(), ["pending", "running"]);
     assert_eq!(by_label.names(), ["done", "running"]);
 
@@ -394,7 +474,11 @@ async fn expired_watches_relist_and_broken_watches_resume() {
     fake.remove("Pod", "default", "p0");
     eventually("re-listed", || seen.inits.load(Ordering::SeqCst) == 2).await;
     eventually("the right set", || seen.names() == ["p1"]).await;
-    assert!(seen.log().iter().any(|e| e.starts_with("error:") && e.contains("too old resource version")), "{:?}", seen.log());
+    assert!(
+        seen.log().iter().any(|e| e.starts_with("error:") && e.contains("too old resource version")),
+        "{:?}",
+        seen.log()
+    );
     assert_eq!(fake.count("list", "Pod"), 2);
 
     // A watch resuming from an old resourceVersion after expiry is told 410 too, until a list.
@@ -417,8 +501,12 @@ async fn expired_watches_relist_and_broken_watches_resume() {
     within(pods.create(&PostParams::default(), &typed(pod("p2", json!({}), "Running")))).await.unwrap();
     eventually("p2 seen", || seen.names() == ["p1", "p2"]).await;
     assert_eq!(fake.count("list", "Pod"), lists, "no re-list after a broken watch");
-    let last_watch = fake.requests().into_iter().rev().find(|(_, p, q)| p == "/api/v1/pods" && q.contains("watch=true")).unwrap();
-    assert!(!last_watch.2.contains("resourceVersion=0&") && last_watch.2.contains("resourceVersion="), "{last_watch:?}");
+    let last_watch =
+        fake.requests().into_iter().rev().find(|(_, p, q)| p == "/api/v1/pods" && q.contains("watch=true")).unwrap();
+    assert!(
+        !last_watch.2.contains("resourceVersion=0&") && last_watch.2.contains("resourceVersion="),
+        "{last_watch:?}"
+    );
 
     // A watch from a resourceVersion replays everything after it.
     let mut replay = within(pods.watch(&WatchParams::default(), "1")).await.unwrap().boxed();
@@ -442,8 +530,10 @@ async fn both_event_apis_accept_create_and_patch() {
 
     let fake = FakeApi::start().await;
     let core: Api<CoreEvent> = Api::namespaced(fake.client(), "default");
-    let ev: CoreEvent =
-        serde_json::from_value(json!({"metadata": {"name": "e1"}, "involvedObject": {"kind": "Pod", "name": "p"}, "reason": "R", "count": 1})).unwrap();
+    let ev: CoreEvent = serde_json::from_value(
+        json!({"metadata": {"name": "e1"}, "involvedObject": {"kind": "Pod", "name": "p"}, "reason": "R", "count": 1}),
+    )
+    .unwrap();
     within(core.create(&PostParams::default(), &ev)).await.unwrap();
     let patched = within(core.patch("e1", &PatchParams::default(), &Patch::Merge(json!({"count": 2})))).await.unwrap();
     assert_eq!(patched.count, Some(2));
@@ -458,7 +548,13 @@ async fn both_event_apis_accept_create_and_patch() {
         name: Some("p".into()),
         ..Default::default()
     };
-    let rt = RtEvent { type_: EventType::Normal, reason: "Preempted".into(), note: Some("n".into()), action: "Preempt".into(), secondary: None };
+    let rt = RtEvent {
+        type_: EventType::Normal,
+        reason: "Preempted".into(),
+        note: Some("n".into()),
+        action: "Preempt".into(),
+        secondary: None,
+    };
     within(recorder.publish(&rt, &pod_ref)).await.unwrap();
     within(recorder.publish(&rt, &pod_ref)).await.unwrap();
     assert_eq!((fake.count("create", "Event"), fake.count("patch", "Event")), (2, 2));
@@ -485,14 +581,21 @@ async fn table_kinds_work_untyped_and_cluster_scoped() {
     let got = within(groups.get("pg")).await.unwrap();
     assert_eq!(got.data["spec"]["minMember"], 3);
     assert_eq!(fake.get("PodGroup", "team", "pg").unwrap()["metadata"]["namespace"], "team");
-    assert!(fake.requests().iter().any(|(m, p, _)| m == "POST" && p == "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team/podgroups"));
+    assert!(fake
+        .requests()
+        .iter()
+        .any(|(m, p, _)| m == "POST" && p == "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team/podgroups"));
 
     let nodes: Api<Node> = Api::all(fake.client());
-    let n: Node = serde_json::from_value(json!({"metadata": {"name": "n1", "namespace": "ignored", "labels": {"zone": "a"}}})).unwrap();
+    let n: Node =
+        serde_json::from_value(json!({"metadata": {"name": "n1", "namespace": "ignored", "labels": {"zone": "a"}}}))
+            .unwrap();
     within(nodes.create(&PostParams::default(), &n)).await.unwrap();
     let stored = fake.get("Node", "", "n1").unwrap();
     assert!(stored["metadata"].get("namespace").is_none() && stored["kind"] == "Node");
-    within(nodes.patch("n1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}})))).await.unwrap();
+    within(nodes.patch("n1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}}))))
+        .await
+        .unwrap();
     assert_eq!(within(nodes.list(&ListParams::default().labels("zone in (a, b)"))).await.unwrap().items.len(), 1);
     assert_eq!(within(nodes.list(&ListParams::default().labels("zone notin (a)"))).await.unwrap().items.len(), 0);
     let deleted = within(nodes.delete("n1", &DeleteParams::default())).await.unwrap();
@@ -503,7 +606,11 @@ async fn table_kinds_work_untyped_and_cluster_scoped() {
 #[tokio::test]
 async fn streaming_lists_eviction_binding_and_delete_collection() {
     let fake = FakeApi::start().await;
-    fake.seed(&[pod("a", json!({"x": "1"}), "Pending"), pod("b", json!({"x": "1"}), "Running"), pod("c", json!({}), "Running")]);
+    fake.seed(&[
+        pod("a", json!({"x": "1"}), "Pending"),
+        pod("b", json!({"x": "1"}), "Running"),
+        pod("c", json!({}), "Running"),
+    ]);
     let (seen, task) = follow(Api::all(fake.client()), watcher::Config::default().streaming_lists());
     eventually("synced from a streaming list", || seen.inits.load(Ordering::SeqCst) == 1).await;
     assert_eq!(seen.names(), ["a", "b", "c"]);
@@ -511,14 +618,16 @@ async fn streaming_lists_eviction_binding_and_delete_collection() {
 
     let pods: Api<Pod> = Api::namespaced(fake.client(), "default");
     let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "a"}, "target": {"kind": "Node", "name": "n1"}});
-    let _: kube::core::Status = within(pods.create_subresource("binding", "a", &PostParams::default(), &binding)).await.unwrap();
+    let _: kube::core::Status =
+        within(pods.create_subresource("binding", "a", &PostParams::default(), &binding)).await.unwrap();
     assert_eq!(fake.get("Pod", "default", "a").unwrap()["spec"]["nodeName"], "n1");
 
     within(pods.evict("c", &Default::default())).await.unwrap();
     eventually("c evicted", || seen.names() == ["a", "b"]).await;
     assert_eq!(fake.count("evict", "Pod"), 1);
 
-    let gone = within(pods.delete_collection(&DeleteParams::default(), &ListParams::default().labels("x=1"))).await.unwrap();
+    let gone =
+        within(pods.delete_collection(&DeleteParams::default(), &ListParams::default().labels("x=1"))).await.unwrap();
     assert_eq!(gone.left().map(|l| names(&l.items)), Some(vec!["a".to_string(), "b".to_string()]));
     eventually("all gone", || seen.names().is_empty()).await;
     task.abort();
@@ -549,7 +658,12 @@ fn selector_and_patch_helpers() {
     assert!(!l("a=c") && !l("c") && !l("!a") && !l("tier in (db)") && !l("tier notin (web,db)") && !l("a=b,c"));
     assert!(LabelSelector::parse("a b").is_err());
     let f = |s: &str| FieldSelector::parse(s).unwrap().matches(&o);
-    assert!(f("status.phase!=Succeeded,status.phase!=Failed") && f("metadata.name=p") && f("spec.nodeName==n1") && f("spec.priority=5"));
+    assert!(
+        f("status.phase!=Succeeded,status.phase!=Failed")
+            && f("metadata.name=p")
+            && f("spec.nodeName==n1")
+            && f("spec.priority=5")
+    );
     assert!(f("spec.missing=") && !f("spec.missing!=") && !f("status.phase=Pending"));
     assert!(FieldSelector::parse("nonsense").is_err());
 

@@ -73,7 +73,8 @@ fn an_extended_resource_one_node_lacks_is_judged_node_by_node() {
 
 #[test]
 fn a_class_with_placement_rules_is_judged_node_by_node() {
-    let yaml = "defaultClass: offline\nclasses:\n  - name: offline\n    placement: {requireNodeLabels: {pool: batch}}\n";
+    let yaml =
+        "defaultClass: offline\nclasses:\n  - name: offline\n    placement: {requireNodeLabels: {pool: batch}}\n";
     let policy = coloc_extender::policy::Policy::from_yaml(yaml).unwrap();
     let mut batch = node("batch-node", 8000, 8);
     batch.labels.insert("pool".into(), "batch".into());

@@ -6,9 +6,9 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::*;
 use coloc_extender::model::{OwnerRef, Pod};
 use coloc_extender::policy::Policy;
+use common::*;
 
 /// online preempts batch and free, batch preempts free; bare pods are requeued and come
 /// back as `preemption` says.
@@ -47,7 +47,11 @@ fn worker_beside_bare() -> Scenario {
         .node(node("n1", 4000, 8))
         .node(node("n2", 4000, 8))
         .node(node("n3", 4000, 8))
-        .pods([pod("worker", "batch", Some("n1"), 3000), pod("report", "batch", Some("n2"), 3000).bare(), pod("scratch", "free", Some("n3"), 4000).bare()])
+        .pods([
+            pod("worker", "batch", Some("n1"), 3000),
+            pod("report", "batch", Some("n2"), 3000).bare(),
+            pod("scratch", "free", Some("n3"), 4000).bare(),
+        ])
 }
 
 #[test]
@@ -58,7 +62,11 @@ fn an_owned_victim_whose_return_finds_no_room_loses_to_a_bare_one_that_waits() {
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["report"]))]), "{}", out.explain());
     let follow = out.explanations.iter().find(|e| e.code == "follow_on").expect("the worker's follow-on is explained");
     assert_eq!(follow.pod.as_deref(), Some("default/worker"));
-    assert!(follow.detail.contains("expected to evict 1 pod(s)") && follow.detail.contains("default/scratch"), "{}", follow.detail);
+    assert!(
+        follow.detail.contains("expected to evict 1 pod(s)") && follow.detail.contains("default/scratch"),
+        "{}",
+        follow.detail
+    );
 }
 
 #[test]
@@ -78,7 +86,11 @@ fn a_lower_class_goes_first_whatever_comes_back() {
         .node(node("n1", 4000, 8))
         .node(node("n2", 4000, 8))
         .node(node("n3", 4000, 8))
-        .pods([pod("worker", "batch", Some("n1"), 3000), pod("scratch", "free", Some("n2"), 3000).bare(), pod("full", "batch", Some("n3"), 4000).bare()]);
+        .pods([
+            pod("worker", "batch", Some("n1"), 3000),
+            pod("scratch", "free", Some("n2"), 3000).bare(),
+            pod("full", "batch", Some("n3"), 4000).bare(),
+        ]);
     let out = s.preempt(online(2000), &["n1", "n2"]);
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["scratch"]))]), "{}", out.explain());
 }
@@ -147,10 +159,12 @@ fn a_pdb_counts_a_recreated_pod_healthy_only_once_it_is_ready() {
     recreated.unready = true;
     let mut budget = pdb("w-pdb", "w", 1);
     budget.current_healthy = Some(2);
-    let s = Scenario::new(policy_with("never")).node(node("n1", 4000, 8)).node(node("n2", 4000, 8)).node(node("n3", 4000, 8)).pdb(budget).pods([
-        pod("w-1", "batch", Some("n1"), 4000),
-        recreated,
-    ]);
+    let s = Scenario::new(policy_with("never"))
+        .node(node("n1", 4000, 8))
+        .node(node("n2", 4000, 8))
+        .node(node("n3", 4000, 8))
+        .pdb(budget)
+        .pods([pod("w-1", "batch", Some("n1"), 4000), recreated]);
     let out = s.preempt(online(2000), &["n1"]);
     assert_eq!(out.violations("n1"), 1, "{}", out.explain());
     assert!(out.has("victim", "pdb_violation"));

@@ -5,8 +5,8 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::*;
 use coloc_extender::model::{DisruptionMode, GangSource, Pod};
+use common::*;
 
 fn online(cpu: i64) -> Pod {
     pod("preemptor", "online", None, cpu)
@@ -40,11 +40,20 @@ fn one_member_on_n1_under(gangs: &str, members: [Pod; 4], extra: impl FnOnce(Sce
 }
 
 fn four(declare: impl Fn(Pod) -> Pod) -> [Pod; 4] {
-    [declare(batch("m-1", "n1").started(700)), declare(batch("m-2", "n3")), declare(batch("m-3", "n3")), declare(batch("m-4", "n3"))]
+    [
+        declare(batch("m-1", "n1").started(700)),
+        declare(batch("m-2", "n3")),
+        declare(batch("m-3", "n3")),
+        declare(batch("m-4", "n3")),
+    ]
 }
 
 fn detail<'a>(out: &'a Outcome, code: &str) -> &'a str {
-    out.explanations.iter().find(|e| e.code == code).map(|e| e.detail.as_str()).unwrap_or_else(|| panic!("no {code}:\n{}", out.explain()))
+    out.explanations
+        .iter()
+        .find(|e| e.code == code)
+        .map(|e| e.detail.as_str())
+        .unwrap_or_else(|| panic!("no {code}:\n{}", out.explain()))
 }
 
 /// The source a gang decision carries (the `source` label of `coloc_gang_decisions_total`).
@@ -54,15 +63,23 @@ fn gang_source(out: &Outcome, code: &str) -> Option<&'static str> {
 
 #[test]
 fn native_podgroup_below_min_count_is_not_broken_when_another_node_avoids_it() {
-    let out = one_member_on_n1(four(|p| p.in_pod_group("train-7")), |s| s.pod_group(pod_group(GangSource::Native, "train-7", 4)));
+    let out = one_member_on_n1(four(|p| p.in_pod_group("train-7")), |s| {
+        s.pod_group(pod_group(GangSource::Native, "train-7", 4))
+    });
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["plain"]))]), "{}", out.explain());
-    assert!(detail(&out, "gang_broken").contains("breaks PodGroup default/train-7 (native, minCount 4, 3 would remain)"), "{}", out.explain());
+    assert!(
+        detail(&out, "gang_broken").contains("breaks PodGroup default/train-7 (native, minCount 4, 3 would remain)"),
+        "{}",
+        out.explain()
+    );
     assert_eq!(gang_source(&out, "gang_broken"), Some("native"));
 }
 
 #[test]
 fn native_podgroup_members_above_min_count_are_cheap() {
-    let out = one_member_on_n1(four(|p| p.in_pod_group("train-7")), |s| s.pod_group(pod_group(GangSource::Native, "train-7", 3)));
+    let out = one_member_on_n1(four(|p| p.in_pod_group("train-7")), |s| {
+        s.pod_group(pod_group(GangSource::Native, "train-7", 3))
+    });
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["m-1"]))]), "{}", out.explain());
     assert!(detail(&out, "gang_surplus").contains("PodGroup default/train-7 (native, minCount 3, 3 would remain)"));
 }
@@ -70,7 +87,11 @@ fn native_podgroup_members_above_min_count_are_cheap() {
 #[rstest::rstest]
 #[case::coscheduling(GangSource::Coscheduling, |p: Pod| p.label(COSCHEDULING, "pg"), "PodGroup default/pg (coscheduling, minMember 3")]
 #[case::volcano(GangSource::Volcano, |p: Pod| p.annotate(VOLCANO, "pg"), "PodGroup default/pg (volcano, minMember 3")]
-fn a_crd_podgroup_min_member_decides(#[case] source: GangSource, #[case] declare: fn(Pod) -> Pod, #[case] surplus: &str) {
+fn a_crd_podgroup_min_member_decides(
+    #[case] source: GangSource,
+    #[case] declare: fn(Pod) -> Pod,
+    #[case] surplus: &str,
+) {
     let out = one_member_on_n1(four(declare), |s| s.pod_group(pod_group(source, "pg", 3)));
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["m-1"]))]), "{}", out.explain());
     assert!(detail(&out, "gang_surplus").contains(surplus), "{}", out.explain());
@@ -83,7 +104,11 @@ fn a_crd_podgroup_min_member_decides(#[case] source: GangSource, #[case] declare
 fn kueue_pod_group_needs_its_total_count() {
     let out = one_member_on_n1(four(|p| p.label(KUEUE, "kq").annotate(KUEUE_TOTAL, "4")), |s| s);
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["plain"]))]), "{}", out.explain());
-    assert!(detail(&out, "gang_broken").contains("gang default/kq (kueue, pod-group-total-count 4, 3 would remain)"), "{}", out.explain());
+    assert!(
+        detail(&out, "gang_broken").contains("gang default/kq (kueue, pod-group-total-count 4, 3 would remain)"),
+        "{}",
+        out.explain()
+    );
     // A total count below the members running leaves room for surplus.
     let out = one_member_on_n1(four(|p| p.label(KUEUE, "kq").annotate(KUEUE_TOTAL, "3")), |s| s);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["m-1"]))]), "{}", out.explain());
@@ -97,7 +122,10 @@ fn a_member_whose_podgroup_does_not_exist_yet_counts_its_gang_as_needing_every_m
     let d = detail(&out, "gang_broken");
     assert!(d.contains("all 4 members") && d.contains("PodGroup not in the view"), "{d}");
     // ... unless the members declare a minimum themselves.
-    let out = one_member_on_n1(four(|p| p.in_pod_group("later").annotate("pod-group.scheduling.sigs.k8s.io/min-available", "3")), |s| s);
+    let out = one_member_on_n1(
+        four(|p| p.in_pod_group("later").annotate("pod-group.scheduling.sigs.k8s.io/min-available", "3")),
+        |s| s,
+    );
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["m-1"]))]), "{}", out.explain());
 }
 
@@ -106,14 +134,26 @@ fn a_native_reference_wins_over_a_coscheduling_label() {
     // Each member is labelled for a coscheduling group "loose" (minMember 1) and refers to
     // native PodGroup "tight" (minCount 4): native wins, so evicting one breaks "tight".
     let out = one_member_on_n1(four(|p| p.in_pod_group("tight").label(COSCHEDULING, "loose")), |s| {
-        s.pod_group(pod_group(GangSource::Native, "tight", 4)).pod_group(pod_group(GangSource::Coscheduling, "loose", 1))
+        s.pod_group(pod_group(GangSource::Native, "tight", 4)).pod_group(pod_group(
+            GangSource::Coscheduling,
+            "loose",
+            1,
+        ))
     });
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["plain"]))]), "{}", out.explain());
     assert!(detail(&out, "gang_broken").contains("PodGroup default/tight (native"));
     // With the native source off, the label is what is left.
-    let out = one_member_on_n1_under("gangs: {sources: {native: false}}", four(|p| p.in_pod_group("tight").label(COSCHEDULING, "loose")), |s| {
-        s.pod_group(pod_group(GangSource::Native, "tight", 4)).pod_group(pod_group(GangSource::Coscheduling, "loose", 1))
-    });
+    let out = one_member_on_n1_under(
+        "gangs: {sources: {native: false}}",
+        four(|p| p.in_pod_group("tight").label(COSCHEDULING, "loose")),
+        |s| {
+            s.pod_group(pod_group(GangSource::Native, "tight", 4)).pod_group(pod_group(
+                GangSource::Coscheduling,
+                "loose",
+                1,
+            ))
+        },
+    );
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["m-1"]))]), "{}", out.explain());
     assert!(detail(&out, "gang_surplus").contains("PodGroup default/loose (coscheduling"));
 }
@@ -142,7 +182,13 @@ fn a_disruption_mode_all_group_split_across_nodes_is_protected() {
         .node(node("n1", 1000, 8))
         .node(node("n2", 1000, 8))
         .node(node("n3", 1000, 8))
-        .pods([batch("a-1", "n1"), batch("a-2", "n3"), batch("plain", "n2").started(99_999)].map(|p| if p.name == "plain" { p } else { p.in_pod_group("all") }))
+        .pods([batch("a-1", "n1"), batch("a-2", "n3"), batch("plain", "n2").started(99_999)].map(|p| {
+            if p.name == "plain" {
+                p
+            } else {
+                p.in_pod_group("all")
+            }
+        }))
         .pod_group(all_mode("all", 1));
     let out = s.preempt(online(1000), &["n1", "n2"]);
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["plain"]))]), "{}", out.explain());
@@ -189,7 +235,11 @@ fn a_podgroup_priority_ranks_its_members() {
     assert_eq!(out.victims()["n1"], uids(&["a-1"]), "{}", out.explain());
     // A group at least as important as the preemptor is not its victim.
     let out = cluster(Some(20_000));
-    assert!(out.explanations.iter().any(|e| e.code == "gang_priority" && e.detail.contains("priority 20000")), "{}", out.explain());
+    assert!(
+        out.explanations.iter().any(|e| e.code == "gang_priority" && e.detail.contains("priority 20000")),
+        "{}",
+        out.explain()
+    );
     assert_eq!(out.victims()["n1"], uids(&["a-1"]));
 }
 
@@ -222,11 +272,14 @@ fn a_snapshot_carries_the_podgroups_of_every_source_and_skips_unknown_ones() {
     let mut groups: Vec<(GangSource, String, Option<usize>, DisruptionMode)> =
         objects.pod_groups.iter().map(|g| (g.source, g.name.clone(), g.min_count, g.disruption)).collect();
     groups.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    assert_eq!(groups, vec![
-        (GangSource::Native, "train-7".into(), Some(1), DisruptionMode::All),
-        (GangSource::Coscheduling, "cos".into(), Some(1), DisruptionMode::Single),
-        (GangSource::Volcano, "vc".into(), Some(0), DisruptionMode::Single),
-    ]);
+    assert_eq!(
+        groups,
+        vec![
+            (GangSource::Native, "train-7".into(), Some(1), DisruptionMode::All),
+            (GangSource::Coscheduling, "cos".into(), Some(1), DisruptionMode::Single),
+            (GangSource::Volcano, "vc".into(), Some(0), DisruptionMode::Single),
+        ]
+    );
     // The same objects, listed again as the API server would (one List per kind, in any
     // order), build the same gangs: what a snapshot holds is what the view reads.
     let text: serde_json::Value = serde_json::from_slice(&std::fs::read(fixture("snapshot.json")).unwrap()).unwrap();
@@ -234,7 +287,8 @@ fn a_snapshot_carries_the_podgroups_of_every_source_and_skips_unknown_ones() {
     items.reverse();
     let again = snapshot::parse(serde_json::json!({"kind": "List", "items": items}).to_string().as_bytes()).unwrap();
     let policy = policy("strict", "");
-    let (a, b) = (coloc_extender::cluster::View::build(objects, &policy), coloc_extender::cluster::View::build(again, &policy));
+    let (a, b) =
+        (coloc_extender::cluster::View::build(objects, &policy), coloc_extender::cluster::View::build(again, &policy));
     for name in ["ml/train-1", "ml/train-2", "ml/cos-1", "ml/vc-1"] {
         let (pa, pb) = (a.pod(name).unwrap().clone(), b.pod(name).unwrap().clone());
         assert_eq!(a.gang(&a.gang_of(&pa).unwrap(), &pa), b.gang(&b.gang_of(&pb).unwrap(), &pb), "{name}");

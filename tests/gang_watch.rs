@@ -45,12 +45,21 @@ fn pod_group(api_version: &str, spec: Value) -> Value {
 /// The objects of one source: two members and their PodGroup.
 fn cluster(api_version: &str) -> Vec<Value> {
     let (declare, spec): (fn(&mut Value), Value) = match api_version {
-        NATIVE_BETA => (|p| p["spec"]["schedulingGroup"] = json!({"podGroupName": "train-7"}),
-            json!({"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": {"all": {}}, "priority": 500})),
-        NATIVE_ALPHA => (|p| p["spec"]["schedulingGroup"] = json!({"podGroupName": "train-7"}),
-            json!({"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": "PodGroup", "priorityClassName": "gang-high"})),
-        COSCHEDULING => (|p| p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] = json!("train-7"), json!({"minMember": 1})),
-        VOLCANO => (|p| p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = json!("train-7"), json!({"minMember": 2, "queue": "default"})),
+        NATIVE_BETA => (
+            |p| p["spec"]["schedulingGroup"] = json!({"podGroupName": "train-7"}),
+            json!({"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": {"all": {}}, "priority": 500}),
+        ),
+        NATIVE_ALPHA => (
+            |p| p["spec"]["schedulingGroup"] = json!({"podGroupName": "train-7"}),
+            json!({"schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": "PodGroup", "priorityClassName": "gang-high"}),
+        ),
+        COSCHEDULING => {
+            (|p| p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] = json!("train-7"), json!({"minMember": 1}))
+        }
+        VOLCANO => (
+            |p| p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = json!("train-7"),
+            json!({"minMember": 2, "queue": "default"}),
+        ),
         other => panic!("no such kind {other}"),
     };
     vec![
@@ -78,7 +87,14 @@ async fn watched(api: &fake_api::FakeApi) -> Watched {
     let cell = Arc::new(ViewCell::default());
     let fresh = Arc::new(Freshness::default());
     let policy = Arc::new(ArcSwap::from_pointee(Policy::builtin_default()));
-    let run = watch::run_with(api.client(), cell.clone(), policy, fresh.clone(), Duration::from_millis(20), Duration::from_millis(100));
+    let run = watch::run_with(
+        api.client(),
+        cell.clone(),
+        policy,
+        fresh.clone(),
+        Duration::from_millis(20),
+        Duration::from_millis(100),
+    );
     let w = Watched { cell: cell.clone(), fresh, task: tokio::spawn(run) };
     assert!(wait_until(|| cell.is_ready()).await, "view never synced");
     w
@@ -103,7 +119,10 @@ async fn watch_matches_snapshot(api_version: &str, expect: (usize, DisruptionMod
     let items = cluster(api_version);
     let api = api_serving(api_version, &items).await;
     let w = watched(&api).await;
-    let snap = View::build(snapshot::parse(json!({"kind": "List", "items": items}).to_string().as_bytes()).unwrap(), &Policy::builtin_default());
+    let snap = View::build(
+        snapshot::parse(json!({"kind": "List", "items": items}).to_string().as_bytes()).unwrap(),
+        &Policy::builtin_default(),
+    );
     let from_snapshot = gang_of(&snap, "ml/m-1").expect("a gang in the snapshot");
     assert_eq!((from_snapshot.min, from_snapshot.disruption, from_snapshot.priority), expect, "{from_snapshot:?}");
     // The first view already holds the PodGroup: a served gang kind is listed before it is out.
@@ -146,13 +165,22 @@ async fn unserved_gang_kinds_are_skipped_and_one_installed_later_is_picked_up() 
     assert!(before.min_from.contains("PodGroup not in the view"), "{}", before.min_from);
     // The Volcano CRD is installed: the next discovery watches it.
     api.serve(VOLCANO);
-    assert!(wait_until(|| gang_of(&w.cell.load().unwrap(), "ml/m-1").unwrap().min_from == "minMember 2").await, "volcano PodGroup never watched");
+    assert!(
+        wait_until(|| gang_of(&w.cell.load().unwrap(), "ml/m-1").unwrap().min_from == "minMember 2").await,
+        "volcano PodGroup never watched"
+    );
     // ... and removed again: its PodGroups leave the view, which stays ready.
     api.unserve(VOLCANO);
-    assert!(wait_until(|| gang_of(&w.cell.load().unwrap(), "ml/m-1").unwrap().min_from.contains("not in the view")).await);
+    assert!(
+        wait_until(|| gang_of(&w.cell.load().unwrap(), "ml/m-1").unwrap().min_from.contains("not in the view")).await
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(w.cell.is_ready());
-    assert!(!w.fresh.failing_kinds().contains(&"PodGroup.scheduling.volcano.sh/v1beta1"), "{:?}", w.fresh.failing_kinds());
+    assert!(
+        !w.fresh.failing_kinds().contains(&"PodGroup.scheduling.volcano.sh/v1beta1"),
+        "{:?}",
+        w.fresh.failing_kinds()
+    );
 }
 
 #[tokio::test]
@@ -161,7 +189,8 @@ async fn native_v1beta1_is_preferred_to_v1alpha2_when_both_are_served() {
     api.seed(&cluster(NATIVE_BETA));
     let _w = watched(&api).await;
     assert!(api.count("list", "PodGroup") >= 1);
-    let paths: Vec<String> = api.requests().into_iter().map(|(_, path, _)| path).filter(|p| p.ends_with("/podgroups")).collect();
+    let paths: Vec<String> =
+        api.requests().into_iter().map(|(_, path, _)| path).filter(|p| p.ends_with("/podgroups")).collect();
     assert!(paths.iter().any(|p| p.contains("/v1beta1/")), "{paths:?}");
     assert!(!paths.iter().any(|p| p.contains("/v1alpha2/")), "{paths:?}");
 }
@@ -173,7 +202,9 @@ async fn a_podgroup_deleted_while_its_pods_run_leaves_the_view_and_its_gang_need
     let w = watched(&api).await;
     assert_eq!(gang_of(&w.cell.load().unwrap(), "ml/m-1").unwrap().disruption, DisruptionMode::All);
     api.remove("PodGroup", "ml", "train-7");
-    assert!(wait_until(|| gang_of(&w.cell.load().unwrap(), "ml/m-1").unwrap().disruption == DisruptionMode::Single).await);
+    assert!(
+        wait_until(|| gang_of(&w.cell.load().unwrap(), "ml/m-1").unwrap().disruption == DisruptionMode::Single).await
+    );
     let after = gang_of(&w.cell.load().unwrap(), "ml/m-1").unwrap();
     assert_eq!((after.size, after.min, after.priority), (2, 2, None), "{after:?}");
 }

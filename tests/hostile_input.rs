@@ -18,8 +18,11 @@ fn read(name: &str) -> Vec<u8> {
     std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join(name)).unwrap()
 }
 
-fn fixtures() -> &'static (Policy, View, Vec<(Verb, Vec<u8>)>) {
-    static F: OnceLock<(Policy, View, Vec<(Verb, Vec<u8>)>)> = OnceLock::new();
+/// The policy, the view and the recorded requests every case starts from.
+type Fixtures = (Policy, View, Vec<(Verb, Vec<u8>)>);
+
+fn fixtures() -> &'static Fixtures {
+    static F: OnceLock<Fixtures> = OnceLock::new();
     F.get_or_init(|| {
         let policy = Policy::builtin_default();
         let view = View::build(snapshot::parse(&read("0037-preempt.snapshot.json")).unwrap(), &policy);
@@ -154,7 +157,10 @@ fn deep_nesting_is_rejected_not_overflowed() {
     for depth in [200usize, 100_000] {
         let body = format!("{{\"Pod\":{}{}}}", "[".repeat(depth), "]".repeat(depth));
         assert!(answer(Verb::Filter, body.as_bytes(), policy, None, 0).is_err());
-        let body = format!("{{\"Pod\":{{\"metadata\":{{\"labels\":{}}}}}}}", "{\"a\":".repeat(depth) + "1" + &"}".repeat(depth));
+        let body = format!(
+            "{{\"Pod\":{{\"metadata\":{{\"labels\":{}}}}}}}",
+            "{\"a\":".repeat(depth) + "1" + &"}".repeat(depth)
+        );
         assert!(answer(Verb::Preempt, body.as_bytes(), policy, None, 0).is_err());
     }
 }
@@ -172,7 +178,10 @@ fn node_lists_up_to_the_cap_are_answered_and_one_more_is_refused_naming_the_cap(
     assert_eq!(out["NodeNames"].as_array().unwrap().len(), cap);
     let error = answer(Verb::Filter, &body(1_000_000), policy, None, 0).err().expect("refused");
     assert!(matches!(error, DecodeError::TooMany { cap: c, flag: "--max-nodes", .. } if c == cap), "{error:?}");
-    assert_eq!(error.to_string(), format!("NodeNames has more than {cap} entries, the most one request may carry (--max-nodes)"));
+    assert_eq!(
+        error.to_string(),
+        format!("NodeNames has more than {cap} entries, the most one request may carry (--max-nodes)")
+    );
 }
 
 #[test]
@@ -217,16 +226,28 @@ fn every_list_stops_at_its_cap_and_the_error_names_it() {
     assert_eq!(error, "Nodes.items has more than 2 entries, the most one request may carry (--max-nodes)");
 
     let error = preempt_error(serde_json::json!({"Pod": pod, "NodeNameToVictims": {"a": {}, "b": {}, "c": {}}}), SMALL);
-    assert_eq!(error, "NodeNameToVictims (candidate nodes) has more than 2 entries, the most one request may carry (--max-nodes)");
+    assert_eq!(
+        error,
+        "NodeNameToVictims (candidate nodes) has more than 2 entries, the most one request may carry (--max-nodes)"
+    );
 
-    let error = preempt_error(serde_json::json!({"Pod": pod, "NodeNameToVictims": {"a": {"Pods": [victim("1"), victim("2"), victim("3")]}}}), SMALL);
-    assert_eq!(error, "NodeNameToVictims[a].Pods has more than 2 entries, the most one request may carry (--max-victims-per-node)");
+    let error = preempt_error(
+        serde_json::json!({"Pod": pod, "NodeNameToVictims": {"a": {"Pods": [victim("1"), victim("2"), victim("3")]}}}),
+        SMALL,
+    );
+    assert_eq!(
+        error,
+        "NodeNameToVictims[a].Pods has more than 2 entries, the most one request may carry (--max-victims-per-node)"
+    );
 
     let error = preempt_error(
         serde_json::json!({"Pod": pod, "NodeNameToMetaVictims": {"a": {"Pods": [{"UID": "1"}, {"UID": "2"}]}, "b": {"Pods": [{"UID": "3"}, {"UID": "4"}]}}}),
         SMALL,
     );
-    assert_eq!(error, "victims over all candidate nodes has more than 3 entries, the most one request may carry (--max-victims)");
+    assert_eq!(
+        error,
+        "victims over all candidate nodes has more than 3 entries, the most one request may carry (--max-victims)"
+    );
 
     // At the caps exactly, the same shapes decode.
     let body = serde_json::json!({"Pod": pod, "NodeNameToVictims": {"a": {"Pods": [victim("1"), victim("2")]}, "b": {"Pods": [victim("3")]}}}).to_string();
@@ -247,7 +268,9 @@ fn a_cancelled_request_stops_decoding() {
     let names: Vec<String> = (0..10).map(|i| format!("n{i}")).collect();
     let body = serde_json::json!({"Pod": {"metadata": {"name": "p"}}, "NodeNames": names}).to_string();
     assert!(matches!(decode_extender_args_within(body.as_bytes(), &bounds), Err(DecodeError::Cancelled)));
-    let body = serde_json::json!({"Pod": {"metadata": {"name": "p"}}, "NodeNameToVictims": {"a": {"Pods": [victim("1")]}}}).to_string();
+    let body =
+        serde_json::json!({"Pod": {"metadata": {"name": "p"}}, "NodeNameToVictims": {"a": {"Pods": [victim("1")]}}})
+            .to_string();
     assert!(matches!(decode_preempt_args_for(body.as_bytes(), |_| true, &bounds), Err(DecodeError::Cancelled)));
     let e = ApiError::from(DecodeError::Cancelled);
     assert_eq!((e.status.as_u16(), e.code), (503, "cancelled"));

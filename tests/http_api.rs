@@ -98,12 +98,8 @@ fn default_app() -> Router {
 }
 
 async fn send(app: &Router, method: Method, path: &str, body: Body) -> (StatusCode, Bytes) {
-    let req = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(body)
-        .unwrap();
+    let req =
+        Request::builder().method(method).uri(path).header("content-type", "application/json").body(body).unwrap();
     let resp = app.clone().oneshot(req).await.unwrap();
     let status = resp.status();
     (status, resp.into_body().collect().await.unwrap().to_bytes())
@@ -169,7 +165,8 @@ fn pod_class(req: &Value) -> &str {
 
 /// A filter request body from parts, Go casing.
 fn filter_body(pod: &Value, nodes: Option<Vec<Value>>, names: Option<Vec<&str>>) -> String {
-    json!({"Pod": pod, "Nodes": nodes.map(|items| json!({"metadata": {}, "items": items})), "NodeNames": names}).to_string()
+    json!({"Pod": pod, "Nodes": nodes.map(|items| json!({"metadata": {}, "items": items})), "NodeNames": names})
+        .to_string()
 }
 
 fn node_object(name: &str) -> Value {
@@ -202,7 +199,9 @@ fn candidate_uids(req: &Value) -> BTreeMap<String, Vec<String>> {
         (&req["NodeNameToMetaVictims"], |p| p["UID"].as_str().unwrap().to_string())
     };
     map.as_object()
-        .map(|m| m.iter().map(|(n, v)| (n.clone(), v["Pods"].as_array().unwrap().iter().map(uid_of).collect())).collect())
+        .map(|m| {
+            m.iter().map(|(n, v)| (n.clone(), v["Pods"].as_array().unwrap().iter().map(uid_of).collect())).collect()
+        })
         .unwrap_or_default()
 }
 
@@ -221,7 +220,10 @@ fn answer_uids(v: &Value) -> Vec<String> {
 
 #[rstest]
 #[tokio::test]
-async fn recorded_filter_answers_in_the_mode_it_came(#[values(R1, R2)] round: &str, #[values(false, true)] with_view: bool) {
+async fn recorded_filter_answers_in_the_mode_it_came(
+    #[values(R1, R2)] round: &str,
+    #[values(false, true)] with_view: bool,
+) {
     let snap = snapshot_path(round);
     let app = app(Policy::builtin_default(), with_view.then_some(snap.as_path()));
     for (file, body) in recorded(round, "filter") {
@@ -238,7 +240,10 @@ async fn recorded_filter_answers_in_the_mode_it_came(#[values(R1, R2)] round: &s
             let (ins, outs) = (raw_items(&body), raw_items(&bytes));
             let mut rest = ins.iter();
             for out in &outs {
-                assert!(rest.any(|i| i == out), "{round}/{file}: answer item is not an input item (or out of order):\n{out}");
+                assert!(
+                    rest.any(|i| i == out),
+                    "{round}/{file}: answer item is not an input item (or out of order):\n{out}"
+                );
             }
         } else {
             assert!(answer["Nodes"].is_null(), "{round}/{file}: {answer}");
@@ -348,7 +353,10 @@ async fn too_big_pod_is_unresolvable_everywhere(#[case] names_mode: bool) {
 
 #[rstest]
 #[tokio::test]
-async fn recorded_prioritize_scores_every_input_node_in_range(#[values(R1, R2)] round: &str, #[values(false, true)] with_view: bool) {
+async fn recorded_prioritize_scores_every_input_node_in_range(
+    #[values(R1, R2)] round: &str,
+    #[values(false, true)] with_view: bool,
+) {
     let snap = snapshot_path(round);
     let app = app(Policy::builtin_default(), with_view.then_some(snap.as_path()));
     for (file, body) in recorded(round, "prioritize") {
@@ -359,7 +367,10 @@ async fn recorded_prioritize_scores_every_input_node_in_range(#[values(R1, R2)] 
             .iter()
             .map(|hp| {
                 let obj = hp.as_object().unwrap();
-                assert_eq!(obj.keys().collect::<BTreeSet<_>>(), BTreeSet::from([&"Host".to_string(), &"Score".to_string()]));
+                assert_eq!(
+                    obj.keys().collect::<BTreeSet<_>>(),
+                    BTreeSet::from([&"Host".to_string(), &"Score".to_string()])
+                );
                 let score = hp["Score"].as_i64().unwrap_or_else(|| panic!("{round}/{file}: {hp}"));
                 assert!((0..=10).contains(&score), "{round}/{file}: {hp}");
                 hp["Host"].as_str().unwrap().to_string()
@@ -402,7 +413,10 @@ async fn recorded_preempt_answers_are_well_formed(
                 }
             }
             let prios: Vec<i64> = uids.iter().map(|u| here[u].1).collect();
-            assert!(prios.windows(2).all(|w| w[0] >= w[1]), "{round}/{file}: {node} victims not by descending priority: {prios:?}");
+            assert!(
+                prios.windows(2).all(|w| w[0] >= w[1]),
+                "{round}/{file}: {node} victims not by descending priority: {prios:?}"
+            );
         }
     }
 }
@@ -522,7 +536,12 @@ async fn lowercase_keys_give_the_same_answer(#[case] round: &str, #[case] file: 
 #[case::preempt_full(R1, "0037-preempt.json", "/preempt", &["NodeNameToMetaVictims"])]
 #[case::preempt_meta(R2, "0037-preempt.json", "/preempt", &["NodeNameToVictims"])]
 #[tokio::test]
-async fn null_and_missing_keys_are_the_same(#[case] round: &str, #[case] file: &str, #[case] path: &str, #[case] keys: &[&str]) {
+async fn null_and_missing_keys_are_the_same(
+    #[case] round: &str,
+    #[case] file: &str,
+    #[case] path: &str,
+    #[case] keys: &[&str],
+) {
     let with_null = payload_json(round, file);
     for k in keys {
         assert!(with_null[*k].is_null(), "recording sends {k}: null");
@@ -573,7 +592,10 @@ async fn candidate_with_no_victims_is_returned_as_is(#[case] round: &str) {
 /// victims, so none may come back with an empty list.
 #[rstest]
 #[tokio::test]
-async fn nodes_that_came_with_victims_never_come_back_empty(#[values(R1, R2)] round: &str, #[values(false, true)] custom: bool) {
+async fn nodes_that_came_with_victims_never_come_back_empty(
+    #[values(R1, R2)] round: &str,
+    #[values(false, true)] custom: bool,
+) {
     let mut req = payload_json(round, "0037-preempt.json");
     req["Pod"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "10m", "memory": "1Mi"}});
     req["Pod"]["spec"]["initContainers"] = json!(null);
@@ -666,7 +688,8 @@ async fn body_over_the_limit_is_413(#[case] streamed: bool) {
     let body = payload(R1, "0001-filter.json");
     assert!(body.len() > 1024);
     let body = if streamed {
-        let chunks: Vec<Result<Bytes, std::io::Error>> = body.chunks(100).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
+        let chunks: Vec<Result<Bytes, std::io::Error>> =
+            body.chunks(100).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
         Body::from_stream(futures::stream::iter(chunks))
     } else {
         Body::from(body)
@@ -685,8 +708,15 @@ async fn a_declared_length_over_the_limit_is_413_before_the_body_arrives() {
     state.limits.request_timeout = Duration::from_secs(30);
     let app = router(state, "");
     // The body never arrives: only the header can say it is too large.
-    let req = Request::post("/filter").header("content-type", "application/json").header("content-length", "1000000").body(stalled_body()).unwrap();
-    let resp = tokio::time::timeout(Duration::from_secs(10), app.oneshot(req)).await.expect("answered from the header").unwrap();
+    let req = Request::post("/filter")
+        .header("content-type", "application/json")
+        .header("content-length", "1000000")
+        .body(stalled_body())
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), app.oneshot(req))
+        .await
+        .expect("answered from the header")
+        .unwrap();
     assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     let v: Value = serde_json::from_slice(&body).unwrap();
@@ -742,7 +772,12 @@ async fn no_concurrency_budget_answers_503_overloaded() {
     err_json(&app, "/filter", payload(R2, "0001-filter.json"), 503, "overloaded").await;
     // Refusals are counted like any answer, so they can be alerted on.
     let (_, metrics) = get(&admin_router(state), "/metrics").await;
-    assert!(metrics.lines().any(|l| l.starts_with("coloc_requests_total") && l.contains("code=\"overloaded\"") && l.contains("verb=\"filter\"")), "{metrics}");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("coloc_requests_total")
+            && l.contains("code=\"overloaded\"")
+            && l.contains("verb=\"filter\"")),
+        "{metrics}"
+    );
     // Probes are not subject to the verb budget.
     let (status, _) = send(&app, Method::GET, "/healthz", Body::empty()).await;
     assert_eq!(status, StatusCode::OK);
@@ -826,7 +861,10 @@ async fn metrics_and_decisions_are_served_on_the_admin_port_only() {
             let v: Value = serde_json::from_str(&body).unwrap();
             assert_eq!(v["code"], "unknown_path", "{body}");
             let listed = v["error"].as_str().unwrap().rsplit_once(": ").unwrap().1;
-            assert!(!listed.contains("/metrics") && !listed.contains("/decisions"), "{port} port's 404 lists only its own routes: {body}");
+            assert!(
+                !listed.contains("/metrics") && !listed.contains("/decisions"),
+                "{port} port's 404 lists only its own routes: {body}"
+            );
         }
     }
     let (status, text) = get(&admin, "/metrics").await;
@@ -834,7 +872,10 @@ async fn metrics_and_decisions_are_served_on_the_admin_port_only() {
     assert!(text.contains("coloc_requests_total"), "{text}");
     let (status, body) = get(&admin, decisions).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    assert!(serde_json::from_str::<Value>(&body).unwrap()["decisions"].as_array().is_some_and(|d| !d.is_empty()), "{body}");
+    assert!(
+        serde_json::from_str::<Value>(&body).unwrap()["decisions"].as_array().is_some_and(|d| !d.is_empty()),
+        "{body}"
+    );
     // Each port's 404 lists what it serves; the admin port serves no probes and no verbs.
     let (_, body) = get(&app, "/nope").await;
     assert!(body.contains("GET /healthz, /readyz") && body.contains("POST /filter"), "{body}");

@@ -15,7 +15,11 @@ use tower::ServiceExt;
 async fn requests_before_the_first_scrape_are_counted() {
     let state = AppState::new(Policy::builtin_default(), Arc::new(ViewCell::default()), ViewSource::None);
     let app = router(state.clone(), "");
-    let body = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/payloads/r2-nodecache-true/0001-filter.json")).unwrap();
+    let body = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/payloads/r2-nodecache-true/0001-filter.json"
+    ))
+    .unwrap();
     let req = Request::post("/filter").header("content-type", "application/json").body(Body::from(body)).unwrap();
     assert_eq!(app.clone().oneshot(req).await.unwrap().status(), StatusCode::OK);
 
@@ -23,7 +27,9 @@ async fn requests_before_the_first_scrape_are_counted() {
     assert_eq!(resp.status(), StatusCode::OK);
     let text = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
     assert!(
-        text.lines().any(|l| l.starts_with("coloc_requests_total{") && l.contains(r#"verb="filter""#) && l.contains(r#"status="200""#)),
+        text.lines().any(|l| l.starts_with("coloc_requests_total{")
+            && l.contains(r#"verb="filter""#)
+            && l.contains(r#"status="200""#)),
         "the filter answered before the first scrape is missing:\n{text}"
     );
 }

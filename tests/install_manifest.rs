@@ -55,10 +55,23 @@ async fn a_real_api_server_accepts_the_install_file() {
     let file = repo("deploy/coloc-extender.yaml").display().to_string();
     // --validate=false skips only kubectl's client-side schema check (ControlPlane::apply
     // says why); the API server validates and admits each object in full.
-    let out = plane.kubectl(&["apply", "--server-side", "--dry-run=server", "--validate=false", "--field-manager=coloc-install-check", "-f", &file]);
+    let out = plane.kubectl(&[
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "--validate=false",
+        "--field-manager=coloc-install-check",
+        "-f",
+        &file,
+    ]);
     let out = out.unwrap_or_else(|e| panic!("server-side dry run refused the install file: {e:#}"));
     // Every object, the cluster-scoped admission policies included, is named in the answer.
-    for kind in ["deployment.apps/coloc-extender", "deployment.apps/coloc-scheduler", "mutatingadmissionpolicy.admissionregistration.k8s.io/coloc-scheduler", "validatingadmissionpolicy.admissionregistration.k8s.io/coloc-extender"] {
+    for kind in [
+        "deployment.apps/coloc-extender",
+        "deployment.apps/coloc-scheduler",
+        "mutatingadmissionpolicy.admissionregistration.k8s.io/coloc-scheduler",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/coloc-extender",
+    ] {
         assert!(out.contains(&format!("{kind} serverside-applied (server dry run)")), "{kind} missing from:\n{out}");
     }
 }

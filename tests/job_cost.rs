@@ -27,7 +27,14 @@ fn online(cpu: i64) -> Pod {
 
 /// A Job in `default` that has failed `failed` times out of `backoff_limit`.
 fn job(name: &str, backoff_limit: i32, failed: i32) -> Job {
-    Job { namespace: "default".into(), name: name.into(), uid: format!("job-{name}"), backoff_limit, failed, ..Default::default() }
+    Job {
+        namespace: "default".into(),
+        name: name.into(),
+        uid: format!("job-{name}"),
+        backoff_limit,
+        failed,
+        ..Default::default()
+    }
 }
 
 fn on_disruption(mut j: Job, action: DisruptionAction) -> Job {
@@ -56,7 +63,10 @@ impl WithJobs for Scenario {
 
 fn victim_detail<'a>(out: &'a Outcome, pod: &str) -> &'a str {
     let key = format!("default/{pod}");
-    out.explanations.iter().find(|e| e.verdict == "victim" && e.pod.as_ref() == Some(&key)).map_or("", |e| e.detail.as_str())
+    out.explanations
+        .iter()
+        .find(|e| e.verdict == "victim" && e.pod.as_ref() == Some(&key))
+        .map_or("", |e| e.detail.as_str())
 }
 
 /// n1 holds the Job's pod and a ReplicaSet pod that has run longer: by run time alone the
@@ -68,7 +78,10 @@ fn job_beside_a_worker(j: Job) -> Scenario {
 
 /// n1 holds `job_pod` of Job `j` and the ReplicaSet pod `r`.
 fn beside_a_worker(j: Job, job_pod: Pod) -> Scenario {
-    Scenario::new(policy("prefer", "")).node(node("n1", 2000, 8)).pods([job_pod, pod("r", "batch", Some("n1"), 1000)]).job(j)
+    Scenario::new(policy("prefer", ""))
+        .node(node("n1", 2000, 8))
+        .pods([job_pod, pod("r", "batch", Some("n1"), 1000)])
+        .job(j)
 }
 
 #[test]
@@ -94,7 +107,10 @@ fn a_job_at_its_last_allowed_failure_loses_to_a_costlier_node() {
 
 #[test]
 fn a_job_at_its_last_allowed_failure_is_taken_when_nothing_else_places_the_pod_and_called_lost() {
-    let s = Scenario::new(policy("prefer", "")).node(node("n1", 1000, 8)).pods([job_pod("j", "train", "n1", 1000)]).job(job("train", 2, 2));
+    let s = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 1000, 8))
+        .pods([job_pod("j", "train", "n1", 1000)])
+        .job(job("train", 2, 2));
     let out = s.preempt(online(1000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["j"]))]), "{}", out.explain());
     assert!(out.has("victim", "lost"));
@@ -116,10 +132,16 @@ fn a_node_whose_eviction_spends_a_jobs_last_failure_loses_to_one_that_spends_non
     let out = s.preempt(online(1000), &["n1", "n2"]);
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["r"]))]), "{}", out.explain());
     // Alone, the Job's pod is taken, and the answer says it spends the last failure.
-    let alone = Scenario::new(policy("prefer", "")).node(node("n1", 1000, 8)).pods([job_pod("j", "train", "n1", 1000)]).job(job("train", 2, 1));
+    let alone = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 1000, 8))
+        .pods([job_pod("j", "train", "n1", 1000)])
+        .job(job("train", 2, 1));
     let out = alone.preempt(online(1000), &["n1"]);
     let detail = victim_detail(&out, "j");
-    assert!(detail.contains("preemption 2 of backoffLimit 2") && detail.contains("the last failure it allows"), "{detail}");
+    assert!(
+        detail.contains("preemption 2 of backoffLimit 2") && detail.contains("the last failure it allows"),
+        "{detail}"
+    );
 }
 
 #[test]
@@ -133,7 +155,10 @@ fn a_job_with_failures_left_is_recreated_and_the_failures_are_counted() {
 
 #[test]
 fn the_default_backoff_limit_is_six() {
-    let j: JobJson = serde_json::from_value(json!({"metadata": {"name": "etl", "namespace": "default"}, "spec": {}, "status": {"failed": 6}})).unwrap();
+    let j: JobJson = serde_json::from_value(
+        json!({"metadata": {"name": "etl", "namespace": "default"}, "spec": {}, "status": {"failed": 6}}),
+    )
+    .unwrap();
     let j = j.into_model().unwrap();
     assert_eq!(j.backoff_limit, 6);
     let out = job_beside_a_worker(j).preempt(online(1000), &["n1"]);
@@ -147,10 +172,16 @@ fn a_fail_job_rule_on_disruption_target_spares_the_pod_while_another_candidate_e
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["r"]))]), "{}", out.explain());
 
     // Alone on the node, it is taken as lost work, and said so.
-    let alone = Scenario::new(policy("prefer", "")).node(node("n1", 1000, 8)).pods([job_pod("j", "etl", "n1", 1000)]).job(etl);
+    let alone =
+        Scenario::new(policy("prefer", "")).node(node("n1", 1000, 8)).pods([job_pod("j", "etl", "n1", 1000)]).job(etl);
     let out = alone.preempt(online(1000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["j"]))]), "{}", out.explain());
-    assert!(victim_detail(&out, "j").contains("Job default/etl: podFailurePolicy FailJob on DisruptionTarget: preemption fails the Job"), "{}", out.explain());
+    assert!(
+        victim_detail(&out, "j")
+            .contains("Job default/etl: podFailurePolicy FailJob on DisruptionTarget: preemption fails the Job"),
+        "{}",
+        out.explain()
+    );
 }
 
 #[test]
@@ -209,7 +240,11 @@ fn failures_the_view_has_seen_but_the_job_has_not_recorded_are_counted() {
     let s = job_beside_a_worker(job("train", 3, 1)).node(node("n2", 1000, 8)).pods([recorded]);
     let out = s.preempt(online(1000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["j"]))]), "{}", out.explain());
-    assert!(victim_detail(&out, "j").contains("preemption 2 of backoffLimit 3 (1 counted, 0 seen but not counted yet)"), "{}", out.explain());
+    assert!(
+        victim_detail(&out, "j").contains("preemption 2 of backoffLimit 3 (1 counted, 0 seen but not counted yet)"),
+        "{}",
+        out.explain()
+    );
 }
 
 #[test]
@@ -246,11 +281,19 @@ fn several_pods_of_one_job_in_one_answer_are_counted_together() {
 }
 
 fn indexed(name: &str, per_index: i32, failed_indexes: &[(u32, u32)]) -> Job {
-    Job { indexed: true, backoff_limit: i32::MAX, backoff_limit_per_index: Some(per_index), failed_indexes: failed_indexes.to_vec(), ..job(name, 0, 0) }
+    Job {
+        indexed: true,
+        backoff_limit: i32::MAX,
+        backoff_limit_per_index: Some(per_index),
+        failed_indexes: failed_indexes.to_vec(),
+        ..job(name, 0, 0)
+    }
 }
 
 fn index_pod(name: &str, job: &str, index: u32, failures: u32) -> Pod {
-    job_pod(name, job, "n1", 1000).annotate(COMPLETION_INDEX, &index.to_string()).annotate(INDEX_FAILURE_COUNT, &failures.to_string())
+    job_pod(name, job, "n1", 1000)
+        .annotate(COMPLETION_INDEX, &index.to_string())
+        .annotate(INDEX_FAILURE_COUNT, &failures.to_string())
 }
 
 #[test]
@@ -266,7 +309,10 @@ fn with_backoff_limit_per_index_an_index_at_its_limit_is_spared() {
     assert!(detail.contains("Job default/sweep: index 2: preemption 1 of backoffLimitPerIndex 1: recreated, the last failure the index allows; 1 index(es) failed already"), "{detail}");
 
     // Alone, the index at its limit is taken as lost work: the index fails.
-    let alone = Scenario::new(policy("prefer", "")).node(node("n1", 1000, 8)).pods([index_pod("i-3", "sweep", 3, 1)]).job(indexed("sweep", 1, &[]));
+    let alone = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 1000, 8))
+        .pods([index_pod("i-3", "sweep", 3, 1)])
+        .job(indexed("sweep", 1, &[]));
     let out = alone.preempt(online(1000), &["n1"]);
     assert!(out.has("victim", "lost"), "{}", out.explain());
     assert!(victim_detail(&out, "i-3").contains("preemption fails the index"), "{}", out.explain());
@@ -289,7 +335,9 @@ fn a_fail_index_rule_fails_the_index_at_once() {
 
 #[test]
 fn without_the_job_in_the_view_a_job_pod_is_costed_as_recreated_and_said_so() {
-    let s = Scenario::new(policy("prefer", "")).node(node("n1", 2000, 8)).pods([job_pod("j", "train", "n1", 1000), pod("r", "batch", Some("n1"), 1000)]);
+    let s = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 2000, 8))
+        .pods([job_pod("j", "train", "n1", 1000), pod("r", "batch", Some("n1"), 1000)]);
     let out = s.preempt(online(1000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["j"]))]), "{}", out.explain());
     assert!(victim_detail(&out, "j").contains("not in the cluster view"), "{}", out.explain());
@@ -358,11 +406,15 @@ fn a_real_job_decodes_to_what_decisions_read() {
     .unwrap();
     let indexed = indexed.into_model().unwrap();
     assert!(indexed.indexed);
-    assert_eq!((indexed.backoff_limit, indexed.backoff_limit_per_index, indexed.max_failed_indexes), (i32::MAX, Some(2), Some(5)));
+    assert_eq!(
+        (indexed.backoff_limit, indexed.backoff_limit_per_index, indexed.max_failed_indexes),
+        (i32::MAX, Some(2), Some(5))
+    );
     assert_eq!(indexed.failed_indexes, vec![(1, 1), (3, 5)]);
     assert_eq!(indexed.on_disruption, None);
 
-    let bad: JobJson = serde_json::from_value(json!({"metadata": {"name": "x"}, "status": {"failedIndexes": "2-1"}})).unwrap();
+    let bad: JobJson =
+        serde_json::from_value(json!({"metadata": {"name": "x"}, "status": {"failedIndexes": "2-1"}})).unwrap();
     assert!(bad.into_model().unwrap_err().to_string().contains("status.failedIndexes"));
 }
 
@@ -379,10 +431,12 @@ fn pod_json(name: &str, job: Option<&str>, started: &str) -> Value {
         "status": {"phase": "Running", "startTime": started},
     });
     if let Some(job) = job {
-        p["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": "0b1f3c", "controller": true}]);
+        p["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": "0b1f3c", "controller": true}]);
         p["metadata"]["finalizers"] = json!(["batch.kubernetes.io/job-tracking"]);
     } else {
-        p["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "1", "controller": true}]);
+        p["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "1", "controller": true}]);
     }
     p
 }
@@ -392,11 +446,23 @@ fn pod_json(name: &str, job: Option<&str>, started: &str) -> Value {
 fn cluster_json() -> Vec<Value> {
     let mut etl = real_job_json();
     etl["status"]["uncountedTerminatedPods"] = json!(null);
-    vec![node_json("n1"), etl, pod_json("etl-1", Some("etl"), "2027-01-15T07:50:00Z"), pod_json("worker", None, "2027-01-15T07:00:00Z")]
+    vec![
+        node_json("n1"),
+        etl,
+        pod_json("etl-1", Some("etl"), "2027-01-15T07:50:00Z"),
+        pod_json("worker", None, "2027-01-15T07:00:00Z"),
+    ]
 }
 
 fn preempt_on(view: &View, policy: &Policy) -> BTreeMap<String, Vec<String>> {
-    let ctx = coloc_extender::decide::Context { policy, view: Some(view), view_expected: true, now: NOW, detail: Default::default(), requeue: coloc_extender::decide::Requeue::disabled() };
+    let ctx = coloc_extender::decide::Context {
+        policy,
+        view: Some(view),
+        view_expected: true,
+        now: NOW,
+        detail: Default::default(),
+        requeue: coloc_extender::decide::Requeue::disabled(),
+    };
     let mut online = pod("preemptor", "online", None, 1000).ns("batch");
     online.priority_class_name = Some("online".into());
     let candidates = coloc_extender::wire::Candidates::Meta(BTreeMap::from([(
@@ -404,7 +470,11 @@ fn preempt_on(view: &View, policy: &Policy) -> BTreeMap<String, Vec<String>> {
         coloc_extender::wire::request::MetaVictims { uids: uids(&["etl-1", "worker"]), num_pdb_violations: 0 },
     )]));
     let out = coloc_extender::decide::preempt(&coloc_extender::wire::PreemptArgs { pod: online, candidates }, &ctx);
-    out.result.node_name_to_meta_victims.into_iter().map(|(n, v)| (n, v.pods.into_iter().map(|p| p.uid).collect())).collect()
+    out.result
+        .node_name_to_meta_victims
+        .into_iter()
+        .map(|(n, v)| (n, v.pods.into_iter().map(|p| p.uid).collect()))
+        .collect()
 }
 
 #[test]
@@ -424,21 +494,39 @@ async fn jobs_are_watched_and_their_pods_failures_followed() {
     let cell = Arc::new(ViewCell::default());
     let fresh = Arc::new(Freshness::default());
     let policy = policy("prefer", "");
-    let run = watch::run(api.client(), cell.clone(), Arc::new(ArcSwap::from_pointee(policy.clone())), fresh.clone(), Duration::from_millis(20));
+    let run = watch::run(
+        api.client(),
+        cell.clone(),
+        Arc::new(ArcSwap::from_pointee(policy.clone())),
+        fresh.clone(),
+        Duration::from_millis(20),
+    );
     let task = tokio::spawn(run);
     assert!(wait_until(|| cell.is_ready()).await, "view never synced: {:?}", fresh.unsynced_kinds());
 
     // The watched view decides as the snapshot of the same objects does.
-    let snap = View::build(snapshot::parse(json!({"kind": "List", "items": cluster_json()}).to_string().as_bytes()).unwrap(), &policy);
+    let snap = View::build(
+        snapshot::parse(json!({"kind": "List", "items": cluster_json()}).to_string().as_bytes()).unwrap(),
+        &policy,
+    );
     let live = cell.load().unwrap();
     assert_eq!(live.jobs().get("batch", "etl"), snap.jobs().get("batch", "etl"));
     assert_eq!(preempt_on(&live, &policy), preempt_on(&snap, &policy));
 
     // The Job changes its mind (Ignore on DisruptionTarget) and has room for failures.
     let mut etl = real_job_json();
-    etl["spec"]["podFailurePolicy"] = json!({"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]});
+    etl["spec"]["podFailurePolicy"] =
+        json!({"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]});
     api.apply(etl.clone());
-    assert!(wait_until(|| cell.load().unwrap().jobs().get("batch", "etl").is_some_and(|j| j.on_disruption == Some(DisruptionAction::Ignore))).await);
+    assert!(
+        wait_until(|| cell
+            .load()
+            .unwrap()
+            .jobs()
+            .get("batch", "etl")
+            .is_some_and(|j| j.on_disruption == Some(DisruptionAction::Ignore)))
+        .await
+    );
     assert_eq!(preempt_on(&cell.load().unwrap(), &policy), BTreeMap::from([("n1".into(), uids(&["etl-1"]))]));
 
     // No rule, backoffLimit 4, 1 failed, 1 recorded but not counted: a third failure
@@ -450,15 +538,25 @@ async fn jobs_are_watched_and_their_pods_failures_followed() {
     sibling["spec"]["nodeName"] = json!("n2");
     api.apply(sibling.clone());
     assert!(wait_until(|| cell.load().unwrap().pod("batch/etl-0").is_some()).await);
-    assert!(wait_until(|| cell.load().unwrap().jobs().get("batch", "etl").is_some_and(|j| j.on_disruption.is_none())).await);
-    assert_eq!(preempt_on(&cell.load().unwrap(), &policy), BTreeMap::from([("n1".into(), uids(&["etl-1"]))]), "2 failures, a third of 4 is allowed");
+    assert!(
+        wait_until(|| cell.load().unwrap().jobs().get("batch", "etl").is_some_and(|j| j.on_disruption.is_none())).await
+    );
+    assert_eq!(
+        preempt_on(&cell.load().unwrap(), &policy),
+        BTreeMap::from([("n1".into(), uids(&["etl-1"]))]),
+        "2 failures, a third of 4 is allowed"
+    );
 
     // The sibling is evicted (terminating, the Job's finalizer still on it): the view
     // counts the failure before the controller does...
     sibling["metadata"]["deletionTimestamp"] = json!("2027-01-15T07:59:50Z");
     api.apply(sibling.clone());
     assert!(wait_until(|| cell.load().unwrap().pod("batch/etl-0").is_some_and(|p| p.deletion_time.is_some())).await);
-    assert_eq!(preempt_on(&cell.load().unwrap(), &policy), BTreeMap::from([("n1".into(), uids(&["worker"]))]), "with the unrecorded failure, etl-1's would be the last one: the worker goes instead");
+    assert_eq!(
+        preempt_on(&cell.load().unwrap(), &policy),
+        BTreeMap::from([("n1".into(), uids(&["worker"]))]),
+        "with the unrecorded failure, etl-1's would be the last one: the worker goes instead"
+    );
     // ... and still once it has failed and left the view (the pod watch skips terminal
     // pods), until the Job is written again.
     sibling["status"]["phase"] = json!("Failed");
@@ -468,7 +566,10 @@ async fn jobs_are_watched_and_their_pods_failures_followed() {
     // The controller records it: counted once, by the Job.
     etl["status"]["uncountedTerminatedPods"] = json!({"failed": ["7c2e", "uid-etl-0"]});
     api.apply(etl);
-    assert!(wait_until(|| cell.load().unwrap().jobs().get("batch", "etl").is_some_and(|j| j.uncounted_failed.len() == 2)).await);
+    assert!(
+        wait_until(|| cell.load().unwrap().jobs().get("batch", "etl").is_some_and(|j| j.uncounted_failed.len() == 2))
+            .await
+    );
     let live = cell.load().unwrap();
     let etl = live.jobs().get("batch", "etl").unwrap();
     assert_eq!(live.jobs().uncounted_failures(etl), 2);

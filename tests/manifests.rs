@@ -23,7 +23,12 @@ fn grants(role: &Value) -> Vec<String> {
         for group in rule["apiGroups"].as_sequence().unwrap() {
             for res in rule["resources"].as_sequence().unwrap() {
                 for verb in rule["verbs"].as_sequence().unwrap() {
-                    granted.push(format!("{}/{}:{}", group.as_str().unwrap(), res.as_str().unwrap(), verb.as_str().unwrap()));
+                    granted.push(format!(
+                        "{}/{}:{}",
+                        group.as_str().unwrap(),
+                        res.as_str().unwrap(),
+                        verb.as_str().unwrap()
+                    ));
                 }
             }
         }
@@ -36,7 +41,19 @@ fn grants(role: &Value) -> Vec<String> {
 fn the_cluster_role_reads_what_the_view_watches_and_writes_only_events_and_guard_removals() {
     let granted = grants(&load("clusterrole.yaml"));
     let read = |r: &str| ["get", "list", "watch"].map(|v| format!("{r}:{v}"));
-    let mut expected: Vec<String> = ["/nodes", "/pods", "batch/jobs", "policy/poddisruptionbudgets", "scheduling.k8s.io/podgroups", "scheduling.k8s.io/priorityclasses", "scheduling.volcano.sh/podgroups", "scheduling.x-k8s.io/podgroups"].iter().flat_map(|r| read(r)).collect();
+    let mut expected: Vec<String> = [
+        "/nodes",
+        "/pods",
+        "batch/jobs",
+        "policy/poddisruptionbudgets",
+        "scheduling.k8s.io/podgroups",
+        "scheduling.k8s.io/priorityclasses",
+        "scheduling.volcano.sh/podgroups",
+        "scheduling.x-k8s.io/podgroups",
+    ]
+    .iter()
+    .flat_map(|r| read(r))
+    .collect();
     // Events on preemptors (serve --events): the Warning/Normal `kubectl describe pod` shows.
     expected.extend(["events.k8s.io/events:create".to_string(), "events.k8s.io/events:patch".to_string()]);
     // Guards earlier releases left are taken off in every mode (bounded by the policy).
@@ -61,14 +78,28 @@ fn the_deployment_is_hardened_and_probed() {
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], Value::from("/healthz"));
     assert!(c["resources"]["limits"]["memory"].is_string() && c["resources"]["requests"]["cpu"].is_string());
     let args: Vec<&str> = c["args"].as_sequence().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
-    for flag in ["--kube", "--tls-cert", "--client-ca", "--health-listen", "--policy", "--events", "--admin-listen=0.0.0.0:8082"] {
+    for flag in [
+        "--kube",
+        "--tls-cert",
+        "--client-ca",
+        "--health-listen",
+        "--policy",
+        "--events",
+        "--admin-listen=0.0.0.0:8082",
+    ] {
         assert!(args.contains(&flag), "missing {flag}");
     }
     assert!(!spec["affinity"]["podAntiAffinity"].is_null());
     // Prometheus scrapes the admin port, the only one serving /metrics.
     let annotations = &d["spec"]["template"]["metadata"]["annotations"];
-    assert_eq!((&annotations["prometheus.io/port"], &annotations["prometheus.io/path"]), (&Value::from("8082"), &Value::from("/metrics")));
-    assert_eq!(container_ports(&d), [("https".to_string(), 8443), ("health".to_string(), 8081), ("admin".to_string(), 8082)]);
+    assert_eq!(
+        (&annotations["prometheus.io/port"], &annotations["prometheus.io/path"]),
+        (&Value::from("8082"), &Value::from("/metrics"))
+    );
+    assert_eq!(
+        container_ports(&d),
+        [("https".to_string(), 8443), ("health".to_string(), 8081), ("admin".to_string(), 8082)]
+    );
 }
 
 /// The extender container's ports, (name, number).
@@ -97,7 +128,9 @@ fn the_network_policy_opens_the_verb_and_health_ports_and_the_admin_port_to_moni
     // Each rule's ports, resolved against the container's named ports, with its sources.
     let named = container_ports(&d);
     let number = |p: &Value| match p {
-        Value::String(name) => named.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no container port {name}")).1,
+        Value::String(name) => {
+            named.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no container port {name}")).1
+        }
         other => other.as_i64().unwrap(),
     };
     let mut rules: Vec<(Vec<i64>, Value)> = spec["ingress"]
@@ -111,7 +144,9 @@ fn the_network_policy_opens_the_verb_and_health_ports_and_the_admin_port_to_moni
         })
         .collect();
     rules.sort_by(|a, b| a.0.cmp(&b.0));
-    let monitoring: Value = serde_yaml_ng::from_str("[{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]").unwrap();
+    let monitoring: Value =
+        serde_yaml_ng::from_str("[{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]")
+            .unwrap();
     // No `from`: any source (kube-scheduler is often host-networked; --client-ca guards 8443).
     assert_eq!(rules, [(vec![8081, 8443], Value::Null), (vec![8082], monitoring)]);
 }
@@ -161,16 +196,24 @@ fn wake_writes_are_an_opt_in_component_limited_to_pods_in_the_extenders_namespac
 /// ServiceAccounts (what it allows is shown on a real API server: tests/e2e/privilege.rs).
 #[test]
 fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
-    let account = |dir: &str| load(&format!("{dir}serviceaccount.yaml"))["metadata"]["name"].as_str().unwrap().to_string();
+    let account =
+        |dir: &str| load(&format!("{dir}serviceaccount.yaml"))["metadata"]["name"].as_str().unwrap().to_string();
     let kustomization = load("kustomization.yaml");
-    let files: Vec<&str> = kustomization["resources"].as_sequence().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    let files: Vec<&str> =
+        kustomization["resources"].as_sequence().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
     for f in ["validatingadmissionpolicy.yaml", "validatingadmissionpolicybinding.yaml"] {
         assert!(files.contains(&f), "the base lacks {f}: {files:?}");
     }
     let policy = load("validatingadmissionpolicy.yaml");
     let binding = load("validatingadmissionpolicybinding.yaml");
-    assert_eq!((&policy["apiVersion"], &policy["kind"]), (&Value::from("admissionregistration.k8s.io/v1"), &Value::from("ValidatingAdmissionPolicy")));
-    assert_eq!((&binding["apiVersion"], &binding["kind"]), (&Value::from("admissionregistration.k8s.io/v1"), &Value::from("ValidatingAdmissionPolicyBinding")));
+    assert_eq!(
+        (&policy["apiVersion"], &policy["kind"]),
+        (&Value::from("admissionregistration.k8s.io/v1"), &Value::from("ValidatingAdmissionPolicy"))
+    );
+    assert_eq!(
+        (&binding["apiVersion"], &binding["kind"]),
+        (&Value::from("admissionregistration.k8s.io/v1"), &Value::from("ValidatingAdmissionPolicyBinding"))
+    );
     assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
     assert_eq!(binding["spec"]["validationActions"], Value::from(vec!["Deny"]));
     assert!(binding["spec"]["matchResources"].is_null(), "every namespace, kube-system included");
@@ -185,7 +228,10 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
     assert_eq!(conditions.len(), 1);
     let matched = conditions[0]["expression"].as_str().unwrap();
     // Both accounts, in whatever namespace kustomization.yaml installs them.
-    assert_eq!((account(""), account("uninstall/")), ("coloc-extender".to_string(), "coloc-extender-uninstall".to_string()));
+    assert_eq!(
+        (account(""), account("uninstall/")),
+        ("coloc-extender".to_string(), "coloc-extender-uninstall".to_string())
+    );
     assert!(matched.contains("matches('^system:serviceaccount:[^:]+:coloc-extender(-uninstall)?$')"), "{matched}");
     for v in spec["validations"].as_sequence().unwrap() {
         let message = v["message"].as_str().unwrap();
@@ -195,7 +241,10 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
     for component in ["requeue", "wake"] {
         let k = load(&format!("{component}/kustomization.yaml"));
         let files = serde_yaml_ng::to_string(&k["resources"]).unwrap();
-        assert!(!files.contains("admissionpolicy"), "{component} ships a policy of its own: every policy must pass, so one bounds all");
+        assert!(
+            !files.contains("admissionpolicy"),
+            "{component} ships a policy of its own: every policy must pass, so one bounds all"
+        );
     }
     use coloc_extender::{requeue, wake};
     let text = serde_yaml_ng::to_string(spec).unwrap();
@@ -210,10 +259,22 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
 #[test]
 fn the_uninstall_job_has_its_own_narrow_rbac() {
     let kustomization = load("uninstall/kustomization.yaml");
-    let files: Vec<&str> = kustomization["resources"].as_sequence().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    let files: Vec<&str> =
+        kustomization["resources"].as_sequence().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
     assert_eq!(files, ["serviceaccount.yaml", "clusterrole.yaml", "clusterrolebinding.yaml", "job.yaml"]);
     let granted = grants(&load("uninstall/clusterrole.yaml"));
-    let mut expected: Vec<String> = ["/pods:get", "/pods:list", "/pods:patch", "/pods:create", "/pods:delete", "/events:list", "events.k8s.io/events:create", "events.k8s.io/events:patch"].map(String::from).to_vec();
+    let mut expected: Vec<String> = [
+        "/pods:get",
+        "/pods:list",
+        "/pods:patch",
+        "/pods:create",
+        "/pods:delete",
+        "/events:list",
+        "events.k8s.io/events:create",
+        "events.k8s.io/events:patch",
+    ]
+    .map(String::from)
+    .to_vec();
     expected.sort();
     assert_eq!(granted, expected);
     let job = load("uninstall/job.yaml");
@@ -237,7 +298,10 @@ fn the_per_pod_verbs_profile_sends_every_pod_to_preempt_and_only_marked_ones_to_
     assert!(every_pod["filterVerb"].is_null() && every_pod["prioritizeVerb"].is_null());
     assert!(every_pod["managedResources"].is_null());
     // B: filter and prioritize for pods with the marker, which kube-scheduler's fit ignores.
-    assert_eq!((&marked["filterVerb"], &marked["prioritizeVerb"]), (&Value::from("filter"), &Value::from("prioritize")));
+    assert_eq!(
+        (&marked["filterVerb"], &marked["prioritizeVerb"]),
+        (&Value::from("filter"), &Value::from("prioritize"))
+    );
     assert!(marked["preemptVerb"].is_null());
     assert!(marked["weight"].as_i64().unwrap() > 0);
     let managed = marked["managedResources"].as_sequence().unwrap();

@@ -43,22 +43,27 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     let round = "tests/fixtures/payloads/r1-nodecache-false";
     let policy = Policy::builtin_default();
     let view = Arc::new(ViewCell::default());
-    view.publish(View::build(snapshot::parse(repo(&format!("{round}/0037-preempt.snapshot.json")).as_bytes()).unwrap(), &policy));
+    view.publish(View::build(
+        snapshot::parse(repo(&format!("{round}/0037-preempt.snapshot.json")).as_bytes()).unwrap(),
+        &policy,
+    ));
     let state = AppState::new(policy, view, ViewSource::Snapshot);
     let (app, admin) = (router(state.clone(), ""), admin_router(state));
     // What a replica with --kube registers at start, once the recorder is installed
     // (requeue's and the old guards' series).
     coloc_extender::requeue::kube::register_metrics();
-    for (verb, file) in [("filter", "0001-filter.json"), ("prioritize", "0002-prioritize.json"), ("preempt", "0037-preempt.json")] {
-        let req = Request::post(format!("/{verb}")).header("content-type", "application/json").body(Body::from(repo(&format!("{round}/{file}")))).unwrap();
+    for (verb, file) in
+        [("filter", "0001-filter.json"), ("prioritize", "0002-prioritize.json"), ("preempt", "0037-preempt.json")]
+    {
+        let req = Request::post(format!("/{verb}"))
+            .header("content-type", "application/json")
+            .body(Body::from(repo(&format!("{round}/{file}"))))
+            .unwrap();
         call(&app, req).await;
     }
     let exported = call(&admin, Request::get("/metrics").body(Body::empty()).unwrap()).await;
-    let exported: BTreeSet<&str> = exported
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| l.split(['{', ' ']).next())
-        .collect();
+    let exported: BTreeSet<&str> =
+        exported.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split(['{', ' ']).next()).collect();
 
     let dashboard = repo("manifests/monitoring/coloc-extender-dashboard.json");
     let json: serde_json::Value = serde_json::from_str(&dashboard).expect("the dashboard is JSON");
@@ -66,7 +71,12 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     let rules = repo("manifests/monitoring/prometheusrule.yaml");
     let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&rules).unwrap();
     assert_eq!(yaml["kind"], serde_yaml_ng::Value::from("PrometheusRule"));
-    let alerts: Vec<&str> = yaml["spec"]["groups"][0]["rules"].as_sequence().unwrap().iter().map(|r| r["alert"].as_str().unwrap()).collect();
+    let alerts: Vec<&str> = yaml["spec"]["groups"][0]["rules"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|r| r["alert"].as_str().unwrap())
+        .collect();
     assert_eq!(
         alerts,
         [
@@ -86,15 +96,25 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
         let used = metric_names(text);
         assert!(used.len() >= 4, "{what} uses {used:?}");
         let missing: Vec<&String> = used.iter().filter(|n| !exported.contains(n.as_str())).collect();
-        assert!(missing.is_empty(), "{what} uses metrics /metrics does not export: {missing:?}\nexported: {exported:?}");
+        assert!(
+            missing.is_empty(),
+            "{what} uses metrics /metrics does not export: {missing:?}\nexported: {exported:?}"
+        );
     }
     // What the issue asks the dashboard to show.
-    for needed in ["coloc_request_duration_seconds_bucket", "coloc_requests_total", "coloc_decisions_total", "coloc_view_stale",
-        "coloc_requeue_replacements_total", "coloc_shadow_diffs_total"] {
+    for needed in [
+        "coloc_request_duration_seconds_bucket",
+        "coloc_requests_total",
+        "coloc_decisions_total",
+        "coloc_view_stale",
+        "coloc_requeue_replacements_total",
+        "coloc_shadow_diffs_total",
+    ] {
         assert!(dashboard.contains(needed), "the dashboard lacks {needed}");
     }
 
-    let component: serde_yaml_ng::Value = serde_yaml_ng::from_str(&repo("manifests/monitoring/kustomization.yaml")).unwrap();
+    let component: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&repo("manifests/monitoring/kustomization.yaml")).unwrap();
     assert_eq!(component["kind"], serde_yaml_ng::Value::from("Component"));
     let base: serde_yaml_ng::Value = serde_yaml_ng::from_str(&repo("manifests/kustomization.yaml")).unwrap();
     let on = serde_yaml_ng::to_string(&base["components"]).unwrap();
@@ -158,5 +178,8 @@ fn the_metric_reference_lists_every_metric_the_code_records_and_nothing_else() {
     assert!(recorded.len() >= 30, "{recorded:?}");
     let missing: Vec<_> = recorded.difference(&rows).collect();
     let stale: Vec<_> = rows.difference(&recorded).collect();
-    assert!(missing.is_empty() && stale.is_empty(), "docs/metrics.md lacks {missing:?} and lists {stale:?} the code does not record");
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "docs/metrics.md lacks {missing:?} and lists {stale:?} the code does not record"
+    );
 }

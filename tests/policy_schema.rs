@@ -107,7 +107,10 @@ fn the_checked_in_schema_is_the_generated_one() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let generated = String::from_utf8(out.stdout).unwrap();
     let file = std::fs::read_to_string(root().join("policy/policy.schema.json")).unwrap();
-    assert!(generated == file, "policy/policy.schema.json is stale: coloc-extender policy-schema > policy/policy.schema.json");
+    assert!(
+        generated == file,
+        "policy/policy.schema.json is stale: coloc-extender policy-schema > policy/policy.schema.json"
+    );
 }
 
 #[test]
@@ -139,7 +142,10 @@ fn shape_mistakes_are_refused_by_the_schema_as_by_check_policy() {
         ("a negative count", "maxCandidates: -1\ndefaultClass: a\nclasses: [{name: a}]\n"),
         ("an unknown gang source", "defaultClass: a\ngangs: {sources: {slurm: true}}\nclasses: [{name: a}]\n"),
         ("an unknown bare-pod rule", "defaultClass: a\nclasses: [{name: a, victim: {allowed: true, bare: keep}}]\n"),
-        ("labels that are not strings", "defaultClass: a\nclasses: [{name: a, placement: {requireNodeLabels: {pool: [x]}}}]\n"),
+        (
+            "labels that are not strings",
+            "defaultClass: a\nclasses: [{name: a, placement: {requireNodeLabels: {pool: [x]}}}]\n",
+        ),
         ("a missing default class", "classes: [{name: a}]\n"),
     ];
     for (what, yaml) in mistakes {

@@ -4,9 +4,9 @@ mod common;
 
 use std::collections::HashMap;
 
-use common::*;
 use coloc_extender::decide::fit::{fits, NodeUsage};
 use coloc_extender::model::Pod;
+use common::*;
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -45,7 +45,11 @@ type Cluster = Vec<(i64, Vec<GenPod>)>;
 
 /// Adds the generated nodes to `s`, and the pods that fit on them (kube-scheduler never
 /// overcommits a node), each finished by `finish`. Returns the node names.
-fn lay_out(mut s: Scenario, nodes: &Cluster, mut finish: impl FnMut(&mut Scenario, Pod, &GenPod) -> Pod) -> (Scenario, Vec<String>) {
+fn lay_out(
+    mut s: Scenario,
+    nodes: &Cluster,
+    mut finish: impl FnMut(&mut Scenario, Pod, &GenPod) -> Pod,
+) -> (Scenario, Vec<String>) {
     let mut names = Vec::new();
     for (i, (cpu, pods)) in nodes.iter().enumerate() {
         let name = format!("n{i}");

@@ -5,8 +5,8 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::*;
 use coloc_extender::model::Resources;
+use common::*;
 
 fn online(cpu: i64) -> coloc_extender::model::Pod {
     pod("preemptor", "online", None, cpu)
@@ -16,14 +16,12 @@ fn online(cpu: i64) -> coloc_extender::model::Pod {
 fn evicts_only_what_the_preemptor_needs_newest_first() {
     // 4 CPU node full of 1-CPU batch pods; the preemptor needs 2 CPU. The two pods that
     // ran least are the cheapest to lose.
-    let s = Scenario::new(policy("strict", ""))
-        .node(node("n1", 4000, 8))
-        .pods([
-            pod("b-1", "batch", Some("n1"), 1000).started(4000),
-            pod("b-2", "batch", Some("n1"), 1000).started(3000),
-            pod("b-3", "batch", Some("n1"), 1000).started(2000),
-            pod("b-4", "batch", Some("n1"), 1000).started(1000),
-        ]);
+    let s = Scenario::new(policy("strict", "")).node(node("n1", 4000, 8)).pods([
+        pod("b-1", "batch", Some("n1"), 1000).started(4000),
+        pod("b-2", "batch", Some("n1"), 1000).started(3000),
+        pod("b-3", "batch", Some("n1"), 1000).started(2000),
+        pod("b-4", "batch", Some("n1"), 1000).started(1000),
+    ]);
     let out = s.preempt(online(2000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["b-3", "b-4"]))]), "{}", out.explain());
     assert_eq!(out.violations("n1"), 0);
@@ -48,7 +46,8 @@ fn a_nodes_pods_are_explained_in_name_order_whatever_order_they_arrived_in() {
         .node(node("n1", 3000, 8))
         .pods(["c", "a", "b"].map(|n| pod(n, "batch", Some("n1"), 1000).bare()));
     let out = s.preempt(online(2000), &["n1"]);
-    let spared: Vec<&str> = out.explanations.iter().filter(|e| e.verdict == "spared").filter_map(|e| e.pod.as_deref()).collect();
+    let spared: Vec<&str> =
+        out.explanations.iter().filter(|e| e.verdict == "spared").filter_map(|e| e.pod.as_deref()).collect();
     assert_eq!(spared, ["default/a", "default/b", "default/c"], "{}", out.explain());
 }
 
@@ -105,9 +104,10 @@ fn preemption_policy_never_always_wins() {
 #[test]
 fn minimum_runtime_protects_fresh_pods() {
     // batch has minRuntime 10m: a pod started 60 s ago is protected.
-    let s = Scenario::new(policy("strict", ""))
-        .node(node("n1", 2000, 8))
-        .pods([pod("fresh", "batch", Some("n1"), 1000).started(60), pod("old", "batch", Some("n1"), 1000).started(7200)]);
+    let s = Scenario::new(policy("strict", "")).node(node("n1", 2000, 8)).pods([
+        pod("fresh", "batch", Some("n1"), 1000).started(60),
+        pod("old", "batch", Some("n1"), 1000).started(7200),
+    ]);
     let out = s.preempt(online(1000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["old"]))]), "{}", out.explain());
     assert!(out.has("spared", "min_runtime"));
@@ -118,7 +118,11 @@ fn strict_pdb_is_never_violated() {
     // Three pods under a PDB that allows one disruption; the preemptor needs two.
     let s = Scenario::new(policy("strict", ""))
         .node(node("n1", 3000, 8))
-        .pods([pod("w-1", "batch", Some("n1"), 1000), pod("w-2", "batch", Some("n1"), 1000), pod("w-3", "batch", Some("n1"), 1000)])
+        .pods([
+            pod("w-1", "batch", Some("n1"), 1000),
+            pod("w-2", "batch", Some("n1"), 1000),
+            pod("w-3", "batch", Some("n1"), 1000),
+        ])
         .pdb(pdb("w-pdb", "w", 1));
     let out = s.preempt(online(2000), &["n1"]);
     assert!(out.victims().is_empty(), "{}", out.explain());
@@ -129,7 +133,11 @@ fn strict_pdb_is_never_violated() {
 fn best_effort_pdb_is_violated_only_as_needed_and_counted() {
     let s = Scenario::new(policy("prefer", ""))
         .node(node("n1", 3000, 8))
-        .pods([pod("w-1", "batch", Some("n1"), 1000), pod("w-2", "batch", Some("n1"), 1000), pod("w-3", "batch", Some("n1"), 1000)])
+        .pods([
+            pod("w-1", "batch", Some("n1"), 1000),
+            pod("w-2", "batch", Some("n1"), 1000),
+            pod("w-3", "batch", Some("n1"), 1000),
+        ])
         .pdb(pdb("w-pdb", "w", 1));
     let out = s.preempt(online(2000), &["n1"]);
     assert_eq!(out.victims()["n1"].len(), 2, "{}", out.explain());
@@ -183,10 +191,12 @@ fn member(name: &str, node: &str, min: &str) -> coloc_extender::model::Pod {
 #[test]
 fn gang_surplus_members_may_go() {
     // 4 members, minimum 2: evicting two on n1 leaves the gang whole.
-    let s = Scenario::new(policy("strict", ""))
-        .node(node("n1", 2000, 8))
-        .node(node("n2", 2000, 8))
-        .pods([member("m-1", "n1", "2"), member("m-2", "n1", "2"), member("m-3", "n2", "2"), member("m-4", "n2", "2")]);
+    let s = Scenario::new(policy("strict", "")).node(node("n1", 2000, 8)).node(node("n2", 2000, 8)).pods([
+        member("m-1", "n1", "2"),
+        member("m-2", "n1", "2"),
+        member("m-3", "n2", "2"),
+        member("m-4", "n2", "2"),
+    ]);
     let out = s.preempt(online(2000), &["n1"]);
     assert_eq!(out.victims()["n1"].len(), 2, "{}", out.explain());
     assert!(out.has("charged", "gang_surplus"));
@@ -213,10 +223,11 @@ fn a_gang_is_not_broken_when_another_node_avoids_it() {
 
 #[test]
 fn a_gang_broken_for_lack_of_choice_is_charged_whole() {
-    let s = Scenario::new(policy("strict", ""))
-        .node(node("n1", 1000, 8))
-        .node(node("n3", 2000, 8))
-        .pods([member("m-1", "n1", "3"), member("m-2", "n3", "3"), member("m-3", "n3", "3")]);
+    let s = Scenario::new(policy("strict", "")).node(node("n1", 1000, 8)).node(node("n3", 2000, 8)).pods([
+        member("m-1", "n1", "3"),
+        member("m-2", "n3", "3"),
+        member("m-3", "n3", "3"),
+    ]);
     let out = s.preempt(online(1000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["m-1"]))]), "{}", out.explain());
     let charged = out.explanations.iter().find(|e| e.code == "gang_broken").expect("gang charged");
@@ -226,14 +237,11 @@ fn a_gang_broken_for_lack_of_choice_is_charged_whole() {
 #[test]
 fn the_tenant_with_the_highest_share_gives_first() {
     // Tenant "big" holds 5 CPU elsewhere, "small" 1 CPU: on n1 each has one equal pod.
-    let s = Scenario::new(policy("strict", ""))
-        .node(node("n1", 2000, 8))
-        .node(node("n2", 8000, 8))
-        .pods([
-            pod("a", "batch", Some("n1"), 1000).ns("big"),
-            pod("b", "batch", Some("n1"), 1000).ns("small"),
-            pod("big-elsewhere", "batch", Some("n2"), 4000).ns("big"),
-        ]);
+    let s = Scenario::new(policy("strict", "")).node(node("n1", 2000, 8)).node(node("n2", 8000, 8)).pods([
+        pod("a", "batch", Some("n1"), 1000).ns("big"),
+        pod("b", "batch", Some("n1"), 1000).ns("small"),
+        pod("big-elsewhere", "batch", Some("n2"), 4000).ns("big"),
+    ]);
     let out = s.preempt(online(1000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["a"]))]), "{}", out.explain());
 }
@@ -266,9 +274,10 @@ fn host_port_conflicts_are_resolved_by_evicting_the_holder() {
 fn extended_resources_count() {
     let mut n = node("gpu", 8000, 8);
     n.allocatable.scalar.insert("example.com/gpu".into(), 2);
-    let s = Scenario::new(policy("strict", ""))
-        .node(n)
-        .pods([pod("cpu-only", "batch", Some("gpu"), 1000), pod("gpu-user", "batch", Some("gpu"), 500).scalar("example.com/gpu", 2)]);
+    let s = Scenario::new(policy("strict", "")).node(n).pods([
+        pod("cpu-only", "batch", Some("gpu"), 1000),
+        pod("gpu-user", "batch", Some("gpu"), 500).scalar("example.com/gpu", 2),
+    ]);
     let out = s.preempt(online(500).scalar("example.com/gpu", 1), &["gpu"]);
     assert_eq!(out.victims(), BTreeMap::from([("gpu".into(), uids(&["gpu-user"]))]), "{}", out.explain());
 }
@@ -289,9 +298,12 @@ fn init_containers_and_overhead_are_counted() {
     let k8s: coloc_extender::wire::k8s::Pod = serde_json::from_value(raw).unwrap();
     let preemptor = k8s.into_model().unwrap();
     assert_eq!(preemptor.requests, Resources { milli_cpu: 3250, ..Default::default() });
-    let s = Scenario::new(policy("strict", ""))
-        .node(node("n1", 4000, 8))
-        .pods([pod("b-1", "batch", Some("n1"), 1000), pod("b-2", "batch", Some("n1"), 1000), pod("b-3", "batch", Some("n1"), 1000), pod("b-4", "batch", Some("n1"), 1000)]);
+    let s = Scenario::new(policy("strict", "")).node(node("n1", 4000, 8)).pods([
+        pod("b-1", "batch", Some("n1"), 1000),
+        pod("b-2", "batch", Some("n1"), 1000),
+        pod("b-3", "batch", Some("n1"), 1000),
+        pod("b-4", "batch", Some("n1"), 1000),
+    ]);
     let out = s.preempt(preemptor, &["n1"]);
     assert_eq!(out.victims()["n1"].len(), 4, "3.25 CPU needs all four: {}", out.explain());
 }
@@ -364,15 +376,12 @@ fn without_a_view_uids_cannot_be_judged() {
 
 #[test]
 fn without_a_view_kube_victims_are_kept_only_if_all_allowed() {
-    let s = Scenario::new(policy("strict", ""))
-        .node(node("n1", 2000, 8))
-        .node(node("n2", 2000, 8))
-        .pods([
-            pod("ok-1", "free", Some("n1"), 1000),
-            pod("ok-2", "batch", Some("n1"), 1000),
-            pod("ok-3", "batch", Some("n2"), 1000),
-            pod("bare", "free", Some("n2"), 1000).bare(),
-        ]);
+    let s = Scenario::new(policy("strict", "")).node(node("n1", 2000, 8)).node(node("n2", 2000, 8)).pods([
+        pod("ok-1", "free", Some("n1"), 1000),
+        pod("ok-2", "batch", Some("n1"), 1000),
+        pod("ok-3", "batch", Some("n2"), 1000),
+        pod("bare", "free", Some("n2"), 1000).bare(),
+    ]);
     let p = online(2000);
     let out = s.preempt_with(p.clone(), s.full_candidates(&p, &["n1", "n2"]), None);
     // n1 kept with kube's own victims, re-sorted by descending priority; n2 vetoed.
@@ -482,7 +491,10 @@ fn between_offline_tenants_fair_share_decides_who_may_be_preempted() {
                 pod("poor-1", "free", Some("n1"), 1000).ns("poor"),
             ]);
         s = if poor_only {
-            s.pods([pod("rich-1", "free", Some("n2"), 1000).ns("rich"), pod("mid-2", "batch", Some("n1"), 1000).ns("mid").started(60)])
+            s.pods([
+                pod("rich-1", "free", Some("n2"), 1000).ns("rich"),
+                pod("mid-2", "batch", Some("n1"), 1000).ns("mid").started(60),
+            ])
         } else {
             s.pods([pod("rich-1", "free", Some("n1"), 1000).ns("rich")])
         };
@@ -507,7 +519,9 @@ fn on_one_node_a_pdb_violation_is_preferred_to_breaking_a_gang() {
     // n1 (3 CPU): two workers whose PDB allows one disruption, and one member of a
     // two-member gang (the other runs on n2). The preemptor needs 2 CPU: either both
     // workers (one PDB violation) or a worker and the gang member (gang broken).
-    let gang = |p: coloc_extender::model::Pod| p.label("scheduling.x-k8s.io/pod-group", "g").annotate("pod-group.scheduling.sigs.k8s.io/min-available", "2");
+    let gang = |p: coloc_extender::model::Pod| {
+        p.label("scheduling.x-k8s.io/pod-group", "g").annotate("pod-group.scheduling.sigs.k8s.io/min-available", "2")
+    };
     let s = Scenario::new(policy("prefer", ""))
         .node(node("n1", 3000, 8))
         .node(node("n2", 1000, 8))

@@ -86,7 +86,8 @@ fn an_online_pod_is_ranked_by_kube_scheduler_alone() {
 fn a_node_the_view_says_is_full_scores_1_if_eviction_would_make_room_and_0_if_not() {
     // A batch pod may evict free pods, never other batch pods.
     let nodes = vec![node("room", 8000, 64), node("full-of-free", 8000, 64), node("full-of-batch", 8000, 64)];
-    let pods = [filled("room", 6, "free"), filled("full-of-free", 8, "free"), filled("full-of-batch", 8, "batch")].concat();
+    let pods =
+        [filled("room", 6, "free"), filled("full-of-free", 8, "free"), filled("full-of-batch", 8, "batch")].concat();
     let s = scores(&request("batch", 2000, &["room", "full-of-free", "full-of-batch"]), Some(&view(nodes, pods)));
     assert_eq!((s["full-of-free"], s["full-of-batch"]), (1, 0), "{s:?}");
     assert!(s["room"] > 1, "{s:?}");

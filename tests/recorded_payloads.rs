@@ -50,7 +50,9 @@ fn names(snapshot_path: &Path) -> HashMap<String, String> {
         .unwrap()
         .iter()
         .filter(|i| i["kind"] == "Pod")
-        .map(|p| (p["metadata"]["uid"].as_str().unwrap().to_string(), p["metadata"]["name"].as_str().unwrap().to_string()))
+        .map(|p| {
+            (p["metadata"]["uid"].as_str().unwrap().to_string(), p["metadata"]["name"].as_str().unwrap().to_string())
+        })
         .collect()
 }
 
@@ -72,7 +74,8 @@ fn run_preempt_in(rec: &Recorded, policy: &Policy, view: Option<&View>) -> (Vict
         .expect("preempt always answers NodeNameToMetaVictims")
         .iter()
         .map(|(node, v)| {
-            let pods = v["Pods"].as_array().unwrap().iter().map(|p| names[p["UID"].as_str().unwrap()].clone()).collect();
+            let pods =
+                v["Pods"].as_array().unwrap().iter().map(|p| names[p["UID"].as_str().unwrap()].clone()).collect();
             (node.clone(), (pods, v["NumPDBViolations"].as_i64().unwrap()))
         })
         .collect();
@@ -96,10 +99,13 @@ fn map(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 /// node → (victim names, sorted; NumPDBViolations).
 fn sorted(victims: Victims) -> BTreeMap<String, (Vec<String>, i64)> {
-    victims.into_iter().map(|(n, (mut pods, v))| {
-        pods.sort();
-        (n, (pods, v))
-    }).collect()
+    victims
+        .into_iter()
+        .map(|(n, (mut pods, v))| {
+            pods.sort();
+            (n, (pods, v))
+        })
+        .collect()
 }
 
 fn expect(node: &str, pods: &[&str], violations: i64) -> BTreeMap<String, (Vec<String>, i64)> {
@@ -143,18 +149,24 @@ fn default_policy_with_view_places_every_online_pod_and_requeues_bare_victims(
         .filter(|i| i["kind"] == "Pod" && i["metadata"]["ownerReferences"].as_array().is_some_and(|o| !o.is_empty()))
         .map(|p| p["metadata"]["name"].as_str().unwrap())
         .collect();
-    let bare: Vec<&str> = victims.values().flat_map(|(pods, _)| pods).map(String::as_str).filter(|n| !owned.contains(n)).collect();
+    let bare: Vec<&str> =
+        victims.values().flat_map(|(pods, _)| pods).map(String::as_str).filter(|n| !owned.contains(n)).collect();
     assert_eq!(requeued.len(), bare.len(), "{requeued:?} vs {bare:?}");
     for r in &a.requeues {
         assert!(bare.contains(&r.name.as_str()));
         assert!(r.replacement.starts_with(&format!("{}-rq-", r.name)));
         assert_eq!(r.attempt, 1);
-        assert!(a.explanations.iter().any(|e| e.code == "requeued" && e.detail.contains(&format!("requeued as {}", r.replacement))));
+        assert!(a
+            .explanations
+            .iter()
+            .any(|e| e.code == "requeued" && e.detail.contains(&format!("requeued as {}", r.replacement))));
     }
 }
 
 #[rstest]
-fn default_policy_without_view_keeps_kubes_victims_where_every_one_is_allowed(#[values("0037", "0039", "0041", "0043")] seq: &str) {
+fn default_policy_without_view_keeps_kubes_victims_where_every_one_is_allowed(
+    #[values("0037", "0039", "0041", "0043")] seq: &str,
+) {
     // r1 carries kube's own victims. Gang members cannot be judged without a view (node-a1,
     // node-a2 dropped); elsewhere kube's victims are allowed, bare ones requeued, and the
     // cheapest node wins.
@@ -214,7 +226,9 @@ fn uids_without_a_view_are_never_passed_through(#[values("0037", "0039", "0041",
 }
 
 #[rstest]
-fn custom_policy_with_view_takes_recreatable_workers_not_bare_pods(#[values("r1-nodecache-false", "r2-nodecache-true")] round: &str) {
+fn custom_policy_with_view_takes_recreatable_workers_not_bare_pods(
+    #[values("r1-nodecache-false", "r2-nodecache-true")] round: &str,
+) {
     // Where kube-scheduler took gpu-batch-1 + free-3 (lost forever) or broke gang-a,
     // the policy takes three ReplicaSet workers on node-a2: they come back, the gang
     // stays whole, one PDB violation is the least any candidate needs (best-effort).
@@ -232,14 +246,19 @@ fn custom_policy_with_view_takes_recreatable_workers_not_bare_pods(#[values("r1-
 }
 
 #[rstest]
-fn custom_policy_counts_workers_evicted_since_the_pdb_status_was_written(#[values("r1-nodecache-false", "r2-nodecache-true")] round: &str) {
+fn custom_policy_counts_workers_evicted_since_the_pdb_status_was_written(
+    #[values("r1-nodecache-false", "r2-nodecache-true")] round: &str,
+) {
     // For online-3, worker-3 is gone (evicted for online-2) though the worker PDB's status
     // still allows 2: one more worker is all the budget left. Three workers would be two
     // violations; node-a1 costs one (train-1, maxUnavailable 0) and the free pod the custom
     // policy lets go (free: recreatableOnly false).
     let rec = preempt_request(round, "0039");
     let (victims, reasons) = run_preempt(&rec, &policy("policy/custom-priority-classes.yaml"), true);
-    let expected: Victims = BTreeMap::from([("node-a1".to_string(), (vec!["train-1".to_string(), "worker-7".to_string(), "free-2".to_string()], 1))]);
+    let expected: Victims = BTreeMap::from([(
+        "node-a1".to_string(),
+        (vec!["train-1".to_string(), "worker-7".to_string(), "free-2".to_string()], 1),
+    )]);
     assert_eq!(victims, expected, "{reasons:?}");
     assert_eq!(dropped(&reasons).get("node-a2").map(String::as_str), Some("outranked"));
 }
@@ -282,7 +301,11 @@ fn plain_priority_policy_matches_kube_schedulers_choices(
     let request: Value = serde_json::from_slice(&rec.request).unwrap();
     let prio: HashMap<String, i64> = {
         let v: Value = serde_json::from_slice(&std::fs::read(&rec.snapshot).unwrap()).unwrap();
-        v["items"].as_array().unwrap().iter().filter(|i| i["kind"] == "Pod")
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["kind"] == "Pod")
             .map(|p| (p["metadata"]["name"].as_str().unwrap().to_string(), p["spec"]["priority"].as_i64().unwrap()))
             .collect()
     };
@@ -290,14 +313,20 @@ fn plain_priority_policy_matches_kube_schedulers_choices(
         (Some(full), _) => full
             .iter()
             .map(|(n, v)| {
-                let pods = v["Pods"].as_array().unwrap().iter().map(|p| p["metadata"]["name"].as_str().unwrap().to_string()).collect();
+                let pods = v["Pods"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+                    .collect();
                 (n.clone(), (pods, v["NumPDBViolations"].as_i64().unwrap()))
             })
             .collect(),
         (None, Some(meta)) => meta
             .iter()
             .map(|(n, v)| {
-                let pods = v["Pods"].as_array().unwrap().iter().map(|p| names[p["UID"].as_str().unwrap()].clone()).collect();
+                let pods =
+                    v["Pods"].as_array().unwrap().iter().map(|p| names[p["UID"].as_str().unwrap()].clone()).collect();
                 (n.clone(), (pods, v["NumPDBViolations"].as_i64().unwrap()))
             })
             .collect(),
@@ -349,7 +378,12 @@ fn filter_answers_follow_placement_rules(#[values("r1-nodecache-false", "r2-node
         let input: Value = serde_json::from_slice(&body).unwrap();
         let input_names: Vec<String> = match input["NodeNames"].as_array() {
             Some(n) => n.iter().map(|x| x.as_str().unwrap().to_string()).collect(),
-            None => input["Nodes"]["items"].as_array().unwrap().iter().map(|n| n["metadata"]["name"].as_str().unwrap().to_string()).collect(),
+            None => input["Nodes"]["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n["metadata"]["name"].as_str().unwrap().to_string())
+                .collect(),
         };
         let expected: Vec<&str> = if pod == "online/online-toobig" {
             // 5 CPUs on 4-CPU nodes: no preemption can help anywhere.
@@ -360,7 +394,8 @@ fn filter_answers_follow_placement_rules(#[values("r1-nodecache-false", "r2-node
             vec![]
         };
         assert_eq!(unresolvable, expected, "{round} {seq} {pod}");
-        let kept = out["Nodes"]["items"].as_array().map(|i| i.len()).or(out["NodeNames"].as_array().map(|n| n.len())).unwrap();
+        let kept =
+            out["Nodes"]["items"].as_array().map(|i| i.len()).or(out["NodeNames"].as_array().map(|n| n.len())).unwrap();
         assert_eq!(kept + unresolvable.len(), input_names.len(), "{round} {seq}: every node is kept or failed");
         assert!(out["FailedNodes"].as_object().unwrap().is_empty());
         checked += 1;
@@ -369,7 +404,9 @@ fn filter_answers_follow_placement_rules(#[values("r1-nodecache-false", "r2-node
 }
 
 #[rstest]
-fn prioritize_scores_stay_in_range_and_prefer_colocation_nodes_for_batch(#[values("r1-nodecache-false", "r2-nodecache-true")] round: &str) {
+fn prioritize_scores_stay_in_range_and_prefer_colocation_nodes_for_batch(
+    #[values("r1-nodecache-false", "r2-nodecache-true")] round: &str,
+) {
     let policy = policy("default");
     let snap = snapshot::load(&fixtures().join(round).join("0037-preempt.snapshot.json")).unwrap();
     let view = View::build(snap, &policy);

@@ -84,7 +84,10 @@ async fn eventually(mut ok: impl FnMut() -> bool) -> bool {
 
 /// The preempt kube-scheduler sent for online-hostport; returns (status, victims' UIDs by node).
 async fn preempt(r: &Replica) -> (StatusCode, Value) {
-    let req = Request::post("/preempt").header("content-type", "application/json").body(Body::from(fixture("0043-preempt.json"))).unwrap();
+    let req = Request::post("/preempt")
+        .header("content-type", "application/json")
+        .body(Body::from(fixture("0043-preempt.json")))
+        .unwrap();
     let resp = router(r.state.clone(), "").oneshot(req).await.unwrap();
     let status = resp.status();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
@@ -120,13 +123,16 @@ async fn a_bare_victim_is_answered_only_after_its_gated_replacement_is_stored() 
     let original = uid_of(&api, "hostport-batch");
     let (status, answer) = preempt(&r).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(victims(&answer), [original.clone()], "{answer}");
+    assert_eq!(victims(&answer), std::slice::from_ref(&original), "{answer}");
     let stored = replacements_of(&api, &original);
     assert_eq!(stored.len(), 1, "the replacement exists when the answer arrives");
     let rep = &stored[0];
     assert!(gated(rep), "held back while the original runs: {rep}");
     assert!(rep["spec"].get("nodeName").is_none_or(Value::is_null));
-    assert_eq!(rep["metadata"]["labels"]["app"], api.get("Pod", "batch", "hostport-batch").unwrap()["metadata"]["labels"]["app"]);
+    assert_eq!(
+        rep["metadata"]["labels"]["app"],
+        api.get("Pod", "batch", "hostport-batch").unwrap()["metadata"]["labels"]["app"]
+    );
 }
 
 #[tokio::test]
@@ -145,8 +151,11 @@ async fn the_gate_is_removed_once_the_original_is_deleted() {
     let rep = &replacements_of(&api, &original)[0];
     assert!(!gated(rep), "released: {rep}");
     assert_eq!(api.count("create", "Event"), 1, "one Event, on the replacement");
-    let notes: Vec<String> = api.list("Event").iter().map(|e| e["note"].as_str().unwrap_or_default().to_string()).collect();
-    let want = format!("requeued from batch/hostport-batch ({original}) after preemption by online/online-hostport, attempt 1");
+    let notes: Vec<String> =
+        api.list("Event").iter().map(|e| e["note"].as_str().unwrap_or_default().to_string()).collect();
+    let want = format!(
+        "requeued from batch/hostport-batch ({original}) after preemption by online/online-hostport, attempt 1"
+    );
     assert_eq!(notes, [want]);
 }
 
@@ -210,12 +219,20 @@ async fn two_replicas_racing_store_one_replacement() {
     let original = uid_of(&api, "hostport-batch");
     let ((sa, va), (sb, vb)) = tokio::join!(preempt(&a), preempt(&b));
     assert_eq!((sa, sb), (StatusCode::OK, StatusCode::OK));
-    assert_eq!(victims(&va), [original.clone()]);
-    assert_eq!(victims(&vb), [original.clone()], "the second finds the first one's replacement and answers too");
+    assert_eq!(victims(&va), std::slice::from_ref(&original));
+    assert_eq!(
+        victims(&vb),
+        std::slice::from_ref(&original),
+        "the second finds the first one's replacement and answers too"
+    );
     assert_eq!(replacements_of(&api, &original).len(), 1);
     // Both release: one patch wins, the other is a no-op.
     evict(&api, "hostport-batch").await;
-    assert!(eventually(|| a.cell.load().unwrap().pod_by_uid(&original).is_none() && b.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
+    assert!(
+        eventually(|| a.cell.load().unwrap().pod_by_uid(&original).is_none()
+            && b.cell.load().unwrap().pod_by_uid(&original).is_none())
+        .await
+    );
     tokio::join!(a.requeuer.reconcile_once(&a.cell, 60), b.requeuer.reconcile_once(&b.cell, 60));
     assert!(!gated(&replacements_of(&api, &original)[0]));
 }
@@ -264,7 +281,11 @@ async fn no_bare_victim_is_ever_answered_without_a_stored_replacement() {
         let (code, answer) = preempt(&r).await;
         assert_eq!(code, StatusCode::OK);
         for uid in victims(&answer).iter().filter(|u| bare.contains(u)) {
-            assert_eq!(replacements_of(&api, uid).len(), 1, "bare victim {uid} answered without a replacement (fault {status} x{times})");
+            assert_eq!(
+                replacements_of(&api, uid).len(),
+                1,
+                "bare victim {uid} answered without a replacement (fault {status} x{times})"
+            );
             answered_bare += 1;
         }
     }
@@ -283,12 +304,19 @@ fn guard_as_an_earlier_release_did(api: &FakeApi, name: &str) {
 
 fn guarded(api: &FakeApi, name: &str) -> bool {
     api.get("Pod", "batch", name).is_some_and(|p| {
-        p["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|f| f == GUARD)) || p["metadata"]["labels"].get(GUARD).is_some()
+        p["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|f| f == GUARD))
+            || p["metadata"]["labels"].get(GUARD).is_some()
     })
 }
 
 fn guards_left(api: &FakeApi) -> usize {
-    api.list("Pod").iter().filter(|p| p["metadata"]["labels"].get(GUARD).is_some() || p["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|f| f == GUARD))).count()
+    api.list("Pod")
+        .iter()
+        .filter(|p| {
+            p["metadata"]["labels"].get(GUARD).is_some()
+                || p["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|f| f == GUARD))
+        })
+        .count()
 }
 
 /// What kube-scheduler does to a victim: the DisruptionTarget condition, then a delete.
@@ -341,7 +369,11 @@ async fn a_preempted_pod_guarded_by_an_earlier_release_is_requeued_before_its_gu
     let stored = replacements_of(&api, &original);
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0]["metadata"]["annotations"][PREEMPTED_BY], "unknown (preempted by kube-scheduler)");
-    assert!(stored[0]["metadata"]["labels"].get(GUARD).is_none() && stored[0]["metadata"].get("finalizers").is_none_or(Value::is_null), "the copy is not born guarded");
+    assert!(
+        stored[0]["metadata"]["labels"].get(GUARD).is_none()
+            && stored[0]["metadata"].get("finalizers").is_none_or(Value::is_null),
+        "the copy is not born guarded"
+    );
     let created = last_request(&api, "POST", "/api/v1/namespaces/batch/pods").unwrap();
     let unguarded = last_request(&api, "PATCH", "/api/v1/namespaces/batch/pods/hostport-batch").unwrap();
     assert!(created < unguarded, "the replacement is stored before the guard comes off");
@@ -438,7 +470,13 @@ async fn a_bare_pod_that_succeeds_while_its_copy_waits_is_not_run_again() {
     assert_eq!(replacements_of(&api, &original).len(), 1);
     // kube-scheduler chose otherwise, and the pod finished its work.
     let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
-    pods.patch_status("hostport-batch", &PatchParams::default(), &Patch::Merge(json!({"status": {"phase": "Succeeded"}}))).await.unwrap();
+    pods.patch_status(
+        "hostport-batch",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+    )
+    .await
+    .unwrap();
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.requeuer.reconcile_once(&r.cell, 60).await;
     assert!(replacements_of(&api, &original).is_empty(), "the copy is deleted, never released");

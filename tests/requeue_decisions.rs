@@ -5,11 +5,11 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::*;
 use coloc_extender::model::{OwnerRef, Pod};
 use coloc_extender::policy::Policy;
 use coloc_extender::wire::request::MetaVictims;
 use coloc_extender::wire::Candidates;
+use common::*;
 
 /// online preempts batch; batch's bare pods are handled as `bare` says.
 fn requeue_policy(bare: &str) -> Policy {
@@ -47,7 +47,13 @@ fn online(cpu: i64) -> Pod {
 
 #[test]
 fn a_bare_victim_of_a_requeue_class_is_requeued_under_a_deterministic_name() {
-    let s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).pods([pod("bare", "batch", Some("n1"), 2000).bare()]);
+    let s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).pods([pod(
+        "bare",
+        "batch",
+        Some("n1"),
+        2000,
+    )
+    .bare()]);
     let out = s.preempt(online(2000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["bare"]))]), "{}", out.explain());
     assert_eq!(out.requeues.len(), 1);
@@ -82,7 +88,13 @@ fn a_bare_pod_that_opted_out_of_requeue_is_not_copied() {
 
 #[test]
 fn with_requeue_off_a_bare_victim_of_a_requeue_class_is_protected_and_says_why() {
-    let mut s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).pods([pod("bare", "batch", Some("n1"), 2000).bare()]);
+    let mut s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).pods([pod(
+        "bare",
+        "batch",
+        Some("n1"),
+        2000,
+    )
+    .bare()]);
     s.requeue = false;
     let out = s.preempt(online(2000), &["n1"]);
     assert!(out.victims().is_empty());
@@ -119,12 +131,20 @@ fn a_requeue_costs_more_than_a_recreated_victim_and_less_than_a_pdb_violation() 
     let out = s.preempt(online(1000), &["n1", "n2", "n3"]);
     assert_eq!(out.victims(), BTreeMap::from([("n3".into(), uids(&["owned"]))]), "{}", out.explain());
     let out = s.preempt(online(1000), &["n1", "n2"]);
-    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["bare"]))]), "requeue before a PDB violation: {}", out.explain());
+    assert_eq!(
+        out.victims(),
+        BTreeMap::from([("n2".into(), uids(&["bare"]))]),
+        "requeue before a PDB violation: {}",
+        out.explain()
+    );
 }
 
 #[test]
 fn a_lost_victim_only_where_the_class_says_lose() {
-    let s = Scenario::new(requeue_policy("lose")).node(node("n1", 2000, 8)).pods([pod("bare", "batch", Some("n1"), 2000).bare()]);
+    let s =
+        Scenario::new(requeue_policy("lose"))
+            .node(node("n1", 2000, 8))
+            .pods([pod("bare", "batch", Some("n1"), 2000).bare()]);
     let out = s.preempt(online(2000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["bare"]))]));
     assert!(out.requeues.is_empty(), "nothing is stored for a lost pod");
@@ -137,7 +157,13 @@ fn a_job_victim_is_told_to_count_against_the_jobs_backoff_limit() {
     job_pod.controller = Some(OwnerRef { kind: "Job".into(), name: "train".into() });
     let s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).pods([job_pod]);
     let out = s.preempt(online(2000), &["n1"]);
-    assert!(out.explanations.iter().any(|e| e.code == "chosen" && e.detail.contains("Job train") && e.detail.contains("backoffLimit")), "{}", out.explain());
+    assert!(
+        out.explanations
+            .iter()
+            .any(|e| e.code == "chosen" && e.detail.contains("Job train") && e.detail.contains("backoffLimit")),
+        "{}",
+        out.explain()
+    );
 }
 
 #[test]
@@ -146,9 +172,11 @@ fn a_nominated_pod_of_equal_or_higher_priority_keeps_its_room() {
     // the preemptor needs both batch pods gone, as in kube-scheduler.
     let mut nominated = pod("waiting", "online", None, 2000);
     nominated.nominated_node_name = Some("n1".into());
-    let s = Scenario::new(requeue_policy("requeue"))
-        .node(node("n1", 4000, 8))
-        .pods([pod("b-1", "batch", Some("n1"), 2000), pod("b-2", "batch", Some("n1"), 2000), nominated]);
+    let s = Scenario::new(requeue_policy("requeue")).node(node("n1", 4000, 8)).pods([
+        pod("b-1", "batch", Some("n1"), 2000),
+        pod("b-2", "batch", Some("n1"), 2000),
+        nominated,
+    ]);
     let out = s.preempt(online(2000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["b-1", "b-2"]))]), "{}", out.explain());
     assert!(out.has("charged", "nominated_room"));
@@ -158,9 +186,11 @@ fn a_nominated_pod_of_equal_or_higher_priority_keeps_its_room() {
 fn a_nominated_pod_of_lower_priority_holds_no_room() {
     let mut nominated = pod("waiting", "batch", None, 2000);
     nominated.nominated_node_name = Some("n1".into());
-    let s = Scenario::new(requeue_policy("requeue"))
-        .node(node("n1", 4000, 8))
-        .pods([pod("b-1", "batch", Some("n1"), 2000), pod("b-2", "batch", Some("n1"), 2000), nominated]);
+    let s = Scenario::new(requeue_policy("requeue")).node(node("n1", 4000, 8)).pods([
+        pod("b-1", "batch", Some("n1"), 2000),
+        pod("b-2", "batch", Some("n1"), 2000),
+        nominated,
+    ]);
     let out = s.preempt(online(2000), &["n1"]);
     assert_eq!(out.victims()["n1"].len(), 1, "{}", out.explain());
     assert!(!out.has("charged", "nominated_room"));
@@ -173,7 +203,10 @@ fn among_equally_good_victims_kubes_proposal_is_kept() {
         .node(node("n1", 2000, 8))
         .pods([pod("b-1", "batch", Some("n1"), 1000), pod("b-2", "batch", Some("n1"), 1000)]);
     for proposed in ["b-1", "b-2"] {
-        let candidates = Candidates::Meta(BTreeMap::from([("n1".to_string(), MetaVictims { uids: uids(&[proposed]), num_pdb_violations: 0 })]));
+        let candidates = Candidates::Meta(BTreeMap::from([(
+            "n1".to_string(),
+            MetaVictims { uids: uids(&[proposed]), num_pdb_violations: 0 },
+        )]));
         let view = s.view();
         let out = s.preempt_with(online(1000), candidates, Some(&view));
         assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&[proposed]))]), "{}", out.explain());
@@ -196,7 +229,6 @@ fn a_proposed_victim_the_view_knows_is_terminating_is_judged_by_the_view() {
     assert!(out.has("protected", "terminating"), "{}", out.explain());
 }
 
-
 /// A released replacement of a batch pod, needing the room a free pod holds.
 fn returning_replacement() -> Pod {
     pod("work-rq-0000000001", "batch", None, 2000)
@@ -208,7 +240,13 @@ fn returning_replacement() -> Pod {
 
 #[test]
 fn with_requeue_preemption_never_a_returning_replacement_waits_for_free_room() {
-    let s = Scenario::new(requeue_policy_with("requeue", "{preemption: never}")).node(node("n1", 2000, 8)).pods([pod("free-1", "free", Some("n1"), 2000).bare()]);
+    let s = Scenario::new(requeue_policy_with("requeue", "{preemption: never}")).node(node("n1", 2000, 8)).pods([pod(
+        "free-1",
+        "free",
+        Some("n1"),
+        2000,
+    )
+    .bare()]);
     let out = s.preempt(returning_replacement(), &["n1"]);
     assert!(out.victims().is_empty(), "{}", out.explain());
     assert!(out.has("refused", "replacement_waits"), "{}", out.explain());
@@ -219,7 +257,13 @@ fn with_requeue_preemption_never_a_returning_replacement_waits_for_free_room() {
 
 #[test]
 fn with_requeue_preemption_keep_a_returning_replacement_preempts_as_its_original_could() {
-    let s = Scenario::new(requeue_policy_with("requeue", "{preemption: keep}")).node(node("n1", 2000, 8)).pods([pod("free-1", "free", Some("n1"), 2000).bare()]);
+    let s = Scenario::new(requeue_policy_with("requeue", "{preemption: keep}")).node(node("n1", 2000, 8)).pods([pod(
+        "free-1",
+        "free",
+        Some("n1"),
+        2000,
+    )
+    .bare()]);
     let out = s.preempt(returning_replacement(), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["free-1"]))]), "{}", out.explain());
 }
@@ -238,11 +282,9 @@ fn after_max_attempts_requeues_a_pod_is_no_longer_a_victim() {
 
 #[test]
 fn max_attempts_of_zero_is_refused_at_load_naming_the_field() {
-    let err = Policy::from_yaml(
-        "defaultClass: a\nclasses:\n  - name: a\n    requeue: {maxAttempts: 0}\n",
-    )
-    .unwrap_err()
-    .to_string();
+    let err = Policy::from_yaml("defaultClass: a\nclasses:\n  - name: a\n    requeue: {maxAttempts: 0}\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("classes[0].requeue.maxAttempts"), "{err}");
 }
 
@@ -261,10 +303,13 @@ fn victims_leaving_n1(preempted_by: &str) -> Scenario {
             .annotate(coloc_extender::requeue::FROM_UID, &format!("uid-{name}"))
             .annotate(coloc_extender::requeue::PREEMPTED_BY, preempted_by)
     };
-    Scenario::new(requeue_policy("requeue"))
-        .node(node("n1", 2000, 8))
-        .node(node("n2", 2000, 8))
-        .pods([leaving("b-1"), leaving("b-2"), replacement("b-1"), replacement("b-2"), pod("w-1", "batch", Some("n2"), 2000)])
+    Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).node(node("n2", 2000, 8)).pods([
+        leaving("b-1"),
+        leaving("b-2"),
+        replacement("b-1"),
+        replacement("b-2"),
+        pod("w-1", "batch", Some("n2"), 2000),
+    ])
 }
 
 #[test]
@@ -291,10 +336,11 @@ fn room_kube_scheduler_preempted_is_waited_for_not_freed_twice() {
         p.preempted = true;
         p
     };
-    let s = Scenario::new(requeue_policy("requeue"))
-        .node(node("n1", 2000, 8))
-        .node(node("n2", 2000, 8))
-        .pods([leaving("w-1"), leaving("w-2"), pod("v-1", "batch", Some("n2"), 2000)]);
+    let s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).node(node("n2", 2000, 8)).pods([
+        leaving("w-1"),
+        leaving("w-2"),
+        pod("v-1", "batch", Some("n2"), 2000),
+    ]);
     let out = s.preempt(online(2000), &["n1", "n2"]);
     assert!(out.victims().is_empty(), "{}", out.explain());
     assert!(out.has("refused", "room_on_its_way"), "{}", out.explain());

@@ -24,7 +24,13 @@ struct GenPod {
 }
 
 fn gen_pod() -> impl Strategy<Value = GenPod> {
-    (prop::sample::select(vec![0, 3500, 6000, 7500, 9500]), 100i64..3000, any::<bool>(), prop::option::of(0u8..2), 0usize..4)
+    (
+        prop::sample::select(vec![0, 3500, 6000, 7500, 9500]),
+        100i64..3000,
+        any::<bool>(),
+        prop::option::of(0u8..2),
+        0usize..4,
+    )
         .prop_map(|(priority, cpu, bare, gang, node)| GenPod { priority, cpu, bare, gang, node })
 }
 
@@ -42,7 +48,8 @@ fn pod_json(name: &str, p: &GenPod, with_node: bool) -> Value {
     let mut meta = json!({"name": name, "namespace": "batch", "uid": format!("uid-{name}"), "labels": labels,
         "annotations": {"scheduling.x-k8s.io/min-member": "2"}});
     if !p.bare {
-        meta["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "job", "uid": "job-uid", "controller": true}]);
+        meta["ownerReferences"] =
+            json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "job", "uid": "job-uid", "controller": true}]);
     }
     let mut spec = json!({"priority": p.priority, "containers": [{"name": "c", "resources": {"requests": {"cpu": format!("{}m", p.cpu), "memory": "1Gi"}}}]});
     if with_node {
@@ -59,7 +66,12 @@ struct Case {
 }
 
 fn gen_case() -> impl Strategy<Value = Case> {
-    (prop::collection::vec(any::<bool>(), 1..5), prop::collection::vec(gen_pod(), 0..10), prop::sample::select(vec![0, 3500, 6000, 9500]), 500i64..4000)
+    (
+        prop::collection::vec(any::<bool>(), 1..5),
+        prop::collection::vec(gen_pod(), 0..10),
+        prop::sample::select(vec![0, 3500, 6000, 9500]),
+        500i64..4000,
+    )
         .prop_map(|(offline, mut pods, priority, cpu)| {
             let nodes: Vec<Value> = offline.iter().enumerate().map(|(i, o)| node_json(i, *o)).collect();
             for p in &mut pods {
@@ -73,7 +85,15 @@ fn gen_case() -> impl Strategy<Value = Case> {
 
 impl Case {
     fn view(&self, policy: &Policy) -> View {
-        let mut items: Vec<Value> = self.nodes.iter().map(|n| { let mut n = n.clone(); n["kind"] = json!("Node"); n }).collect();
+        let mut items: Vec<Value> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut n = n.clone();
+                n["kind"] = json!("Node");
+                n
+            })
+            .collect();
         items.extend(self.pods.iter().map(|(name, p)| pod_json(name, p, true)));
         View::build(snapshot::parse(json!({"items": items}).to_string().as_bytes()).unwrap(), policy)
     }
@@ -94,7 +114,8 @@ impl Case {
         let mut full = serde_json::Map::new();
         let mut expected = serde_json::Map::new();
         for (i, n) in self.nodes.iter().enumerate() {
-            let mut victims: Vec<&(String, GenPod)> = self.pods.iter().filter(|(_, p)| p.node == i && p.priority < prio).collect();
+            let mut victims: Vec<&(String, GenPod)> =
+                self.pods.iter().filter(|(_, p)| p.node == i && p.priority < prio).collect();
             if victims.is_empty() {
                 continue;
             }
@@ -172,7 +193,11 @@ fn one_node_case(victim_bare: bool) -> Case {
     Case {
         nodes: vec![node_json(0, true)],
         pods: vec![("batch-1".into(), GenPod { priority: 6000, cpu: 3000, bare: victim_bare, gang: None, node: 0 })],
-        preemptor: pod_json("preemptor", &GenPod { priority: 9500, cpu: 2000, bare: false, gang: None, node: 0 }, false),
+        preemptor: pod_json(
+            "preemptor",
+            &GenPod { priority: 9500, cpu: 2000, bare: false, gang: None, node: 0 },
+            false,
+        ),
     }
 }
 
@@ -182,7 +207,14 @@ fn a_vetoed_node_and_a_bare_pod_kube_would_lose_are_counted() {
     let case = one_node_case(true);
     let shadow = policy(Mode::Shadow);
     let view = case.view(&shadow);
-    let ctx = Context { policy: &shadow, view: Some(&view), view_expected: true, now: NOW, requeue: Requeue::disabled(), detail: Default::default() };
+    let ctx = Context {
+        policy: &shadow,
+        view: Some(&view),
+        view_expected: true,
+        now: NOW,
+        requeue: Requeue::disabled(),
+        detail: Default::default(),
+    };
     let (body, expected) = case.preempt_body(false, 0);
     let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
     assert_eq!(json_of(&a.body), expected);
@@ -199,7 +231,14 @@ fn a_requeued_bare_pod_is_not_lost_and_owned_pods_change_nothing() {
     // the pod kube-scheduler would lose goes back to the queue.
     let case = one_node_case(true);
     let view = case.view(&shadow);
-    let ctx = Context { policy: &shadow, view: Some(&view), view_expected: true, now: NOW, requeue: Requeue::enabled(), detail: Default::default() };
+    let ctx = Context {
+        policy: &shadow,
+        view: Some(&view),
+        view_expected: true,
+        now: NOW,
+        requeue: Requeue::enabled(),
+        detail: Default::default(),
+    };
     let (body, _) = case.preempt_body(true, 0);
     let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
     assert_eq!(a.diffs.0.into_iter().collect::<Vec<_>>(), vec![(DiffKind::BarePodLost, 1)], "{:?}", a.explanations);
@@ -208,7 +247,14 @@ fn a_requeued_bare_pod_is_not_lost_and_owned_pods_change_nothing() {
     // A Job's pod, the same victim as kube's: no difference at all.
     let case = one_node_case(false);
     let view = case.view(&shadow);
-    let ctx = Context { policy: &shadow, view: Some(&view), view_expected: true, now: NOW, requeue: Requeue::disabled(), detail: Default::default() };
+    let ctx = Context {
+        policy: &shadow,
+        view: Some(&view),
+        view_expected: true,
+        now: NOW,
+        requeue: Requeue::disabled(),
+        detail: Default::default(),
+    };
     let (body, _) = case.preempt_body(true, 0);
     assert!(answer_in(Verb::Preempt, &body, &ctx).unwrap().diffs.is_empty());
 }
@@ -220,7 +266,14 @@ fn a_pdb_violation_the_policy_avoids_is_counted() {
     let case = one_node_case(false);
     let mut shadow = policy(Mode::Shadow);
     shadow.classes.iter_mut().filter(|c| c.name == "batch").for_each(|c| c.victim.pdb = PdbMode::Strict);
-    let ctx = Context { policy: &shadow, view: None, view_expected: false, now: NOW, requeue: Requeue::disabled(), detail: Default::default() };
+    let ctx = Context {
+        policy: &shadow,
+        view: None,
+        view_expected: false,
+        now: NOW,
+        requeue: Requeue::disabled(),
+        detail: Default::default(),
+    };
     let (body, _) = case.preempt_body(false, 1);
     let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
     assert_eq!(a.diffs.0.get(&DiffKind::PdbViolationAvoided), Some(&1), "{:?}", a.diffs);
@@ -236,11 +289,23 @@ fn filter_counts_vetoed_nodes_and_keeps_them_all() {
         preemptor: pod_json("preemptor", &GenPod { priority: 6000, cpu: 500, bare: false, gang: None, node: 0 }, false),
     };
     let shadow = policy(Mode::Shadow);
-    let ctx = Context { policy: &shadow, view: None, view_expected: false, now: NOW, requeue: Requeue::disabled(), detail: Default::default() };
+    let ctx = Context {
+        policy: &shadow,
+        view: None,
+        view_expected: false,
+        now: NOW,
+        requeue: Requeue::disabled(),
+        detail: Default::default(),
+    };
     let a = answer_in(Verb::Filter, &case.filter_body(false), &ctx).unwrap();
     assert_eq!(json_of(&a.body)["Nodes"]["items"].as_array().unwrap().len(), 2);
     assert_eq!(a.diffs.0.get(&DiffKind::NodeVetoed), Some(&1));
     assert_eq!(a.summary, "kept 1 of 2 node(s)");
     let a = answer_in(Verb::Prioritize, &case.filter_body(false), &ctx).unwrap();
-    assert_eq!(a.diffs.0.get(&DiffKind::ScoresChanged), Some(&1), "{}", String::from_utf8_lossy(a.would_answer.as_deref().unwrap()));
+    assert_eq!(
+        a.diffs.0.get(&DiffKind::ScoresChanged),
+        Some(&1),
+        "{}",
+        String::from_utf8_lossy(a.would_answer.as_deref().unwrap())
+    );
 }

@@ -7,9 +7,9 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::*;
 use coloc_extender::model::Pod;
 use coloc_extender::policy::Policy;
+use common::*;
 
 /// online preempts batch; batch's bare pods are requeued.
 fn requeue_policy() -> Policy {
@@ -53,7 +53,11 @@ fn a_node_that_spends_a_pdbs_last_disruption_loses_to_one_that_spends_none() {
         .pdb(pdb("v-pdb", "v", 2));
     let out = s.preempt(online(1000), &["n1", "n2"]);
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["v-1"]))]), "{}", out.explain());
-    assert!(out.explanations.iter().any(|e| e.code == "last_disruption" && e.node.as_deref() == Some("n1")), "{}", out.explain());
+    assert!(
+        out.explanations.iter().any(|e| e.code == "last_disruption" && e.node.as_deref() == Some("n1")),
+        "{}",
+        out.explain()
+    );
 }
 
 #[test]
@@ -109,7 +113,8 @@ fn two_arrivals(after_first: &[Pod], pdb_allowed: i32) -> Scenario {
 
 #[test]
 fn an_early_arrival_leaves_the_last_disruption_to_a_later_one_that_has_no_other_choice() {
-    let before = two_arrivals(&[pod("w-2", "batch", Some("n1"), 1000), pod("free-1", "batch", Some("n2"), 1000).bare()], 1);
+    let before =
+        two_arrivals(&[pod("w-2", "batch", Some("n1"), 1000), pod("free-1", "batch", Some("n2"), 1000).bare()], 1);
     let first = before.preempt(online(1000), &["n1", "n2"]);
     assert_eq!(first.victims(), BTreeMap::from([("n2".into(), uids(&["free-1"]))]), "{}", first.explain());
 
@@ -121,6 +126,7 @@ fn an_early_arrival_leaves_the_last_disruption_to_a_later_one_that_has_no_other_
     assert_eq!(second.violations("gpu"), 0);
 
     // Had it taken n1, the budget would be gone and the GPU pod would violate it.
-    let otherwise = two_arrivals(&[pod("web", "online", Some("n1"), 1000), pod("free-1", "batch", Some("n2"), 1000).bare()], 0);
+    let otherwise =
+        two_arrivals(&[pod("web", "online", Some("n1"), 1000), pod("free-1", "batch", Some("n2"), 1000).bare()], 0);
     assert_eq!(otherwise.preempt(gpu_pod, &["gpu"]).violations("gpu"), 1);
 }

@@ -45,7 +45,10 @@ fn app(snapshot_of: Option<&str>) -> Router {
     let cell = ViewCell::default();
     let source = match snapshot_of {
         Some(round) => {
-            cell.publish(View::build(snapshot::load(&payload_path(round, "0037-preempt.snapshot.json")).unwrap(), &policy));
+            cell.publish(View::build(
+                snapshot::load(&payload_path(round, "0037-preempt.snapshot.json")).unwrap(),
+                &policy,
+            ));
             ViewSource::Snapshot
         }
         None => ViewSource::None,
@@ -101,7 +104,8 @@ fn first_key(v: &Value) -> String {
 /// derive would read positionally as the same struct.
 fn positional(mut body: Value, pointer: &str) -> String {
     let at = body.pointer_mut(pointer).unwrap_or_else(|| panic!("no {pointer}"));
-    let values: Vec<Value> = at.as_object().unwrap_or_else(|| panic!("{pointer} is not an object")).values().cloned().collect();
+    let values: Vec<Value> =
+        at.as_object().unwrap_or_else(|| panic!("{pointer} is not an object")).values().cloned().collect();
     *at = Value::Array(values);
     body.to_string()
 }
@@ -112,7 +116,11 @@ fn positional(mut body: Value, pointer: &str) -> String {
 #[case::full(R1, "NodeNameToVictims")]
 #[case::meta(R2, "NodeNameToMetaVictims")]
 #[tokio::test]
-async fn negative_pdb_violations_are_rejected_naming_the_node(#[case] round: &str, #[case] map: &str, #[values(false, true)] with_view: bool) {
+async fn negative_pdb_violations_are_rejected_naming_the_node(
+    #[case] round: &str,
+    #[case] map: &str,
+    #[values(false, true)] with_view: bool,
+) {
     let mut req = payload_json(round, "0037-preempt.json");
     req[map]["node-c1"]["NumPDBViolations"] = json!(-1000);
     let app = app(with_view.then_some(round));
@@ -126,7 +134,8 @@ async fn negative_pdb_violations_are_rejected_naming_the_node(#[case] round: &st
 
 #[test]
 fn negative_pdb_violations_on_a_placeholder_candidate_are_rejected_too() {
-    let body = json!({"Pod": pod_json(), "NodeNameToMetaVictims": {"n1": {"Pods": [], "NumPDBViolations": -1}}}).to_string();
+    let body =
+        json!({"Pod": pod_json(), "NodeNameToMetaVictims": {"n1": {"Pods": [], "NumPDBViolations": -1}}}).to_string();
     match decode_preempt_args(body.as_bytes()) {
         Err(DecodeError::NegativePdbViolations { node, value: -1, .. }) => assert_eq!(node, "n1"),
         Err(e) => panic!("wrong error: {e}"),
@@ -194,7 +203,11 @@ async fn recorded_objects_turned_into_arrays_are_rejected(
 #[case::full(R1, "NodeNameToVictims")]
 #[case::meta(R2, "NodeNameToMetaVictims")]
 #[tokio::test]
-async fn a_node_listed_twice_in_a_preempt_map_is_rejected(#[case] round: &str, #[case] map: &str, #[values(false, true)] with_view: bool) {
+async fn a_node_listed_twice_in_a_preempt_map_is_rejected(
+    #[case] round: &str,
+    #[case] map: &str,
+    #[values(false, true)] with_view: bool,
+) {
     // serde_json::Value keeps one of each key: splice the repeat in as text.
     let req = payload_json(round, "0037-preempt.json");
     let node = first_key(&req[map]);
@@ -214,7 +227,9 @@ fn a_node_listed_twice_with_different_victims_is_rejected_not_last_wins() {
         pod_json()
     );
     match decode_preempt_args(body.as_bytes()) {
-        Err(e @ DecodeError::DuplicateNode { .. }) => assert_eq!(e.to_string(), "node n1 is listed more than once in NodeNameToMetaVictims"),
+        Err(e @ DecodeError::DuplicateNode { .. }) => {
+            assert_eq!(e.to_string(), "node n1 is listed more than once in NodeNameToMetaVictims")
+        }
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("accepted"),
     }
@@ -317,9 +332,15 @@ async fn a_type_error_inside_an_item_names_the_item_and_its_position_in_it(#[cas
 
 #[test]
 fn a_type_error_in_a_pretty_printed_item_gives_line_and_column() {
-    let body = serde_json::to_string_pretty(&nodes_with_bad_item(json!({"metadata": {"name": "node-x", "labels": {"zone": 5}}}))).unwrap();
+    let body = serde_json::to_string_pretty(&nodes_with_bad_item(
+        json!({"metadata": {"name": "node-x", "labels": {"zone": 5}}}),
+    ))
+    .unwrap();
     let error = decode_extender_args(body.as_bytes()).err().expect("rejected").to_string();
-    assert_eq!(error, "Nodes.items[3] (node-x): invalid type: integer `5`, expected a string at line 4 column 21 of the item");
+    assert_eq!(
+        error,
+        "Nodes.items[3] (node-x): invalid type: integer `5`, expected a string at line 4 column 21 of the item"
+    );
 }
 
 // ---- row 6: no error echoes a huge input ---------------------------------------------------
@@ -341,7 +362,12 @@ fn huge(n: usize) -> String {
 #[case::huge_victim_elsewhere("/preempt", json!({"Pod": pod_json(), "NodeNameToVictims": {huge(MIB): {"Pods": [victim_json(&huge(MIB), &huge(MIB + 1))]}}}), 422, "victim_not_on_node")]
 #[case::huge_string_for_a_number("/preempt", json!({"Pod": pod_json(), "NodeNameToMetaVictims": {"n1": {"Pods": [], "NumPDBViolations": huge(MIB)}}}), 422, "invalid_field")]
 #[tokio::test]
-async fn errors_quote_at_most_a_few_hundred_bytes_of_the_input(#[case] path: &str, #[case] body: Value, #[case] status: u16, #[case] code: &str) {
+async fn errors_quote_at_most_a_few_hundred_bytes_of_the_input(
+    #[case] path: &str,
+    #[case] body: Value,
+    #[case] status: u16,
+    #[case] code: &str,
+) {
     let body = body.to_string();
     let (got, bytes) = post(&app(None), path, body).await;
     let head = String::from_utf8_lossy(&bytes[..bytes.len().min(2048)]);

@@ -29,7 +29,8 @@ fn ca(name: &str) -> Ca {
 fn leaf(ca: &Ca, cn: &str, client: bool) -> (String, String, CertificateDer<'static>, PrivateKeyDer<'static>) {
     let mut p = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
     p.distinguished_name.push(DnType::CommonName, cn);
-    p.extended_key_usages = vec![if client { ExtendedKeyUsagePurpose::ClientAuth } else { ExtendedKeyUsagePurpose::ServerAuth }];
+    p.extended_key_usages =
+        vec![if client { ExtendedKeyUsagePurpose::ClientAuth } else { ExtendedKeyUsagePurpose::ServerAuth }];
     let key = KeyPair::generate().unwrap();
     let cert = p.signed_by(&key, ca).unwrap();
     let key_der = PrivateKeyDer::try_from(key.serialize_der()).unwrap();
@@ -59,7 +60,11 @@ async fn start(files: &TlsFiles) -> Server {
 }
 
 /// GET /healthz over TLS; the server's certificate CN and the response's first line.
-async fn get(addr: SocketAddr, trust: &Ca, client: Option<(CertificateDer<'static>, PrivateKeyDer<'static>)>) -> Result<(String, String), String> {
+async fn get(
+    addr: SocketAddr,
+    trust: &Ca,
+    client: Option<(CertificateDer<'static>, PrivateKeyDer<'static>)>,
+) -> Result<(String, String), String> {
     let mut roots = RootCertStore::empty();
     roots.add(trust.der().clone()).unwrap();
     let builder = ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
@@ -77,7 +82,9 @@ async fn get(addr: SocketAddr, trust: &Ca, client: Option<(CertificateDer<'stati
         .map_err(|e| e.to_string())?;
     let peer = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
     let cn = x509_cn(&peer);
-    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await.map_err(|e| e.to_string())?;
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
     let mut buf = Vec::new();
     tls.read_to_end(&mut buf).await.map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&buf).to_string();
@@ -145,7 +152,12 @@ async fn certificates_are_reloaded_and_a_broken_reload_keeps_the_old_one() {
     let (cert, key, _, _) = leaf(&root, "server-one", false);
     let files = TlsFiles { cert: write(&dir, "tls.crt", &cert), key: write(&dir, "tls.key", &key), client_ca: None };
     let server = start(&files).await;
-    tokio::spawn(tls::watch(files.clone(), server.cell.clone(), Duration::from_millis(20), tokio::sync::watch::channel(0).1));
+    tokio::spawn(tls::watch(
+        files.clone(),
+        server.cell.clone(),
+        Duration::from_millis(20),
+        tokio::sync::watch::channel(0).1,
+    ));
 
     // Broken: the certificate file is garbage.
     write(&dir, "tls.crt", "not a certificate");

@@ -53,7 +53,12 @@ fn app(cell: Arc<ViewCell>, source: ViewSource) -> axum::Router {
 
 /// The answer's node → victim UIDs.
 async fn answer(app: axum::Router) -> Value {
-    let req = Request::builder().method(Method::POST).uri("/preempt").header("content-type", "application/json").body(Body::from(preempt_body())).unwrap();
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/preempt")
+        .header("content-type", "application/json")
+        .body(Body::from(preempt_body()))
+        .unwrap();
     let resp = app.oneshot(req).await.unwrap();
     assert_eq!(resp.status(), 200);
     let body: Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();

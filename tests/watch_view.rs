@@ -21,11 +21,17 @@ use serde_json::{json, Value};
 const ROUND: &str = "tests/fixtures/payloads/r2-nodecache-true";
 
 fn items_of(kind: &str) -> Vec<Value> {
-    let snap: Value = serde_json::from_slice(&std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join("0037-preempt.snapshot.json")).unwrap()).unwrap();
+    let snap: Value = serde_json::from_slice(
+        &std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join("0037-preempt.snapshot.json")).unwrap(),
+    )
+    .unwrap();
     snap["items"].as_array().unwrap().iter().filter(|i| i["kind"] == kind).cloned().collect()
 }
 
-async fn list_or_watch(State(kind): State<&'static str>, Query(q): Query<std::collections::HashMap<String, String>>) -> Response {
+async fn list_or_watch(
+    State(kind): State<&'static str>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+) -> Response {
     if q.get("watch").map(String::as_str) == Some("true") {
         // A watch with no changes: the stream stays open.
         return Body::from_stream(futures::stream::pending::<Result<Vec<u8>, std::io::Error>>()).into_response();
@@ -87,7 +93,10 @@ async fn watches_build_the_same_view_as_the_snapshot() {
     ));
     assert!(wait_until(|| cell.is_ready()).await, "view never synced");
     let live = cell.load().unwrap();
-    let snap = View::build(snapshot::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join("0037-preempt.snapshot.json")).unwrap(), &policy);
+    let snap = View::build(
+        snapshot::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join("0037-preempt.snapshot.json")).unwrap(),
+        &policy,
+    );
     assert_eq!(live.node_count(), 5);
     assert_eq!(live.pod_count(), snap.pod_count());
 
@@ -99,9 +108,14 @@ async fn watches_build_the_same_view_as_the_snapshot() {
     assert_eq!(from_watch.body, from_snapshot.body);
     assert_eq!(from_watch.explanations, from_snapshot.explanations);
     // A policy that lets online pods through finds the same victims on the live view.
-    let custom = Policy::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policy/custom-priority-classes.yaml")).unwrap();
+    let custom =
+        Policy::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policy/custom-priority-classes.yaml")).unwrap();
     let with_custom = answer(Verb::Preempt, &body, &custom, Some(&live), now).unwrap();
-    assert!(String::from_utf8_lossy(&with_custom.body).contains("node-a2"), "{}", String::from_utf8_lossy(&with_custom.body));
+    assert!(
+        String::from_utf8_lossy(&with_custom.body).contains("node-a2"),
+        "{}",
+        String::from_utf8_lossy(&with_custom.body)
+    );
 }
 
 #[tokio::test]
@@ -140,20 +154,35 @@ fn a_stale_view_is_withheld_and_not_ready() {
 mod fake_api;
 
 fn snapshot_items(seq: &str) -> Vec<Value> {
-    let snap: Value = serde_json::from_slice(&std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join(format!("{seq}-preempt.snapshot.json"))).unwrap()).unwrap();
+    let snap: Value = serde_json::from_slice(
+        &std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join(format!("{seq}-preempt.snapshot.json")))
+            .unwrap(),
+    )
+    .unwrap();
     snap["items"].as_array().unwrap().clone()
 }
 
-async fn watched(api: &fake_api::FakeApi, policy: &Policy) -> (Arc<ViewCell>, Arc<Freshness>, tokio::task::JoinHandle<()>) {
+async fn watched(
+    api: &fake_api::FakeApi,
+    policy: &Policy,
+) -> (Arc<ViewCell>, Arc<Freshness>, tokio::task::JoinHandle<()>) {
     let cell = Arc::new(ViewCell::default());
     let fresh = Arc::new(Freshness::default());
-    let task = tokio::spawn(watch::run(api.client(), cell.clone(), Arc::new(ArcSwap::from_pointee(policy.clone())), fresh.clone(), Duration::from_millis(20)));
+    let task = tokio::spawn(watch::run(
+        api.client(),
+        cell.clone(),
+        Arc::new(ArcSwap::from_pointee(policy.clone())),
+        fresh.clone(),
+        Duration::from_millis(20),
+    ));
     assert!(wait_until(|| cell.is_ready()).await, "view never synced");
     (cell, fresh, task)
 }
 
 /// A fake API server holding snapshot `seq`, and the view watched from it (default policy).
-async fn watched_snapshot(seq: &str) -> (fake_api::FakeApi, Arc<ViewCell>, Arc<Freshness>, tokio::task::JoinHandle<()>) {
+async fn watched_snapshot(
+    seq: &str,
+) -> (fake_api::FakeApi, Arc<ViewCell>, Arc<Freshness>, tokio::task::JoinHandle<()>) {
     let api = fake_api::FakeApi::start().await;
     api.seed(&snapshot_items(seq));
     let (cell, fresh, task) = watched(&api, &Policy::builtin_default()).await;
@@ -162,7 +191,12 @@ async fn watched_snapshot(seq: &str) -> (fake_api::FakeApi, Arc<ViewCell>, Arc<F
 
 fn victim_uids(body: &[u8]) -> Vec<String> {
     let v: Value = serde_json::from_slice(body).unwrap();
-    v["NodeNameToMetaVictims"].as_object().unwrap().values().flat_map(|n| n["Pods"].as_array().unwrap().iter().map(|p| p["UID"].as_str().unwrap().to_string())).collect()
+    v["NodeNameToMetaVictims"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|n| n["Pods"].as_array().unwrap().iter().map(|p| p["UID"].as_str().unwrap().to_string()))
+        .collect()
 }
 
 #[tokio::test]
@@ -186,7 +220,10 @@ async fn a_pod_deleted_on_the_watch_is_never_returned_by_the_next_preempt() {
         }
         let Some(uid) = uids.first() else { break };
         let pod = api.list("Pod").into_iter().find(|p| p["metadata"]["uid"] == uid.as_str()).unwrap();
-        let (ns, name) = (pod["metadata"]["namespace"].as_str().unwrap().to_string(), pod["metadata"]["name"].as_str().unwrap().to_string());
+        let (ns, name) = (
+            pod["metadata"]["namespace"].as_str().unwrap().to_string(),
+            pod["metadata"]["name"].as_str().unwrap().to_string(),
+        );
         let generation = view.generation();
         if round % 2 == 0 {
             api.remove("Pod", &ns, &name);
@@ -215,7 +252,9 @@ async fn a_failing_pod_watch_alone_makes_the_view_stale() {
     let mut node = api.get("Node", "", "node-a1").unwrap();
     node["metadata"]["labels"]["touched"] = Value::from("yes");
     api.apply(node);
-    assert!(wait_until(|| cell.load().is_some_and(|v| v.node("node-a1").unwrap().labels.contains_key("touched"))).await);
+    assert!(
+        wait_until(|| cell.load().is_some_and(|v| v.node("node-a1").unwrap().labels.contains_key("touched"))).await
+    );
     assert_eq!(fresh.failing_since("Node"), 0);
     let since = fresh.failing_since("Pod");
     assert_eq!(fresh.stale_kinds(since + watch::STALE_AFTER_SECS + 1, watch::STALE_AFTER_SECS), ["Pod"]);
@@ -257,7 +296,8 @@ async fn a_relist_after_an_expired_watch_drops_what_was_deleted_meanwhile() {
 async fn pods_are_listed_from_the_watch_cache_in_one_streamed_body() {
     // The snapshot's nodes, and 4,500 copies of one of its bound pods.
     let api = fake_api::FakeApi::start().await;
-    let (pods, mut items): (Vec<Value>, Vec<Value>) = snapshot_items("0037").into_iter().partition(|i| i["kind"] == "Pod");
+    let (pods, mut items): (Vec<Value>, Vec<Value>) =
+        snapshot_items("0037").into_iter().partition(|i| i["kind"] == "Pod");
     let pod = pods.into_iter().find(|p| p["metadata"]["name"] == "train-1").unwrap();
     for i in 0..4_500 {
         let mut p = pod.clone();
@@ -269,7 +309,12 @@ async fn pods_are_listed_from_the_watch_cache_in_one_streamed_body() {
     api.seed(&items);
     let (cell, _, task) = watched(&api, &Policy::builtin_default()).await;
     assert_eq!(cell.load().unwrap().pod_count(), 4_500);
-    let lists: Vec<String> = api.requests().into_iter().filter(|(_, p, q)| p == "/api/v1/pods" && !q.contains("watch=true")).map(|(_, _, q)| q).collect();
+    let lists: Vec<String> = api
+        .requests()
+        .into_iter()
+        .filter(|(_, p, q)| p == "/api/v1/pods" && !q.contains("watch=true"))
+        .map(|(_, _, q)| q)
+        .collect();
     // From the watch cache (`resourceVersion=0`, which a limit would turn into a read from
     // etcd), in one request.
     assert_eq!(lists.len(), 1, "{lists:?}");
@@ -284,7 +329,10 @@ async fn pods_are_listed_from_the_watch_cache_in_one_streamed_body() {
 }
 
 /// Serves the snapshot's pods, the first list cut off half way through its body.
-async fn pods_cut_off_once(State(lists): State<Arc<std::sync::atomic::AtomicUsize>>, Query(q): Query<std::collections::HashMap<String, String>>) -> Response {
+async fn pods_cut_off_once(
+    State(lists): State<Arc<std::sync::atomic::AtomicUsize>>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+) -> Response {
     if q.get("watch").map(String::as_str) == Some("true") {
         return Body::from_stream(futures::stream::pending::<Result<Vec<u8>, std::io::Error>>()).into_response();
     }
@@ -306,12 +354,21 @@ async fn a_pod_list_cut_off_is_not_taken_for_the_cluster_and_is_listed_again() {
     let cell = Arc::new(ViewCell::default());
     let fresh = Arc::new(Freshness::default());
     let policy = Policy::builtin_default();
-    tokio::spawn(watch::run(client(&format!("http://{addr}")), cell.clone(), Arc::new(ArcSwap::from_pointee(policy.clone())), fresh.clone(), Duration::from_millis(20)));
+    tokio::spawn(watch::run(
+        client(&format!("http://{addr}")),
+        cell.clone(),
+        Arc::new(ArcSwap::from_pointee(policy.clone())),
+        fresh.clone(),
+        Duration::from_millis(20),
+    ));
     assert!(wait_until(|| lists.load(std::sync::atomic::Ordering::SeqCst) == 1).await);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!cell.is_ready(), "half a list is not a view");
     assert!(wait_until(|| cell.is_ready()).await, "listed again after the back-off");
     assert_eq!(lists.load(std::sync::atomic::Ordering::SeqCst), 2);
-    let snap = View::build(snapshot::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join("0037-preempt.snapshot.json")).unwrap(), &policy);
+    let snap = View::build(
+        snapshot::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join("0037-preempt.snapshot.json")).unwrap(),
+        &policy,
+    );
     assert_eq!(cell.load().unwrap().pod_count(), snap.pod_count());
 }

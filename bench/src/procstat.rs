@@ -3,12 +3,7 @@
 /// A `kB` field of /proc/PID/status (e.g. `"VmRSS:"`, `"VmHWM:"` for the peak).
 pub fn status_kib(pid: &str, field: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    text.lines()
-        .find(|l| l.starts_with(field))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    text.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// utime + stime of a process in clock ticks (USER_HZ, 100 on Linux), from /proc/PID/stat.
@@ -22,12 +17,7 @@ pub fn cpu_ticks(pid: &str) -> Option<u64> {
 
 /// The 1-minute load average: how busy the shared machine was around a measurement.
 pub fn load_avg_1m() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }
 
 /// utime + stime in seconds.

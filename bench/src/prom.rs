@@ -13,23 +13,13 @@ pub fn buckets(text: &str, name: &str, labels: &[&str]) -> Vec<(f64, f64)> {
         let Some(label_text) = series[bucket.len()..].strip_suffix('}') else {
             continue;
         };
-        if !labels
-            .iter()
-            .all(|l| label_text.split(',').any(|kv| kv == *l))
-        {
+        if !labels.iter().all(|l| label_text.split(',').any(|kv| kv == *l)) {
             continue;
         }
-        let Some(le) = label_text
-            .split(',')
-            .find_map(|kv| kv.strip_prefix("le=\"")?.strip_suffix('"'))
-        else {
+        let Some(le) = label_text.split(',').find_map(|kv| kv.strip_prefix("le=\"")?.strip_suffix('"')) else {
             continue;
         };
-        let le = if le == "+Inf" {
-            f64::INFINITY
-        } else {
-            le.parse().unwrap_or(f64::NAN)
-        };
+        let le = if le == "+Inf" { f64::INFINITY } else { le.parse().unwrap_or(f64::NAN) };
         let Ok(count) = value.parse::<f64>() else {
             continue;
         };
@@ -58,11 +48,7 @@ pub fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
                 return Some(lower.0);
             }
             let width = count - lower.1;
-            let within = if width > 0.0 {
-                (rank - lower.1) / width
-            } else {
-                1.0
-            };
+            let within = if width > 0.0 { (rank - lower.1) / width } else { 1.0 };
             return Some(lower.0 + (le - lower.0) * within);
         }
         lower = (le, count);
@@ -94,18 +80,8 @@ h_sum{profile="a"} 3
     #[test]
     fn sums_matching_series_and_interpolates() {
         let a = buckets(TEXT, "h", &["profile=\"a\""]);
-        assert_eq!(
-            a,
-            vec![
-                (0.001, 0.0),
-                (0.01, 50.0),
-                (0.1, 90.0),
-                (f64::INFINITY, 100.0)
-            ]
-        );
-        let near = |got: Option<f64>, want: f64| {
-            assert!((got.unwrap() - want).abs() < 1e-12, "{got:?} vs {want}")
-        };
+        assert_eq!(a, vec![(0.001, 0.0), (0.01, 50.0), (0.1, 90.0), (f64::INFINITY, 100.0)]);
+        let near = |got: Option<f64>, want: f64| assert!((got.unwrap() - want).abs() < 1e-12, "{got:?} vs {want}");
         near(quantile(&a, 0.25), 0.0055);
         assert_eq!(quantile(&a, 0.99), Some(0.1));
         let all = buckets(TEXT, "h", &[]);

@@ -159,7 +159,11 @@ impl LimitArgs {
             body_timeout: self.body_timeout.min(self.request_timeout),
             max_concurrency: self.max_concurrency,
             decision_workers: self.decision_workers.unwrap_or(defaults.decision_workers),
-            caps: Caps { max_nodes: self.max_nodes, max_victims_per_node: self.max_victims_per_node, max_victims: self.max_victims },
+            caps: Caps {
+                max_nodes: self.max_nodes,
+                max_victims_per_node: self.max_victims_per_node,
+                max_victims: self.max_victims,
+            },
             ..defaults
         })
     }

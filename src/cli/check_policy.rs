@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::policy::Policy;
 
 pub fn run(file: &Path) -> anyhow::Result<()> {
-    let policy = Policy::load(&file)?;
+    let policy = Policy::load(file)?;
     println!("{}: valid, {} classes (default class: {})", file.display(), policy.classes.len(), policy.default_class);
     for c in &policy.classes {
         println!(
@@ -14,7 +14,12 @@ pub fn run(file: &Path) -> anyhow::Result<()> {
             c.name,
             c.preempts.join(", "),
             if c.victim.allowed {
-                format!("yes (pdb {:?}, bare pods: {:?}, minRuntime {}s)", c.victim.pdb, c.victim.bare(), c.victim.min_runtime)
+                format!(
+                    "yes (pdb {:?}, bare pods: {:?}, minRuntime {}s)",
+                    c.victim.pdb,
+                    c.victim.bare(),
+                    c.victim.min_runtime
+                )
             } else {
                 "never".into()
             }
@@ -53,7 +58,10 @@ fn per_pod_verbs_advice(policy: &Policy) -> String {
     }
     let names: Vec<&str> = needing.iter().map(|(c, _)| c.name.as_str()).collect();
     let listed: Vec<String> = needing.iter().map(|(c, why)| format!("{} ({})", c.name, why.join(", "))).collect();
-    let mut out = format!("per-pod verbs (filter, prioritize) needed by: {}; the other classes need only preempt\n", listed.join(", "));
+    let mut out = format!(
+        "per-pod verbs (filter, prioritize) needed by: {}; the other classes need only preempt\n",
+        listed.join(", ")
+    );
     let selectors = || needing.iter().flat_map(|(c, _)| c.r#match.iter());
     let class_names: Vec<&str> = selectors().flat_map(|s| s.priority_class_names.iter().map(String::as_str)).collect();
     let ranges: Vec<String> = selectors().filter_map(|s| s.priority).map(|r| format!("{}..{}", r.min, r.max)).collect();
@@ -72,7 +80,10 @@ fn per_pod_verbs_advice(policy: &Policy) -> String {
     // A selector without a name or a priority range (namespaces, labels, or none at all)
     // matches pods the marker policy above cannot see by class.
     for (c, _) in &needing {
-        if c.name == policy.default_class || c.r#match.is_empty() || c.r#match.iter().any(|s| s.priority_class_names.is_empty() && s.priority.is_none()) {
+        if c.name == policy.default_class
+            || c.r#match.is_empty()
+            || c.r#match.iter().any(|s| s.priority_class_names.is_empty() && s.priority.is_none())
+        {
             out += &format!(
                 "note: class {} also matches pods by namespace or labels only (or is the default class): add a matchCondition for them to manifests/per-pod-verbs, or keep the all-verbs registration\n",
                 c.name

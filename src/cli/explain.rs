@@ -32,19 +32,26 @@ async fn fetch(server: &str, pod: &str) -> anyhow::Result<PodDecisions> {
     let port = base.port_u16().unwrap_or(80);
     let path = format!("{}/decisions?pod={pod}", base.path().trim_end_matches('/'));
     let work = async {
-        let stream = tokio::net::TcpStream::connect((host.as_str(), port)).await.with_context(|| format!("cannot connect to {server}"))?;
+        let stream = tokio::net::TcpStream::connect((host.as_str(), port))
+            .await
+            .with_context(|| format!("cannot connect to {server}"))?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(conn);
-        let request = hyper::Request::get(path.as_str()).header(hyper::header::HOST, format!("{host}:{port}")).body(Body::empty())?;
+        let request = hyper::Request::get(path.as_str())
+            .header(hyper::header::HOST, format!("{host}:{port}"))
+            .body(Body::empty())?;
         let response = sender.send_request(request).await?;
         let status = response.status();
         let body = axum::body::to_bytes(Body::new(response.into_body()), 64 << 20).await?;
         if !status.is_success() {
             bail!("{server} answered {status}: {}", String::from_utf8_lossy(&body).trim());
         }
-        serde_json::from_slice::<PodDecisions>(&body).with_context(|| format!("{server}/decisions answered something else than decisions"))
+        serde_json::from_slice::<PodDecisions>(&body)
+            .with_context(|| format!("{server}/decisions answered something else than decisions"))
     };
-    tokio::time::timeout(Duration::from_secs(10), work).await.with_context(|| format!("{server} did not answer within 10 s"))?
+    tokio::time::timeout(Duration::from_secs(10), work)
+        .await
+        .with_context(|| format!("{server} did not answer within 10 s"))?
 }
 
 /// Newest decision last, each reason on its own line.
@@ -60,7 +67,8 @@ pub fn render(d: &PodDecisions) -> String {
     }
     let _ = writeln!(out, "{}: {} decision(s)", d.pod, d.decisions.len());
     for dec in &d.decisions {
-        let when = jiff::Timestamp::from_second(dec.time).map(|t| t.to_string()).unwrap_or_else(|_| dec.time.to_string());
+        let when =
+            jiff::Timestamp::from_second(dec.time).map(|t| t.to_string()).unwrap_or_else(|_| dec.time.to_string());
         let shadow = if dec.mode == "shadow" { " [shadow: kube-scheduler's own answer was sent]" } else { "" };
         let _ = writeln!(out, "\n{when} {}{shadow}: {}", dec.verb, dec.summary);
         if !dec.diffs.is_empty() {

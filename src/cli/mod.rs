@@ -24,14 +24,14 @@ pub struct Cli {
     pub command: Command,
 }
 
+// `serve` carries many flags; the enum is parsed once, at start.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Command {
     /// Serve filter, prioritize and preempt over HTTP(S).
     Serve(ServeArgs),
     /// Validate a policy file and print its classes.
-    CheckPolicy {
-        file: PathBuf,
-    },
+    CheckPolicy { file: PathBuf },
     /// Print the policy's JSON Schema (for editors and CI; check-policy also checks meaning,
     /// e.g. that every class named exists).
     PolicySchema,
@@ -92,7 +92,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve(args) => {
             init_logging(args.log_json);
-            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(args.io_threads).enable_all().build()?;
+            let runtime =
+                tokio::runtime::Builder::new_multi_thread().worker_threads(args.io_threads).enable_all().build()?;
             runtime.block_on(serve::serve(args))
         }
     }

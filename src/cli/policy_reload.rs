@@ -62,7 +62,8 @@ pub async fn reload_policy(reloading: PolicyReload, reload: tokio::sync::watch::
         let now = match std::fs::read(&path) {
             Ok(bytes) => bytes,
             Err(e) => {
-                let why = format!("policy file {} is unreadable ({e}); the last good policy stays in force", path.display());
+                let why =
+                    format!("policy file {} is unreadable ({e}); the last good policy stays in force", path.display());
                 if problem.load().as_deref() != Some(&why) {
                     http::metrics::record_policy_reload("unreadable");
                     tracing::error!(policy = %path.display(), error = %e, "policy file unreadable; keeping the previous policy");

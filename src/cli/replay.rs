@@ -42,15 +42,28 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         detail: crate::decide::Detail::Routine,
     };
     let answer = pipeline::answer_in(verb, &body, &ctx).map_err(|e| anyhow::anyhow!("{}: {e}", payload.display()))?;
-    eprintln!("{} {} ({})", verb.as_str(), answer.pod, if view.is_some() { "with cluster view" } else { "request only" });
+    eprintln!(
+        "{} {} ({})",
+        verb.as_str(),
+        answer.pod,
+        if view.is_some() { "with cluster view" } else { "request only" }
+    );
     for e in &answer.explanations {
         eprintln!("  {e}");
     }
     for r in &answer.requeues {
-        eprintln!("  would requeue {} as {} (attempt {}; replay writes nothing)", r.original_key(), r.replacement, r.attempt);
+        eprintln!(
+            "  would requeue {} as {} (attempt {}; replay writes nothing)",
+            r.original_key(),
+            r.replacement,
+            r.attempt
+        );
     }
     if let Some(would) = &answer.would_answer {
-        eprintln!("shadow: stdout is kube-scheduler's own answer; the policy would answer ({}) and change: {}", answer.summary, answer.diffs);
+        eprintln!(
+            "shadow: stdout is kube-scheduler's own answer; the policy would answer ({}) and change: {}",
+            answer.summary, answer.diffs
+        );
         eprintln!("  {}", String::from_utf8_lossy(would));
     }
     use std::io::Write;
@@ -65,7 +78,10 @@ fn parse_now(s: Option<&str>) -> anyhow::Result<i64> {
         None => Ok(http::system_now()),
         Some(t) => match t.parse::<i64>() {
             Ok(secs) => Ok(secs),
-            Err(_) => Ok(t.parse::<jiff::Timestamp>().with_context(|| format!("--now {t:?}: expected RFC 3339 or Unix seconds"))?.as_second()),
+            Err(_) => Ok(t
+                .parse::<jiff::Timestamp>()
+                .with_context(|| format!("--now {t:?}: expected RFC 3339 or Unix seconds"))?
+                .as_second()),
         },
     }
 }

@@ -71,15 +71,26 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let reload = http::server::reload_signals();
     if source == ViewSource::Kubernetes {
-        let config = kube::Config::infer().await.context("cannot find a Kubernetes client configuration (in-cluster config or KUBECONFIG)")?;
+        let config = kube::Config::infer()
+            .await
+            .context("cannot find a Kubernetes client configuration (in-cluster config or KUBECONFIG)")?;
         let client = kube::Client::try_from(config.clone()).context("cannot build a Kubernetes client")?;
         let fresh = Arc::new(cluster::watch::Freshness::default());
         state.freshness = Some(fresh.clone());
         let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
         if args.ops.events {
-            let throttle = crate::events::Throttle::new(args.ops.events_min_interval.as_secs() as i64, args.ops.events_repeat_after.as_secs() as i64, 50_000);
+            let throttle = crate::events::Throttle::new(
+                args.ops.events_min_interval.as_secs() as i64,
+                args.ops.events_repeat_after.as_secs() as i64,
+                50_000,
+            );
             let reporter = crate::events::kube::reporter(instance.clone());
-            state.events = Some(Arc::new(crate::events::kube::EventSink::start(client.clone(), reporter, throttle, state.clock.clone())));
+            state.events = Some(Arc::new(crate::events::kube::EventSink::start(
+                client.clone(),
+                reporter,
+                throttle,
+                state.clock.clone(),
+            )));
             tracing::info!("events on preemptors are on");
         }
         if args.requeue_guard.is_some() {
@@ -89,9 +100,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // Whatever the flags: guards an earlier release left would hold their pods forever.
         tokio::spawn(requeuer.clone().finish_leftover_guards());
         if args.requeue {
-            tokio::spawn(requeuer.clone().reconcile_loop(view.clone(), Duration::from_secs(1), args.requeue_evict_within.as_secs() as i64));
+            tokio::spawn(requeuer.clone().reconcile_loop(
+                view.clone(),
+                Duration::from_secs(1),
+                args.requeue_evict_within.as_secs() as i64,
+            ));
             state.requeuer = Some(requeuer);
-            tracing::info!(budget_ms = args.requeue_budget_ms, evict_within_s = args.requeue_evict_within.as_secs(), "requeue is on");
+            tracing::info!(
+                budget_ms = args.requeue_budget_ms,
+                evict_within_s = args.requeue_evict_within.as_secs(),
+                "requeue is on"
+            );
         }
         if args.wake {
             let waker = crate::wake::kube::Waker::new(client.clone(), args.wake_namespace.clone());
@@ -131,10 +150,13 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if !addr.ip().is_loopback() {
             tracing::warn!(admin_listen = %addr, "the admin port is not on loopback: whoever reaches it reads /decisions (pod names, why each was or was not preempted) and /metrics; restrict it (e.g. the shipped NetworkPolicy)");
         }
-        let listener = std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr} (--admin-listen; `off` turns it off)"))?;
+        let listener = std::net::TcpListener::bind(addr)
+            .with_context(|| format!("cannot listen on {addr} (--admin-listen; `off` turns it off)"))?;
         serve_apart("admin", listener, http::admin_router(state.clone()), stop_rx.clone())?;
     }
-    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(listen = %args.listen, admin = ?args.admin_listen.0, prefix = %args.path_prefix, tls = opts.tls.is_some(), view = ?source, "serving");
     http::server::serve(listener, app, opts, async move {
         http::server::shutdown_signal().await;
@@ -146,8 +168,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 /// Runs `task` on a thread named `name` with a single-threaded runtime of its own.
-fn run_apart<F: std::future::Future<Output = ()>>(name: &str, task: impl FnOnce() -> F + Send + 'static) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().with_context(|| format!("cannot start the {name} thread's runtime"))?;
+fn run_apart<F: std::future::Future<Output = ()>>(
+    name: &str,
+    task: impl FnOnce() -> F + Send + 'static,
+) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .with_context(|| format!("cannot start the {name} thread's runtime"))?;
     std::thread::Builder::new().name(name.into()).spawn(move || runtime.block_on(task()))?;
     Ok(())
 }
@@ -156,7 +184,12 @@ fn run_apart<F: std::future::Future<Output = ()>>(name: &str, task: impl FnOnce(
 /// (a bind, every few ms) then wakes one thread, not a worker of the shared runtime that
 /// wakes the other to share work it does not have (measured: the watch path's CPU per pod
 /// bound, docs/performance-journal.md, "The watch path on a thread of its own").
-fn watch_apart(config: kube::Config, view: Arc<cluster::ViewCell>, policy: Arc<arc_swap::ArcSwap<crate::policy::Policy>>, fresh: Arc<cluster::watch::Freshness>) -> anyhow::Result<()> {
+fn watch_apart(
+    config: kube::Config,
+    view: Arc<cluster::ViewCell>,
+    policy: Arc<arc_swap::ArcSwap<crate::policy::Policy>>,
+    fresh: Arc<cluster::watch::Freshness>,
+) -> anyhow::Result<()> {
     run_apart("watch", move || async move {
         match kube::Client::try_from(config) {
             Ok(client) => cluster::watch::run(client, view, policy, fresh, Duration::from_millis(500)).await,
@@ -168,7 +201,12 @@ fn watch_apart(config: kube::Config, view: Arc<cluster::ViewCell>, policy: Arc<a
 /// Probes and scrapes get a thread and runtime of their own (one each): while the verb
 /// threads are busy receiving large bodies, `/healthz` still answers within milliseconds
 /// (measured by coloc-hostile), so a kubelet never restarts a busy extender.
-fn serve_apart(name: &'static str, listener: std::net::TcpListener, app: axum::Router, mut stop: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<()> {
+fn serve_apart(
+    name: &'static str,
+    listener: std::net::TcpListener,
+    app: axum::Router,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<()> {
     listener.set_nonblocking(true)?;
     run_apart(name, move || async move {
         match tokio::net::TcpListener::from_std(listener) {

@@ -89,7 +89,10 @@ impl Jobs {
 
     /// Failures of `job` that `status.failed` does not count yet.
     pub fn uncounted_failures(&self, job: &Job) -> i32 {
-        let seen = self.unrecorded.get(&job.key()).map_or(0, |s| s.keys().filter(|uid| !job.uncounted_failed.contains(uid)).count());
+        let seen = self
+            .unrecorded
+            .get(&job.key())
+            .map_or(0, |s| s.keys().filter(|uid| !job.uncounted_failed.contains(uid)).count());
         (job.uncounted_failed.len() + seen).min(i32::MAX as usize) as i32
     }
 

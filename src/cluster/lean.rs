@@ -62,7 +62,12 @@ impl<'de, K: LeanKind> Deserialize<'de> for Lean<K> {
         let (name, namespace, resource_version) = K::meta(&json);
         let some = |s: String| (!s.is_empty()).then_some(s);
         Ok(Lean {
-            meta: ObjectMeta { name: some(name), namespace: some(namespace), resource_version: some(resource_version), ..Default::default() },
+            meta: ObjectMeta {
+                name: some(name),
+                namespace: some(namespace),
+                resource_version: some(resource_version),
+                ..Default::default()
+            },
             model: K::into_model(json),
             kind: PhantomData,
         })

@@ -37,7 +37,8 @@ struct Kind {
 }
 
 pub fn load(path: &Path) -> Result<Objects, SnapshotError> {
-    let text = std::fs::read(path).map_err(|source| SnapshotError::Read { path: path.display().to_string(), source })?;
+    let text =
+        std::fs::read(path).map_err(|source| SnapshotError::Read { path: path.display().to_string(), source })?;
     parse(&text)
 }
 

@@ -88,7 +88,10 @@ mod tests {
             for p in [&a, &b, &c] {
                 index.insert(p);
             }
-            assert_eq!([name(&index, "u-a"), name(&index, "u-b"), name(&index, "u-c")], [Some("a".into()), Some("b".into()), Some("c".into())]);
+            assert_eq!(
+                [name(&index, "u-a"), name(&index, "u-b"), name(&index, "u-c")],
+                [Some("a".into()), Some("b".into()), Some("c".into())]
+            );
             assert_eq!(name(&index, "u-d"), None);
             // A newer version replaces the old one; removing the old one then does nothing.
             let b2 = pod("u-b", "b2");

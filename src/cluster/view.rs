@@ -16,7 +16,10 @@ use super::PMap;
 use super::jobs::Jobs;
 use super::uid_index::UidIndex;
 use super::usage::{Aggregates, Counted};
-use crate::model::{DisruptionMode, GangInfo, GangRef, GangSource, Job, Node, Pdb, Pod, PodGroup, PodRef, PriorityClass, Resources, Timestamp};
+use crate::model::{
+    DisruptionMode, GangInfo, GangRef, GangSource, Job, Node, Pdb, Pod, PodGroup, PodRef, PriorityClass, Resources,
+    Timestamp,
+};
 use crate::policy::{ClassId, GangConfig, Policy};
 
 /// Raw objects a view is built from.
@@ -251,13 +254,21 @@ impl View {
     /// Notes how a bare pod leaves: `preempted` (its last state), else `ending` says
     /// whether it ended (terminal) or was deleted.
     fn note_departure(&mut self, pod: &Pod, ending: bool) {
-        if !pod.is_bare() || crate::model::marks::is_replacement(pod) && pod.scheduling_gates.iter().any(|g| g == crate::model::marks::GATE) {
+        if !pod.is_bare()
+            || crate::model::marks::is_replacement(pod)
+                && pod.scheduling_gates.iter().any(|g| g == crate::model::marks::GATE)
+        {
             return;
         }
         if self.departures.len() >= DEPARTURES_KEPT {
             let awaited: std::collections::HashSet<&str> =
                 self.replacements.values().filter_map(|r| r.annotations.get(crate::model::marks::FROM_UID)).collect();
-            let kept: PMap<String, Departure> = self.departures.iter().filter(|(uid, _)| awaited.contains(uid.as_str())).map(|(k, v)| (k.clone(), *v)).collect();
+            let kept: PMap<String, Departure> = self
+                .departures
+                .iter()
+                .filter(|(uid, _)| awaited.contains(uid.as_str()))
+                .map(|(k, v)| (k.clone(), *v))
+                .collect();
             self.departures = kept;
         }
         let how = match () {
@@ -518,17 +529,20 @@ impl View {
             // A status update leaves allocatable alone: the common case costs nothing.
             Some(old) if old.allocatable == node.allocatable && old.allocatable_pods == node.allocatable_pods => {}
             Some(_) => self.recompute_smallest(),
-            None => self.smallest = Some(Arc::new(match &self.smallest {
-                Some(s) => smaller_of(s, &node),
-                None => smaller_of(&node, &node),
-            })),
+            None => {
+                self.smallest = Some(Arc::new(match &self.smallest {
+                    Some(s) => smaller_of(s, &node),
+                    None => smaller_of(&node, &node),
+                }))
+            }
         }
     }
 
     /// O(nodes): only when a node shrinks, grows or goes away.
     fn recompute_smallest(&mut self) {
         let mut nodes = self.nodes.values().filter_map(|i| i.node.as_deref());
-        self.smallest = nodes.next().map(|first| Arc::new(nodes.fold(smaller_of(first, first), |s, n| smaller_of(&s, n))));
+        self.smallest =
+            nodes.next().map(|first| Arc::new(nodes.fold(smaller_of(first, first), |s, n| smaller_of(&s, n))));
     }
 
     /// Forgets the Node object; its pods stay until they are deleted, as in kube's cache.
@@ -713,11 +727,7 @@ impl View {
 
     /// PDBs whose selector covers `pod`.
     pub fn pdbs_covering<'a>(&'a self, pod: &'a Pod) -> impl Iterator<Item = &'a Pdb> + 'a {
-        self.pdbs_by_namespace
-            .get(&pod.namespace)
-            .into_iter()
-            .flat_map(|l| l.iter())
-            .filter(move |p| p.covers(pod))
+        self.pdbs_by_namespace.get(&pod.namespace).into_iter().flat_map(|l| l.iter()).filter(move |p| p.covers(pod))
     }
 
     /// The pod's priority: `spec.priority` as admitted, else its PriorityClass, else 0.
@@ -750,7 +760,9 @@ impl View {
         let (min, min_from) = match (object, object.and_then(|g| g.min_count)) {
             (_, Some(n)) => (n, GangInfo::minimum_label(gang.source, n)),
             // A native PodGroup with the basic policy is a group, not a gang.
-            (Some(_), None) if gang.source == GangSource::Native => (0, "basic scheduling policy: no minimum".to_string()),
+            (Some(_), None) if gang.source == GangSource::Native => {
+                (0, "basic scheduling policy: no minimum".to_string())
+            }
             _ => declared().unwrap_or_else(|| (size, format!("no minimum declared: all {size} members"))),
         };
         let min_from = match object {
@@ -763,7 +775,9 @@ impl View {
             min,
             min_from,
             disruption: object.map_or(DisruptionMode::Single, |g| g.disruption),
-            priority: object.and_then(|g| g.priority.or_else(|| self.priority_classes.get(g.priority_class_name.as_ref()?).copied())),
+            priority: object.and_then(|g| {
+                g.priority.or_else(|| self.priority_classes.get(g.priority_class_name.as_ref()?).copied())
+            }),
         }
     }
 

@@ -90,7 +90,11 @@ impl Freshness {
     /// Required kinds failing for longer than `limit` seconds at `now`.
     pub fn stale_kinds(&self, now: i64, limit: i64) -> Vec<&'static str> {
         let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
-        kinds.iter().filter(|(_, h)| !h.optional && h.failing_since != 0 && now - h.failing_since > limit).map(|(k, _)| *k).collect()
+        kinds
+            .iter()
+            .filter(|(_, h)| !h.optional && h.failing_since != 0 && now - h.failing_since > limit)
+            .map(|(k, _)| *k)
+            .collect()
     }
 
     /// Is any kind failing for longer than `limit` seconds at `now`?
@@ -294,7 +298,8 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
             return;
         }
         Event::InitApply(obj) => {
-            let relist = m.relisting.entry(K::LABEL).or_insert_with(|| Relist { keys: Some(HashSet::new()), objects: 0 });
+            let relist =
+                m.relisting.entry(K::LABEL).or_insert_with(|| Relist { keys: Some(HashSet::new()), objects: 0 });
             relist.objects += 1;
             if let Some(keys) = &mut relist.keys {
                 keys.insert(obj.key());
@@ -326,13 +331,18 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
 }
 
 /// kube-rs' watcher of every object of `K` (`follow` adds its back-off).
-fn watcher_of<K: LeanKind>(client: Client) -> impl Stream<Item = Result<Event<Lean<K>>, watcher::Error>> + Send + 'static {
+fn watcher_of<K: LeanKind>(
+    client: Client,
+) -> impl Stream<Item = Result<Event<Lean<K>>, watcher::Error>> + Send + 'static {
     watcher::watcher(Api::<Lean<K>>::all(client), Default::default())
 }
 
 /// Applies a kind's events to the view, and keeps its health, until the stream ends; after
 /// an error the stream is polled again after kube-rs' default back-off.
-async fn follow<K: Applies>(events: impl Stream<Item = Result<Event<Lean<K>>, watcher::Error>> + Send + 'static, shared: Arc<Shared>) {
+async fn follow<K: Applies>(
+    events: impl Stream<Item = Result<Event<Lean<K>>, watcher::Error>> + Send + 'static,
+    shared: Arc<Shared>,
+) {
     let mut stream = events.default_backoff().boxed();
     // Registered once: every bind comes through here.
     let events_seen = metrics::counter!("coloc_view_events_total", "kind" => K::LABEL);
@@ -395,7 +405,13 @@ fn probe_path<K: LeanKind>() -> String {
 /// synced; after that every event, at their next read. A policy change re-indexes the view off
 /// the async runtime. Staleness is checked every `tick`; gang kinds are discovered every
 /// `DISCOVERY_EVERY`.
-pub async fn run(client: Client, cell: Arc<ViewCell>, policy: Arc<ArcSwap<Policy>>, fresh: Arc<Freshness>, tick: Duration) {
+pub async fn run(
+    client: Client,
+    cell: Arc<ViewCell>,
+    policy: Arc<ArcSwap<Policy>>,
+    fresh: Arc<Freshness>,
+    tick: Duration,
+) {
     run_with(client, cell, policy, fresh, tick, DISCOVERY_EVERY).await
 }
 
@@ -411,11 +427,7 @@ pub async fn run_with(
     let mut policy_seen = policy.load_full();
     cell.change(|view| *view = View::empty(&policy_seen));
     let shared = Arc::new(Shared {
-        master: Mutex::new(Master {
-            policy: policy_seen.clone(),
-            relisting: BTreeMap::new(),
-            published: false,
-        }),
+        master: Mutex::new(Master { policy: policy_seen.clone(), relisting: BTreeMap::new(), published: false }),
         cell: cell.clone(),
         fresh: fresh.clone(),
     });

@@ -1,7 +1,7 @@
 //! May this pod be evicted for that preemptor? The per-pod rules of the policy.
 
-use crate::decide::Explanation;
 use super::Context;
+use crate::decide::Explanation;
 use crate::model::Pod;
 use crate::policy::{BareVictims, ClassId, JobVictims};
 
@@ -67,7 +67,10 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
     let class = policy.class(class_id);
     let preemptor_class = &policy.class(preemptor.class).name;
     if priority >= preemptor.priority {
-        return protected("not_lower_priority", format!("priority {priority} is not below the preemptor's {}", preemptor.priority));
+        return protected(
+            "not_lower_priority",
+            format!("priority {priority} is not below the preemptor's {}", preemptor.priority),
+        );
     }
     // A gang's PodGroup priority ranks its members: a group at least as important as the
     // preemptor is not its victim, whatever its pods' own priority.
@@ -77,7 +80,11 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
         Some((gang, info.priority?))
     }) {
         if group_priority >= preemptor.priority {
-            let detail = format!("{gang} ({}) has priority {group_priority}, not below the preemptor's {}", gang.source.name(), preemptor.priority);
+            let detail = format!(
+                "{gang} ({}) has priority {group_priority}, not below the preemptor's {}",
+                gang.source.name(),
+                preemptor.priority
+            );
             return Err(Protection { code: "gang_priority", detail, gang_source: Some(gang.source) });
         }
     }
@@ -85,7 +92,10 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
         return protected("class_protected", format!("class {} is never a victim", class.name));
     }
     if !policy.may_preempt(preemptor.class, class_id) {
-        return protected("class_not_preemptible", format!("class {preemptor_class} may not preempt class {}", class.name));
+        return protected(
+            "class_not_preemptible",
+            format!("class {preemptor_class} may not preempt class {}", class.name),
+        );
     }
     if victim.deletion_time.is_some() {
         return protected("terminating", "already terminating".into());
@@ -99,7 +109,10 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
     if min > 0 {
         let ran = victim.running_since().map(|t| ctx.now - t).unwrap_or(0);
         if ran < min {
-            return protected("min_runtime", format!("running {ran}s, class {} requires {min}s before eviction", class.name));
+            return protected(
+                "min_runtime",
+                format!("running {ran}s, class {} requires {min}s before eviction", class.name),
+            );
         }
     }
     Ok(Eligible { class: class_id, fate })
@@ -111,9 +124,10 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
 /// known: `preempt::jobs`.)
 fn job_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Result<Fate, Protection> {
     match super::jobs::charge_alone(ctx.view, victim) {
-        Some(c) if c.fails && class.victim.jobs == JobVictims::Protect => {
-            protected("job_would_fail", format!("{}; class {} protects such Job pods (jobs: protect)", c.note, class.name))
-        }
+        Some(c) if c.fails && class.victim.jobs == JobVictims::Protect => protected(
+            "job_would_fail",
+            format!("{}; class {} protects such Job pods (jobs: protect)", c.note, class.name),
+        ),
         Some(c) if c.fails => Ok(Fate::Lost),
         _ => Ok(Fate::Recreated),
     }

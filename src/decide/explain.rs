@@ -31,11 +31,27 @@ impl Explanation {
     }
 
     pub fn request(verdict: &'static str, code: &'static str, detail: impl Into<String>) -> Self {
-        Explanation { subject: "request", node: None, pod: None, verdict, code, detail: detail.into(), gang_source: None }
+        Explanation {
+            subject: "request",
+            node: None,
+            pod: None,
+            verdict,
+            code,
+            detail: detail.into(),
+            gang_source: None,
+        }
     }
 
     pub fn node(node: &str, verdict: &'static str, code: &'static str, detail: impl Into<String>) -> Self {
-        Explanation { subject: "node", node: Some(node.to_string()), pod: None, verdict, code, detail: detail.into(), gang_source: None }
+        Explanation {
+            subject: "node",
+            node: Some(node.to_string()),
+            pod: None,
+            verdict,
+            code,
+            detail: detail.into(),
+            gang_source: None,
+        }
     }
 
     pub fn pod(node: &str, pod: &str, verdict: &'static str, code: &'static str, detail: impl Into<String>) -> Self {

@@ -53,7 +53,12 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
             out.kept.push(i);
             // Without any view the request-level line above already says why.
             if ctx.view.is_some() {
-                out.explanations.push(Explanation::node(name, "kept", "unknown_node", "node not in the cluster view: kept unjudged"));
+                out.explanations.push(Explanation::node(
+                    name,
+                    "kept",
+                    "unknown_node",
+                    "node not in the cluster view: kept unjudged",
+                ));
             }
             continue;
         };

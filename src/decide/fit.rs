@@ -76,7 +76,12 @@ mod tests {
         .unwrap();
         let pod = pod.into_model().unwrap();
         assert!(pod.requests.milli_cpu > 0, "{:?}", pod.requests);
-        let node = Node { name: "n".into(), allocatable: Resources { milli_cpu: 64_000, ..Default::default() }, allocatable_pods: 110, ..Default::default() };
+        let node = Node {
+            name: "n".into(),
+            allocatable: Resources { milli_cpu: 64_000, ..Default::default() },
+            allocatable_pods: 110,
+            ..Default::default()
+        };
         assert!(exceeds_allocatable(&pod, &node).is_some());
         let mut usage = NodeUsage::default();
         usage.add(&pod);
@@ -89,11 +94,18 @@ mod tests {
         // kube-scheduler ignores it (ignoredByScheduler) and no node lists it; a real
         // extended resource the node lacks still keeps the pod off.
         let pod = |extra: &str| -> Pod {
-            let json = format!(r#"{{"metadata":{{"name":"p","namespace":"x"}},"spec":{{"containers":[
-                {{"resources":{{"requests":{{"cpu":"1","{extra}":"1"}},"limits":{{"{extra}":"1"}}}}}}]}}}}"#);
+            let json = format!(
+                r#"{{"metadata":{{"name":"p","namespace":"x"}},"spec":{{"containers":[
+                {{"resources":{{"requests":{{"cpu":"1","{extra}":"1"}},"limits":{{"{extra}":"1"}}}}}}]}}}}"#
+            );
             serde_json::from_str::<k8s::Pod>(&json).unwrap().into_model().unwrap()
         };
-        let node = Node { name: "n".into(), allocatable: Resources { milli_cpu: 4_000, ..Default::default() }, allocatable_pods: 110, ..Default::default() };
+        let node = Node {
+            name: "n".into(),
+            allocatable: Resources { milli_cpu: 4_000, ..Default::default() },
+            allocatable_pods: 110,
+            ..Default::default()
+        };
         assert_eq!(exceeds_allocatable(&pod(crate::policy::PER_POD_VERBS_MARKER), &node), None);
         assert!(exceeds_allocatable(&pod("vendor.example/gpu"), &node).is_some());
     }

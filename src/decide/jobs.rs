@@ -39,43 +39,79 @@ impl JobLedger {
         let job = jobs.of(pod)?;
         let key = job.key();
         if job.finished {
-            return Some(JobCharge { fails: false, last: false, note: format!("Job {key} has finished: its preemption changes nothing for the Job") });
+            return Some(JobCharge {
+                fails: false,
+                last: false,
+                note: format!("Job {key} has finished: its preemption changes nothing for the Job"),
+            });
         }
         let action = job.on_disruption;
         if action == Some(DisruptionAction::Ignore) {
-            return Some(JobCharge { fails: false, last: false, note: format!("Job {key}: podFailurePolicy Ignore on DisruptionTarget: recreated, not counted as a failure") });
+            return Some(JobCharge {
+                fails: false,
+                last: false,
+                note: format!(
+                    "Job {key}: podFailurePolicy Ignore on DisruptionTarget: recreated, not counted as a failure"
+                ),
+            });
         }
         if action == Some(DisruptionAction::FailJob) {
-            return Some(JobCharge { fails: true, last: false, note: format!("Job {key}: podFailurePolicy FailJob on DisruptionTarget: preemption fails the Job") });
+            return Some(JobCharge {
+                fails: true,
+                last: false,
+                note: format!("Job {key}: podFailurePolicy FailJob on DisruptionTarget: preemption fails the Job"),
+            });
         }
         let taken = self.taken.entry(key.clone()).or_insert(0);
         *taken += 1;
         let counted = job.failed;
         let uncounted = jobs.uncounted_failures(job);
         let failure = counted.saturating_add(uncounted).saturating_add(*taken);
-        let detail = format!("{counted} counted, {uncounted} seen but not counted yet{}", if *taken > 1 { format!(", {} more in this answer", *taken - 1) } else { String::new() });
+        let detail = format!(
+            "{counted} counted, {uncounted} seen but not counted yet{}",
+            if *taken > 1 { format!(", {} more in this answer", *taken - 1) } else { String::new() }
+        );
         // backoffLimit holds with backoffLimitPerIndex too, where it is set explicitly.
         if failure > job.backoff_limit {
             return Some(JobCharge { fails: true, last: false, note: format!("Job {key}: preemption would be failure {failure} of backoffLimit {} ({detail}): preemption fails the Job", job.backoff_limit) });
         }
-        if let (Some(limit), Some(index)) = (job.backoff_limit_per_index, pod.completion_index().filter(|_| job.indexed)) {
+        if let (Some(limit), Some(index)) =
+            (job.backoff_limit_per_index, pod.completion_index().filter(|_| job.indexed))
+        {
             let earlier = self.taken_index.entry((key.clone(), index)).or_insert(0);
             *earlier += 1;
             return Some(per_index(job, &key, index, limit, pod, *earlier, action));
         }
         let last = failure == job.backoff_limit;
         let tail = if last { ", the last failure it allows" } else { "" };
-        Some(JobCharge { fails: false, last, note: format!("Job {key}: preemption {failure} of backoffLimit {} ({detail}): recreated{tail}", job.backoff_limit) })
+        Some(JobCharge {
+            fails: false,
+            last,
+            note: format!(
+                "Job {key}: preemption {failure} of backoffLimit {} ({detail}): recreated{tail}",
+                job.backoff_limit
+            ),
+        })
     }
 }
 
 /// An Indexed Job with `backoffLimitPerIndex`: the index fails once its failures exceed
 /// the limit (or at once with `FailIndex`), and a Job with a failed index ends Failed.
-fn per_index(job: &Job, key: &str, index: u32, limit: i32, pod: &Pod, in_answer: i32, action: Option<DisruptionAction>) -> JobCharge {
+fn per_index(
+    job: &Job,
+    key: &str,
+    index: u32,
+    limit: i32,
+    pod: &Pod,
+    in_answer: i32,
+    action: Option<DisruptionAction>,
+) -> JobCharge {
     let already = job.failed_index_count();
     let failed_note = if already > 0 { format!("; {already} index(es) failed already") } else { String::new() };
     let max_note = match job.max_failed_indexes {
-        Some(max) if already + 1 > max.max(0) as u64 => format!(", more than maxFailedIndexes {max}: the Job fails at once"),
+        Some(max) if already + 1 > max.max(0) as u64 => {
+            format!(", more than maxFailedIndexes {max}: the Job fails at once")
+        }
         _ => String::new(),
     };
     if action == Some(DisruptionAction::FailIndex) {

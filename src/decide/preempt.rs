@@ -135,14 +135,23 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     let class_id = ctx.class_of(pod);
     let class_name = &ctx.policy.class(class_id).name;
     if pod.preemption_never {
-        out.explanations.push(Explanation::request("refused", "preemption_never", "the pod's preemptionPolicy is Never"));
+        out.explanations.push(Explanation::request(
+            "refused",
+            "preemption_never",
+            "the pod's preemptionPolicy is Never",
+        ));
         return out;
     }
-    if crate::requeue::is_replacement(pod) && ctx.policy.class(class_id).requeue.preemption == ReplacementPreemption::Never {
+    if crate::requeue::is_replacement(pod)
+        && ctx.policy.class(class_id).requeue.preemption == ReplacementPreemption::Never
+    {
         out.explanations.push(Explanation::request(
             "refused",
             "replacement_waits",
-            format!("{} is a requeued pod of class {class_name}: it waits for free room (requeue.preemption: never)", pod.key()),
+            format!(
+                "{} is a requeued pod of class {class_name}: it waits for free room (requeue.preemption: never)",
+                pod.key()
+            ),
         ));
         return out;
     }
@@ -166,7 +175,9 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
         out.explanations.push(Explanation::request(
             "refused",
             "view_not_ready",
-            format!("the cluster view is not usable (not synced or stale) and class {class_name} is withoutView: refuse"),
+            format!(
+                "the cluster view is not usable (not synced or stale) and class {class_name} is withoutView: refuse"
+            ),
         ));
         return out;
     }
@@ -204,8 +215,12 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
                     reselect_or_drop(ctx, view, aftermath, preemptor, pod, node, &v.uids, ex)
                 } else {
                     if view.is_some() {
-                        ex.push(Explanation::node(node, "degraded", "node_not_in_view",
-                            "node unknown to the cluster view: judging kube-scheduler's victims"));
+                        ex.push(Explanation::node(
+                            node,
+                            "degraded",
+                            "node_not_in_view",
+                            "node unknown to the cluster view: judging kube-scheduler's victims",
+                        ));
                     }
                     judge_request_victims(ctx, preemptor, node, v, ex)
                 };
@@ -225,8 +240,12 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
                         }
                         Some((view, _)) if view.node(node).is_none() => {
                             out.view_behind = true;
-                            ex.push(Explanation::node(node, "dropped", "node_not_in_view",
-                                "node unknown to the cluster view: its victims cannot be checked"));
+                            ex.push(Explanation::node(
+                                node,
+                                "dropped",
+                                "node_not_in_view",
+                                "node unknown to the cluster view: its victims cannot be checked",
+                            ));
                             None
                         }
                         Some((view, aftermath)) => {
@@ -258,10 +277,17 @@ fn room_on_its_way(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, 
         .filter(|r| r.annotations.get(crate::requeue::PREEMPTED_BY).is_some_and(|p| p == preemptor.key))
         .filter_map(|r| r.annotations.get(crate::requeue::FROM_UID))
         .collect();
-    let mut nodes: Vec<&str> = own.iter().filter_map(|uid| view.pod_by_uid(uid)?.node_name.as_deref()).chain(candidates.iter().copied()).collect();
+    let mut nodes: Vec<&str> = own
+        .iter()
+        .filter_map(|uid| view.pod_by_uid(uid)?.node_name.as_deref())
+        .chain(candidates.iter().copied())
+        .collect();
     nodes.sort_unstable();
     nodes.dedup();
-    let leaving_for_someone = |p: &Pod| p.deletion_time.is_some() && ((p.preempted && ctx.priority_of(p) < preemptor.priority) || own.contains(p.uid.as_str()));
+    let leaving_for_someone = |p: &Pod| {
+        p.deletion_time.is_some()
+            && ((p.preempted && ctx.priority_of(p) < preemptor.priority) || own.contains(p.uid.as_str()))
+    };
     nodes
         .into_iter()
         .find(|n| {
@@ -271,7 +297,12 @@ fn room_on_its_way(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, 
                 return false;
             }
             let staying = pods.iter().map(|p| &**p).filter(|p| p.deletion_time.is_none() && p.uid != pod.uid);
-            fits(pod, node, &NodeUsage::of(staying.chain(held_room(view, view.nominated_on(n), preemptor.priority, &pod.uid)))).is_ok()
+            fits(
+                pod,
+                node,
+                &NodeUsage::of(staying.chain(held_room(view, view.nominated_on(n), preemptor.priority, &pod.uid))),
+            )
+            .is_ok()
         })
         .map(str::to_string)
 }
@@ -279,7 +310,12 @@ fn room_on_its_way(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, 
 /// Like kube-scheduler, room held by the pods `nominated` to a node with a priority at
 /// least `priority` is not available to a pod of that priority (`asking`, never counted
 /// against itself); they are never victims either.
-fn held_room<'v>(view: &'v View, nominated: &'v [PodRef], priority: i32, asking: &'v str) -> impl Iterator<Item = &'v Pod> + 'v {
+fn held_room<'v>(
+    view: &'v View,
+    nominated: &'v [PodRef],
+    priority: i32,
+    asking: &'v str,
+) -> impl Iterator<Item = &'v Pod> + 'v {
     nominated.iter().map(|p| &**p).filter(move |p| p.uid != asking && view.priority_of(p) >= priority)
 }
 
@@ -301,8 +337,12 @@ fn reselect_or_drop(
         Reselected::Plan(p) => Some(p),
         Reselected::Vetoed => None,
         Reselected::NoVictimsNeeded => {
-            ex.push(Explanation::node(node, "dropped", "view_disagrees",
-                "the view says the pod fits without evicting anything, kube-scheduler says not: one of them is stale"));
+            ex.push(Explanation::node(
+                node,
+                "dropped",
+                "view_disagrees",
+                "the view says the pod fits without evicting anything, kube-scheduler says not: one of them is stale",
+            ));
             None
         }
     }
@@ -310,7 +350,13 @@ fn reselect_or_drop(
 
 fn placeholder(node: &str, num_pdb_violations: i64, ex: &mut Vec<Explanation>) -> Plan {
     ex.push(Explanation::node(node, "kept", "no_victims", "candidate without victims: returned as is"));
-    Plan { node: node.to_string(), uids: Vec::new(), pdb_violations: num_pdb_violations, cost: Cost::default(), requeues: Vec::new() }
+    Plan {
+        node: node.to_string(),
+        uids: Vec::new(),
+        pdb_violations: num_pdb_violations,
+        cost: Cost::default(),
+        requeues: Vec::new(),
+    }
 }
 
 /// Does kube-scheduler know proposed victims the view does not, or has it seen them bound
@@ -322,10 +368,23 @@ fn lags_behind(view: &View, uids: &[String]) -> bool {
 fn note_misplaced_uids(view: &View, node: &str, v: &MetaVictims, ex: &mut Vec<Explanation>) {
     for uid in &v.uids {
         match view.pod_by_uid(uid) {
-            None => ex.push(Explanation::pod(node, uid, "ignored", "unknown_uid",
-                "kube-scheduler proposed a pod the view does not know; it will not be returned")),
-            Some(p) if p.node_name.as_deref() != Some(node) => ex.push(Explanation::pod(node, &p.key(), "ignored", "victim_elsewhere",
-                format!("kube-scheduler proposed it here, the view has it on {}", p.node_name.as_deref().unwrap_or("no node")))),
+            None => ex.push(Explanation::pod(
+                node,
+                uid,
+                "ignored",
+                "unknown_uid",
+                "kube-scheduler proposed a pod the view does not know; it will not be returned",
+            )),
+            Some(p) if p.node_name.as_deref() != Some(node) => ex.push(Explanation::pod(
+                node,
+                &p.key(),
+                "ignored",
+                "victim_elsewhere",
+                format!(
+                    "kube-scheduler proposed it here, the view has it on {}",
+                    p.node_name.as_deref().unwrap_or("no node")
+                ),
+            )),
             Some(_) => {}
         }
     }
@@ -334,7 +393,13 @@ fn note_misplaced_uids(view: &View, node: &str, v: &MetaVictims, ex: &mut Vec<Ex
 /// Without node state: keep kube-scheduler's victims only if every one is allowed. A
 /// victim the view knows is judged by the view's data (it may be terminating, or bound
 /// elsewhere, since kube-scheduler looked).
-fn judge_request_victims<'a>(ctx: &Context<'a>, preemptor: Preemptor, node: &str, v: &'a Victims, ex: &mut Vec<Explanation>) -> Option<Plan> {
+fn judge_request_victims<'a>(
+    ctx: &Context<'a>,
+    preemptor: Preemptor,
+    node: &str,
+    v: &'a Victims,
+    ex: &mut Vec<Explanation>,
+) -> Option<Plan> {
     let mut victims = Vec::new();
     for sent in &v.pods {
         let pod: &Pod = match ctx.view.and_then(|view| view.pod_by_uid(&sent.uid)) {
@@ -342,15 +407,28 @@ fn judge_request_victims<'a>(ctx: &Context<'a>, preemptor: Preemptor, node: &str
             None => sent,
         };
         if pod.node_name.as_deref() != Some(node) {
-            ex.push(Explanation::node(node, "dropped", "victim_elsewhere",
-                format!("proposed victim {} is on {} in the cluster view, not here", pod.key(), pod.node_name.as_deref().unwrap_or("no node"))));
+            ex.push(Explanation::node(
+                node,
+                "dropped",
+                "victim_elsewhere",
+                format!(
+                    "proposed victim {} is on {} in the cluster view, not here",
+                    pod.key(),
+                    pod.node_name.as_deref().unwrap_or("no node")
+                ),
+            ));
             return None;
         }
         let eligible = match eligibility::check(ctx, preemptor, pod) {
             Ok(e) => e,
             Err(p) => {
                 ex.push(p.explain(node, &pod.key(), "protected"));
-                ex.push(Explanation::node(node, "dropped", p.code, format!("proposed victim {} is protected: {}", pod.key(), p.detail)));
+                ex.push(Explanation::node(
+                    node,
+                    "dropped",
+                    p.code,
+                    format!("proposed victim {} is protected: {}", pod.key(), p.detail),
+                ));
                 return None;
             }
         };
@@ -382,7 +460,13 @@ enum Reselected {
     NoVictimsNeeded,
 }
 
-fn victim<'a>(ctx: &Context, pod: &'a Pod, eligible: eligibility::Eligible, view: Option<&View>, proposed: bool) -> Victim<'a> {
+fn victim<'a>(
+    ctx: &Context,
+    pod: &'a Pod,
+    eligible: eligibility::Eligible,
+    view: Option<&View>,
+    proposed: bool,
+) -> Victim<'a> {
     let gang = view.and_then(|v| Some(v.gang(&v.gang_of(pod)?, pod)));
     let pod_priority = ctx.priority_of(pod);
     Victim {
@@ -426,8 +510,17 @@ fn reselect(
     }
     if !held.is_empty() {
         let names: Vec<String> = held.iter().take(5).map(|p| p.key()).collect();
-        ex.push(Explanation::node(node_name, "charged", "nominated_room",
-            format!("{} pending pod(s) nominated here with priority at least {} hold their room: {}", held.len(), preemptor.priority, names.join(", "))));
+        ex.push(Explanation::node(
+            node_name,
+            "charged",
+            "nominated_room",
+            format!(
+                "{} pending pod(s) nominated here with priority at least {} hold their room: {}",
+                held.len(),
+                preemptor.priority,
+                names.join(", ")
+            ),
+        ));
     }
     if fits(pod, node, &usage).is_ok() {
         return Reselected::NoVictimsNeeded;
@@ -450,8 +543,12 @@ fn reselect(
         usage.remove(c.pod);
     }
     if let Err(why) = fits(pod, node, &usage) {
-        ex.push(Explanation::node(node_name, "dropped", "does_not_fit",
-            format!("does not fit even after evicting all {} evictable pod(s): {why}", candidates.len())));
+        ex.push(Explanation::node(
+            node_name,
+            "dropped",
+            "does_not_fit",
+            format!("does not fit even after evicting all {} evictable pod(s): {why}", candidates.len()),
+        ));
         return Reselected::Vetoed;
     }
 
@@ -525,7 +622,13 @@ fn reprieve(
         members().for_each(|c| usage.add(c.pod));
         if fits(pod, node, &usage).is_ok() {
             for c in members() {
-                ex.push(Explanation::pod(node_name, &c.pod.key(), "spared", "reprieved", "the preemptor still fits with it in place"));
+                ex.push(Explanation::pod(
+                    node_name,
+                    &c.pod.key(),
+                    "spared",
+                    "reprieved",
+                    "the preemptor still fits with it in place",
+                ));
             }
         } else {
             members().for_each(|c| usage.remove(c.pod));
@@ -541,18 +644,37 @@ fn reprieve(
     for c in &chosen {
         let taken = budgets.take(c.pod);
         if let Some(pdb) = taken.spent_last {
-            ex.push(Explanation::pod(node_name, &c.pod.key(), "victim", "last_disruption",
-                format!("spends the last disruption PDB {pdb} allows: a later preemption there would violate it")));
+            ex.push(Explanation::pod(
+                node_name,
+                &c.pod.key(),
+                "victim",
+                "last_disruption",
+                format!("spends the last disruption PDB {pdb} allows: a later preemption there would violate it"),
+            ));
             spent += 1;
         }
         if let Some(pdb) = taken.violated {
             let class = ctx.policy.class(c.class);
             if class.victim.pdb == PdbMode::Strict {
-                ex.push(Explanation::node(node_name, "dropped", "pdb_strict",
-                    format!("the preemptor needs {} evicted, which exceeds PDB {pdb} (class {} is strict)", c.pod.key(), class.name)));
+                ex.push(Explanation::node(
+                    node_name,
+                    "dropped",
+                    "pdb_strict",
+                    format!(
+                        "the preemptor needs {} evicted, which exceeds PDB {pdb} (class {} is strict)",
+                        c.pod.key(),
+                        class.name
+                    ),
+                ));
                 return None;
             }
-            ex.push(Explanation::pod(node_name, &c.pod.key(), "victim", "pdb_violation", format!("violates PDB {pdb} (class {} is best-effort)", class.name)));
+            ex.push(Explanation::pod(
+                node_name,
+                &c.pod.key(),
+                "victim",
+                "pdb_violation",
+                format!("violates PDB {pdb} (class {} is best-effort)", class.name),
+            ));
             violations += 1;
         }
     }
@@ -613,8 +735,18 @@ fn fair_share<'a>(
     let final_share = fits_without(&strict);
     let (keep, spare): (Vec<_>, Vec<_>) = candidates.into_iter().partition(|c| allowed(c, final_share));
     for c in &spare {
-        ex.push(Explanation::pod(&node.name, &c.pod.key(), "spared", "fair_share",
-            format!("tenant {} holds a share of {:.3}, not above tenant {mine}'s {:.3} after admission", tenants.tenant_of(c.pod), c.tenant_share, mine_after)));
+        ex.push(Explanation::pod(
+            &node.name,
+            &c.pod.key(),
+            "spared",
+            "fair_share",
+            format!(
+                "tenant {} holds a share of {:.3}, not above tenant {mine}'s {:.3} after admission",
+                tenants.tenant_of(c.pod),
+                c.tenant_share,
+                mine_after
+            ),
+        ));
     }
     keep
 }
@@ -658,7 +790,11 @@ impl<'a> Budgets<'a> {
                 taken.violated = Some(if now == pdb.disruptions_allowed {
                     format!("{} (disruptionsAllowed {})", pdb.key(), pdb.disruptions_allowed)
                 } else {
-                    format!("{} (disruptionsAllowed {} in status, {now} now: covered pods evicted since)", pdb.key(), pdb.disruptions_allowed)
+                    format!(
+                        "{} (disruptionsAllowed {} in status, {now} now: covered pods evicted since)",
+                        pdb.key(),
+                        pdb.disruptions_allowed
+                    )
                 });
             }
         }
@@ -698,14 +834,26 @@ fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
     cost
 }
 
-fn finish(ctx: &Context, preemptor: Preemptor, node: &str, mut victims: Vec<Victim>, pdb_violations: i64, cost: Cost, how: &str, ex: &mut Vec<Explanation>) -> Plan {
+#[allow(clippy::too_many_arguments)] // one node's plan: what the per-node context will carry
+fn finish(
+    ctx: &Context,
+    preemptor: Preemptor,
+    node: &str,
+    mut victims: Vec<Victim>,
+    pdb_violations: i64,
+    cost: Cost,
+    how: &str,
+    ex: &mut Vec<Explanation>,
+) -> Plan {
     // kube-scheduler reads Pods[0] as the highest-priority victim.
     victims.sort_by(|a, b| b.pod_priority.cmp(&a.pod_priority).then(a.value_order(b)));
     let mut requeues = Vec::new();
     for v in &victims {
         let class = &ctx.policy.class(v.class).name;
         let why = match &v.gang {
-            Some(g) if g.priority.is_some() => format!("priority {} (of {}), class {class}, needed for the preemptor to fit", v.priority, g.gang),
+            Some(g) if g.priority.is_some() => {
+                format!("priority {} (of {}), class {class}, needed for the preemptor to fit", v.priority, g.gang)
+            }
             _ => format!("priority {}, class {class}, needed for the preemptor to fit", v.priority),
         };
         let (code, detail) = match v.fate {
@@ -735,13 +883,27 @@ fn finish(ctx: &Context, preemptor: Preemptor, node: &str, mut victims: Vec<Vict
         };
         let detail = match (&v.recently_back, v.follow_on) {
             (None, false) => detail,
-            (back, follow_on) => format!("{detail}{}{}", back.as_deref().map(|b| format!("; {b}")).unwrap_or_default(), if follow_on { "; its return is expected to evict (follow_on)" } else { "" }),
+            (back, follow_on) => format!(
+                "{detail}{}{}",
+                back.as_deref().map(|b| format!("; {b}")).unwrap_or_default(),
+                if follow_on { "; its return is expected to evict (follow_on)" } else { "" }
+            ),
         };
         ex.push(Explanation::pod(node, &v.pod.key(), "victim", code, detail));
     }
-    ex.push(Explanation::node(node, "candidate", "candidate",
-        format!("{how}: {} victim(s), {pdb_violations} PDB violation(s), cost {cost:?}", victims.len())));
-    Plan { node: node.to_string(), uids: victims.iter().map(|v| v.pod.uid.clone()).collect(), pdb_violations, cost, requeues }
+    ex.push(Explanation::node(
+        node,
+        "candidate",
+        "candidate",
+        format!("{how}: {} victim(s), {pdb_violations} PDB violation(s), cost {cost:?}", victims.len()),
+    ));
+    Plan {
+        node: node.to_string(),
+        uids: victims.iter().map(|v| v.pod.uid.clone()).collect(),
+        pdb_violations,
+        cost,
+        requeues,
+    }
 }
 
 /// Keeps the best `k` plans; never a gang-breaking plan while another avoids it.
@@ -750,7 +912,12 @@ fn rank(mut plans: Vec<Plan>, k: usize, ex: &mut Vec<Explanation>) -> (Preemptio
         plans.retain(|p| {
             let keep = p.cost.broken_gang_members == 0;
             if !keep {
-                ex.push(Explanation::node(&p.node, "dropped", "gang_broken", "breaks a gang while another candidate does not"));
+                ex.push(Explanation::node(
+                    &p.node,
+                    "dropped",
+                    "gang_broken",
+                    "breaks a gang while another candidate does not",
+                ));
             }
             keep
         });
@@ -761,8 +928,12 @@ fn rank(mut plans: Vec<Plan>, k: usize, ex: &mut Vec<Explanation>) -> (Preemptio
     let best = plans.first().map(|p| p.node.clone());
     for (i, p) in plans.into_iter().enumerate() {
         if i >= k {
-            ex.push(Explanation::node(&p.node, "dropped", "outranked",
-                format!("a cheaper candidate ({}) was chosen; maxCandidates is {k}", best.as_deref().unwrap_or("-"))));
+            ex.push(Explanation::node(
+                &p.node,
+                "dropped",
+                "outranked",
+                format!("a cheaper candidate ({}) was chosen; maxCandidates is {k}", best.as_deref().unwrap_or("-")),
+            ));
             continue;
         }
         ex.push(Explanation::node(&p.node, "kept", "selected", format!("rank {} of the candidates", i + 1)));

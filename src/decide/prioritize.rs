@@ -49,8 +49,12 @@ pub fn prioritize<'a>(args: &'a ExtenderArgs, ctx: &Context) -> PrioritizeOutcom
     let scoring = &ctx.policy.class(class).scoring;
     if scoring.is_neutral() {
         let name = &ctx.policy.class(class).name;
-        let why = format!("class {name} prefers nothing: kube-scheduler's own scores rank the {} node(s)", args.nodes.len());
-        return PrioritizeOutcome { scores: Vec::new(), explanations: vec![Explanation::request("score", "neutral", why)] };
+        let why =
+            format!("class {name} prefers nothing: kube-scheduler's own scores rank the {} node(s)", args.nodes.len());
+        return PrioritizeOutcome {
+            scores: Vec::new(),
+            explanations: vec![Explanation::request("score", "neutral", why)],
+        };
     }
     let names = args.nodes.names();
     let mut out = PrioritizeOutcome { scores: Vec::with_capacity(names.len()), explanations: Vec::new() };
@@ -90,7 +94,14 @@ struct Parts {
 }
 
 impl Parts {
-    fn of(ctx: &Context, class: ClassId, scoring: &Scoring, pod: &Pod, node: Option<&Node>, usage: Option<&Aggregates>) -> Parts {
+    fn of(
+        ctx: &Context,
+        class: ClassId,
+        scoring: &Scoring,
+        pod: &Pod,
+        node: Option<&Node>,
+        usage: Option<&Aggregates>,
+    ) -> Parts {
         let prefer = &scoring.prefer_node_labels;
         let placement = match node {
             _ if prefer.is_empty() => 0,
@@ -129,9 +140,16 @@ impl Parts {
         let misfit = || -> Option<Misfit> { fits(pod, node?, &usage?.all).err() };
         let known = if usage.is_some() { "" } else { " (usage unknown without the view)" };
         match (self.fit, misfit()) {
-            (Fit::AsIs, _) => format!("{} = placement {} + packing {}{known}", self.score(), self.placement, self.packing),
-            (Fit::AfterEviction, Some(why)) => format!("1: the view says it does not fit as is ({why}), but would after evicting what its class may evict"),
-            (_, why) => format!("0: the view says it does not fit, even after evicting what its class may evict ({})", why.map(|w| w.to_string()).unwrap_or_default()),
+            (Fit::AsIs, _) => {
+                format!("{} = placement {} + packing {}{known}", self.score(), self.placement, self.packing)
+            }
+            (Fit::AfterEviction, Some(why)) => format!(
+                "1: the view says it does not fit as is ({why}), but would after evicting what its class may evict"
+            ),
+            (_, why) => format!(
+                "0: the view says it does not fit, even after evicting what its class may evict ({})",
+                why.map(|w| w.to_string()).unwrap_or_default()
+            ),
         }
     }
 }

@@ -33,7 +33,12 @@ pub struct EventSink {
 
 impl EventSink {
     /// Starts the writer task. `throttle` decides per pod what is written.
-    pub fn start(client: Client, reporter: Reporter, throttle: Throttle, clock: Arc<dyn Fn() -> Timestamp + Send + Sync>) -> EventSink {
+    pub fn start(
+        client: Client,
+        reporter: Reporter,
+        throttle: Throttle,
+        clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
+    ) -> EventSink {
         let (queue, rx) = mpsc::channel(QUEUE);
         tokio::spawn(write_loop(client, reporter, rx));
         EventSink { queue, throttle: Arc::new(Mutex::new(throttle)), clock }

@@ -58,17 +58,26 @@ pub fn for_preempt(pod: &str, pod_uid: &str, ex: &[Explanation]) -> Option<PodEv
     if let Some(refused) = ex.iter().find(|e| e.subject == "request" && e.verdict == "refused") {
         return Some(event(true, "PreemptionBlocked", format!("coloc-extender: no preemption: {}", refused.detail)));
     }
-    let candidates_left = ex.iter().filter(|e| e.subject == "node" && e.verdict == "kept" && e.code == "selected").count();
+    let candidates_left =
+        ex.iter().filter(|e| e.subject == "node" && e.verdict == "kept" && e.code == "selected").count();
     if candidates_left == 0 {
         let vetoes = vetoes(ex);
         if vetoes.is_empty() {
             return None;
         }
-        return Some(event(true, "PreemptionBlocked", format!("coloc-extender: no node can make room under the policy: {vetoes}")));
+        return Some(event(
+            true,
+            "PreemptionBlocked",
+            format!("coloc-extender: no node can make room under the policy: {vetoes}"),
+        ));
     }
     // Victims of the returned nodes only (others were outranked); a victim may have
     // several lines (e.g. its PDB violation, then its fate): one entry, every phrase.
-    let selected: Vec<&str> = ex.iter().filter(|e| e.subject == "node" && e.verdict == "kept" && e.code == "selected").filter_map(|e| e.node.as_deref()).collect();
+    let selected: Vec<&str> = ex
+        .iter()
+        .filter(|e| e.subject == "node" && e.verdict == "kept" && e.code == "selected")
+        .filter_map(|e| e.node.as_deref())
+        .collect();
     let mut by_node: BTreeMap<&str, BTreeMap<&str, Vec<&str>>> = BTreeMap::new();
     for v in ex.iter().filter(|e| e.subject == "pod" && e.verdict == "victim") {
         let (Some(node), Some(pod)) = (v.node.as_deref(), v.pod.as_deref()) else { continue };
@@ -84,7 +93,12 @@ pub fn for_preempt(pod: &str, pod_uid: &str, ex: &[Explanation]) -> Option<PodEv
     }
     let nodes: Vec<String> = by_node
         .into_iter()
-        .map(|(n, pods)| format!("{n}: {}", pods.into_iter().map(|(p, why)| format!("{p} ({})", why.join(", "))).collect::<Vec<_>>().join(", ")))
+        .map(|(n, pods)| {
+            format!(
+                "{n}: {}",
+                pods.into_iter().map(|(p, why)| format!("{p} ({})", why.join(", "))).collect::<Vec<_>>().join(", ")
+            )
+        })
         .collect();
     let why = "the cheapest choice under the policy (no broken gang, then fewest PDB violations, then fewest budgets spent to the last, further evictions, requeues and lost work)";
     Some(event(false, "PreemptionVictims", format!("coloc-extender: victims {}; {why}", nodes.join("; "))))
@@ -115,7 +129,11 @@ pub fn vetoes(ex: &[Explanation]) -> String {
     }
     let mut groups: Vec<(&str, usize)> = groups.into_iter().collect();
     groups.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    groups.iter().map(|(p, n)| format!("{n} node{}: {p}", if *n == 1 { "" } else { "s" })).collect::<Vec<_>>().join("; ")
+    groups
+        .iter()
+        .map(|(p, n)| format!("{n} node{}: {p}", if *n == 1 { "" } else { "s" }))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn veto_phrase(dropped: &Explanation, ex: &[Explanation]) -> String {
@@ -141,8 +159,16 @@ fn veto_phrase(dropped: &Explanation, ex: &[Explanation]) -> String {
 }
 
 /// Protection codes, the one an operator can act on first.
-const PROTECTION_ORDER: [&str; 8] =
-    ["requeue_disabled", "requeue_failed", "not_recreatable", "min_runtime", "class_protected", "class_not_preemptible", "not_lower_priority", "terminating"];
+const PROTECTION_ORDER: [&str; 8] = [
+    "requeue_disabled",
+    "requeue_failed",
+    "not_recreatable",
+    "min_runtime",
+    "class_protected",
+    "class_not_preemptible",
+    "not_lower_priority",
+    "terminating",
+];
 
 fn phrase(code: &str) -> &str {
     match code {

@@ -54,7 +54,8 @@ impl Gate {
     /// Reads the body and takes a slot, or refuses with the reason.
     pub async fn admit(&self, headers: &HeaderMap, body: Body, limits: &Limits) -> Result<(Bytes, Admitted), ApiError> {
         let max = limits.max_body_bytes;
-        let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        let declared =
+            headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
         if let Some(n) = declared.filter(|&n| n > max as u64) {
             return Err(too_large(format!("Content-Length {n} exceeds the limit of {max} bytes (--max-body-bytes)")));
         }
@@ -69,7 +70,13 @@ impl Gate {
             let mut buf = Vec::with_capacity(reserved);
             let mut stream = body.into_data_stream();
             while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "unreadable_body", format!("request body could not be read: {e}")))?;
+                let chunk = chunk.map_err(|e| {
+                    ApiError::new(
+                        StatusCode::BAD_REQUEST,
+                        "unreadable_body",
+                        format!("request body could not be read: {e}"),
+                    )
+                })?;
                 if buf.len() + chunk.len() > max {
                     return Err(too_large(format!("request body exceeds the limit of {max} bytes (--max-body-bytes)")));
                 }
@@ -85,9 +92,17 @@ impl Gate {
         })
         .await
         .map_err(|_| {
-            ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", format!("request body not received within {} ms (--body-timeout)", upload.as_millis()))
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!("request body not received within {} ms (--body-timeout)", upload.as_millis()),
+            )
         })??;
-        let slot = self.slots.clone().try_acquire_owned().map_err(|_| overloaded("too many requests in flight (--max-concurrency); retry".into()))?;
+        let slot = self
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| overloaded("too many requests in flight (--max-concurrency); retry".into()))?;
         metrics::gauge!("coloc_requests_in_flight").increment(1.0);
         Ok((bytes, Admitted { _bytes: held, _slot: slot }))
     }

@@ -51,13 +51,25 @@ pub struct Reason {
 
 impl From<&Explanation> for Reason {
     fn from(e: &Explanation) -> Self {
-        Reason { subject: e.subject.into(), node: e.node.clone(), pod: e.pod.clone(), verdict: e.verdict.into(), code: e.code.into(), detail: e.detail.clone() }
+        Reason {
+            subject: e.subject.into(),
+            node: e.node.clone(),
+            pod: e.pod.clone(),
+            verdict: e.verdict.into(),
+            code: e.code.into(),
+            detail: e.detail.clone(),
+        }
     }
 }
 
 impl Reason {
     fn bytes(&self) -> usize {
-        64 + self.subject.len() + self.node.as_ref().map_or(0, String::len) + self.pod.as_ref().map_or(0, String::len) + self.verdict.len() + self.code.len() + self.detail.len()
+        64 + self.subject.len()
+            + self.node.as_ref().map_or(0, String::len)
+            + self.pod.as_ref().map_or(0, String::len)
+            + self.verdict.len()
+            + self.code.len()
+            + self.detail.len()
     }
 }
 
@@ -185,10 +197,16 @@ pub fn parse_pod_key(s: &str) -> Result<(&str, &str), String> {
             && v.as_bytes()[v.len() - 1].is_ascii_alphanumeric()
     };
     if !label(ns, 63, false) {
-        return Err(format!("pod {quoted:?}: namespace {:?} is not a valid namespace name (lowercase letters, digits, '-', at most 63)", clip(ns, 100)));
+        return Err(format!(
+            "pod {quoted:?}: namespace {:?} is not a valid namespace name (lowercase letters, digits, '-', at most 63)",
+            clip(ns, 100)
+        ));
     }
     if !label(name, 253, true) {
-        return Err(format!("pod {quoted:?}: name {:?} is not a valid pod name (lowercase letters, digits, '-', '.', at most 253)", clip(name, 100)));
+        return Err(format!(
+            "pod {quoted:?}: name {:?} is not a valid pod name (lowercase letters, digits, '-', '.', at most 253)",
+            clip(name, 100)
+        ));
     }
     Ok((ns, name))
 }

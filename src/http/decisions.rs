@@ -19,10 +19,18 @@ pub struct PodQuery {
 pub async fn handler(State(state): State<AppState>, query: Result<Query<PodQuery>, QueryRejection>) -> Response {
     let q = match query {
         Ok(Query(q)) => q,
-        Err(e) => return ApiError::new(StatusCode::BAD_REQUEST, "bad_query", format!("unreadable query string: {}", clip(&e.body_text(), 200))).into_response(),
+        Err(e) => {
+            return ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_query",
+                format!("unreadable query string: {}", clip(&e.body_text(), 200)),
+            )
+            .into_response()
+        }
     };
     let Some(pod) = q.pod else {
-        return ApiError::new(StatusCode::BAD_REQUEST, "missing_pod", "query parameter pod=NAMESPACE/NAME is required").into_response();
+        return ApiError::new(StatusCode::BAD_REQUEST, "missing_pod", "query parameter pod=NAMESPACE/NAME is required")
+            .into_response();
     };
     if let Err(why) = parse_pod_key(&pod) {
         return ApiError::new(StatusCode::BAD_REQUEST, "bad_pod", why).into_response();

@@ -49,8 +49,12 @@ impl IntoResponse for ApiError {
 impl From<DecodeError> for ApiError {
     fn from(e: DecodeError) -> Self {
         let (status, code) = match &e {
-            DecodeError::Json(j) | DecodeError::Item { error: j, .. } if j.is_data() => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
-            DecodeError::Json(j) | DecodeError::Item { error: j, .. } if j.is_eof() => (StatusCode::BAD_REQUEST, "truncated_json"),
+            DecodeError::Json(j) | DecodeError::Item { error: j, .. } if j.is_data() => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field")
+            }
+            DecodeError::Json(j) | DecodeError::Item { error: j, .. } if j.is_eof() => {
+                (StatusCode::BAD_REQUEST, "truncated_json")
+            }
             DecodeError::Json(_) | DecodeError::Item { .. } => (StatusCode::BAD_REQUEST, "malformed_json"),
             DecodeError::NotUtf8(_) => (StatusCode::BAD_REQUEST, "malformed_json"),
             DecodeError::MissingPod => (StatusCode::UNPROCESSABLE_ENTITY, "missing_pod"),

@@ -11,9 +11,9 @@ use axum::response::{IntoResponse, Response};
 
 use super::admission::{Admitted, Gate};
 use super::error::ApiError;
-use super::{memory, metrics};
 use super::state::{AppState, ViewSource};
 use super::workers::{Cancel, Workers};
+use super::{memory, metrics};
 use crate::decide::{Context, Detail, Requeue};
 use crate::pipeline::{self, Answer, Verb};
 use crate::service::{self, Failed};
@@ -37,7 +37,12 @@ pub async fn preempt(state: State<AppState>, verbs: Extension<Arc<Verbs>>, req: 
     handle(Verb::Preempt, state, verbs, req).await
 }
 
-async fn handle(verb: Verb, State(state): State<AppState>, Extension(verbs): Extension<Arc<Verbs>>, req: HttpRequest) -> Response {
+async fn handle(
+    verb: Verb,
+    State(state): State<AppState>,
+    Extension(verbs): Extension<Arc<Verbs>>,
+    req: HttpRequest,
+) -> Response {
     let started = Instant::now();
     // Dropped with this future (timeout, client gone): work still running stops.
     let cancel = Cancel::default();
@@ -105,7 +110,13 @@ async fn run(verb: Verb, state: &AppState, verbs: &Verbs, req: AdmittedRequest) 
 /// One decision. `requeue`: `None` when requeue is off, else the pods whose replacement
 /// could not be stored. Large bodies are decided on the workers, which keep the request's
 /// admission until they finish and stop early once it is cancelled.
-async fn decide(verb: Verb, state: &AppState, verbs: &Verbs, req: &AdmittedRequest, requeue: Option<Failed>) -> Result<Answer, ApiError> {
+async fn decide(
+    verb: Verb,
+    state: &AppState,
+    verbs: &Verbs,
+    req: &AdmittedRequest,
+    requeue: Option<Failed>,
+) -> Result<Answer, ApiError> {
     let policy = state.policy.load_full();
     let view = state.view.load();
     let clock = state.clock.clone();
@@ -133,11 +144,9 @@ async fn decide(verb: Verb, state: &AppState, verbs: &Verbs, req: &AdmittedReque
     if inline {
         return work();
     }
-    verbs
-        .workers
-        .run(work)
-        .await
-        .unwrap_or_else(|| Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the decision workers are gone")))
+    verbs.workers.run(work).await.unwrap_or_else(|| {
+        Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the decision workers are gone"))
+    })
 }
 
 fn log_answer(verb: Verb, answer: &Answer, started: Instant) {
@@ -186,7 +195,12 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     if state.is_ready() {
         (StatusCode::OK, format!("ready\n{detail}\n")).into_response()
     } else {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_ready", format!("cluster view not usable yet; {}", detail.replace('\n', "; "))).into_response()
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            format!("cluster view not usable yet; {}", detail.replace('\n', "; ")),
+        )
+        .into_response()
     }
 }
 

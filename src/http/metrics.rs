@@ -38,9 +38,18 @@ fn describe() {
     metrics::describe_gauge!("coloc_build_info", "Always 1, labelled with the running release's version");
     metrics::gauge!("coloc_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     metrics::describe_histogram!("coloc_request_duration_seconds", "Time to answer a request, by verb");
-    metrics::describe_counter!("coloc_requests_total", "Requests by verb, HTTP status and code (ok or the error's code)");
-    metrics::describe_counter!("coloc_requests_abandoned_total", "Decisions stopped early because their request timed out or its client went away");
-    metrics::describe_gauge!("coloc_requests_in_flight", "Verb requests admitted and not yet finished (work that outlives a timeout included)");
+    metrics::describe_counter!(
+        "coloc_requests_total",
+        "Requests by verb, HTTP status and code (ok or the error's code)"
+    );
+    metrics::describe_counter!(
+        "coloc_requests_abandoned_total",
+        "Decisions stopped early because their request timed out or its client went away"
+    );
+    metrics::describe_gauge!(
+        "coloc_requests_in_flight",
+        "Verb requests admitted and not yet finished (work that outlives a timeout included)"
+    );
     metrics::describe_counter!("coloc_decisions_total", "Decisions by verb, verdict and reason code");
     metrics::describe_counter!("coloc_gang_decisions_total", "Decisions about gangs by verb, verdict, reason code and where the gang is declared (native, coscheduling, volcano, kueue, labels)");
     metrics::describe_counter!("coloc_pdb_violations_total", "PDB violations in preempt answers");
@@ -48,17 +57,38 @@ fn describe() {
     metrics::describe_gauge!("coloc_policy_fallback", "1 while the replica serves the built-in default policy in shadow mode because its policy file was invalid at start");
     metrics::describe_gauge!("coloc_view_ready", "1 when the cluster view has synced");
     metrics::describe_gauge!("coloc_view_age_seconds", "Seconds since the cluster view was last rebuilt");
-    metrics::describe_gauge!("coloc_view_stale", "1 when a watch has failed long enough that decisions run without the view");
-    metrics::describe_gauge!("coloc_view_watch_failing_seconds", "Seconds the longest-failing watch has been failing (0: all well)");
+    metrics::describe_gauge!(
+        "coloc_view_stale",
+        "1 when a watch has failed long enough that decisions run without the view"
+    );
+    metrics::describe_gauge!(
+        "coloc_view_watch_failing_seconds",
+        "Seconds the longest-failing watch has been failing (0: all well)"
+    );
     metrics::describe_counter!("coloc_requeue_replacements_total", "Requeue replacements stored, by outcome");
     metrics::describe_counter!("coloc_requeue_released_total", "Requeue replacements released (original gone)");
-    metrics::describe_counter!("coloc_requeue_cleaned_total", "Requeue replacements deleted (original not evicted in time)");
-    metrics::describe_counter!("coloc_requeue_guards_total", "Requeue guards (finalizer and label on a bare pod), by change: added, removed");
+    metrics::describe_counter!(
+        "coloc_requeue_cleaned_total",
+        "Requeue replacements deleted (original not evicted in time)"
+    );
+    metrics::describe_counter!(
+        "coloc_requeue_guards_total",
+        "Requeue guards (finalizer and label on a bare pod), by change: added, removed"
+    );
     metrics::describe_counter!("coloc_requeue_events_total", "Events requeue recorded (one per released replacement)");
-    metrics::describe_counter!("coloc_events_total", "Events on preemptors by result: written, failed, throttled, dropped");
-    metrics::describe_counter!("coloc_shadow_diffs_total", "Shadow mode: what the policy would have changed, by verb and kind");
+    metrics::describe_counter!(
+        "coloc_events_total",
+        "Events on preemptors by result: written, failed, throttled, dropped"
+    );
+    metrics::describe_counter!(
+        "coloc_shadow_diffs_total",
+        "Shadow mode: what the policy would have changed, by verb and kind"
+    );
     metrics::describe_counter!("coloc_discarded_cpu_seconds_total", "Run time x CPU request of the victims preempt answers evict, by victim class (shadow mode: kube-scheduler's own choice)");
-    metrics::describe_counter!("coloc_shadow_discarded_cpu_seconds_total", "Shadow mode: run time x CPU request the policy's preempt answers would have evicted, by victim class");
+    metrics::describe_counter!(
+        "coloc_shadow_discarded_cpu_seconds_total",
+        "Shadow mode: run time x CPU request the policy's preempt answers would have evicted, by victim class"
+    );
     // Series alerts and dashboards read exist from the start (rate() of a missing series
     // is no data, not zero).
     for verb in ["filter", "prioritize", "preempt"] {
@@ -106,7 +136,8 @@ pub fn record_shadow_diffs(verb: &'static str, diffs: &crate::shadow::Diffs) {
 /// An answered request; `code` is "ok" or the error's code.
 pub fn record_request(verb: &'static str, status: u16, code: &'static str, seconds: f64) {
     metrics::histogram!("coloc_request_duration_seconds", "verb" => verb).record(seconds);
-    metrics::counter!("coloc_requests_total", "verb" => verb, "status" => status.to_string(), "code" => code).increment(1);
+    metrics::counter!("coloc_requests_total", "verb" => verb, "status" => status.to_string(), "code" => code)
+        .increment(1);
 }
 
 /// Counts every decision except per-node "kept"/"score" lines, which would only
@@ -115,7 +146,8 @@ pub fn record_decisions(verb: &'static str, explanations: &[Explanation]) {
     // One registry lookup per (verdict, reason), not per decision.
     let counts = crate::decide::count_reasons(explanations);
     for ((verdict, reason), n) in counts {
-        metrics::counter!("coloc_decisions_total", "verb" => verb, "verdict" => verdict, "reason" => reason).increment(n);
+        metrics::counter!("coloc_decisions_total", "verb" => verb, "verdict" => verdict, "reason" => reason)
+            .increment(n);
     }
     // Gang decisions once more with the gang's source (bounded: five sources).
     for e in explanations.iter().filter(|e| e.gang_source.is_some()) {
@@ -143,7 +175,8 @@ pub fn record_abandoned(verb: &'static str) {
 /// A request refused by the middleware (timeout): counted like any answer, and logged.
 pub fn record_refusal(path: &str, status: u16, code: &'static str, message: &str) {
     let verb = ["filter", "prioritize", "preempt"].into_iter().find(|v| path.ends_with(v)).unwrap_or("other");
-    metrics::counter!("coloc_requests_total", "verb" => verb, "status" => status.to_string(), "code" => code).increment(1);
+    metrics::counter!("coloc_requests_total", "verb" => verb, "status" => status.to_string(), "code" => code)
+        .increment(1);
     warn_refusal(verb, status, code, message);
 }
 

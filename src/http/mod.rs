@@ -6,8 +6,8 @@ pub mod decisions;
 mod error;
 mod handlers;
 pub mod memory;
-mod observe;
 pub mod metrics;
+mod observe;
 pub mod server;
 mod state;
 mod workers;
@@ -36,7 +36,10 @@ pub fn router(state: AppState, prefix: &str) -> Router {
     metrics::handle();
     let prefix = prefix.trim_end_matches('/');
     let timeout = state.limits.request_timeout;
-    let shared = Arc::new(Verbs { gate: Gate::new(&state.limits), workers: Workers::new(state.limits.decision_workers).expect("cannot start the decision worker threads") });
+    let shared = Arc::new(Verbs {
+        gate: Gate::new(&state.limits),
+        workers: Workers::new(state.limits.decision_workers).expect("cannot start the decision worker threads"),
+    });
     let verbs = Router::new()
         .route(&format!("{prefix}/filter"), post(handlers::filter))
         .route(&format!("{prefix}/prioritize"), post(handlers::prioritize))
@@ -50,7 +53,11 @@ pub fn router(state: AppState, prefix: &str) -> Router {
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .fallback(move |req: Request| async move {
-            ApiError::new(StatusCode::NOT_FOUND, "unknown_path", format!("no route for {} {}: expected {expected}", req.method(), req.uri().path()))
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_path",
+                format!("no route for {} {}: expected {expected}", req.method(), req.uri().path()),
+            )
         })
         .method_not_allowed_fallback(move |req: Request| async move {
             ApiError::new(
@@ -69,7 +76,11 @@ pub fn health_router(state: AppState) -> Router {
         .route("/healthz", get(handlers::healthz))
         .route("/readyz", get(handlers::readyz))
         .fallback(|req: Request| async move {
-            ApiError::new(StatusCode::NOT_FOUND, "unknown_path", format!("no route for {}: this port serves /healthz, /readyz", req.uri().path()))
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_path",
+                format!("no route for {}: this port serves /healthz, /readyz", req.uri().path()),
+            )
         })
         .with_state(state)
 }
@@ -82,7 +93,11 @@ pub fn admin_router(state: AppState) -> Router {
         .route("/metrics", get(handlers::metrics_text))
         .route("/decisions", get(decisions::handler))
         .fallback(|req: Request| async move {
-            ApiError::new(StatusCode::NOT_FOUND, "unknown_path", format!("no route for {}: this port serves /metrics, /decisions", req.uri().path()))
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown_path",
+                format!("no route for {}: this port serves /metrics, /decisions", req.uri().path()),
+            )
         })
         .with_state(state)
 }
@@ -94,7 +109,11 @@ async fn time_limit(State(limit): State<std::time::Duration>, req: Request, next
     match tokio::time::timeout(limit, next.run(req)).await {
         Ok(r) => r,
         Err(_) => {
-            let e = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", format!("request not answered within {} ms (--request-timeout)", limit.as_millis()));
+            let e = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "timeout",
+                format!("request not answered within {} ms (--request-timeout)", limit.as_millis()),
+            );
             metrics::record_refusal(&path, e.status.as_u16(), e.code, &e.message);
             e.into_response()
         }

@@ -29,7 +29,10 @@ pub fn view_freshness(state: &AppState) {
     let now = system_now();
     ::metrics::gauge!("coloc_view_ready").set(if state.view.is_ready() { 1.0 } else { 0.0 });
     let (stale, failing) = match &state.freshness {
-        Some(f) => (f.is_stale(now, STALE_AFTER_SECS), f.failing_kinds().iter().map(|k| now - f.failing_since(k)).max().unwrap_or(0)),
+        Some(f) => (
+            f.is_stale(now, STALE_AFTER_SECS),
+            f.failing_kinds().iter().map(|k| now - f.failing_since(k)).max().unwrap_or(0),
+        ),
         None => (false, 0),
     };
     ::metrics::gauge!("coloc_view_stale").set(if stale { 1.0 } else { 0.0 });

@@ -12,8 +12,8 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
-use crate::tls::TlsAcceptorCell;
 pub use crate::reload::{reload_signals, ReloadTicker};
+use crate::tls::TlsAcceptorCell;
 
 pub struct ServeOptions {
     pub header_read_timeout: Duration,

@@ -6,11 +6,11 @@ use std::time::Duration;
 use arc_swap::{ArcSwap, ArcSwapOption};
 
 use super::decision_log::DecisionLog;
+pub use crate::clock::system_now;
 use crate::cluster::watch::Freshness;
 use crate::cluster::ViewCell;
 use crate::model::Timestamp;
 use crate::policy::Policy;
-pub use crate::clock::system_now;
 use crate::requeue::kube::Requeuer;
 use crate::wire::Caps;
 
@@ -113,7 +113,11 @@ impl AppState {
             }
             let stale = f.stale_kinds(system_now(), crate::cluster::watch::STALE_AFTER_SECS);
             if !stale.is_empty() {
-                lines.push(format!("stale (watch failing for over {}s): {}", crate::cluster::watch::STALE_AFTER_SECS, stale.join(", ")));
+                lines.push(format!(
+                    "stale (watch failing for over {}s): {}",
+                    crate::cluster::watch::STALE_AFTER_SECS,
+                    stale.join(", ")
+                ));
             }
         }
         if let Some(problem) = self.policy_problem.load_full() {
@@ -124,9 +128,11 @@ impl AppState {
         lines.push(match (&self.requeuer, requeue_classes.is_empty()) {
             (Some(_), _) => "requeue: on".to_string(),
             (None, true) => "requeue: off (no class requeues bare victims)".to_string(),
-            (None, false) => format!("requeue: off (serve --kube --requeue): bare pods of {} are protected", requeue_classes.join(", ")),
+            (None, false) => format!(
+                "requeue: off (serve --kube --requeue): bare pods of {} are protected",
+                requeue_classes.join(", ")
+            ),
         });
         lines.join("\n")
     }
 }
-

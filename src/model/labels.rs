@@ -40,9 +40,10 @@ impl Labels {
             // Kubernetes caps an object's labels and annotations at 256 KiB and requests
             // at the body limit, so `text` stays far below 4 GiB; past it, the rest of the
             // entries could not be addressed and are left out.
-            let (Ok(key_end), Ok(value_end)) =
-                (u32::try_from(text.len() + k.as_ref().len()), u32::try_from(text.len() + k.as_ref().len() + v.as_ref().len()))
-            else {
+            let (Ok(key_end), Ok(value_end)) = (
+                u32::try_from(text.len() + k.as_ref().len()),
+                u32::try_from(text.len() + k.as_ref().len() + v.as_ref().len()),
+            ) else {
                 break;
             };
             text.push_str(k.as_ref());

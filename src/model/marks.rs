@@ -45,4 +45,3 @@ pub fn is_replacement(pod: &Pod) -> bool {
 pub fn attempt_of(pod: &Pod) -> u32 {
     pod.annotations.get(ATTEMPT).and_then(|a| a.parse().ok()).unwrap_or(0)
 }
-

@@ -4,7 +4,10 @@ mod model;
 
 use std::path::Path;
 
-pub use model::{parse_duration, BareVictims, Class, GangConfig, GangSources, JobVictims, Mode, PdbMode, Placement, Policy, ReplacementPreemption, RequeueRules, Scoring, Selector, TenantConfig, VictimRules, WithoutView};
+pub use model::{
+    parse_duration, BareVictims, Class, GangConfig, GangSources, JobVictims, Mode, PdbMode, Placement, Policy,
+    ReplacementPreemption, RequeueRules, Scoring, Selector, TenantConfig, VictimRules, WithoutView,
+};
 
 use crate::model::Pod;
 
@@ -67,7 +70,11 @@ impl Policy {
         for (i, c) in self.classes.iter().enumerate() {
             let field = |f: &str| format!("classes[{i}]{f}");
             if c.name.is_empty() || !c.name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_') {
-                return Err(invalid(field(".name"), format!("{:?} must be non-empty letters, digits, - or _", c.name), None));
+                return Err(invalid(
+                    field(".name"),
+                    format!("{:?} must be non-empty letters, digits, - or _", c.name),
+                    None,
+                ));
             }
             if self.classes[..i].iter().any(|o| o.name == c.name) {
                 return Err(invalid(field(".name"), format!("duplicate class name {:?}", c.name), Some(&c.name)));
@@ -94,7 +101,11 @@ impl Policy {
                 return Err(invalid(field(".victim.minRuntime"), "must not be negative".into(), None));
             }
             if c.requeue.max_attempts == Some(0) {
-                return Err(invalid(field(".requeue.maxAttempts"), "must be at least 1 (leave it out for no bound)".into(), Some("maxAttempts")));
+                return Err(invalid(
+                    field(".requeue.maxAttempts"),
+                    "must be at least 1 (leave it out for no bound)".into(),
+                    Some("maxAttempts"),
+                ));
             }
         }
         let index = |name: &str| self.classes.iter().position(|c| c.name == name);
@@ -181,7 +192,11 @@ fn check_shape(text: &str) -> Result<(), PolicyError> {
     for (i, line) in text.lines().enumerate() {
         let indent = line.len() - line.trim_start_matches([' ', '-']).len();
         if indent > 2 * MAX_DEPTH {
-            return Err(PolicyError::Invalid { field: "(document)".into(), message: format!("nested deeper than {MAX_DEPTH} levels"), line: Some(i + 1) });
+            return Err(PolicyError::Invalid {
+                field: "(document)".into(),
+                message: format!("nested deeper than {MAX_DEPTH} levels"),
+                line: Some(i + 1),
+            });
         }
         for c in line.bytes() {
             match c {
@@ -193,7 +208,11 @@ fn check_shape(text: &str) -> Result<(), PolicyError> {
                 _ => {}
             }
             if deepest > MAX_DEPTH {
-                return Err(PolicyError::Invalid { field: "(document)".into(), message: format!("nested deeper than {MAX_DEPTH} levels"), line: Some(i + 1) });
+                return Err(PolicyError::Invalid {
+                    field: "(document)".into(),
+                    message: format!("nested deeper than {MAX_DEPTH} levels"),
+                    line: Some(i + 1),
+                });
             }
         }
     }

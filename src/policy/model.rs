@@ -235,7 +235,14 @@ impl VictimRules {
 
 impl Default for VictimRules {
     fn default() -> Self {
-        VictimRules { allowed: false, pdb: PdbMode::Strict, bare: None, recreatable_only: None, min_runtime: 0, jobs: JobVictims::Count }
+        VictimRules {
+            allowed: false,
+            pdb: PdbMode::Strict,
+            bare: None,
+            recreatable_only: None,
+            min_runtime: 0,
+            jobs: JobVictims::Count,
+        }
     }
 }
 
@@ -342,15 +349,16 @@ fn default_group_labels() -> Vec<String> {
 }
 
 fn default_min_annotations() -> Vec<String> {
-    vec![
-        "pod-group.scheduling.sigs.k8s.io/min-available".into(),
-        "scheduling.x-k8s.io/min-member".into(),
-    ]
+    vec!["pod-group.scheduling.sigs.k8s.io/min-available".into(), "scheduling.x-k8s.io/min-member".into()]
 }
 
 impl Default for GangConfig {
     fn default() -> Self {
-        GangConfig { sources: GangSources::default(), group_labels: default_group_labels(), min_member_annotations: default_min_annotations() }
+        GangConfig {
+            sources: GangSources::default(),
+            group_labels: default_group_labels(),
+            min_member_annotations: default_min_annotations(),
+        }
     }
 }
 
@@ -380,7 +388,9 @@ impl GangConfig {
                 return Some((n, format!("pod-group-total-count {n}")));
             }
         }
-        self.min_member_annotations.iter().find_map(|a| Some((parse(a)?, a)))
+        self.min_member_annotations
+            .iter()
+            .find_map(|a| Some((parse(a)?, a)))
             .map(|(n, a)| (n, format!("{} {n}", a.rsplit('/').next().unwrap_or(a))))
     }
 }
@@ -403,11 +413,7 @@ pub struct TenantConfig {
 
 impl TenantConfig {
     pub fn tenant_of(&self, pod: &Pod) -> String {
-        self.label
-            .as_ref()
-            .and_then(|l| pod.labels.get(l))
-            .map(str::to_owned)
-            .unwrap_or_else(|| pod.namespace.clone())
+        self.label.as_ref().and_then(|l| pod.labels.get(l)).map(str::to_owned).unwrap_or_else(|| pod.namespace.clone())
     }
 
     pub fn weight(&self, tenant: &str) -> f64 {
@@ -481,8 +487,12 @@ impl Placement {
     /// Why a node with `labels` is off limits, if it is.
     pub fn rejects(&self, labels: &Labels) -> Option<String> {
         Some(match self.broken_rule(labels)? {
-            BrokenRule::Required { key, value, got: Some(got) } => format!("node label {key}={got}, class requires {key}={value}"),
-            BrokenRule::Required { key, value, got: None } => format!("node lacks label {key}={value} required by the class"),
+            BrokenRule::Required { key, value, got: Some(got) } => {
+                format!("node label {key}={got}, class requires {key}={value}")
+            }
+            BrokenRule::Required { key, value, got: None } => {
+                format!("node lacks label {key}={value} required by the class")
+            }
             BrokenRule::Forbidden { key, value } => format!("node label {key}={value} is forbidden for the class"),
         })
     }
@@ -493,7 +503,10 @@ impl Placement {
         if let Some((key, value)) = self.require_node_labels.iter().find(|(k, v)| labels.get(k) != Some(*v)) {
             return Some(BrokenRule::Required { key, value, got: labels.get(key) });
         }
-        self.forbid_node_labels.iter().find(|(k, v)| labels.get(k) == Some(*v)).map(|(key, value)| BrokenRule::Forbidden { key, value })
+        self.forbid_node_labels
+            .iter()
+            .find(|(k, v)| labels.get(k) == Some(*v))
+            .map(|(key, value)| BrokenRule::Forbidden { key, value })
     }
 }
 

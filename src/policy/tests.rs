@@ -24,10 +24,15 @@ fn shipped_policies_are_valid() {
 fn shipped_policies_enable_every_gang_source() {
     use crate::model::GangSource;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let files = std::fs::read_dir(root.join("policy")).unwrap().map(|e| e.unwrap().path()).chain([root.join("manifests/policy.yaml")]);
+    let files = std::fs::read_dir(root.join("policy"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .chain([root.join("manifests/policy.yaml")]);
     for path in files.filter(|p| p.extension().is_some_and(|e| e == "yaml")) {
         let policy = Policy::load(&path).unwrap();
-        for source in [GangSource::Native, GangSource::Coscheduling, GangSource::Volcano, GangSource::Kueue, GangSource::Labels] {
+        for source in
+            [GangSource::Native, GangSource::Coscheduling, GangSource::Volcano, GangSource::Kueue, GangSource::Labels]
+        {
             assert!(policy.gangs.sources.enabled(source), "{}: gang source {} is off", path.display(), source.name());
         }
     }
@@ -39,8 +44,13 @@ fn gang_sources_can_be_switched_off_one_by_one() {
     let mut pod = pod(None, "ml", &[("kueue.x-k8s.io/pod-group-name", "q")]);
     assert_eq!(p.gangs.gang_of(&pod), None);
     pod.labels.insert("scheduling.x-k8s.io/pod-group".into(), "c".into());
-    assert_eq!(p.gangs.gang_of(&pod).map(|g| (g.source, g.name)), Some((crate::model::GangSource::Coscheduling, "c".into())));
-    let err = Policy::from_yaml("defaultClass: a\ngangs: {sources: {slurm: true}}\nclasses: [{name: a}]\n").unwrap_err().to_string();
+    assert_eq!(
+        p.gangs.gang_of(&pod).map(|g| (g.source, g.name)),
+        Some((crate::model::GangSource::Coscheduling, "c".into()))
+    );
+    let err = Policy::from_yaml("defaultClass: a\ngangs: {sources: {slurm: true}}\nclasses: [{name: a}]\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("slurm"), "{err}");
 }
 
@@ -54,7 +64,11 @@ fn manifests_ship_the_default_policy_in_shadow_mode() {
     let shipped_shadow = shipped.strip_prefix(before).and_then(|s| s.strip_suffix(after)).unwrap_or_else(|| {
         panic!("manifests/policy.yaml must be policy/default.yaml with its `{}` line in shadow", mode.trim())
     });
-    assert!(shipped_shadow.ends_with("mode: shadow\n") && shipped_shadow.lines().all(|l| l.starts_with('#') || l == "mode: shadow"), "{shipped_shadow}");
+    assert!(
+        shipped_shadow.ends_with("mode: shadow\n")
+            && shipped_shadow.lines().all(|l| l.starts_with('#') || l == "mode: shadow"),
+        "{shipped_shadow}"
+    );
     assert_eq!(Policy::from_yaml(&shipped).unwrap().mode, crate::policy::Mode::Shadow);
 }
 
@@ -108,19 +122,55 @@ fn preemption_matrix_follows_preempts() {
 }
 
 #[rstest]
-#[case::unknown_field("defaultClass: a\nclasses:\n  - name: a\n    victim: {alowed: true}\n", "unknown field `alowed`", "line 4")]
+#[case::unknown_field(
+    "defaultClass: a\nclasses:\n  - name: a\n    victim: {alowed: true}\n",
+    "unknown field `alowed`",
+    "line 4"
+)]
 #[case::wrong_type("defaultClass: a\nmaxCandidates: many\nclasses: [{name: a}]\n", "maxCandidates", "line 2")]
-#[case::unknown_preempt_target("defaultClass: a\nclasses:\n  - name: a\n    preempts: [batchh]\n", "classes[0].preempts[0]: unknown class \"batchh\"", "line 4")]
-#[case::target_not_a_victim("defaultClass: a\nclasses:\n  - name: a\n    preempts: [b]\n  - name: b\n", "victim.allowed is false", "line 4")]
+#[case::unknown_preempt_target(
+    "defaultClass: a\nclasses:\n  - name: a\n    preempts: [batchh]\n",
+    "classes[0].preempts[0]: unknown class \"batchh\"",
+    "line 4"
+)]
+#[case::target_not_a_victim(
+    "defaultClass: a\nclasses:\n  - name: a\n    preempts: [b]\n  - name: b\n",
+    "victim.allowed is false",
+    "line 4"
+)]
 #[case::unknown_default("defaultClass: nope\nclasses: [{name: a}]\n", "defaultClass: unknown class \"nope\"", "line 1")]
 #[case::duplicate_name("defaultClass: a\nclasses:\n  - name: a\n  - name: a\n", "duplicate class name", "")]
-#[case::inverted_range("defaultClass: a\nclasses:\n  - name: a\n    match: [{priority: {min: 10, max: 5}}]\n", "classes[0].match[0].priority: min 10 is greater than max 5", "line 4")]
-#[case::bad_duration("defaultClass: a\nclasses:\n  - name: a\n    victim: {allowed: true, minRuntime: soon}\n", "invalid duration \"soon\"", "line 4")]
-#[case::bad_pdb_mode("defaultClass: a\nclasses:\n  - name: a\n    victim: {allowed: true, pdb: maybe}\n", "unknown variant `maybe`", "line 4")]
-#[case::bad_jobs_mode("defaultClass: a\nclasses:\n  - name: a\n    victim: {allowed: true, jobs: maybe}\n", "unknown variant `maybe`", "line 4")]
+#[case::inverted_range(
+    "defaultClass: a\nclasses:\n  - name: a\n    match: [{priority: {min: 10, max: 5}}]\n",
+    "classes[0].match[0].priority: min 10 is greater than max 5",
+    "line 4"
+)]
+#[case::bad_duration(
+    "defaultClass: a\nclasses:\n  - name: a\n    victim: {allowed: true, minRuntime: soon}\n",
+    "invalid duration \"soon\"",
+    "line 4"
+)]
+#[case::bad_pdb_mode(
+    "defaultClass: a\nclasses:\n  - name: a\n    victim: {allowed: true, pdb: maybe}\n",
+    "unknown variant `maybe`",
+    "line 4"
+)]
+#[case::bad_jobs_mode(
+    "defaultClass: a\nclasses:\n  - name: a\n    victim: {allowed: true, jobs: maybe}\n",
+    "unknown variant `maybe`",
+    "line 4"
+)]
 #[case::no_classes("defaultClass: a\nclasses: []\n", "at least one class", "")]
-#[case::zero_candidates("defaultClass: a\nmaxCandidates: 0\nclasses: [{name: a}]\n", "maxCandidates: must be at least 1", "line 2")]
-#[case::bad_weight("defaultClass: a\ntenants: {weights: {t1: 0}}\nclasses: [{name: a}]\n", "tenants.weights.t1", "line 2")]
+#[case::zero_candidates(
+    "defaultClass: a\nmaxCandidates: 0\nclasses: [{name: a}]\n",
+    "maxCandidates: must be at least 1",
+    "line 2"
+)]
+#[case::bad_weight(
+    "defaultClass: a\ntenants: {weights: {t1: 0}}\nclasses: [{name: a}]\n",
+    "tenants.weights.t1",
+    "line 2"
+)]
 fn invalid_policies_name_the_field(#[case] yaml: &str, #[case] message: &str, #[case] line: &str) {
     let err = Policy::from_yaml(yaml).expect_err("must be rejected").to_string();
     assert!(err.contains(message), "{err:?} should contain {message:?}");
@@ -141,7 +191,8 @@ fn durations(#[case] s: &str, #[case] secs: i64) {
 fn placement_reasons_name_the_label() {
     let p = Policy::builtin_default();
     let batch = p.classes.iter().find(|c| c.name == "batch").unwrap();
-    let labels = |v: &str| [("colocation.example.com/offline-allowed".to_string(), v.to_string())].into_iter().collect();
+    let labels =
+        |v: &str| [("colocation.example.com/offline-allowed".to_string(), v.to_string())].into_iter().collect();
     assert_eq!(batch.placement.rejects(&labels("true")), None);
     let why = batch.placement.rejects(&labels("false")).unwrap();
     assert!(why.contains("colocation.example.com/offline-allowed=false"), "{why}");
@@ -159,7 +210,8 @@ fn deeply_nested_or_huge_files_are_refused_before_parsing() {
     let huge = format!("defaultClass: x\n# {}\n", "x".repeat(2 << 20));
     assert!(Policy::from_yaml(&huge).unwrap_err().to_string().contains("at most"));
     for file in ["default.yaml", "koordinator.yaml", "custom-priority-classes.yaml"] {
-        let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policy").join(file)).unwrap();
+        let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policy").join(file))
+            .unwrap();
         check_shape(&text).unwrap();
     }
 }

@@ -80,7 +80,14 @@ mod tests {
     use crate::model::OwnerRef;
 
     fn guarded() -> Pod {
-        Pod { name: "b".into(), uid: "u".into(), node_name: Some("n".into()), phase: Some("Running".into()), requeue_guarded: true, ..Default::default() }
+        Pod {
+            name: "b".into(),
+            uid: "u".into(),
+            node_name: Some("n".into()),
+            phase: Some("Running".into()),
+            requeue_guarded: true,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -100,7 +107,12 @@ mod tests {
         assert_eq!(finish(&Pod { phase: Some("Succeeded".into()), ..guarded() }), Finish::Unguard("ended on its own"));
         assert_eq!(finish(&guarded()), Finish::Unguard("guards are no longer added"));
         // Something else brings an owned pod back: no copy.
-        let owned = Pod { deletion_time: Some(1), preempted: true, owner: Some(OwnerRef { kind: "Workflow".into(), name: "w".into() }), ..guarded() };
+        let owned = Pod {
+            deletion_time: Some(1),
+            preempted: true,
+            owner: Some(OwnerRef { kind: "Workflow".into(), name: "w".into() }),
+            ..guarded()
+        };
         assert_eq!(finish(&owned), Finish::Unguard("deleted, not by preemption"));
         assert_eq!(finish(&Pod { requeue_guarded: false, ..guarded() }), Finish::Nothing);
     }
@@ -117,7 +129,8 @@ mod tests {
 
     #[test]
     fn refusals_that_cannot_pass_are_told_from_those_that_can() {
-        let ns = r#"pods "x" is forbidden: unable to create new content in namespace batch because it is being terminated"#;
+        let ns =
+            r#"pods "x" is forbidden: unable to create new content in namespace batch because it is being terminated"#;
         assert_eq!(refused_for_good(Some(403), ns), Some("namespace_terminating"));
         let sa = r#"pods "x" is forbidden: error looking up service account batch/runner: serviceaccount "runner" not found"#;
         assert_eq!(refused_for_good(Some(403), sa), Some("service_account_missing"));

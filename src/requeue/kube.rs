@@ -14,8 +14,8 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-use super::tries::Tries;
 use super::plan::{self, Action, Release};
+use super::tries::Tries;
 use super::{replacement, RequeueIntent, FROM_UID, GATE};
 use crate::cluster::ViewCell;
 
@@ -155,7 +155,10 @@ impl Requeuer {
     /// and creates its replacement.
     async fn store(&self, intent: &RequeueIntent) -> Result<Stored, StoreError> {
         let api = pod_api(&self.client, &intent.namespace);
-        let original = api.get_with(&intent.name, &GetParams::any()).await.map_err(|e| StoreError::api(format!("cannot read the original {}", intent.original_key()), &e))?;
+        let original = api
+            .get_with(&intent.name, &GetParams::any())
+            .await
+            .map_err(|e| StoreError::api(format!("cannot read the original {}", intent.original_key()), &e))?;
         let original = serde_json::to_value(&original).map_err(|e| StoreError::new(e.to_string()))?;
         let manifest = replacement::build(&original, intent).map_err(|e| StoreError::new(e.to_string()))?;
         self.create_replacement(intent, manifest).await
@@ -163,19 +166,31 @@ impl Requeuer {
 
     /// Creates the replacement `manifest` of `intent`; one that exists already counts if it
     /// is the live replacement of the same original (a retry, the other replica).
-    pub(super) async fn create_replacement(&self, intent: &RequeueIntent, manifest: Value) -> Result<Stored, StoreError> {
+    pub(super) async fn create_replacement(
+        &self,
+        intent: &RequeueIntent,
+        manifest: Value,
+    ) -> Result<Stored, StoreError> {
         let api = pod_api(&self.client, &intent.namespace);
         let object: DynamicObject = serde_json::from_value(manifest).map_err(|e| StoreError::new(e.to_string()))?;
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => Ok(Stored::Created),
             Err(e) if api_code(&e) == Some(409) => {
                 // Ours (a retry, the other replica) or a stranger's pod of the same name?
-                let existing = api.get(&intent.replacement).await.map_err(|e| StoreError::api(format!("{} exists but cannot be read", intent.replacement), &e))?;
+                let existing = api
+                    .get(&intent.replacement)
+                    .await
+                    .map_err(|e| StoreError::api(format!("{} exists but cannot be read", intent.replacement), &e))?;
                 let from = existing.metadata.annotations.as_ref().and_then(|a| a.get(FROM_UID));
-                if from.map(String::as_str) == Some(intent.uid.as_str()) && existing.metadata.deletion_timestamp.is_none() {
+                if from.map(String::as_str) == Some(intent.uid.as_str())
+                    && existing.metadata.deletion_timestamp.is_none()
+                {
                     Ok(Stored::Existed)
                 } else {
-                    Err(StoreError::new(format!("a pod named {} exists and is not this pod's live replacement", intent.replacement)))
+                    Err(StoreError::new(format!(
+                        "a pod named {} exists and is not this pod's live replacement",
+                        intent.replacement
+                    )))
                 }
             }
             Err(e) => Err(StoreError::api(format!("cannot create {}", intent.replacement), &e)),
@@ -241,7 +256,10 @@ impl Requeuer {
                 metrics::counter!("coloc_requeue_released_total").increment(1);
                 tracing::info!(replacement = %format!("{}/{}", r.namespace, r.name), original = %r.from_pod, "requeue released: the original is gone");
                 // One Event per requeued pod, on the pod that stays (the original is gone).
-                let note = format!("requeued from {} ({}) after preemption by {}, attempt {}", r.from_pod, r.from_uid, r.preempted_by, r.attempt);
+                let note = format!(
+                    "requeued from {} ({}) after preemption by {}, attempt {}",
+                    r.from_pod, r.from_uid, r.preempted_by, r.attempt
+                );
                 self.event(pod_ref(&r.namespace, &r.name, &r.uid), EventType::Normal, "Requeued", note).await;
                 Ok(())
             }
@@ -254,7 +272,10 @@ impl Requeuer {
     }
 
     async fn delete(&self, namespace: &str, name: &str, uid: &str, reason: &str) -> Result<(), String> {
-        let params = DeleteParams { preconditions: Some(Preconditions { uid: Some(uid.into()), resource_version: None }), ..Default::default() };
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { uid: Some(uid.into()), resource_version: None }),
+            ..Default::default()
+        };
         match pod_api(&self.client, namespace).delete(name, &params).await {
             Ok(_) => {
                 metrics::counter!("coloc_requeue_cleaned_total").increment(1);

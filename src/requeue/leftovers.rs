@@ -71,7 +71,9 @@ impl Requeuer {
                 Ok(report) => {
                     // One line per look that found something new (per-pod detail is debug).
                     match &last {
-                        None if report.found > 0 => tracing::warn!(summary = %report.summary(), "found guards left by an earlier release: finishing them"),
+                        None if report.found > 0 => {
+                            tracing::warn!(summary = %report.summary(), "found guards left by an earlier release: finishing them")
+                        }
                         Some(before) if report.found > 0 && *before != report => {
                             tracing::info!(summary = %report.summary(), "finishing guards left by an earlier release")
                         }
@@ -79,7 +81,11 @@ impl Requeuer {
                     }
                     last = Some(report.clone());
                     metrics::gauge!("coloc_requeue_guards_left").set(report.left as f64);
-                    if report.left > 0 { AGAIN_SOON } else { AGAIN_LATER }
+                    if report.left > 0 {
+                        AGAIN_SOON
+                    } else {
+                        AGAIN_LATER
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot list pods guarded by an earlier release; will retry");
@@ -92,8 +98,11 @@ impl Requeuer {
 
     /// One look: every pod with the guard label listed and finished.
     pub async fn finish_guards_once(&self) -> Result<GuardReport, kube::Error> {
-        let listed = kube::Api::<DynamicObject>::all_with(self.client.clone(), &pod_resource()).list(&ListParams::default().labels(GUARD)).await?;
-        let uids: std::collections::HashSet<&str> = listed.items.iter().filter_map(|o| o.metadata.uid.as_deref()).collect();
+        let listed = kube::Api::<DynamicObject>::all_with(self.client.clone(), &pod_resource())
+            .list(&ListParams::default().labels(GUARD))
+            .await?;
+        let uids: std::collections::HashSet<&str> =
+            listed.items.iter().filter_map(|o| o.metadata.uid.as_deref()).collect();
         self.tries.keep_only(&uids);
         Ok(self.finish_listed(listed.items).await)
     }
@@ -101,9 +110,12 @@ impl Requeuer {
     /// Every pod listed, so that a guard whose label someone removed is found too
     /// (`uninstall`, once: a whole list is not for every minute).
     pub async fn finish_all_guards(&self) -> Result<GuardReport, kube::Error> {
-        let listed = kube::Api::<DynamicObject>::all_with(self.client.clone(), &pod_resource()).list(&ListParams::default()).await?;
+        let listed = kube::Api::<DynamicObject>::all_with(self.client.clone(), &pod_resource())
+            .list(&ListParams::default())
+            .await?;
         let has_guard = |o: &DynamicObject| {
-            o.metadata.finalizers.iter().flatten().any(|f| f == GUARD) || o.metadata.labels.as_ref().is_some_and(|l| l.contains_key(GUARD))
+            o.metadata.finalizers.iter().flatten().any(|f| f == GUARD)
+                || o.metadata.labels.as_ref().is_some_and(|l| l.contains_key(GUARD))
         };
         Ok(self.finish_listed(listed.items.into_iter().filter(has_guard).collect()).await)
     }
@@ -124,7 +136,9 @@ impl Requeuer {
                 Outcome::GivenUp => report.given_up += 1,
                 Outcome::Left(why) => {
                     report.left += 1;
-                    report.first_failure.get_or_insert_with(|| format!("{}: {}", pod.key(), crate::wire::request::clip(&why, 200)));
+                    report
+                        .first_failure
+                        .get_or_insert_with(|| format!("{}: {}", pod.key(), crate::wire::request::clip(&why, 200)));
                 }
                 Outcome::Nothing => {}
             }
@@ -140,14 +154,19 @@ impl Requeuer {
                 Err(e) => Outcome::Left(e),
             },
             Finish::Requeue => {
-                let intent = RequeueIntent::for_victim(pod, pod.node_name.as_deref().unwrap_or_default(), "unknown (preempted by kube-scheduler)");
+                let intent = RequeueIntent::for_victim(
+                    pod,
+                    pod.node_name.as_deref().unwrap_or_default(),
+                    "unknown (preempted by kube-scheduler)",
+                );
                 let stored = match replacement::build_after_eviction(json, &intent) {
                     Ok(manifest) => self.create_replacement(&intent, manifest).await,
                     Err(e) => Err(super::kube::StoreError { code: None, message: e.to_string() }),
                 };
                 match stored {
                     Ok(stored) => {
-                        metrics::counter!("coloc_requeue_replacements_total", "outcome" => stored.outcome()).increment(1);
+                        metrics::counter!("coloc_requeue_replacements_total", "outcome" => stored.outcome())
+                            .increment(1);
                         self.tries.forget(&pod.uid);
                         match self.try_remove_guard(pod, json, "preempted; its replacement is stored").await {
                             Ok(()) => Outcome::Requeued,
@@ -172,7 +191,15 @@ impl Requeuer {
     }
 
     /// The replacement can never be stored: the guard goes and the pod is lost, visibly.
-    async fn give_up(&self, pod: &Pod, json: &Value, intent: &RequeueIntent, reason: &'static str, tries: u32, error: &str) -> Outcome {
+    async fn give_up(
+        &self,
+        pod: &Pod,
+        json: &Value,
+        intent: &RequeueIntent,
+        reason: &'static str,
+        tries: u32,
+        error: &str,
+    ) -> Outcome {
         if let Err(e) = self.try_remove_guard(pod, json, "its replacement cannot be stored").await {
             return Outcome::Left(e);
         }
@@ -193,14 +220,20 @@ impl Requeuer {
 
     async fn try_remove_guard(&self, pod: &Pod, json: &Value, why: &str) -> Result<(), String> {
         let metadata = &json["metadata"];
-        let finalizers: Vec<&Value> = metadata["finalizers"].as_array().map(|f| f.iter().filter(|f| f.as_str() != Some(GUARD)).collect()).unwrap_or_default();
+        let finalizers: Vec<&Value> = metadata["finalizers"]
+            .as_array()
+            .map(|f| f.iter().filter(|f| f.as_str() != Some(GUARD)).collect())
+            .unwrap_or_default();
         let patch = json!({"metadata": {
             "uid": pod.uid,
             "resourceVersion": metadata["resourceVersion"],
             "finalizers": finalizers,
             "labels": {GUARD: null},
         }});
-        match pod_api(&self.client, &pod.namespace).patch(&pod.name, &PatchParams::default(), &Patch::Merge(patch)).await {
+        match pod_api(&self.client, &pod.namespace)
+            .patch(&pod.name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
             Ok(_) => {
                 metrics::counter!("coloc_requeue_guards_total", "change" => "removed").increment(1);
                 tracing::debug!(pod = %pod.key(), why, preempted = pod.preempted, phase = ?pod.phase, deleting = pod.deletion_time.is_some(), "guard removed");

@@ -21,7 +21,10 @@ use crate::policy::{BareVictims, Class};
 
 // What requeue writes on pods is read below requeue too (the view, the wire decoder):
 // the names live in `model::marks`.
-pub use crate::model::marks::{attempt_of, is_replacement, opted_out, ATTEMPT, BASE_NAME, FROM_POD, FROM_UID, GATE, GUARD, LABEL, OPT_OUT, PREEMPTED_BY};
+pub use crate::model::marks::{
+    attempt_of, is_replacement, opted_out, ATTEMPT, BASE_NAME, FROM_POD, FROM_UID, GATE, GUARD, LABEL, OPT_OUT,
+    PREEMPTED_BY,
+};
 
 /// Would requeue bring `pod` back if it were preempted as a pod of `class`? A bare pod of
 /// a class that may be evicted and requeues bare victims, with requeue attempts left.

@@ -60,7 +60,8 @@ impl Release {
 /// for its original to start terminating.
 pub fn reconcile(view: &View, now: Timestamp, evict_within: i64) -> Vec<Action> {
     let held = gangs_held_back(view, now, evict_within);
-    let mut actions: Vec<Action> = view.replacements().filter_map(|r| decide(view, r, now, evict_within, &held)).collect();
+    let mut actions: Vec<Action> =
+        view.replacements().filter_map(|r| decide(view, r, now, evict_within, &held)).collect();
     actions.sort_by(|a, b| key(a).cmp(&key(b)));
     actions
 }
@@ -92,7 +93,12 @@ fn decide(view: &View, r: &Pod, now: Timestamp, evict_within: i64, held: &BTreeS
     }
     let annotation = |k: &str| r.annotations.get(k).map(str::to_owned).unwrap_or_default();
     let from_uid = annotation(FROM_UID);
-    let delete = |reason: String| Action::Delete { namespace: r.namespace.clone(), name: r.name.clone(), uid: r.uid.clone(), reason };
+    let delete = |reason: String| Action::Delete {
+        namespace: r.namespace.clone(),
+        name: r.name.clone(),
+        uid: r.uid.clone(),
+        reason,
+    };
     match view.pod_by_uid(&from_uid) {
         // It left on its own: a copy would run it a second time.
         None if view.departure(&from_uid) == Some(Departure::Ended) => {
@@ -111,7 +117,11 @@ fn decide(view: &View, r: &Pod, now: Timestamp, evict_within: i64, held: &BTreeS
         Some(original) => {
             let age = r.creation_time.map_or(0, |t| now - t);
             (age > evict_within).then(|| {
-                delete(format!("original {} was not evicted within {evict_within}s (still on {})", original.key(), original.node_name.as_deref().unwrap_or("no node")))
+                delete(format!(
+                    "original {} was not evicted within {evict_within}s (still on {})",
+                    original.key(),
+                    original.node_name.as_deref().unwrap_or("no node")
+                ))
             })
         }
     }
@@ -127,11 +137,25 @@ mod tests {
     const NOW: i64 = 1_800_000_000;
 
     fn original() -> Pod {
-        Pod { name: "free-3".into(), namespace: "batch".into(), uid: "u-1".into(), node_name: Some("n1".into()), phase: Some("Running".into()), ..Default::default() }
+        Pod {
+            name: "free-3".into(),
+            namespace: "batch".into(),
+            uid: "u-1".into(),
+            node_name: Some("n1".into()),
+            phase: Some("Running".into()),
+            ..Default::default()
+        }
     }
 
     fn replacement(age: i64) -> Pod {
-        let mut r = Pod { name: "free-3-rq-1".into(), namespace: "batch".into(), uid: "r-1".into(), creation_time: Some(NOW - age), phase: Some("Pending".into()), ..Default::default() };
+        let mut r = Pod {
+            name: "free-3-rq-1".into(),
+            namespace: "batch".into(),
+            uid: "r-1".into(),
+            creation_time: Some(NOW - age),
+            phase: Some("Pending".into()),
+            ..Default::default()
+        };
         r.scheduling_gates = vec![GATE.into()];
         r.annotations.insert(FROM_UID.into(), "u-1".into());
         r.annotations.insert(ATTEMPT.into(), "1".into());
@@ -177,15 +201,22 @@ mod tests {
 
     #[test]
     fn a_replacement_is_released_when_its_original_was_preempted_and_failed() {
-        let v = departed(original(), |v, p| v.apply_pod(Arc::new(Pod { preempted: true, phase: Some("Failed".into()), ..original() }), p));
+        let v = departed(original(), |v, p| {
+            v.apply_pod(Arc::new(Pod { preempted: true, phase: Some("Failed".into()), ..original() }), p)
+        });
         assert!(matches!(&reconcile(&v, NOW, 60)[..], [Action::Release(_)]));
     }
 
     #[test]
     fn a_replacement_is_deleted_when_its_original_succeeded_on_its_own() {
-        let v = departed(original(), |v, p| v.apply_pod(Arc::new(Pod { phase: Some("Succeeded".into()), ..original() }), p));
+        let v = departed(original(), |v, p| {
+            v.apply_pod(Arc::new(Pod { phase: Some("Succeeded".into()), ..original() }), p)
+        });
         let actions = reconcile(&v, NOW, 60);
-        assert!(matches!(&actions[..], [Action::Delete { reason, .. }] if reason.contains("ended on its own")), "{actions:?}");
+        assert!(
+            matches!(&actions[..], [Action::Delete { reason, .. }] if reason.contains("ended on its own")),
+            "{actions:?}"
+        );
     }
 
     #[test]
@@ -194,7 +225,10 @@ mod tests {
             v.remove_pod("batch/free-3", p);
         });
         let actions = reconcile(&v, NOW, 60);
-        assert!(matches!(&actions[..], [Action::Delete { reason, .. }] if reason.contains("deleted, not by preemption")), "{actions:?}");
+        assert!(
+            matches!(&actions[..], [Action::Delete { reason, .. }] if reason.contains("deleted, not by preemption")),
+            "{actions:?}"
+        );
     }
 
     #[test]
@@ -228,13 +262,23 @@ mod tests {
     }
 
     fn released(actions: &[Action]) -> Vec<&str> {
-        actions.iter().filter_map(|a| match a { Action::Release(r) => Some(r.name.as_str()), _ => None }).collect()
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Release(r) => Some(r.name.as_str()),
+                _ => None,
+            })
+            .collect()
     }
 
     #[test]
     fn a_gang_is_released_as_a_unit_once_every_original_is_gone() {
         // a's original is gone, b's still runs: a waits for b.
-        let waiting = view(vec![gang_member("a", "u-a", Some(5)), gang_member("b", "u-b", Some(5)), gang_member("b", "u-b", None)]);
+        let waiting = view(vec![
+            gang_member("a", "u-a", Some(5)),
+            gang_member("b", "u-b", Some(5)),
+            gang_member("b", "u-b", None),
+        ]);
         assert!(reconcile(&waiting, NOW, 60).is_empty(), "{:?}", reconcile(&waiting, NOW, 60));
         // Both gone: both released in the same pass.
         let gone = view(vec![gang_member("a", "u-a", Some(5)), gang_member("b", "u-b", Some(5))]);
@@ -244,7 +288,11 @@ mod tests {
     #[test]
     fn no_gang_member_stays_gated_when_a_sibling_is_never_evicted() {
         // b's original was not evicted in time: its replacement is deleted, a's released.
-        let stuck = view(vec![gang_member("a", "u-a", Some(61)), gang_member("b", "u-b", Some(61)), gang_member("b", "u-b", None)]);
+        let stuck = view(vec![
+            gang_member("a", "u-a", Some(61)),
+            gang_member("b", "u-b", Some(61)),
+            gang_member("b", "u-b", None),
+        ]);
         let actions = reconcile(&stuck, NOW, 60);
         assert_eq!(released(&actions), ["a-rq"], "{actions:?}");
         assert!(actions.iter().any(|a| matches!(a, Action::Delete { name, .. } if name == "b-rq")), "{actions:?}");

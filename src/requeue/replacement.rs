@@ -41,7 +41,8 @@ pub const BOUND_NODE_LABELS: &[&str] = &["topology.kubernetes.io/zone", "topolog
 
 /// The token volume the ServiceAccount admission plugin injects (it injects a new one).
 fn is_injected_token_volume(volume: &Value) -> bool {
-    volume.get("name").and_then(Value::as_str).is_some_and(|n| n.starts_with("kube-api-access-")) && volume.get("projected").is_some()
+    volume.get("name").and_then(Value::as_str).is_some_and(|n| n.starts_with("kube-api-access-"))
+        && volume.get("projected").is_some()
 }
 
 /// The replacement of an original that still runs (stored before the preempt answer).
@@ -108,7 +109,9 @@ fn copy(original: &Value, intent: &RequeueIntent, evicted: bool) -> Result<Value
         if let Some(Value::Array(containers)) = spec.get_mut(list) {
             for c in containers {
                 if let Some(Value::Array(mounts)) = c.get_mut("volumeMounts") {
-                    mounts.retain(|m| !m.get("name").and_then(Value::as_str).is_some_and(|n| dropped.iter().any(|d| d == n)));
+                    mounts.retain(|m| {
+                        !m.get("name").and_then(Value::as_str).is_some_and(|n| dropped.iter().any(|d| d == n))
+                    });
                 }
             }
         }

@@ -72,12 +72,17 @@ impl Waker {
     }
 
     fn api(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), &self.namespace, &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()))
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+        )
     }
 
     async fn wake(&self) -> Result<String, kube::Error> {
         let api = self.api();
-        let object: DynamicObject = serde_json::from_value(placeholder(&self.namespace)).map_err(kube::Error::SerdeError)?;
+        let object: DynamicObject =
+            serde_json::from_value(placeholder(&self.namespace)).map_err(kube::Error::SerdeError)?;
         let created = api.create(&PostParams::default(), &object).await?;
         let name = created.metadata.name.unwrap_or_default();
         tokio::time::sleep(HOLD).await;

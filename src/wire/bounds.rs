@@ -81,7 +81,11 @@ impl<'a> Bounds<'a> {
         let n = self.victims.get() + 1;
         self.victims.set(n);
         if n > self.caps.max_victims {
-            return Err(Stop::TooMany { what: "victims over all candidate nodes".into(), cap: self.caps.max_victims, flag: "--max-victims" });
+            return Err(Stop::TooMany {
+                what: "victims over all candidate nodes".into(),
+                cap: self.caps.max_victims,
+                flag: "--max-victims",
+            });
         }
         Ok(())
     }

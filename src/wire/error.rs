@@ -26,19 +26,51 @@ pub enum DecodeError {
     NotUtf8(std::str::Utf8Error),
     MissingPod,
     PodField(k8s::FieldError),
-    NodeField { index: usize, name: String, error: k8s::FieldError },
-    VictimField { node: String, index: usize, error: k8s::FieldError },
+    NodeField {
+        index: usize,
+        name: String,
+        error: k8s::FieldError,
+    },
+    VictimField {
+        node: String,
+        index: usize,
+        error: k8s::FieldError,
+    },
     /// A `Nodes.items[i]` or `NodeNameToVictims[node].Pods[i]` that could not be decoded;
     /// `error`'s position is relative to the item.
-    Item { at: ItemAt, name: Option<String>, error: serde_json::Error },
+    Item {
+        at: ItemAt,
+        name: Option<String>,
+        error: serde_json::Error,
+    },
     NoNodes,
-    VictimElsewhere { node: String, index: usize, pod: String, actual: String },
+    VictimElsewhere {
+        node: String,
+        index: usize,
+        pod: String,
+        actual: String,
+    },
     /// `list` names where: `NodeNames`, `Nodes.items`, `NodeNameToVictims`, ...
-    DuplicateNode { node: String, list: &'static str },
-    NegativePdbViolations { map: &'static str, node: String, value: i64 },
-    VictimWithoutUid { map: &'static str, node: String, index: usize },
+    DuplicateNode {
+        node: String,
+        list: &'static str,
+    },
+    NegativePdbViolations {
+        map: &'static str,
+        node: String,
+        value: i64,
+    },
+    VictimWithoutUid {
+        map: &'static str,
+        node: String,
+        index: usize,
+    },
     /// A list over its cap (`flag` raises it): refused before it is held in memory.
-    TooMany { what: String, cap: usize, flag: &'static str },
+    TooMany {
+        what: String,
+        cap: usize,
+        flag: &'static str,
+    },
     /// The answer is no longer wanted (timed out, client gone): decoding stopped.
     Cancelled,
 }
@@ -68,7 +100,6 @@ impl fmt::Display for ItemAt {
     }
 }
 
-
 impl From<serde_json::Error> for DecodeError {
     fn from(e: serde_json::Error) -> Self {
         DecodeError::Json(e)
@@ -86,7 +117,9 @@ impl std::error::Error for DecodeError {
         match self {
             DecodeError::Json(e) | DecodeError::Item { error: e, .. } => Some(e),
             DecodeError::NotUtf8(e) => Some(e),
-            DecodeError::PodField(e) | DecodeError::NodeField { error: e, .. } | DecodeError::VictimField { error: e, .. } => Some(e),
+            DecodeError::PodField(e)
+            | DecodeError::NodeField { error: e, .. }
+            | DecodeError::VictimField { error: e, .. } => Some(e),
             _ => None,
         }
     }
@@ -97,14 +130,19 @@ impl DecodeError {
     fn write_unclipped(&self, out: &mut String) -> fmt::Result {
         match self {
             DecodeError::Json(e) => {
-                let kind = if e.is_data() { "request JSON has a value of the wrong type" } else { "malformed request JSON" };
+                let kind =
+                    if e.is_data() { "request JSON has a value of the wrong type" } else { "malformed request JSON" };
                 write!(out, "{kind}: {e}")
             }
             DecodeError::NotUtf8(e) => write!(out, "request body is not UTF-8 JSON: {e}"),
             DecodeError::MissingPod => out.write_str("request has no Pod (missing or null)"),
             DecodeError::PodField(e) => write!(out, "Pod.{}", FieldMsg(e)),
-            DecodeError::NodeField { index, name, error } => write!(out, "Nodes.items[{index}] ({}).{}", Clip(name), FieldMsg(error)),
-            DecodeError::VictimField { node, index, error } => write!(out, "{FULL}[{}].Pods[{index}].{}", Clip(node), FieldMsg(error)),
+            DecodeError::NodeField { index, name, error } => {
+                write!(out, "Nodes.items[{index}] ({}).{}", Clip(name), FieldMsg(error))
+            }
+            DecodeError::VictimField { node, index, error } => {
+                write!(out, "{FULL}[{}].Pods[{index}].{}", Clip(node), FieldMsg(error))
+            }
             DecodeError::Item { at, name, error } => {
                 write!(out, "{at}")?;
                 if let Some(name) = name {
@@ -128,9 +166,15 @@ impl DecodeError {
                 Clip(actual).to_string(),
                 Clip(node)
             ),
-            DecodeError::DuplicateNode { node, list } => write!(out, "node {} is listed more than once in {list}", Clip(node)),
+            DecodeError::DuplicateNode { node, list } => {
+                write!(out, "node {} is listed more than once in {list}", Clip(node))
+            }
             DecodeError::NegativePdbViolations { map, node, value } => {
-                write!(out, "{map}[{}].NumPDBViolations is {value}: a count of PDB violations cannot be negative", Clip(node))
+                write!(
+                    out,
+                    "{map}[{}].NumPDBViolations is {value}: a count of PDB violations cannot be negative",
+                    Clip(node)
+                )
             }
             DecodeError::VictimWithoutUid { map, node, index } => {
                 let field = if *map == META { "UID" } else { "metadata.uid" };
@@ -139,7 +183,9 @@ impl DecodeError {
             DecodeError::TooMany { what, cap, flag } => {
                 write!(out, "{what} has more than {cap} entries, the most one request may carry ({flag})")
             }
-            DecodeError::Cancelled => out.write_str("the answer is no longer wanted (request timed out or client gone)"),
+            DecodeError::Cancelled => {
+                out.write_str("the answer is no longer wanted (request timed out or client gone)")
+            }
         }
     }
 }
@@ -240,4 +286,3 @@ fn clip_quotes(msg: &str) -> Cow<'_, str> {
         }
     }
 }
-

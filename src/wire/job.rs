@@ -89,8 +89,10 @@ impl JobJson {
         let spec = self.spec;
         let failed_indexes = match self.status.failed_indexes.as_deref() {
             None => Vec::new(),
-            Some(s) => model::parse_index_ranges(s)
-                .ok_or_else(|| FieldError { field: "status.failedIndexes".into(), message: format!("not a list of indexes and ranges: {s:?}") })?,
+            Some(s) => model::parse_index_ranges(s).ok_or_else(|| FieldError {
+                field: "status.failedIndexes".into(),
+                message: format!("not a list of indexes and ranges: {s:?}"),
+            })?,
         };
         // Rules are evaluated in order; a preemption matches the first rule with an
         // onPodConditions entry for DisruptionTarget (status True, the default). Rules with
@@ -99,7 +101,11 @@ impl JobJson {
             .pod_failure_policy
             .rules
             .iter()
-            .find(|r| r.on_pod_conditions.iter().any(|c| c.kind == "DisruptionTarget" && c.status.as_deref().unwrap_or("True") == "True"))
+            .find(|r| {
+                r.on_pod_conditions
+                    .iter()
+                    .any(|c| c.kind == "DisruptionTarget" && c.status.as_deref().unwrap_or("True") == "True")
+            })
             .map(|r| {
                 DisruptionAction::parse(&r.action).ok_or_else(|| FieldError {
                     field: "spec.podFailurePolicy.rules[].action".into(),
@@ -111,7 +117,11 @@ impl JobJson {
             namespace: self.metadata.namespace,
             name: self.metadata.name,
             uid: self.metadata.uid,
-            backoff_limit: spec.backoff_limit.unwrap_or(if spec.backoff_limit_per_index.is_some() { i32::MAX } else { DEFAULT_BACKOFF_LIMIT }),
+            backoff_limit: spec.backoff_limit.unwrap_or(if spec.backoff_limit_per_index.is_some() {
+                i32::MAX
+            } else {
+                DEFAULT_BACKOFF_LIMIT
+            }),
             failed: self.status.failed.unwrap_or(0),
             uncounted_failed: self.status.uncounted_terminated_pods.failed,
             indexed: spec.completion_mode.as_deref() == Some("Indexed"),
@@ -119,7 +129,11 @@ impl JobJson {
             max_failed_indexes: spec.max_failed_indexes,
             failed_indexes,
             on_disruption,
-            finished: self.status.conditions.iter().any(|c| (c.kind == "Complete" || c.kind == "Failed") && c.status == "True"),
+            finished: self
+                .status
+                .conditions
+                .iter()
+                .any(|c| (c.kind == "Complete" || c.kind == "Failed") && c.status == "True"),
         })
     }
 }

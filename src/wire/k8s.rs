@@ -368,7 +368,11 @@ impl Pod {
             })
             .collect();
 
-        let preempted = self.status.conditions.iter().any(|c| c.type_ == "DisruptionTarget" && c.status == "True" && c.reason == "PreemptionByScheduler");
+        let preempted = self
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "DisruptionTarget" && c.status == "True" && c.reason == "PreemptionByScheduler");
         let unready = self.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status != "True");
         Ok(model::Pod {
             preempted,
@@ -378,7 +382,11 @@ impl Pod {
             creation_time: parse_time("metadata.creationTimestamp", &m.creation_timestamp)?,
             deletion_time: parse_time("metadata.deletionTimestamp", &m.deletion_timestamp)?,
             start_time: parse_time("status.startTime", &self.status.start_time)?,
-            controller: m.owner_references.iter().find(|o| o.controller == Some(true)).map(|o| OwnerRef { kind: o.kind.clone(), name: o.name.clone() }),
+            controller: m
+                .owner_references
+                .iter()
+                .find(|o| o.controller == Some(true))
+                .map(|o| OwnerRef { kind: o.kind.clone(), name: o.name.clone() }),
             owner: match m.owner_references.iter().any(|o| o.controller == Some(true)) {
                 true => None,
                 false => m.owner_references.into_iter().next().map(|o| OwnerRef { kind: o.kind, name: o.name }),
@@ -503,13 +511,19 @@ impl DisruptionModeJson {
             DisruptionModeJson::Name(n) => n,
             DisruptionModeJson::Union(m) if m.len() == 1 => m.into_keys().next().unwrap_or_default(),
             DisruptionModeJson::Union(m) => {
-                return Err(FieldError { field: "spec.disruptionMode".into(), message: format!("exactly one mode must be set, found {:?}", m.keys().collect::<Vec<_>>()) })
+                return Err(FieldError {
+                    field: "spec.disruptionMode".into(),
+                    message: format!("exactly one mode must be set, found {:?}", m.keys().collect::<Vec<_>>()),
+                })
             }
         };
         match name.to_ascii_lowercase().as_str() {
             "" | "single" | "pod" => Ok(model::DisruptionMode::Single),
             "all" | "podgroup" => Ok(model::DisruptionMode::All),
-            _ => Err(FieldError { field: "spec.disruptionMode".into(), message: format!("unknown mode {name:?} (Single, All, Pod or PodGroup)") }),
+            _ => Err(FieldError {
+                field: "spec.disruptionMode".into(),
+                message: format!("unknown mode {name:?} (Single, All, Pod or PodGroup)"),
+            }),
         }
     }
 }
@@ -518,7 +532,9 @@ impl PodGroupJson {
     pub fn into_model(self, source: model::GangSource) -> Result<model::PodGroup, FieldError> {
         let spec = self.spec;
         let (field, min) = match source {
-            model::GangSource::Native => ("spec.schedulingPolicy.gang.minCount", spec.scheduling_policy.gang.and_then(|g| g.min_count)),
+            model::GangSource::Native => {
+                ("spec.schedulingPolicy.gang.minCount", spec.scheduling_policy.gang.and_then(|g| g.min_count))
+            }
             _ => ("spec.minMember", spec.min_member),
         };
         let min_count = match min {
@@ -558,12 +574,17 @@ mod tests {
 
     #[test]
     fn metadata_maps_decode_without_the_last_applied_configuration() {
-        let p = pod(r#"{"name":"a","labels":{"team":"ml","app":"w\u00e9b"},"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"big\":1}","x":"1"}}"#);
+        let p = pod(
+            r#"{"name":"a","labels":{"team":"ml","app":"w\u00e9b"},"annotations":{"kubectl.kubernetes.io/last-applied-configuration":"{\"big\":1}","x":"1"}}"#,
+        );
         assert_eq!(p.labels.iter().collect::<Vec<_>>(), [("app", "wéb"), ("team", "ml")]);
         assert_eq!(p.annotations.iter().collect::<Vec<_>>(), [("x", "1")]);
         assert_eq!(p.phase, Some(model::Phase::Running));
         let empty = pod(r#"{"name":"b","labels":null,"annotations":null}"#);
         assert!(empty.labels.is_empty() && empty.annotations.is_empty());
-        assert!(serde_json::from_str::<Pod>(r#"{"metadata":{"labels":{"a":1}}}"#).is_err(), "a label that is not a string is refused");
+        assert!(
+            serde_json::from_str::<Pod>(r#"{"metadata":{"labels":{"a":1}}}"#).is_err(),
+            "a label that is not a string is refused"
+        );
     }
 }

@@ -79,7 +79,11 @@ impl ListSplitter {
     }
 
     /// Reads `chunk`, handing each piece it completes to `each`, in order.
-    pub fn push<E: From<SplitError>>(&mut self, chunk: &[u8], mut each: impl FnMut(Piece<'_>) -> Result<(), E>) -> Result<(), E> {
+    pub fn push<E: From<SplitError>>(
+        &mut self,
+        chunk: &[u8],
+        mut each: impl FnMut(Piece<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
         self.buf.extend_from_slice(chunk);
         while self.pos < self.buf.len() {
             let i = self.pos;
@@ -144,7 +148,11 @@ impl ListSplitter {
                     if self.at_piece_level() {
                         if let Some(start) = self.piece_start.take() {
                             let bytes = &self.buf[start..=i];
-                            each(if self.field == Field::Metadata { Piece::Metadata(bytes) } else { Piece::Item(bytes) })?;
+                            each(if self.field == Field::Metadata {
+                                Piece::Metadata(bytes)
+                            } else {
+                                Piece::Item(bytes)
+                            })?;
                         }
                     }
                     if self.depth == 0 {
@@ -250,7 +258,8 @@ mod tests {
 
     #[test]
     fn a_nested_items_key_is_not_the_lists() {
-        let (_, items) = split(r#"{"metadata":{"items":[{"no":1}]},"other":{"items":[{"no":2}]},"items":[{"yes":3}]}"#, 4).unwrap();
+        let (_, items) =
+            split(r#"{"metadata":{"items":[{"no":1}]},"other":{"items":[{"no":2}]},"items":[{"yes":3}]}"#, 4).unwrap();
         assert_eq!(items, vec![r#"{"yes":3}"#.to_string()]);
     }
 

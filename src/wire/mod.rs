@@ -11,5 +11,8 @@ mod seeds;
 mod strict;
 
 pub use bounds::{Bounds, Caps};
-pub use request::{decode_extender_args, decode_extender_args_within, decode_preempt_args, decode_preempt_args_for, Candidates, DecodeError, ExtenderArgs, NodeSet, PreemptArgs};
+pub use request::{
+    decode_extender_args, decode_extender_args_within, decode_preempt_args, decode_preempt_args_for, Candidates,
+    DecodeError, ExtenderArgs, NodeSet, PreemptArgs,
+};
 pub use response::{FilterResult, HostPriority, MetaPod, MetaVictims, PreemptionResult};

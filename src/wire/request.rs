@@ -18,8 +18,8 @@ use super::seeds::{self, Entries, ExtenderArgsSeed, PreemptArgsSeed, FULL, META}
 use super::strict;
 use crate::model;
 
-pub use super::error::{clip, clip_message, DecodeError, ItemAt, MESSAGE_LIMIT, QUOTE_LIMIT};
 use super::error::Clip;
+pub use super::error::{clip, clip_message, DecodeError, ItemAt, MESSAGE_LIMIT, QUOTE_LIMIT};
 
 /// One Node object from a `Nodes` list: its raw bytes (returned unchanged if kept) and
 /// the fields decisions read.
@@ -155,9 +155,8 @@ pub fn decode_extender_args_within<'a>(body: &'a [u8], bounds: &Bounds) -> Resul
                             error,
                         })?;
                         let name = parsed.metadata.name.clone();
-                        let node = parsed
-                            .into_model()
-                            .map_err(|error| DecodeError::NodeField { index, name, error })?;
+                        let node =
+                            parsed.into_model().map_err(|error| DecodeError::NodeField { index, name, error })?;
                         Ok(WireNode { raw, node })
                     })
                     .collect::<Result<_, DecodeError>>()?,
@@ -177,11 +176,17 @@ pub fn decode_extender_args_within<'a>(body: &'a [u8], bounds: &Bounds) -> Resul
 // ---- preempt --------------------------------------------------------------------------
 
 /// A preempt map's entries as a map; a node listed twice is an error, as in filter.
-fn into_map<P, T>(entries: Entries<P>, list: &'static str, mut f: impl FnMut(&str, seeds::Listed<P>) -> Result<T, DecodeError>) -> Result<BTreeMap<String, T>, DecodeError> {
+fn into_map<P, T>(
+    entries: Entries<P>,
+    list: &'static str,
+    mut f: impl FnMut(&str, seeds::Listed<P>) -> Result<T, DecodeError>,
+) -> Result<BTreeMap<String, T>, DecodeError> {
     let mut out = BTreeMap::new();
     for (node, v) in entries {
         match out.entry(node) {
-            std::collections::btree_map::Entry::Occupied(e) => return Err(DecodeError::DuplicateNode { node: e.key().clone(), list }),
+            std::collections::btree_map::Entry::Occupied(e) => {
+                return Err(DecodeError::DuplicateNode { node: e.key().clone(), list })
+            }
             std::collections::btree_map::Entry::Vacant(e) => {
                 let value = f(e.key(), v)?;
                 e.insert(value);
@@ -270,7 +275,11 @@ pub fn decode_preempt_args(body: &[u8]) -> Result<PreemptArgs, DecodeError> {
 /// Like `decode_preempt_args`, but full victim pods are decoded only for nodes where
 /// `needs_pods(node)` (the cluster view re-selects the others from its own pods), under the
 /// request's caps and cancel flag.
-pub fn decode_preempt_args_for(body: &[u8], needs_pods: impl Fn(&str) -> bool, bounds: &Bounds) -> Result<PreemptArgs, DecodeError> {
+pub fn decode_preempt_args_for(
+    body: &[u8],
+    needs_pods: impl Fn(&str) -> bool,
+    bounds: &Bounds,
+) -> Result<PreemptArgs, DecodeError> {
     let raw = seeds::parse(body, PreemptArgsSeed(bounds), bounds)?;
     let pod = raw.pod.ok_or(DecodeError::MissingPod)?.into_model().map_err(DecodeError::PodField)?;
     // Full victims win when both are present: they carry everything UIDs do.
@@ -286,7 +295,8 @@ pub fn decode_preempt_args_for(body: &[u8], needs_pods: impl Fn(&str) -> bool, b
             let victims = if !needs_pods(node) {
                 let mut uids = Vec::with_capacity(v.pods.len());
                 for (index, raw) in v.pods.into_iter().enumerate() {
-                    let uid = strict::from_str::<UidOnly>(raw.get()).map_err(|e| item_error(index, raw, e))?.metadata.uid;
+                    let uid =
+                        strict::from_str::<UidOnly>(raw.get()).map_err(|e| item_error(index, raw, e))?.metadata.uid;
                     check_uid(FULL, node, index, &uid)?;
                     uids.push(uid);
                 }

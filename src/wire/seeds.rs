@@ -11,8 +11,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::bounds::{Bounds, Stop};
-use super::k8s;
 use super::error::{clip, DecodeError, QUOTE_LIMIT};
+use super::k8s;
 use super::strict;
 
 pub use super::error::{FULL, META};
@@ -316,12 +316,19 @@ impl<'de, P: Deserialize<'de>> Visitor<'de> for CandidateMap<'_, '_, P> {
         let mut out = Vec::with_capacity(map.size_hint().unwrap_or(0).min(1024));
         while let Some(node) = map.next_key::<String>()? {
             if out.len() == cap {
-                return Err(stop(self.bounds, Stop::TooMany { what: format!("{} (candidate nodes)", self.map), cap, flag: "--max-nodes" }));
+                return Err(stop(
+                    self.bounds,
+                    Stop::TooMany { what: format!("{} (candidate nodes)", self.map), cap, flag: "--max-nodes" },
+                ));
             }
             if let Err(why) = self.bounds.check() {
                 return Err(stop(self.bounds, why));
             }
-            let victims = map.next_value_seed(VictimsSeed { bounds: self.bounds, list: List::Victims { map: self.map, node: &node }, pod: PhantomData })?;
+            let victims = map.next_value_seed(VictimsSeed {
+                bounds: self.bounds,
+                list: List::Victims { map: self.map, node: &node },
+                pod: PhantomData,
+            })?;
             out.push((node, victims));
         }
         Ok(out)

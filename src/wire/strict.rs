@@ -78,14 +78,29 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Strict<D> {
     fn deserialize_tuple<W: Visitor<'de>>(self, len: usize, v: W) -> Result<W::Value, Self::Error> {
         self.0.deserialize_tuple(len, V(v))
     }
-    fn deserialize_tuple_struct<W: Visitor<'de>>(self, name: &'static str, len: usize, v: W) -> Result<W::Value, Self::Error> {
+    fn deserialize_tuple_struct<W: Visitor<'de>>(
+        self,
+        name: &'static str,
+        len: usize,
+        v: W,
+    ) -> Result<W::Value, Self::Error> {
         self.0.deserialize_tuple_struct(name, len, V(v))
     }
-    fn deserialize_struct<W: Visitor<'de>>(self, _: &'static str, _: &'static [&'static str], v: W) -> Result<W::Value, Self::Error> {
+    fn deserialize_struct<W: Visitor<'de>>(
+        self,
+        _: &'static str,
+        _: &'static [&'static str],
+        v: W,
+    ) -> Result<W::Value, Self::Error> {
         // The point of `Strict`: a struct comes from an object, never from an array.
         self.0.deserialize_map(V(v))
     }
-    fn deserialize_enum<W: Visitor<'de>>(self, name: &'static str, variants: &'static [&'static str], v: W) -> Result<W::Value, Self::Error> {
+    fn deserialize_enum<W: Visitor<'de>>(
+        self,
+        name: &'static str,
+        variants: &'static [&'static str],
+        v: W,
+    ) -> Result<W::Value, Self::Error> {
         self.0.deserialize_enum(name, variants, V(v))
     }
     fn is_human_readable(&self) -> bool {

@@ -21,20 +21,14 @@ impl Binaries {
     pub fn find() -> Result<Binaries, String> {
         let (dir, from) = match std::env::var_os("KUBE_BIN_DIR") {
             Some(d) if !d.is_empty() => (PathBuf::from(d), "KUBE_BIN_DIR"),
-            _ => (
-                PathBuf::from(DEFAULT_DIR),
-                "the default location (KUBE_BIN_DIR is not set)",
-            ),
+            _ => (PathBuf::from(DEFAULT_DIR), "the default location (KUBE_BIN_DIR is not set)"),
         };
         let need = |name: &str| -> Result<PathBuf, String> {
             let p = dir.join(name);
             if is_executable(&p) {
                 Ok(p)
             } else {
-                Err(format!(
-                    "no executable {name} in {} ({from}); see README \"End-to-end tests\"",
-                    dir.display()
-                ))
+                Err(format!("no executable {name} in {} ({from}); see README \"End-to-end tests\"", dir.display()))
             }
         };
         let kube_apiserver = need("kube-apiserver")?;
@@ -42,27 +36,10 @@ impl Binaries {
         let kube_scheduler = need("kube-scheduler")?;
         let kubectl = need("kubectl")?;
         let etcd = std::iter::once(dir.join("etcd"))
-            .chain(
-                std::env::var_os("PATH")
-                    .iter()
-                    .flat_map(std::env::split_paths)
-                    .map(|d| d.join("etcd")),
-            )
+            .chain(std::env::var_os("PATH").iter().flat_map(std::env::split_paths).map(|d| d.join("etcd")))
             .find(|p| is_executable(p))
-            .ok_or_else(|| {
-                format!(
-                    "no etcd in {} or on PATH (Debian: apt-get install etcd-server)",
-                    dir.display()
-                )
-            })?;
-        Ok(Binaries {
-            dir,
-            etcd,
-            kube_apiserver,
-            kube_controller_manager,
-            kube_scheduler,
-            kubectl,
-        })
+            .ok_or_else(|| format!("no etcd in {} or on PATH (Debian: apt-get install etcd-server)", dir.display()))?;
+        Ok(Binaries { dir, etcd, kube_apiserver, kube_controller_manager, kube_scheduler, kubectl })
     }
 }
 

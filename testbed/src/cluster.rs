@@ -132,13 +132,7 @@ impl PodBuilder {
 }
 
 /// A ReplicaSet of `replicas` pods labelled `app: name`.
-pub fn replica_set(
-    namespace: &str,
-    name: &str,
-    replicas: i32,
-    priority_class: &str,
-    milli_cpu: i64,
-) -> ReplicaSet {
+pub fn replica_set(namespace: &str, name: &str, replicas: i32, priority_class: &str, milli_cpu: i64) -> ReplicaSet {
     from(json!({
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
@@ -173,7 +167,8 @@ pub fn job(
             "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}
     });
     if let Some(action) = on_disruption {
-        job["spec"]["podFailurePolicy"] = json!({"rules": [{"action": action, "onPodConditions": [{"type": "DisruptionTarget"}]}]});
+        job["spec"]["podFailurePolicy"] =
+            json!({"rules": [{"action": action, "onPodConditions": [{"type": "DisruptionTarget"}]}]});
     }
     from(job)
 }
@@ -192,19 +187,13 @@ where
 
 /// Creates every object, `concurrency` requests at a time (the loop benchmark builds tens
 /// of thousands of pods).
-pub async fn create_all_with<K>(
-    client: &Client,
-    objects: Vec<K>,
-    concurrency: usize,
-) -> anyhow::Result<()>
+pub async fn create_all_with<K>(client: &Client, objects: Vec<K>, concurrency: usize) -> anyhow::Result<()>
 where
     K: Resource<DynamicType = ()> + Serialize,
 {
     let resource = ApiResource::erase::<K>(&());
-    let objects: Vec<DynamicObject> = objects
-        .iter()
-        .map(|o| serde_json::to_value(o).and_then(serde_json::from_value))
-        .collect::<Result<_, _>>()?;
+    let objects: Vec<DynamicObject> =
+        objects.iter().map(|o| serde_json::to_value(o).and_then(serde_json::from_value)).collect::<Result<_, _>>()?;
     stream::iter(objects.into_iter().map(|o| {
         let api: Api<DynamicObject> = match o.metadata.namespace.as_deref() {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
@@ -235,10 +224,7 @@ pub async fn pods(client: &Client, namespace: Option<&str>) -> anyhow::Result<Ve
 }
 
 pub fn phase(pod: &Pod) -> &str {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("Pending")
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending")
 }
 
 pub fn node_of(pod: &Pod) -> Option<&str> {
@@ -251,7 +237,5 @@ pub fn name(pod: &Pod) -> &str {
 
 /// Running or about to run on a node, and not being deleted.
 pub fn is_placed(pod: &Pod) -> bool {
-    node_of(pod).is_some()
-        && pod.metadata.deletion_timestamp.is_none()
-        && !matches!(phase(pod), "Failed" | "Succeeded")
+    node_of(pod).is_some() && pod.metadata.deletion_timestamp.is_none() && !matches!(phase(pod), "Failed" | "Succeeded")
 }

@@ -67,10 +67,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options {
-            controllers: true,
-            apiserver_args: Vec::new(),
-        }
+        Options { controllers: true, apiserver_args: Vec::new() }
     }
 }
 
@@ -151,14 +148,8 @@ impl ControlPlane {
         let apiserver = Proc::spawn("kube-apiserver", &bins.kube_apiserver, &args, &[], d)?;
         let admin_kubeconfig = d.join("admin.kubeconfig");
         let extender_kubeconfig = d.join("extender.kubeconfig");
-        std::fs::write(
-            &admin_kubeconfig,
-            kubeconfig(api_port, &pki.ca_cert, "admin-token"),
-        )?;
-        std::fs::write(
-            &extender_kubeconfig,
-            kubeconfig(api_port, &pki.ca_cert, "extender-token"),
-        )?;
+        std::fs::write(&admin_kubeconfig, kubeconfig(api_port, &pki.ca_cert, "admin-token"))?;
+        std::fs::write(&extender_kubeconfig, kubeconfig(api_port, &pki.ca_cert, "extender-token"))?;
         let uninstall_kubeconfig = d.join("uninstall.kubeconfig");
         std::fs::write(&uninstall_kubeconfig, kubeconfig(api_port, &pki.ca_cert, "uninstall-token"))?;
         let scheduler_kubeconfig = d.join("scheduler.kubeconfig");
@@ -206,10 +197,7 @@ impl ControlPlane {
 
     /// The serving certificate and key (127.0.0.1, localhost; signed by the test bed CA).
     pub fn serving_pair(&self) -> (PathBuf, PathBuf) {
-        (
-            self.dir().join("apiserver.crt"),
-            self.dir().join("apiserver.key"),
-        )
+        (self.dir().join("apiserver.crt"), self.dir().join("apiserver.key"))
     }
 
     pub fn dir(&self) -> &Path {
@@ -227,10 +215,7 @@ impl ControlPlane {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             if let Some(status) = self.apiserver.exited() {
-                anyhow::bail!(
-                    "kube-apiserver exited ({status}):\n{}",
-                    self.apiserver.log_tail(4000)
-                );
+                anyhow::bail!("kube-apiserver exited ({status}):\n{}", self.apiserver.log_tail(4000));
             }
             let req = http_get("/readyz");
             if let Ok(body) = client.request_text(req).await {
@@ -239,10 +224,7 @@ impl ControlPlane {
                 }
             }
             if std::time::Instant::now() > deadline {
-                anyhow::bail!(
-                    "kube-apiserver not ready after {timeout:?}:\n{}",
-                    self.apiserver.log_tail(4000)
-                );
+                anyhow::bail!("kube-apiserver not ready after {timeout:?}:\n{}", self.apiserver.log_tail(4000));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -282,12 +264,7 @@ impl ControlPlane {
     /// kubectl's client-side schema check: the v1.36.2 binaries built here answer the
     /// protobuf `/openapi/v2` it fetches with 503. The API server still validates.
     pub fn apply(&self, path: &Path) -> anyhow::Result<String> {
-        self.kubectl(&[
-            "apply",
-            "--validate=false",
-            "-f",
-            &path.display().to_string(),
-        ])
+        self.kubectl(&["apply", "--validate=false", "-f", &path.display().to_string()])
     }
 }
 
@@ -303,9 +280,7 @@ pub async fn component_client(plane: &ControlPlane, port: u16) -> anyhow::Result
 
 /// A client for a plain-HTTP endpoint (the extender's ports).
 pub fn plain_client(port: u16) -> anyhow::Result<Client> {
-    Ok(Client::try_from(kube::Config::new(
-        format!("http://127.0.0.1:{port}").parse()?,
-    ))?)
+    Ok(Client::try_from(kube::Config::new(format!("http://127.0.0.1:{port}").parse()?))?)
 }
 
 pub async fn client_from(kubeconfig: &Path) -> anyhow::Result<Client> {
@@ -315,9 +290,7 @@ pub async fn client_from(kubeconfig: &Path) -> anyhow::Result<Client> {
 }
 
 pub fn http_get(path: &str) -> http::Request<Vec<u8>> {
-    http::Request::get(path)
-        .body(Vec::new())
-        .expect("a GET with a static path")
+    http::Request::get(path).body(Vec::new()).expect("a GET with a static path")
 }
 
 fn kubeconfig(port: u16, ca: &Path, token: &str) -> String {

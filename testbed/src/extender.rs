@@ -24,12 +24,7 @@ impl Extender {
     /// Starts `binary serve --listen … --health-listen … --admin-listen … <args>` as the
     /// extender's own user
     /// (`KUBECONFIG` = its kubeconfig) and waits until `/readyz` answers 200.
-    pub async fn start(
-        plane: &ControlPlane,
-        name: &str,
-        binary: &Path,
-        args: &[&str],
-    ) -> anyhow::Result<Extender> {
+    pub async fn start(plane: &ControlPlane, name: &str, binary: &Path, args: &[&str]) -> anyhow::Result<Extender> {
         let port = free_port();
         let health_port = free_port();
         // Each its own: the default (127.0.0.1:8082) would collide between extenders.
@@ -45,14 +40,8 @@ impl Extender {
         ]);
         all.extend(args.iter().map(|a| a.to_string()));
         let env = [
-            (
-                "KUBECONFIG".to_string(),
-                plane.extender_kubeconfig.display().to_string(),
-            ),
-            (
-                "RUST_LOG".to_string(),
-                std::env::var("COLOC_E2E_LOG").unwrap_or_else(|_| "info".into()),
-            ),
+            ("KUBECONFIG".to_string(), plane.extender_kubeconfig.display().to_string()),
+            ("RUST_LOG".to_string(), std::env::var("COLOC_E2E_LOG").unwrap_or_else(|_| "info".into())),
             // What the shipped Deployment gives each replica (the downward API).
             ("POD_NAME".to_string(), name.to_string()),
             ("POD_NAMESPACE".to_string(), "kube-system".to_string()),
@@ -78,21 +67,13 @@ impl Extender {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             if let Some(status) = self.proc.exited() {
-                anyhow::bail!(
-                    "{} exited ({status}):\n{}",
-                    self.proc.name,
-                    self.proc.log_tail(4000)
-                );
+                anyhow::bail!("{} exited ({status}):\n{}", self.proc.name, self.proc.log_tail(4000));
             }
             if self.get("/readyz").await.is_ok() {
                 return Ok(());
             }
             if std::time::Instant::now() > deadline {
-                anyhow::bail!(
-                    "{} not ready after {timeout:?}:\n{}",
-                    self.proc.name,
-                    self.proc.log_tail(4000)
-                );
+                anyhow::bail!("{} not ready after {timeout:?}:\n{}", self.proc.name, self.proc.log_tail(4000));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -111,27 +92,17 @@ impl Extender {
 
     /// GET on the health port; an error for any status but 2xx.
     pub async fn get(&self, path: &str) -> anyhow::Result<String> {
-        Ok(self
-            .health
-            .request_text(crate::control_plane::http_get(path))
-            .await?)
+        Ok(self.health.request_text(crate::control_plane::http_get(path)).await?)
     }
 
     /// GET on the admin port (`/metrics`, `/decisions`); an error for any status but 2xx.
     pub async fn admin_get(&self, path: &str) -> anyhow::Result<String> {
-        Ok(self
-            .admin
-            .request_text(crate::control_plane::http_get(path))
-            .await?)
+        Ok(self.admin.request_text(crate::control_plane::http_get(path)).await?)
     }
 
     /// One counter or gauge summed over its label sets, from `/metrics`.
     pub async fn metric_sum(&self, name: &str, label_filter: &str) -> anyhow::Result<f64> {
-        Ok(metric_sum(
-            &self.admin_get("/metrics").await?,
-            name,
-            label_filter,
-        ))
+        Ok(metric_sum(&self.admin_get("/metrics").await?, name, label_filter))
     }
 }
 
@@ -142,9 +113,7 @@ pub fn metric_sum(text: &str, name: &str, label_filter: &str) -> f64 {
         .filter_map(|l| {
             let (series, value) = l.rsplit_once(' ')?;
             let (metric, labels) = series.split_once('{').unwrap_or((series, ""));
-            (metric == name && labels.contains(label_filter))
-                .then(|| value.parse::<f64>().ok())
-                .flatten()
+            (metric == name && labels.contains(label_filter)).then(|| value.parse::<f64>().ok()).flatten()
         })
         .sum()
 }

@@ -29,9 +29,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options {
-            delete_after: Duration::from_millis(300),
-        }
+        Options { delete_after: Duration::from_millis(300) }
     }
 }
 
@@ -103,27 +101,15 @@ fn next_action(pod: &Pod, seen: &mut Seen) -> Option<Action> {
     let uid = pod.metadata.uid.clone()?;
     let spec = pod.spec.as_ref()?;
     spec.node_name.as_ref()?;
-    let phase = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or("Pending");
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
     if pod.metadata.deletion_timestamp.is_some() {
         return seen.terminating.insert(uid).then_some(Action::Terminate);
     }
     match phase {
         "Pending" => seen.started.insert(uid).then_some(Action::Start),
         "Running" => {
-            let secs = pod
-                .metadata
-                .annotations
-                .as_ref()?
-                .get(RUN_SECONDS)?
-                .parse()
-                .ok()?;
-            seen.completing
-                .insert(uid)
-                .then_some(Action::Complete(secs))
+            let secs = pod.metadata.annotations.as_ref()?.get(RUN_SECONDS)?.parse().ok()?;
+            seen.completing.insert(uid).then_some(Action::Complete(secs))
         }
         _ => None,
     }
@@ -152,36 +138,26 @@ async fn act(client: &Client, pod: &Pod, action: Action, opts: &Options) -> anyh
                 "conditions": [cond("PodReadyToStartContainers"), cond("Initialized"), cond("ContainersReady"), cond("Ready")],
                 "containerStatuses": containers,
             }});
-            ok_if_gone(api.patch_status(name, &strategic, &Patch::Strategic(status))
-                .await)?;
+            ok_if_gone(api.patch_status(name, &strategic, &Patch::Strategic(status)).await)?;
         }
         Action::Complete(secs) => {
             tokio::time::sleep(Duration::from_secs(secs)).await;
             let done = json!({"status": {"phase": "Succeeded",
                 "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": jiff::Timestamp::now().to_string()}]}});
-            ok_if_gone(api.patch_status(name, &strategic, &Patch::Strategic(done))
-                .await)?;
+            ok_if_gone(api.patch_status(name, &strategic, &Patch::Strategic(done)).await)?;
         }
         Action::Terminate => {
-            let phase = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.as_deref())
-                .unwrap_or("Pending");
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
             if phase != "Failed" && phase != "Succeeded" {
                 // Only the phase: the conditions (DisruptionTarget) stay as they are.
                 let failed = json!({"status": {"phase": "Failed", "reason": "Terminated",
                     "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": now}]}});
-                ok_if_gone(api.patch_status(name, &strategic, &Patch::Strategic(failed))
-                    .await)?;
+                ok_if_gone(api.patch_status(name, &strategic, &Patch::Strategic(failed)).await)?;
             }
             tokio::time::sleep(opts.delete_after).await;
             let params = DeleteParams {
                 grace_period_seconds: Some(0),
-                preconditions: Some(Preconditions {
-                    uid,
-                    resource_version: None,
-                }),
+                preconditions: Some(Preconditions { uid, resource_version: None }),
                 ..Default::default()
             };
             match api.delete(name, &params).await {

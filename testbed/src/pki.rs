@@ -16,14 +16,10 @@ pub struct Pki {
 pub fn write(dir: &Path) -> anyhow::Result<Pki> {
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "coloc-testbed-ca");
+    ca.distinguished_name.push(DnType::CommonName, "coloc-testbed-ca");
     let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?;
-    let mut serving =
-        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
-    serving
-        .distinguished_name
-        .push(DnType::CommonName, "kube-apiserver");
+    let mut serving = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
+    serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
     let serving_key = KeyPair::generate()?;
     let serving_cert = serving.signed_by(&serving_key, &ca)?;
     let sa_key = KeyPair::generate()?;

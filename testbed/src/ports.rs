@@ -23,10 +23,7 @@ pub fn free_port() -> u16 {
             return port;
         }
     }
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind 127.0.0.1:0")
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("bind 127.0.0.1:0")
 }
 
 /// A directory under `/dev/shm` when it exists (etcd fsyncs; memory is fast), removed on
@@ -38,16 +35,8 @@ pub struct TempDir {
 impl TempDir {
     pub fn new(prefix: &str) -> std::io::Result<TempDir> {
         static SEQ: AtomicU32 = AtomicU32::new(0);
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let path = base.join(format!(
-            "{prefix}-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
+        let base = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+        let path = base.join(format!("{prefix}-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path)?;
         Ok(TempDir { path })

@@ -42,11 +42,7 @@ impl Proc {
         let out = File::options().create(true).append(true).open(&self.log)?;
         let err = out.try_clone()?;
         let mut cmd = Command::new(&self.program);
-        cmd.args(&self.args)
-            .envs(self.env.iter().cloned())
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err);
+        cmd.args(&self.args).envs(self.env.iter().cloned()).stdin(Stdio::null()).stdout(out).stderr(err);
         // SAFETY: prctl is async-signal-safe; it only asks the kernel to SIGKILL the child
         // when the thread that spawned it ends, so no control-plane process outlives a
         // killed test run. Spawn from long-lived threads (the test's or a runtime worker).
@@ -56,13 +52,8 @@ impl Proc {
                 Ok(())
             });
         }
-        let child = cmd.spawn().map_err(|e| {
-            anyhow::anyhow!(
-                "cannot start {} ({}): {e}",
-                self.name,
-                self.program.display()
-            )
-        })?;
+        let child =
+            cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start {} ({}): {e}", self.name, self.program.display()))?;
         self.child = Some(child);
         Ok(())
     }
@@ -73,9 +64,7 @@ impl Proc {
 
     /// Has it exited? (e.g. a flag the binary does not know)
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// SIGKILL, as a crash would.

@@ -135,7 +135,15 @@ impl Scenario {
         self.jobs
             .iter()
             .map(|j| {
-                let mut job = cluster::job("batch", &j.name, j.pods, j.backoff_limit, j.on_disruption.as_deref(), &j.class, j.cpu_m);
+                let mut job = cluster::job(
+                    "batch",
+                    &j.name,
+                    j.pods,
+                    j.backoff_limit,
+                    j.on_disruption.as_deref(),
+                    &j.class,
+                    j.cpu_m,
+                );
                 if let (Some(t), Some(node)) = (job.spec.as_mut().and_then(|s| s.template.spec.as_mut()), &j.node) {
                     t.node_selector = Some(BTreeMap::from([("kubernetes.io/hostname".to_string(), node.clone())]));
                 }
@@ -158,12 +166,17 @@ impl Scenario {
     }
 
     pub fn pdb_objects(&self) -> Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget> {
-        self.replica_sets.iter().filter_map(|r| Some(cluster::pdb("batch", &r.name, &r.name, r.pdb_max_unavailable?))).collect()
+        self.replica_sets
+            .iter()
+            .filter_map(|r| Some(cluster::pdb("batch", &r.name, &r.name, r.pdb_max_unavailable?)))
+            .collect()
     }
 
     /// Offline pods the scenario starts with.
     pub fn offline_pod_count(&self) -> usize {
-        self.bare.len() + self.jobs.iter().map(|j| j.pods as usize).sum::<usize>() + self.replica_sets.iter().map(|r| r.replicas as usize).sum::<usize>()
+        self.bare.len()
+            + self.jobs.iter().map(|j| j.pods as usize).sum::<usize>()
+            + self.replica_sets.iter().map(|r| r.replicas as usize).sum::<usize>()
     }
 
     /// A cluster of `nodes` nodes as a platform team runs one, the same for the same
@@ -179,7 +192,14 @@ impl Scenario {
     pub fn generate(nodes: usize, seed: u64) -> Scenario {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ nodes as u64);
         let zones = ["zone-a", "zone-b", "zone-c"];
-        let mut sc = Scenario { about: String::new(), nodes: Vec::new(), bare: Vec::new(), jobs: Vec::new(), replica_sets: Vec::new(), online: Vec::new() };
+        let mut sc = Scenario {
+            about: String::new(),
+            nodes: Vec::new(),
+            bare: Vec::new(),
+            jobs: Vec::new(),
+            replica_sets: Vec::new(),
+            online: Vec::new(),
+        };
         let mut slots = 0;
         let mut gang: Option<(String, u32, u32)> = None; // name, members, placed
         for i in 0..nodes {
@@ -198,22 +218,37 @@ impl Scenario {
                 let (name, class, g) = match rng.below(10) {
                     0..=3 => (format!("scratch-{n}"), "free", None),
                     4..=5 => (format!("sweep-{n}"), "free-high", None),
-                    6..=7 => (format!("report-{n}"), if rng.below(2) == 0 { "offline-batch" } else { "offline-batch-low" }, None),
+                    6..=7 => (
+                        format!("report-{n}"),
+                        if rng.below(2) == 0 { "offline-batch" } else { "offline-batch-low" },
+                        None,
+                    ),
                     _ => {
                         // The next member of the gang being filled (2 or 3 members, on
                         // this node or the next ones), or the first of a new one.
-                        let (gname, size, placed) = gang.take().filter(|(_, size, placed)| placed < size).unwrap_or_else(|| (format!("gang-{n}"), 2 + rng.below(2) as u32, 0));
+                        let (gname, size, placed) = gang
+                            .take()
+                            .filter(|(_, size, placed)| placed < size)
+                            .unwrap_or_else(|| (format!("gang-{n}"), 2 + rng.below(2) as u32, 0));
                         let name = format!("{gname}-{}", placed + 1);
                         gang = Some((gname.clone(), size, placed + 1));
                         (name, "free", Some(gname))
                     }
                 };
-                sc.bare.push(BarePod { name, class: class.into(), cpu_m: cpu, node: node.clone(), gang: g, gang_min: None });
+                sc.bare.push(BarePod {
+                    name,
+                    class: class.into(),
+                    cpu_m: cpu,
+                    node: node.clone(),
+                    gang: g,
+                    gang_min: None,
+                });
             }
         }
         // Every gang needs all its members (the last one may be left short: its minimum is
         // what it has).
-        let sizes: BTreeMap<String, u32> = sc.gangs().into_iter().map(|(g, members)| (g.to_string(), members.len() as u32)).collect();
+        let sizes: BTreeMap<String, u32> =
+            sc.gangs().into_iter().map(|(g, members)| (g.to_string(), members.len() as u32)).collect();
         for b in &mut sc.bare {
             if let Some(g) = &b.gang {
                 b.gang_min = Some(sizes[g]);
@@ -226,7 +261,14 @@ impl Scenario {
             if rng.below(20) < 11 {
                 let replicas = (2 + rng.below(5) as i32).min(left);
                 let pdb = (rng.below(4) != 0).then_some(if replicas >= 5 { 2 } else { 1 });
-                sc.replica_sets.push(ReplicaSetSpec { name: format!("worker-{n}"), class: class.into(), cpu_m: 1000, node: None, replicas, pdb_max_unavailable: pdb });
+                sc.replica_sets.push(ReplicaSetSpec {
+                    name: format!("worker-{n}"),
+                    class: class.into(),
+                    cpu_m: 1000,
+                    node: None,
+                    replicas,
+                    pdb_max_unavailable: pdb,
+                });
                 left -= replicas;
             } else {
                 let pods = (2 + rng.below(3) as i32).min(left);
@@ -238,7 +280,15 @@ impl Scenario {
                     _ => (0, None),
                 };
                 let class = if rng.below(4) == 0 { "free" } else { class };
-                sc.jobs.push(JobSpec { name: format!("train-{n}"), class: class.into(), cpu_m: 1000, node: None, pods, backoff_limit, on_disruption });
+                sc.jobs.push(JobSpec {
+                    name: format!("train-{n}"),
+                    class: class.into(),
+                    cpu_m: 1000,
+                    node: None,
+                    pods,
+                    backoff_limit,
+                    on_disruption,
+                });
                 left -= pods;
             }
         }

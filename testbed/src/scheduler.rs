@@ -106,11 +106,7 @@ impl Scheduler {
         qps: u32,
         extra: &[&str],
     ) -> anyhow::Result<Scheduler> {
-        let config = config(
-            &plane.admin_kubeconfig.display().to_string(),
-            extenders,
-            qps,
-        );
+        let config = config(&plane.admin_kubeconfig.display().to_string(), extenders, qps);
         Scheduler::start_configured(plane, name, config, extra).await
     }
 
@@ -152,19 +148,11 @@ impl Scheduler {
             plane.dir(),
         )?;
         let client = crate::control_plane::component_client(plane, port).await?;
-        let mut s = Scheduler {
-            proc,
-            port,
-            config,
-            client,
-        };
+        let mut s = Scheduler { proc, port, config, client };
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = s.proc.exited() {
-                anyhow::bail!(
-                    "kube-scheduler exited ({status}):\n{}",
-                    s.proc.log_tail(4000)
-                );
+                anyhow::bail!("kube-scheduler exited ({status}):\n{}", s.proc.log_tail(4000));
             }
             if s.get("/readyz").await.is_ok_and(|b| b.trim() == "ok") {
                 return Ok(s);
@@ -178,10 +166,7 @@ impl Scheduler {
 
     /// GET on kube-scheduler's secure port (these paths need no authentication).
     pub async fn get(&self, path: &str) -> anyhow::Result<String> {
-        Ok(self
-            .client
-            .request_text(crate::control_plane::http_get(path))
-            .await?)
+        Ok(self.client.request_text(crate::control_plane::http_get(path)).await?)
     }
 
     /// kube-scheduler's Prometheus text.

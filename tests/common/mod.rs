@@ -5,9 +5,11 @@ use std::collections::BTreeMap;
 
 use coloc_extender::cluster::{Objects, View};
 use coloc_extender::decide::{self, Context, Explanation, Requeue};
-use coloc_extender::requeue::RequeueIntent;
-use coloc_extender::model::{DisruptionMode, GangSource, HostPort, Labels, Node, OwnerRef, Pdb, Pod, PodGroup, Resources, Selector};
+use coloc_extender::model::{
+    DisruptionMode, GangSource, HostPort, Labels, Node, OwnerRef, Pdb, Pod, PodGroup, Resources, Selector,
+};
 use coloc_extender::policy::Policy;
+use coloc_extender::requeue::RequeueIntent;
 use coloc_extender::wire::request::{MetaVictims, Victims};
 use coloc_extender::wire::{Candidates, PreemptArgs, PreemptionResult};
 
@@ -59,7 +61,10 @@ pub fn pod(name: &str, class: &str, node: Option<&str>, milli_cpu: i64) -> Pod {
         name: name.into(),
         namespace: "default".into(),
         uid: format!("uid-{name}"),
-        labels: Labels::from([("app".to_string(), name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '-').to_string())]),
+        labels: Labels::from([(
+            "app".to_string(),
+            name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '-').to_string(),
+        )]),
         controller: Some(OwnerRef { kind: "ReplicaSet".into(), name: "rs".into() }),
         creation_time: Some(NOW - 3600),
         start_time: Some(NOW - 3600),
@@ -196,7 +201,13 @@ pub fn uids(names: &[&str]) -> Vec<String> {
 
 impl Scenario {
     pub fn new(policy: Policy) -> Self {
-        Scenario { policy, objects: Objects::default(), view_expected: false, requeue: true, requeue_failed: BTreeMap::new() }
+        Scenario {
+            policy,
+            objects: Objects::default(),
+            view_expected: false,
+            requeue: true,
+            requeue_failed: BTreeMap::new(),
+        }
     }
 
     pub fn node(mut self, n: Node) -> Self {
@@ -249,7 +260,15 @@ impl Scenario {
                 .iter()
                 .map(|n| {
                     let pods: Vec<Pod> = self.lower_priority_on(preemptor, n).cloned().collect();
-                    (n.to_string(), Victims { count: pods.len(), uids: pods.iter().map(|p| p.uid.clone()).collect(), pods, num_pdb_violations: 0 })
+                    (
+                        n.to_string(),
+                        Victims {
+                            count: pods.len(),
+                            uids: pods.iter().map(|p| p.uid.clone()).collect(),
+                            pods,
+                            num_pdb_violations: 0,
+                        },
+                    )
                 })
                 .collect(),
         )
@@ -257,9 +276,21 @@ impl Scenario {
 
     pub fn preempt_with(&self, preemptor: Pod, candidates: Candidates, view: Option<&View>) -> Outcome {
         let requeue = Requeue { enabled: self.requeue, failed: &self.requeue_failed };
-        let ctx = Context { policy: &self.policy, view, view_expected: self.view_expected, now: NOW, requeue, detail: Default::default() };
+        let ctx = Context {
+            policy: &self.policy,
+            view,
+            view_expected: self.view_expected,
+            now: NOW,
+            requeue,
+            detail: Default::default(),
+        };
         let out = decide::preempt(&PreemptArgs { pod: preemptor, candidates }, &ctx);
-        Outcome { result: out.result, explanations: out.explanations, requeues: out.requeues, view_behind: out.view_behind }
+        Outcome {
+            result: out.result,
+            explanations: out.explanations,
+            requeues: out.requeues,
+            view_behind: out.view_behind,
+        }
     }
 
     /// Preempt with the cluster view, candidates in UID form for `nodes`.

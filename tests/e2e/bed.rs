@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use coloc_testbed::cluster::{self, PodBuilder};
 use coloc_testbed::control_plane::Options;
-use coloc_testbed::{
-    kubelet, prepared, wait, Binaries, ControlPlane, Extender, ExtenderEntry, Kubelet, Scheduler,
-};
+use coloc_testbed::{kubelet, prepared, wait, Binaries, ControlPlane, Extender, ExtenderEntry, Kubelet, Scheduler};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 
@@ -60,38 +58,26 @@ impl Bed {
     }
 
     pub async fn up_with(bins: Binaries, mode: Mode, opts: Options) -> anyhow::Result<Bed> {
-        let rbac = [prepared::BASE_RBAC, prepared::REQUEUE_RBAC, ["manifests/wake/role.yaml", "manifests/wake/rolebinding.yaml"]].concat();
+        let rbac = [
+            prepared::BASE_RBAC,
+            prepared::REQUEUE_RBAC,
+            ["manifests/wake/role.yaml", "manifests/wake/rolebinding.yaml"],
+        ]
+        .concat();
         let (plane, client) = prepared::start(&bins, opts, &rbac).await?;
         let kubelet = Kubelet::start(client.clone(), kubelet::Options::default());
-        Ok(Bed {
-            mode,
-            scheduler: None,
-            extenders: Vec::new(),
-            kubelet,
-            client,
-            plane,
-        })
+        Ok(Bed { mode, scheduler: None, extenders: Vec::new(), kubelet, client, plane })
     }
 
     /// Ready nodes `names`, each `milli_cpu` and 64 GiB, in zone-1.
     pub async fn nodes(&self, names: &[&str], milli_cpu: i64) -> anyhow::Result<()> {
-        cluster::create_all(
-            &self.client,
-            names
-                .iter()
-                .map(|n| cluster::node(n, milli_cpu, 64, "zone-1"))
-                .collect(),
-        )
-        .await
+        cluster::create_all(&self.client, names.iter().map(|n| cluster::node(n, milli_cpu, 64, "zone-1")).collect())
+            .await
     }
 
     /// Bare pods bound directly to their node (running before the scenario starts).
     pub async fn bound(&self, pods: Vec<PodBuilder>) -> anyhow::Result<()> {
-        cluster::create_all(
-            &self.client,
-            pods.into_iter().map(PodBuilder::build).collect(),
-        )
-        .await
+        cluster::create_all(&self.client, pods.into_iter().map(PodBuilder::build).collect()).await
     }
 
     /// Starts an extender process: `serve --kube --wake <args>` with the default policy,
@@ -100,13 +86,7 @@ impl Bed {
         let i = self.extenders.len();
         let mut all = vec!["--kube", "--wake"];
         all.extend_from_slice(args);
-        let e = Extender::start(
-            &self.plane,
-            &format!("coloc-extender-{i}"),
-            Path::new(EXTENDER),
-            &all,
-        )
-        .await?;
+        let e = Extender::start(&self.plane, &format!("coloc-extender-{i}"), Path::new(EXTENDER), &all).await?;
         self.extenders.push(e);
         Ok(i)
     }
@@ -130,9 +110,7 @@ impl Bed {
         check: impl Fn(&[Pod]) -> Result<T, String>,
     ) -> anyhow::Result<T> {
         let r = wait::until(timeout, what, || async {
-            let pods = cluster::pods(&self.client, Some(namespace))
-                .await
-                .map_err(|e| e.to_string())?;
+            let pods = cluster::pods(&self.client, Some(namespace)).await.map_err(|e| e.to_string())?;
             check(&pods)
         })
         .await;
@@ -157,7 +135,11 @@ impl Bed {
     pub async fn until_running(&self, namespace: &str, n: usize) -> anyhow::Result<()> {
         self.until_pods(namespace, Duration::from_secs(60), &format!("{n} pods running"), |pods| {
             let running = pods.iter().filter(|p| cluster::phase(p) == "Running").count();
-            if running == n { Ok(()) } else { Err(format!("{running} running")) }
+            if running == n {
+                Ok(())
+            } else {
+                Err(format!("{running} running"))
+            }
         })
         .await
     }
@@ -177,17 +159,10 @@ impl Bed {
     pub fn logs(&self) -> String {
         let mut s = String::new();
         for e in &self.extenders {
-            s += &format!(
-                "--- {} (last 3 KB) ---\n{}\n",
-                e.proc.name,
-                e.proc.log_tail(3000)
-            );
+            s += &format!("--- {} (last 3 KB) ---\n{}\n", e.proc.name, e.proc.log_tail(3000));
         }
         if let Some(k) = &self.scheduler {
-            s += &format!(
-                "--- kube-scheduler (last 3 KB) ---\n{}\n",
-                k.proc.log_tail(3000)
-            );
+            s += &format!("--- kube-scheduler (last 3 KB) ---\n{}\n", k.proc.log_tail(3000));
         }
         s
     }
@@ -197,11 +172,6 @@ impl Bed {
 pub fn placement(pods: &[Pod]) -> BTreeMap<String, String> {
     pods.iter()
         .filter(|p| cluster::is_placed(p))
-        .map(|p| {
-            (
-                cluster::name(p).to_string(),
-                cluster::node_of(p).unwrap_or_default().to_string(),
-            )
-        })
+        .map(|p| (cluster::name(p).to_string(), cluster::node_of(p).unwrap_or_default().to_string()))
         .collect()
 }

@@ -41,28 +41,59 @@ async fn last_disruption_left(bins: Binaries, mode: Mode) -> anyhow::Result<()> 
     cluster::create(&bed.client, cluster::replica_set("batch", "workers", 2, "offline-batch", 3000)).await?;
     let workers = bed
         .until_pods("batch", MINUTE, "a worker running on node-1 and one on node-3", |pods| {
-            let on = |node: &str| pods.iter().filter(|p| cluster::name(p).starts_with("workers-") && cluster::node_of(p) == Some(node) && cluster::phase(p) == "Running").map(uid).collect::<Vec<_>>();
+            let on = |node: &str| {
+                pods.iter()
+                    .filter(|p| {
+                        cluster::name(p).starts_with("workers-")
+                            && cluster::node_of(p) == Some(node)
+                            && cluster::phase(p) == "Running"
+                    })
+                    .map(uid)
+                    .collect::<Vec<_>>()
+            };
             let (one, three) = (on("node-1"), on("node-3"));
-            if one.len() == 1 && three.len() == 1 { Ok([one, three].concat()) } else { Err(format!("node-1 {one:?}, node-3 {three:?}")) }
+            if one.len() == 1 && three.len() == 1 {
+                Ok([one, three].concat())
+            } else {
+                Err(format!("node-1 {one:?}, node-3 {three:?}"))
+            }
         })
         .await?;
-    coloc_testbed::wait::until(MINUTE, "the PDB allowing 1 disruption", || async { disruptions_allowed(&bed, "workers").await.map_err(|e| e.to_string()).and_then(|n| if n == 1 { Ok(()) } else { Err(format!("{n} allowed")) }) }).await?;
+    coloc_testbed::wait::until(MINUTE, "the PDB allowing 1 disruption", || async {
+        disruptions_allowed(&bed, "workers").await.map_err(|e| e.to_string()).and_then(|n| {
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(format!("{n} allowed"))
+            }
+        })
+    })
+    .await?;
 
     cluster::create(&bed.client, PodBuilder::new("online", "web-1", "online-prod", 2000).build()).await?;
     let first = online_placed(&bed, "web-1").await?;
     anyhow::ensure!(first == "node-2", "web-1 placed on {first}: evicting a worker there spends the PDB's last disruption, requeueing a free pod on node-2 spends nothing");
     let pods: Vec<Pod> = cluster::pods(&bed.client, Some("batch")).await?;
-    let evicted: Vec<&str> = pods.iter().filter(|p| workers.contains(&uid(p)) && p.metadata.deletion_timestamp.is_some()).map(cluster::name).collect();
+    let evicted: Vec<&str> = pods
+        .iter()
+        .filter(|p| workers.contains(&uid(p)) && p.metadata.deletion_timestamp.is_some())
+        .map(cluster::name)
+        .collect();
     anyhow::ensure!(evicted.is_empty(), "workers evicted for web-1: {evicted:?}");
     // A guarded victim's replacement is stored once it is evicted: a moment after.
     bed.until_pods("batch", MINUTE, "the free pod evicted for web-1 requeued", |pods| {
-        if pods.iter().any(is_replacement) { Ok(()) } else { Err("no replacement yet".into()) }
+        if pods.iter().any(is_replacement) {
+            Ok(())
+        } else {
+            Err("no replacement yet".into())
+        }
     })
     .await?;
 
     let allowed = disruptions_allowed(&bed, "workers").await?;
     anyhow::ensure!(allowed == 1, "the PDB allows {allowed} disruption(s) when web-2 arrives, not 1");
-    cluster::create(&bed.client, PodBuilder::new("online", "web-2", "online-prod", 2000).only_on("node-3").build()).await?;
+    cluster::create(&bed.client, PodBuilder::new("online", "web-2", "online-prod", 2000).only_on("node-3").build())
+        .await?;
     let second = online_placed(&bed, "web-2").await?;
     anyhow::ensure!(second == "node-3", "web-2 placed on {second}");
     bed.finish()

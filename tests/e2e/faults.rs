@@ -15,22 +15,10 @@ use crate::{Bed, Case, Mode};
 
 pub fn cases() -> Vec<Case> {
     vec![
-        Case {
-            name: "fault_extender_sigkilled_mid_storm_then_restarted",
-            run: |b, m| Box::pin(extender_killed(b, m)),
-        },
-        Case {
-            name: "fault_two_replicas_behind_one_url",
-            run: |b, m| Box::pin(two_replicas(b, m)),
-        },
-        Case {
-            name: "fault_apiserver_restarted_mid_storm",
-            run: |b, m| Box::pin(apiserver_restarted(b, m)),
-        },
-        Case {
-            name: "fault_watches_expire_410_under_churn",
-            run: |b, m| Box::pin(watches_expire(b, m)),
-        },
+        Case { name: "fault_extender_sigkilled_mid_storm_then_restarted", run: |b, m| Box::pin(extender_killed(b, m)) },
+        Case { name: "fault_two_replicas_behind_one_url", run: |b, m| Box::pin(two_replicas(b, m)) },
+        Case { name: "fault_apiserver_restarted_mid_storm", run: |b, m| Box::pin(apiserver_restarted(b, m)) },
+        Case { name: "fault_watches_expire_410_under_churn", run: |b, m| Box::pin(watches_expire(b, m)) },
         Case {
             name: "fault_requeue_permission_removed_bare_victims_spared",
             run: |b, m| Box::pin(permission_removed(b, m)),
@@ -51,9 +39,7 @@ async fn storm_cluster(bed: &Bed) -> anyhow::Result<Vec<(String, String)>> {
         .iter()
         .enumerate()
         .flat_map(|(i, n)| {
-            (1..=2).map(move |j| {
-                PodBuilder::new("batch", &format!("free-{}", 2 * i + j), "free", 1900).on(n)
-            })
+            (1..=2).map(move |j| PodBuilder::new("batch", &format!("free-{}", 2 * i + j), "free", 1900).on(n))
         })
         .collect();
     bed.bound(pods).await?;
@@ -65,9 +51,7 @@ async fn storm_cluster(bed: &Bed) -> anyhow::Result<Vec<(String, String)>> {
 async fn storm(bed: &Bed) -> anyhow::Result<()> {
     cluster::create_all(
         &bed.client,
-        (1..=4)
-            .map(|i| PodBuilder::new("online", &format!("web-{i}"), "online-prod", 3000).build())
-            .collect(),
+        (1..=4).map(|i| PodBuilder::new("online", &format!("web-{i}"), "online-prod", 3000).build()).collect(),
     )
     .await
 }
@@ -98,7 +82,11 @@ async fn first_replacement(bed: &Bed) -> anyhow::Result<()> {
 /// The storm under way: the storm cluster, one extender with `--requeue` registered in
 /// all verbs, the four online pods created, and a first replacement stored. Returns the
 /// bed, the bare originals and the extender's index.
-async fn storm_under_way(bins: Binaries, mode: Mode, opts: Options) -> anyhow::Result<(Bed, Vec<(String, String)>, usize)> {
+async fn storm_under_way(
+    bins: Binaries,
+    mode: Mode,
+    opts: Options,
+) -> anyhow::Result<(Bed, Vec<(String, String)>, usize)> {
     let mut bed = Bed::up_with(bins, mode, opts).await?;
     let originals = storm_cluster(&bed).await?;
     let e = bed.extender(&["--requeue"]).await?;
@@ -166,7 +154,12 @@ async fn watches_expire(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         for i in 0.. {
             let pod = PodBuilder::new("churn", &format!("c-{i}"), "free", 10).never_preempts().build();
             let _ = api.create(&Default::default(), &pod).await;
-            let _ = api.delete(&format!("c-{i}"), &kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await;
+            let _ = api
+                .delete(
+                    &format!("c-{i}"),
+                    &kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() },
+                )
+                .await;
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });
@@ -184,7 +177,11 @@ async fn watches_expire(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         let text = std::fs::read_to_string(log).map_err(|e| e.to_string())?;
         let gone_at = text.lines().position(|l| l.contains("too old resource version")).ok_or("no 410 seen yet")?;
         let relisted = text.lines().skip(gone_at).any(|l| l.contains("watch listed"));
-        if relisted { Ok(()) } else { Err("410 seen, no list since".into()) }
+        if relisted {
+            Ok(())
+        } else {
+            Err("410 seen, no list since".into())
+        }
     })
     .await?;
     bed.finish()
@@ -199,8 +196,7 @@ async fn permission_removed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     // Each replacement is stored before the answer, so a refused one spares.
     let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
-    bed.plane
-        .kubectl(&["delete", "clusterrolebinding", "coloc-extender-requeue"])?;
+    bed.plane.kubectl(&["delete", "clusterrolebinding", "coloc-extender-requeue"])?;
     crate::scenarios::online(&bed, "web", 3000).await?;
     coloc_testbed::wait::until(MINUTE, "a replacement that could not be stored", || async {
         let failed = bed.extenders[e]
@@ -218,28 +214,27 @@ async fn permission_removed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let pods = cluster::pods(&bed.client, Some("batch")).await?;
     for (name, uid) in &originals {
         anyhow::ensure!(
-            pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid)
-                && p.metadata.deletion_timestamp.is_none()),
+            pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none()),
             "{name} was evicted without a stored replacement"
         );
     }
-    anyhow::ensure!(
-        !pods.iter().any(is_replacement),
-        "a replacement exists although the permission was removed"
-    );
+    anyhow::ensure!(!pods.iter().any(is_replacement), "a replacement exists although the permission was removed");
     nothing_lost(&bed, "batch", &originals).await?;
     bed.finish()
 }
 
 /// The Warning Events `reason` on the extender's own pod, kube-system/`pod`.
 async fn replica_events(bed: &Bed, pod: &str, reason: &str) -> anyhow::Result<Vec<String>> {
-    let events: kube::Api<k8s_openapi::api::events::v1::Event> = kube::Api::namespaced(bed.client.clone(), "kube-system");
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(bed.client.clone(), "kube-system");
     Ok(events
         .list(&Default::default())
         .await?
         .items
         .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason) && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod))
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason) && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod)
+        })
         .filter(|e| e.type_.as_deref() == Some("Warning"))
         .filter_map(|e| e.note)
         .collect())
@@ -260,7 +255,10 @@ async fn policy_refused(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         (!notes.is_empty()).then_some(notes).ok_or("none yet".to_string())
     })
     .await?;
-    anyhow::ensure!(notes[0].contains("ghost") && notes[0].contains("built-in default policy in shadow mode"), "{notes:?}");
+    anyhow::ensure!(
+        notes[0].contains("ghost") && notes[0].contains("built-in default policy in shadow mode"),
+        "{notes:?}"
+    );
     // Fixed: taken within a few seconds.
     std::fs::copy(crate::bed::repo("policy/default.yaml"), &path)?;
     coloc_testbed::wait::until(MINUTE, "the fixed policy taken", || async {

@@ -14,11 +14,7 @@ pub fn uid(p: &Pod) -> String {
 }
 
 pub fn from_uid(p: &Pod) -> Option<&str> {
-    p.metadata
-        .annotations
-        .as_ref()?
-        .get(FROM_UID)
-        .map(String::as_str)
+    p.metadata.annotations.as_ref()?.get(FROM_UID).map(String::as_str)
 }
 
 pub fn is_replacement(p: &Pod) -> bool {
@@ -26,10 +22,7 @@ pub fn is_replacement(p: &Pod) -> bool {
 }
 
 pub fn gated(p: &Pod) -> bool {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.scheduling_gates.as_ref())
-        .is_some_and(|g| !g.is_empty())
+    p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty())
 }
 
 fn live(p: &Pod) -> bool {
@@ -41,12 +34,7 @@ pub async fn bare_pods(bed: &Bed, namespace: &str) -> anyhow::Result<Vec<(String
     Ok(cluster::pods(&bed.client, Some(namespace))
         .await?
         .iter()
-        .filter(|p| {
-            p.metadata
-                .owner_references
-                .as_ref()
-                .is_none_or(|o| o.is_empty())
-        })
+        .filter(|p| p.metadata.owner_references.as_ref().is_none_or(|o| o.is_empty()))
         .map(|p| (cluster::name(p).to_string(), uid(p)))
         .collect())
 }
@@ -59,7 +47,8 @@ fn base_name(p: &Pod) -> Option<&str> {
 /// replacements keep the first pod's name as their base name) stands for it; no live
 /// replacement is still gated once its own original is gone.
 pub fn check_nothing_lost(pods: &[Pod], originals: &[(String, String)]) -> Result<(), String> {
-    let live_uids: BTreeSet<String> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).map(uid).collect();
+    let live_uids: BTreeSet<String> =
+        pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).map(uid).collect();
     for (name, original) in originals {
         let alive = pods.iter().any(|p| &uid(p) == original && live(p));
         let standing_in: Vec<&Pod> = pods.iter().filter(|p| live(p) && base_name(p) == Some(name.as_str())).collect();
@@ -68,11 +57,20 @@ pub fn check_nothing_lost(pods: &[Pod], originals: &[(String, String)]) -> Resul
             (true, [r, ..]) if from_uid(r) == Some(original.as_str()) => {} // stored, not yet released
             (false, [one]) => {
                 if gated(one) && !from_uid(one).is_some_and(|f| live_uids.contains(f)) {
-                    return Err(format!("{name}: replacement {} still gated after its original is gone", cluster::name(one)));
+                    return Err(format!(
+                        "{name}: replacement {} still gated after its original is gone",
+                        cluster::name(one)
+                    ));
                 }
             }
             (false, []) => return Err(format!("{name} lost: gone, and no live replacement")),
-            (_, many) => return Err(format!("{name}: {} live replacements ({})", many.len(), many.iter().map(|p| cluster::name(p)).collect::<Vec<_>>().join(", "))),
+            (_, many) => {
+                return Err(format!(
+                    "{name}: {} live replacements ({})",
+                    many.len(),
+                    many.iter().map(|p| cluster::name(p)).collect::<Vec<_>>().join(", ")
+                ))
+            }
         }
     }
     Ok(())
@@ -80,16 +78,9 @@ pub fn check_nothing_lost(pods: &[Pod], originals: &[(String, String)]) -> Resul
 
 /// Waits (up to a minute: the release loop runs every few seconds) until
 /// [`check_nothing_lost`] holds.
-pub async fn nothing_lost(
-    bed: &Bed,
-    namespace: &str,
-    originals: &[(String, String)],
-) -> anyhow::Result<()> {
-    bed.until_pods(
-        namespace,
-        Duration::from_secs(60),
-        "nothing lost, nothing left gated",
-        |pods| check_nothing_lost(pods, originals),
-    )
+pub async fn nothing_lost(bed: &Bed, namespace: &str, originals: &[(String, String)]) -> anyhow::Result<()> {
+    bed.until_pods(namespace, Duration::from_secs(60), "nothing lost, nothing left gated", |pods| {
+        check_nothing_lost(pods, originals)
+    })
     .await
 }

@@ -12,7 +12,10 @@ use crate::scenarios::{online, online_placed};
 use crate::{Bed, Case, Mode};
 
 pub fn cases() -> Vec<Case> {
-    vec![Case { name: "a_job_is_never_failed_by_preemption_while_another_choice_exists", run: |b, m| Box::pin(jobs_not_failed(b, m)) }]
+    vec![Case {
+        name: "a_job_is_never_failed_by_preemption_while_another_choice_exists",
+        run: |b, m| Box::pin(jobs_not_failed(b, m)),
+    }]
 }
 
 /// A Job of two pods pinned to `node`.
@@ -24,7 +27,13 @@ fn pinned_job(name: &str, backoff_limit: i32, on_disruption: Option<&str>, node:
 }
 
 fn failed(job: &Job) -> Option<String> {
-    job.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Failed" && c.status == "True").map(|c| format!("{}: {}", c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()))
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Failed" && c.status == "True")
+        .map(|c| format!("{}: {}", c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()))
 }
 
 /// Three nodes, each full with one Job's two pods: `last` has no failure left
@@ -37,14 +46,22 @@ async fn jobs_not_failed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     bed.schedule_with(&[bed.entry(e)]).await?;
     cluster::create_all(
         &bed.client,
-        vec![pinned_job("last", 0, None, "node-1"), pinned_job("failjob", 6, Some("FailJob"), "node-2"), pinned_job("ignore", 0, Some("Ignore"), "node-3")],
+        vec![
+            pinned_job("last", 0, None, "node-1"),
+            pinned_job("failjob", 6, Some("FailJob"), "node-2"),
+            pinned_job("ignore", 0, Some("Ignore"), "node-3"),
+        ],
     )
     .await?;
     bed.until_running("batch", 6).await?;
 
     online(&bed, "web", 3000).await?;
     let node = online_placed(&bed, "web").await?;
-    anyhow::ensure!(node == "node-3", "web placed on {node}; only node-3's Job (Ignore on DisruptionTarget) survives a preemption\n{}", bed.logs());
+    anyhow::ensure!(
+        node == "node-3",
+        "web placed on {node}; only node-3's Job (Ignore on DisruptionTarget) survives a preemption\n{}",
+        bed.logs()
+    );
     // Give the Job controller time to count what happened.
     tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     let jobs: Api<Job> = Api::namespaced(bed.client.clone(), "batch");

@@ -45,10 +45,7 @@ fn all_cases() -> Vec<Case> {
 }
 
 fn main() -> std::process::ExitCode {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with("--"))
-        .collect();
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let list = std::env::args().any(|a| a == "--list");
     let mut runs: Vec<(String, CaseFn, Mode)> = Vec::new();
     for case in all_cases() {
@@ -72,16 +69,8 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::SUCCESS;
         }
     };
-    let jobs: usize = std::env::var("E2E_JOBS")
-        .ok()
-        .and_then(|j| j.parse().ok())
-        .unwrap_or(2)
-        .max(1);
-    println!(
-        "\nrunning {} e2e cases against {} ({jobs} at a time)",
-        runs.len(),
-        bins.dir.display()
-    );
+    let jobs: usize = std::env::var("E2E_JOBS").ok().and_then(|j| j.parse().ok()).unwrap_or(2).max(1);
+    println!("\nrunning {} e2e cases against {} ({jobs} at a time)", runs.len(), bins.dir.display());
     let started = Instant::now();
     let queue = std::sync::Mutex::new(runs.into_iter());
     let results = std::sync::Mutex::new(Vec::new());
@@ -101,9 +90,7 @@ fn main() -> std::process::ExitCode {
                         .enable_all()
                         .build()
                         .expect("runtime");
-                    rt.block_on(async move {
-                        tokio::time::timeout(Duration::from_secs(300), run(bins, mode)).await
-                    })
+                    rt.block_on(async move { tokio::time::timeout(Duration::from_secs(300), run(bins, mode)).await })
                 })
                 .join();
                 let verdict = match outcome {

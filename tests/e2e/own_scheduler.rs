@@ -86,14 +86,19 @@ fn scheduler_flags(objects: &[Value]) -> anyhow::Result<Vec<String>> {
 
 /// The component's cluster objects: RBAC and the admission policy with its binding.
 fn apply_component(objects: &[Value], bed: &Bed) -> anyhow::Result<()> {
-    let wanted = ["ClusterRoleBinding", "Role", "RoleBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"];
+    let wanted =
+        ["ClusterRoleBinding", "Role", "RoleBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"];
     let docs: Vec<String> = objects
         .iter()
         .filter(|o| o["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("coloc-scheduler")))
         .filter(|o| wanted.iter().any(|k| o["kind"] == *k))
         .map(serde_yaml_ng::to_string)
         .collect::<Result<_, _>>()?;
-    anyhow::ensure!(docs.len() == 6, "expected 3 bindings, a role and the policy with its binding; found {}", docs.len());
+    anyhow::ensure!(
+        docs.len() == 6,
+        "expected 3 bindings, a role and the policy with its binding; found {}",
+        docs.len()
+    );
     let path = bed.plane.dir().join("scheduler-of-its-own.yaml");
     std::fs::write(&path, docs.join("---\n"))?;
     bed.plane.apply(&path)?;
@@ -126,12 +131,17 @@ async fn own_scheduler(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let probe = PodBuilder::new("online", "probe", "online-prod", 100).build();
     coloc_testbed::wait::until(MINUTE, "the routing policy active", || async {
         let made = online_api.create(&dry, &probe).await.map_err(|e| e.to_string())?;
-        (scheduler_name(&made) == "coloc-scheduler").then_some(()).ok_or(format!("schedulerName {:?}", scheduler_name(&made)))
+        (scheduler_name(&made) == "coloc-scheduler")
+            .then_some(())
+            .ok_or(format!("schedulerName {:?}", scheduler_name(&made)))
     })
     .await?;
     let other: Api<Pod> = Api::namespaced(bed.client.clone(), "other");
     let made = other.create(&dry, &PodBuilder::new("other", "probe", "online-prod", 100).build()).await?;
-    anyhow::ensure!(scheduler_name(&made) == "default-scheduler", "an unlabelled namespace keeps the default scheduler");
+    anyhow::ensure!(
+        scheduler_name(&made) == "default-scheduler",
+        "an unlabelled namespace keeps the default scheduler"
+    );
 
     bed.one_node_two_free_pods().await?;
     cluster::create(&bed.client, cluster::node("node-2", 500, 64, "zone-1")).await?;
@@ -147,20 +157,29 @@ async fn own_scheduler(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     cluster::create(&bed.client, PodBuilder::new("other", "plain", "online-prod", 100).build()).await?;
     let web = bed
         .until_pods("online", MINUTE, "online/web placed", |pods| {
-            pods.iter()
-                .find(|p| cluster::name(p) == "web" && cluster::node_of(p).is_some())
-                .cloned()
-                .ok_or_else(|| format!("web: {:?}", pods.iter().map(|p| (cluster::name(p), cluster::node_of(p))).collect::<Vec<_>>()))
+            pods.iter().find(|p| cluster::name(p) == "web" && cluster::node_of(p).is_some()).cloned().ok_or_else(|| {
+                format!("web: {:?}", pods.iter().map(|p| (cluster::name(p), cluster::node_of(p))).collect::<Vec<_>>())
+            })
         })
         .await
         .map_err(|e| anyhow::anyhow!("{e:#}\n--- coloc-scheduler ---\n{}", coloc.proc.log_tail(3000)))?;
-    anyhow::ensure!(scheduler_name(&web) == "coloc-scheduler" && cluster::node_of(&web) == Some("node-1"), "web: {:?} on {:?}", scheduler_name(&web), cluster::node_of(&web));
+    anyhow::ensure!(
+        scheduler_name(&web) == "coloc-scheduler" && cluster::node_of(&web) == Some("node-1"),
+        "web: {:?} on {:?}",
+        scheduler_name(&web),
+        cluster::node_of(&web)
+    );
     let plain = bed
         .until_pods("other", MINUTE, "other/plain placed", |pods| {
             pods.iter().find(|p| cluster::node_of(p).is_some()).cloned().ok_or("not placed".to_string())
         })
         .await?;
-    anyhow::ensure!(scheduler_name(&plain) == "default-scheduler" && cluster::node_of(&plain) == Some("node-2"), "plain: {:?} on {:?}", scheduler_name(&plain), cluster::node_of(&plain));
+    anyhow::ensure!(
+        scheduler_name(&plain) == "default-scheduler" && cluster::node_of(&plain) == Some("node-2"),
+        "plain: {:?} on {:?}",
+        scheduler_name(&plain),
+        cluster::node_of(&plain)
+    );
 
     // Through the extender: it answered coloc-scheduler's preempt call with one victim.
     let ext = &bed.extenders[e];

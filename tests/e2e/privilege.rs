@@ -7,9 +7,7 @@ use coloc_extender::wake;
 use coloc_testbed::cluster::PodBuilder;
 use coloc_testbed::control_plane::{client_from, Options};
 use coloc_testbed::Binaries;
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::Client;
@@ -43,46 +41,28 @@ const HOLD: &str = "example.com/hold";
 
 /// The mode does not reach admission; no kube-scheduler, extender process or controllers.
 async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
-    let bed = Bed::up_with(
-        bins,
-        mode,
-        Options {
-            controllers: false,
-            ..Default::default()
-        },
-    )
-    .await?;
+    let bed = Bed::up_with(bins, mode, Options { controllers: false, ..Default::default() }).await?;
     let admin = bed.client.clone();
     for text in POLICIES {
         let p: ValidatingAdmissionPolicy = serde_yaml_ng::from_str(text)?;
-        Api::<ValidatingAdmissionPolicy>::all(admin.clone())
-            .create(&PostParams::default(), &p)
-            .await?;
+        Api::<ValidatingAdmissionPolicy>::all(admin.clone()).create(&PostParams::default(), &p).await?;
     }
     for text in BINDINGS {
         let b: ValidatingAdmissionPolicyBinding = serde_yaml_ng::from_str(text)?;
-        Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone())
-            .create(&PostParams::default(), &b)
-            .await?;
+        Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone()).create(&PostParams::default(), &b).await?;
     }
     // The pods it acts on: a bare pod an earlier release guarded, a stranger, and a
     // stranger's pod held by the requeue gate without being a replacement.
-    let guarded = PodBuilder::new("batch", "free-1", "free", 100)
-        .label(GUARD, "true")
-        .build();
+    let guarded = PodBuilder::new("batch", "free-1", "free", 100).label(GUARD, "true").build();
     let mut guarded = serde_json::to_value(guarded)?;
     guarded["metadata"]["finalizers"] = json!([GUARD]);
     let stranger = PodBuilder::new("batch", "stranger", "free", 100).build();
     let mut gated = serde_json::to_value(PodBuilder::new("batch", "gated", "free", 100).build())?;
     gated["spec"]["schedulingGates"] = json!([{"name": GATE}]);
     let admin_pods: Api<Pod> = Api::namespaced(admin.clone(), "batch");
-    let guarded = admin_pods
-        .create(&PostParams::default(), &serde_json::from_value(guarded)?)
-        .await?;
+    let guarded = admin_pods.create(&PostParams::default(), &serde_json::from_value(guarded)?).await?;
     admin_pods.create(&PostParams::default(), &stranger).await?;
-    admin_pods
-        .create(&PostParams::default(), &serde_json::from_value(gated)?)
-        .await?;
+    admin_pods.create(&PostParams::default(), &serde_json::from_value(gated)?).await?;
 
     // As the extender: the user its kubeconfig names is its ServiceAccount.
     let ext = client_from(&bed.plane.extender_kubeconfig).await?;
@@ -109,10 +89,7 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         v["spec"].as_object_mut().unwrap().remove("schedulingGates");
     })?;
     let unlabelled = with(&|v| {
-        v["metadata"]["labels"]
-            .as_object_mut()
-            .unwrap()
-            .remove(LABEL);
+        v["metadata"]["labels"].as_object_mut().unwrap().remove(LABEL);
     })?;
     let two_gates = with(&|v| {
         v["metadata"]["name"] = json!("free-1-rq-2");
@@ -120,10 +97,7 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     })?;
 
     // Enforcement starts a moment after the policies are stored.
-    let dry = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
+    let dry = PostParams { dry_run: true, ..Default::default() };
     coloc_testbed::wait::until(MINUTE, "the policies enforced", || async {
         match pods.create(&dry, &ungated).await {
             Err(e) if e.to_string().contains(CREATE) => Ok(()),
@@ -134,12 +108,7 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 
     // Allowed: requeue's replacement, made by the extender's own builder; its release (the
     // JSON patch requeue sends); its deletion; the guard's removal; a wake.
-    let made = pods
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(copy.clone())?,
-        )
-        .await?;
+    let made = pods.create(&PostParams::default(), &serde_json::from_value(copy.clone())?).await?;
     let made_uid = made.metadata.uid.clone().unwrap_or_default();
     let gates = json!([{"name": GATE}]);
     json_patch(
@@ -155,10 +124,7 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     .await
     .map_err(|e| anyhow::anyhow!("releasing a replacement was refused: {e}"))?;
     let uid_pre = |uid: &str| DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: Some(uid.into()),
-            resource_version: None,
-        }),
+        preconditions: Some(Preconditions { uid: Some(uid.into()), resource_version: None }),
         ..Default::default()
     };
     pods.delete("free-1-rq-1", &uid_pre(&made_uid))
@@ -168,16 +134,15 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let current = serde_json::to_value(pods.get("free-1").await?)?;
     let model = serde_json::from_value::<coloc_extender::wire::k8s::Pod>(current.clone())?.into_model()?;
     let requeuer = coloc_extender::requeue::kube::Requeuer::new(ext.clone(), None);
-    anyhow::ensure!(requeuer.remove_guard(&model, &current, "test").await, "removing a guard was refused (see the log above)");
+    anyhow::ensure!(
+        requeuer.remove_guard(&model, &current, "test").await,
+        "removing a guard was refused (see the log above)"
+    );
     let _ = uid;
     let unguarded = pods.get("free-1").await?;
     anyhow::ensure!(
         unguarded.metadata.finalizers.unwrap_or_default().is_empty()
-            && !unguarded
-                .metadata
-                .labels
-                .unwrap_or_default()
-                .contains_key(GUARD),
+            && !unguarded.metadata.labels.unwrap_or_default().contains_key(GUARD),
         "the guard is gone"
     );
     let system: Api<Pod> = Api::namespaced(ext.clone(), "kube-system");
@@ -186,76 +151,45 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         .create(&PostParams::default(), &placeholder)
         .await
         .map_err(|e| anyhow::anyhow!("a wake placeholder was refused: {e}"))?;
-    let now = DeleteParams {
-        grace_period_seconds: Some(0),
-        ..Default::default()
-    };
+    let now = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
     system
         .delete(&woke.metadata.name.unwrap_or_default(), &now)
         .await
         .map_err(|e| anyhow::anyhow!("deleting a placeholder was refused: {e}"))?;
 
     // Refused, each with its policy's message.
-    refused(
-        "create an ungated replacement",
-        CREATE,
-        pods.create(&PostParams::default(), &ungated).await,
-    )?;
-    refused(
-        "create an unlabelled gated pod",
-        CREATE,
-        pods.create(&PostParams::default(), &unlabelled).await,
-    )?;
+    refused("create an ungated replacement", CREATE, pods.create(&PostParams::default(), &ungated).await)?;
+    refused("create an unlabelled gated pod", CREATE, pods.create(&PostParams::default(), &unlabelled).await)?;
     let mut bound = wake::placeholder("kube-system");
     bound["spec"]["nodeName"] = json!("node-1");
     refused(
         "create a wake-labelled pod on a real node",
         CREATE,
-        system
-            .create(&PostParams::default(), &serde_json::from_value(bound)?)
-            .await,
+        system.create(&PostParams::default(), &serde_json::from_value(bound)?).await,
     )?;
-    let image =
-        json!({"spec": {"containers": [{"name": "main", "image": "registry.example/other:2"}]}});
+    let image = json!({"spec": {"containers": [{"name": "main", "image": "registry.example/other:2"}]}});
     refused(
         "change another pod's image",
         SPEC,
-        pods.patch(
-            "stranger",
-            &PatchParams::default(),
-            &Patch::Strategic(image),
-        )
-        .await,
+        pods.patch("stranger", &PatchParams::default(), &Patch::Strategic(image)).await,
     )?;
     refused(
         "add a label",
         LABELS,
-        pods.patch(
-            "stranger",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
-        )
-        .await,
+        pods.patch("stranger", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})))
+            .await,
     )?;
     refused(
         "change a label",
         LABELS,
-        pods.patch(
-            "stranger",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"app": "y"}}})),
-        )
-        .await,
+        pods.patch("stranger", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "y"}}})))
+            .await,
     )?;
     refused(
         "add a finalizer",
         FINALIZERS,
-        pods.patch(
-            "stranger",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": [GUARD]}})),
-        )
-        .await,
+        pods.patch("stranger", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": [GUARD]}})))
+            .await,
     )?;
     let release = json!([{"op": "replace", "path": "/spec/schedulingGates", "value": []}]);
     refused(
@@ -267,13 +201,8 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     pods.create(&PostParams::default(), &two_gates)
         .await
         .map_err(|e| anyhow::anyhow!("a replacement with two gates was refused: {e}"))?;
-    let theirs =
-        json!([{"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": GATE}]}]);
-    refused(
-        "remove another controller's gate",
-        GATES,
-        json_patch(&ext, "batch", "free-1-rq-2", theirs).await,
-    )?;
+    let theirs = json!([{"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": GATE}]}]);
+    refused("remove another controller's gate", GATES, json_patch(&ext, "batch", "free-1-rq-2", theirs).await)?;
     let ours_and_image = json!([
         {"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": HOLD}]},
         {"op": "replace", "path": "/spec/containers/0/image", "value": "registry.example/other:2"},
@@ -283,44 +212,25 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         SPEC,
         json_patch(&ext, "batch", "free-1-rq-2", ours_and_image).await,
     )?;
-    let ours =
-        json!([{"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": HOLD}]}]);
+    let ours = json!([{"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": HOLD}]}]);
     json_patch(&ext, "batch", "free-1-rq-2", ours)
         .await
         .map_err(|e| anyhow::anyhow!("removing our gate beside another was refused: {e}"))?;
-    refused(
-        "delete another pod",
-        DELETE,
-        pods.delete("stranger", &DeleteParams::default()).await,
-    )?;
+    refused("delete another pod", DELETE, pods.delete("stranger", &DeleteParams::default()).await)?;
 
     // Control: without the bindings, RBAC alone lets the same write through.
     for b in ["coloc-extender"] {
-        Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone())
-            .delete(b, &DeleteParams::default())
-            .await?;
+        Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone()).delete(b, &DeleteParams::default()).await?;
     }
-    coloc_testbed::wait::until(
-        MINUTE,
-        "the ungated create admitted without the policies",
-        || async {
-            pods.create(&dry, &ungated)
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
-        },
-    )
+    coloc_testbed::wait::until(MINUTE, "the ungated create admitted without the policies", || async {
+        pods.create(&dry, &ungated).await.map(drop).map_err(|e| e.to_string())
+    })
     .await?;
     bed.finish()
 }
 
 /// A JSON patch as requeue sends it (kube-rs's `Patch::Json` needs a feature we do not use).
-async fn json_patch(
-    client: &Client,
-    namespace: &str,
-    name: &str,
-    patch: Value,
-) -> Result<String, kube::Error> {
+async fn json_patch(client: &Client, namespace: &str, name: &str, patch: Value) -> Result<String, kube::Error> {
     let request = axum::http::Request::patch(format!("/api/v1/namespaces/{namespace}/pods/{name}"))
         .header("Content-Type", "application/json-patch+json")
         .body(patch.to_string().into_bytes())

@@ -21,12 +21,24 @@ use crate::{Bed, Case, Mode};
 
 pub fn cases() -> Vec<Case> {
     vec![
-        Case { name: "removal_requeue_switched_off_while_guards_exist", run: |b, m| Box::pin(requeue_off_with_guards(b, m)) },
+        Case {
+            name: "removal_requeue_switched_off_while_guards_exist",
+            run: |b, m| Box::pin(requeue_off_with_guards(b, m)),
+        },
         Case { name: "removal_scaled_to_zero_then_a_pod_deleted", run: |b, m| Box::pin(scaled_to_zero(b, m)) },
         Case { name: "removal_uninstall_mid_storm", run: |b, m| Box::pin(uninstall_mid_storm(b, m)) },
-        Case { name: "removal_namespace_deleted_after_its_guarded_pod_was_preempted", run: |b, m| Box::pin(namespace_deleted(b, m)) },
-        Case { name: "removal_copy_refused_for_good_is_given_up_visibly", run: |b, m| Box::pin(copy_refused_for_good(b, m)) },
-        Case { name: "removal_bare_pod_completes_while_its_copy_is_stored", run: |b, m| Box::pin(completes_while_copy_stored(b, m)) },
+        Case {
+            name: "removal_namespace_deleted_after_its_guarded_pod_was_preempted",
+            run: |b, m| Box::pin(namespace_deleted(b, m)),
+        },
+        Case {
+            name: "removal_copy_refused_for_good_is_given_up_visibly",
+            run: |b, m| Box::pin(copy_refused_for_good(b, m)),
+        },
+        Case {
+            name: "removal_bare_pod_completes_while_its_copy_is_stored",
+            run: |b, m| Box::pin(completes_while_copy_stored(b, m)),
+        },
         Case { name: "removal_two_replicas_with_different_policies", run: |b, m| Box::pin(two_policies(b, m)) },
     ]
 }
@@ -47,24 +59,37 @@ async fn preempt_as_kube_does(bed: &Bed, namespace: &str, name: &str) -> anyhow:
     let condition = json!({"status": {"conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler", "message": "preempted by the test", "lastTransitionTime": now}]}});
     let marked = pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(condition)).await?;
     let conditions = marked.status.and_then(|s| s.conditions).unwrap_or_default();
-    anyhow::ensure!(conditions.iter().any(|c| c.type_ == "DisruptionTarget"), "the condition did not stick: {conditions:?}");
+    anyhow::ensure!(
+        conditions.iter().any(|c| c.type_ == "DisruptionTarget"),
+        "the condition did not stick: {conditions:?}"
+    );
     pods.delete(name, &DeleteParams::default()).await?;
     Ok(())
 }
 
 fn carries_guard(p: &Pod) -> bool {
-    p.metadata.finalizers.iter().flatten().any(|f| f == GUARD) || p.metadata.labels.as_ref().is_some_and(|l| l.contains_key(GUARD))
+    p.metadata.finalizers.iter().flatten().any(|f| f == GUARD)
+        || p.metadata.labels.as_ref().is_some_and(|l| l.contains_key(GUARD))
 }
 
 /// Pods anywhere that still carry a guard (finalizer or label).
 async fn guarded_pods(bed: &Bed) -> anyhow::Result<Vec<String>> {
-    Ok(cluster::pods(&bed.client, None).await?.iter().filter(|p| carries_guard(p)).map(|p| format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or_default(), cluster::name(p))).collect())
+    Ok(cluster::pods(&bed.client, None)
+        .await?
+        .iter()
+        .filter(|p| carries_guard(p))
+        .map(|p| format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or_default(), cluster::name(p)))
+        .collect())
 }
 
 async fn until_no_guard(bed: &Bed, timeout: Duration) -> anyhow::Result<()> {
     wait::until(timeout, "no pod carrying a guard", || async {
         let left = guarded_pods(bed).await.map_err(|e| e.to_string())?;
-        if left.is_empty() { Ok(()) } else { Err(format!("guarded: {left:?}")) }
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("guarded: {left:?}"))
+        }
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e:#}\n{}", bed.logs()))
@@ -86,8 +111,13 @@ async fn deleted_within(bed: &Bed, namespace: &str, name: &str, within: Duration
 async fn given_up(bed: &Bed, e: usize, reason: &str) -> anyhow::Result<()> {
     let filter = format!("reason=\"{reason}\"");
     wait::until(MINUTE, &format!("coloc_requeue_given_up_total{{{filter}}}"), || async {
-        let n = bed.extenders[e].metric_sum("coloc_requeue_given_up_total", &filter).await.map_err(|e| e.to_string())?;
-        if n >= 1.0 { Ok(()) } else { Err("not given up yet".into()) }
+        let n =
+            bed.extenders[e].metric_sum("coloc_requeue_given_up_total", &filter).await.map_err(|e| e.to_string())?;
+        if n >= 1.0 {
+            Ok(())
+        } else {
+            Err("not given up yet".into())
+        }
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e:#}\n{}", bed.logs()))
@@ -167,7 +197,13 @@ async fn uninstall_mid_storm(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     bed.plane.apply(&repo("manifests/uninstall/clusterrolebinding.yaml"))?;
     let nodes = ["node-1", "node-2", "node-3", "node-4"];
     bed.nodes(&nodes, 4000).await?;
-    let pods = nodes.iter().enumerate().flat_map(|(i, n)| (1..=2).map(move |j| PodBuilder::new("batch", &format!("free-{}", 2 * i + j), "free", 1900).on(n))).collect();
+    let pods = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| {
+            (1..=2).map(move |j| PodBuilder::new("batch", &format!("free-{}", 2 * i + j), "free", 1900).on(n))
+        })
+        .collect();
     bed.bound(pods).await?;
     // Out of the storm's way (no online pod may preempt it): the pod an earlier release
     // guarded, which kube-scheduler preempts once the extender is gone.
@@ -185,8 +221,19 @@ async fn uninstall_mid_storm(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
     let host = format!("127.0.0.1:{}", bed.extenders[e].port);
-    cluster::create_all(&bed.client, (1..=4).map(|i| PodBuilder::new("online", &format!("web-{i}"), "online-prod", 3000).build()).collect()).await?;
-    bed.until_pods("batch", MINUTE, "a first replacement stored", |pods| if pods.iter().any(is_replacement) { Ok(()) } else { Err("none yet".into()) }).await?;
+    cluster::create_all(
+        &bed.client,
+        (1..=4).map(|i| PodBuilder::new("online", &format!("web-{i}"), "online-prod", 3000).build()).collect(),
+    )
+    .await?;
+    bed.until_pods("batch", MINUTE, "a first replacement stored", |pods| {
+        if pods.iter().any(is_replacement) {
+            Ok(())
+        } else {
+            Err("none yet".into())
+        }
+    })
+    .await?;
 
     // Scaled to zero, but still registered: kube-scheduler's calls fail, and it says so.
     bed.extenders[e].kill();
@@ -195,7 +242,8 @@ async fn uninstall_mid_storm(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     plant_guard(&bed, "batch", "old-guarded").await?;
     preempt_as_kube_does(&bed, "batch", "old-guarded").await?;
     let refused = wait::until(MINUTE, "uninstall to refuse while kube-scheduler still calls the extender", || async {
-        let (ok, out) = uninstall(&bed, &["--extender-host", &host, "--quiet-for", "60s"]).map_err(|e| e.to_string())?;
+        let (ok, out) =
+            uninstall(&bed, &["--extender-host", &host, "--quiet-for", "60s"]).map_err(|e| e.to_string())?;
         match (ok, out.contains("still sends to the extender")) {
             (false, true) => Ok(out),
             (true, _) => Err(format!("uninstall went ahead while registered:\n{out}")),
@@ -211,7 +259,9 @@ async fn uninstall_mid_storm(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let placed = placement(&cluster::pods(&bed.client, Some("online")).await?);
     for p in cluster::pods(&bed.client, Some("online")).await? {
         if !placed.contains_key(cluster::name(&p)) {
-            online_pods.delete(cluster::name(&p), &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await?;
+            online_pods
+                .delete(cluster::name(&p), &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
+                .await?;
         }
     }
     bed.schedule_with(&[]).await?;
@@ -224,7 +274,10 @@ async fn uninstall_mid_storm(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     anyhow::ensure!(still_gated.is_empty(), "gated replacements left: {still_gated:?}\n{out}");
     nothing_lost(&bed, "batch", &originals).await.map_err(|e| anyhow::anyhow!("{e:#}\nuninstall said:\n{out}"))?;
     let (ok, again) = uninstall(&bed, &["--extender-host", &host, "--quiet-for", "2s"])?;
-    anyhow::ensure!(ok && again.contains("0 guarded pod(s)") && again.contains("0 released, 0 deleted"), "a second run has nothing to do:\n{again}");
+    anyhow::ensure!(
+        ok && again.contains("0 guarded pod(s)") && again.contains("0 released, 0 deleted"),
+        "a second run has nothing to do:\n{again}"
+    );
     bed.finish()
 }
 
@@ -284,7 +337,10 @@ async fn copy_refused_for_good(bins: Binaries, mode: Mode) -> anyhow::Result<()>
         let list = events.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
         list.items
             .into_iter()
-            .find(|ev| ev.reason.as_deref() == Some("RequeueGivenUp") && ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("orphan-1"))
+            .find(|ev| {
+                ev.reason.as_deref() == Some("RequeueGivenUp")
+                    && ev.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("orphan-1")
+            })
             .ok_or_else(|| "none yet".to_string())
     })
     .await?;
@@ -310,24 +366,38 @@ async fn completes_while_copy_stored(bins: Binaries, mode: Mode) -> anyhow::Resu
     // Pending, with no kube-scheduler: only this preempt call decides about it.
     online(&bed, "web", 3000).await?;
     let pods = cluster::pods(&bed.client, Some("batch")).await?;
-    let free1 = pods.iter().find(|p| cluster::name(p) == "free-1").cloned().ok_or_else(|| anyhow::anyhow!("no free-1"))?;
+    let free1 =
+        pods.iter().find(|p| cluster::name(p) == "free-1").cloned().ok_or_else(|| anyhow::anyhow!("no free-1"))?;
     let web = cluster::pods(&bed.client, Some("online")).await?.remove(0);
     let victims: Vec<&Pod> = pods.iter().collect();
     let body = match mode {
-        Mode::Names => json!({"Pod": web, "NodeNameToMetaVictims": {"node-1": {"Pods": victims.iter().map(|p| json!({"UID": p.metadata.uid})).collect::<Vec<_>>(), "NumPDBViolations": 0}}}),
+        Mode::Names => {
+            json!({"Pod": web, "NodeNameToMetaVictims": {"node-1": {"Pods": victims.iter().map(|p| json!({"UID": p.metadata.uid})).collect::<Vec<_>>(), "NumPDBViolations": 0}}})
+        }
         Mode::Objects => json!({"Pod": web, "NodeNameToVictims": {"node-1": {"Pods": victims, "NumPDBViolations": 0}}}),
     };
     let client = plain_client(bed.extenders[e].port)?;
     let body = serde_json::to_vec(&body)?;
     let answer = wait::until(MINUTE, "a preempt answer naming free-1", || async {
-        let request = axum::http::Request::post("/preempt").header("Content-Type", "application/json").body(body.clone()).map_err(|e| e.to_string())?;
+        let request = axum::http::Request::post("/preempt")
+            .header("Content-Type", "application/json")
+            .body(body.clone())
+            .map_err(|e| e.to_string())?;
         let text = client.request_text(request).await.map_err(|e| e.to_string())?;
-        if text.contains(free1.metadata.uid.as_deref().unwrap_or("?")) { Ok(text) } else { Err(text) }
+        if text.contains(free1.metadata.uid.as_deref().unwrap_or("?")) {
+            Ok(text)
+        } else {
+            Err(text)
+        }
     })
     .await?;
     let uid = free1.metadata.uid.clone().unwrap_or_default();
-    let copy_of_free1 = |pods: &[Pod]| pods.iter().find(|p| crate::invariants::from_uid(p) == Some(uid.as_str())).cloned();
-    anyhow::ensure!(copy_of_free1(&cluster::pods(&bed.client, Some("batch")).await?).is_some(), "answered ({answer}) without a stored copy");
+    let copy_of_free1 =
+        |pods: &[Pod]| pods.iter().find(|p| crate::invariants::from_uid(p) == Some(uid.as_str())).cloned();
+    anyhow::ensure!(
+        copy_of_free1(&cluster::pods(&bed.client, Some("batch")).await?).is_some(),
+        "answered ({answer}) without a stored copy"
+    );
     bed.until_pods("batch", MINUTE, "free-1 completed on its own and its copy deleted", |pods| {
         let done = pods.iter().any(|p| cluster::name(p) == "free-1" && cluster::phase(p) == "Succeeded");
         match (done, copy_of_free1(pods)) {
@@ -350,12 +420,22 @@ async fn two_policies(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
     let nodes = ["node-1", "node-2"];
     bed.nodes(&nodes, 4000).await?;
-    let pods = nodes.iter().enumerate().flat_map(|(i, n)| (1..=2).map(move |j| PodBuilder::new("batch", &format!("free-{}", 2 * i + j), "free", 1900).on(n))).collect();
+    let pods = nodes
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| {
+            (1..=2).map(move |j| PodBuilder::new("batch", &format!("free-{}", 2 * i + j), "free", 1900).on(n))
+        })
+        .collect();
     bed.bound(pods).await?;
     bed.until_running("batch", 4).await?;
     let originals = bare_pods(&bed, "batch").await?;
     let default = std::fs::read_to_string(repo("policy/default.yaml"))?;
-    let protecting = default.replacen("      bare: requeue\n      jobs: count\n      minRuntime: 0s\n    # Free pods", "      bare: protect\n      jobs: count\n      minRuntime: 0s\n    # Free pods", 1);
+    let protecting = default.replacen(
+        "      bare: requeue\n      jobs: count\n      minRuntime: 0s\n    # Free pods",
+        "      bare: protect\n      jobs: count\n      minRuntime: 0s\n    # Free pods",
+        1,
+    );
     anyhow::ensure!(protecting != default, "the default policy's free class changed shape: update this case");
     let path = bed.plane.dir().join("protecting-policy.yaml");
     std::fs::write(&path, protecting)?;
@@ -365,10 +445,18 @@ async fn two_policies(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut entry = bed.entry(a);
     entry.url_prefix = proxy.url();
     bed.schedule_with(&[entry]).await?;
-    cluster::create_all(&bed.client, (1..=2).map(|i| PodBuilder::new("online", &format!("web-{i}"), "online-prod", 3000).build()).collect()).await?;
+    cluster::create_all(
+        &bed.client,
+        (1..=2).map(|i| PodBuilder::new("online", &format!("web-{i}"), "online-prod", 3000).build()).collect(),
+    )
+    .await?;
     bed.until_pods("online", 2 * MINUTE, "both online pods placed", |pods| {
         let placed = placement(pods);
-        if placed.len() == 2 { Ok(()) } else { Err(format!("placed: {placed:?}")) }
+        if placed.len() == 2 {
+            Ok(())
+        } else {
+            Err(format!("placed: {placed:?}"))
+        }
     })
     .await?;
     nothing_lost(&bed, "batch", &originals).await?;

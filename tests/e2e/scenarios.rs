@@ -21,14 +21,8 @@ pub fn cases() -> Vec<Case> {
             name: "bare_victims_are_requeued_and_each_replacement_is_bound_once_room_frees",
             run: |b, m| Box::pin(bare_requeued(b, m)),
         },
-        Case {
-            name: "a_gang_is_kept_whole_where_stock_breaks_it",
-            run: |b, m| Box::pin(gang_kept_whole(b, m)),
-        },
-        Case {
-            name: "shadow_mode_places_and_evicts_as_stock_does",
-            run: |b, m| Box::pin(shadow_as_stock(b, m)),
-        },
+        Case { name: "a_gang_is_kept_whole_where_stock_breaks_it", run: |b, m| Box::pin(gang_kept_whole(b, m)) },
+        Case { name: "shadow_mode_places_and_evicts_as_stock_does", run: |b, m| Box::pin(shadow_as_stock(b, m)) },
         Case {
             name: "released_replacements_wait_for_room_and_evict_nobody",
             run: |b, m| Box::pin(replacements_wait(b, m)),
@@ -37,36 +31,21 @@ pub fn cases() -> Vec<Case> {
             name: "an_owned_victim_whose_replacement_would_evict_loses_to_a_bare_one_that_waits",
             run: |b, m| Box::pin(cascade_avoided(b, m)),
         },
-        Case {
-            name: "a_strict_pdb_is_respected_and_describe_pod_says_why",
-            run: |b, m| Box::pin(strict_pdb(b, m)),
-        },
+        Case { name: "a_strict_pdb_is_respected_and_describe_pod_says_why", run: |b, m| Box::pin(strict_pdb(b, m)) },
     ]
 }
 
 pub const MINUTE: Duration = Duration::from_secs(60);
 
 pub async fn online(bed: &Bed, name: &str, milli_cpu: i64) -> anyhow::Result<()> {
-    cluster::create(
-        &bed.client,
-        PodBuilder::new("online", name, "online-prod", milli_cpu).build(),
-    )
-    .await
+    cluster::create(&bed.client, PodBuilder::new("online", name, "online-prod", milli_cpu).build()).await
 }
 
 pub async fn online_placed(bed: &Bed, name: &str) -> anyhow::Result<String> {
     let want = name.to_string();
-    bed.until_pods(
-        "online",
-        MINUTE,
-        &format!("online/{name} placed"),
-        move |pods| {
-            placement(pods)
-                .get(&want)
-                .cloned()
-                .ok_or_else(|| format!("placed: {:?}", placement(pods)))
-        },
-    )
+    bed.until_pods("online", MINUTE, &format!("online/{name} placed"), move |pods| {
+        placement(pods).get(&want).cloned().ok_or_else(|| format!("placed: {:?}", placement(pods)))
+    })
     .await
 }
 
@@ -76,18 +55,11 @@ async fn replicaset_workers(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     bed.nodes(&["node-1", "node-2"], 4000).await?;
     let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
-    cluster::create(
-        &bed.client,
-        cluster::replica_set("batch", "workers", 4, "offline-batch", 1900),
-    )
-    .await?;
+    cluster::create(&bed.client, cluster::replica_set("batch", "workers", 4, "offline-batch", 1900)).await?;
     let first = bed
         .until_pods("batch", MINUTE, "4 workers running", |pods| {
-            let running: Vec<String> = pods
-                .iter()
-                .filter(|p| cluster::is_placed(p) && cluster::phase(p) == "Running")
-                .map(uid)
-                .collect();
+            let running: Vec<String> =
+                pods.iter().filter(|p| cluster::is_placed(p) && cluster::phase(p) == "Running").map(uid).collect();
             if running.len() == 4 {
                 Ok(running)
             } else {
@@ -100,30 +72,17 @@ async fn replicaset_workers(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let node = online_placed(&bed, "web").await?;
 
     let new = bed
-        .until_pods(
-            "batch",
-            MINUTE,
-            "the ReplicaSet back at 4 pods, the evicted ones new",
-            |pods| {
-                let live: Vec<&Pod> = pods
-                    .iter()
-                    .filter(|p| p.metadata.deletion_timestamp.is_none())
-                    .collect();
-                let new = live.iter().filter(|p| !first.contains(&uid(p))).count();
-                let on_node = live
-                    .iter()
-                    .filter(|p| cluster::node_of(p) == Some(node.as_str()) && first.contains(&uid(p)))
-                    .count();
-                if live.len() == 4 && new >= 2 && on_node == 0 {
-                    Ok(new)
-                } else {
-                    Err(format!(
-                        "{} live, {new} new, {on_node} old on {node}",
-                        live.len()
-                    ))
-                }
-            },
-        )
+        .until_pods("batch", MINUTE, "the ReplicaSet back at 4 pods, the evicted ones new", |pods| {
+            let live: Vec<&Pod> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+            let new = live.iter().filter(|p| !first.contains(&uid(p))).count();
+            let on_node =
+                live.iter().filter(|p| cluster::node_of(p) == Some(node.as_str()) && first.contains(&uid(p))).count();
+            if live.len() == 4 && new >= 2 && on_node == 0 {
+                Ok(new)
+            } else {
+                Err(format!("{} live, {new} new, {on_node} old on {node}", live.len()))
+            }
+        })
         .await?;
     // Each answer that selected a node evicted its 2 workers. Usually there is one; under
     // load kube-scheduler (async preemption) can give the freed room to the recreated,
@@ -135,11 +94,7 @@ async fn replicaset_workers(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         answers >= 1 && new == 2 * answers,
         "{new} workers recreated for {answers} preempt answer(s) of 2 victims each"
     );
-    let replacements = cluster::pods(&bed.client, Some("batch"))
-        .await?
-        .iter()
-        .filter(|p| is_replacement(p))
-        .count();
+    let replacements = cluster::pods(&bed.client, Some("batch")).await?.iter().filter(|p| is_replacement(p)).count();
     anyhow::ensure!(
         replacements == 0,
         "controller-owned victims are never requeued, found {replacements} replacements"
@@ -175,12 +130,20 @@ async fn cascade_avoided(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         })
         .await?;
 
-    cluster::create(&bed.client, PodBuilder::new("online", "web", "online-prod", 2000).select("topology.kubernetes.io/zone", "zone-1").build()).await?;
+    cluster::create(
+        &bed.client,
+        PodBuilder::new("online", "web", "online-prod", 2000).select("topology.kubernetes.io/zone", "zone-1").build(),
+    )
+    .await?;
     let node = online_placed(&bed, "web").await?;
     bed.until_pods("batch", MINUTE, "report gone and its copy released", |pods| {
         let original = pods.iter().any(|p| cluster::name(p) == "report");
         let released = pods.iter().filter(|p| is_replacement(p) && !gated(p)).count();
-        if !original && released == 1 { Ok(()) } else { Err(format!("original there: {original}, {released} released copies")) }
+        if !original && released == 1 {
+            Ok(())
+        } else {
+            Err(format!("original there: {original}, {released} released copies"))
+        }
     })
     .await?;
     // Time for anything that would follow: a recreated worker would preempt by now.
@@ -208,67 +171,40 @@ async fn bare_requeued(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 
     online(&bed, "web", 3000).await?;
     online_placed(&bed, "web").await?;
-    bed.until_pods(
-        "batch",
-        MINUTE,
-        "both originals gone, two released replacements pending",
-        |pods| {
-            let originals = pods.iter().filter(|p| !is_replacement(p)).count();
-            let released = pods
-                .iter()
-                .filter(|p| is_replacement(p) && !gated(p))
-                .count();
-            // The API server labelled the originals with node-1's zone when it bound them;
-            // a replacement waiting for a node must not claim that zone.
-            let zone = "topology.kubernetes.io/zone";
-            if let Some(p) = pods.iter().find(|p| {
-                is_replacement(p)
-                    && cluster::node_of(p).is_none()
-                    && p.metadata.labels.as_ref().is_some_and(|l| l.contains_key(zone))
-            }) {
-                return Err(format!("pending replacement {} carries its original's zone", cluster::name(p)));
-            }
-            if originals == 0 && released == 2 {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{originals} originals, {released} released of {} replacements",
-                    pods.iter().filter(|p| is_replacement(p)).count()
-                ))
-            }
-        },
-    )
+    bed.until_pods("batch", MINUTE, "both originals gone, two released replacements pending", |pods| {
+        let originals = pods.iter().filter(|p| !is_replacement(p)).count();
+        let released = pods.iter().filter(|p| is_replacement(p) && !gated(p)).count();
+        // The API server labelled the originals with node-1's zone when it bound them;
+        // a replacement waiting for a node must not claim that zone.
+        let zone = "topology.kubernetes.io/zone";
+        if let Some(p) = pods.iter().find(|p| {
+            is_replacement(p)
+                && cluster::node_of(p).is_none()
+                && p.metadata.labels.as_ref().is_some_and(|l| l.contains_key(zone))
+        }) {
+            return Err(format!("pending replacement {} carries its original's zone", cluster::name(p)));
+        }
+        if originals == 0 && released == 2 {
+            Ok(())
+        } else {
+            Err(format!(
+                "{originals} originals, {released} released of {} replacements",
+                pods.iter().filter(|p| is_replacement(p)).count()
+            ))
+        }
+    })
     .await?;
 
     let online_api: Api<Pod> = Api::namespaced(bed.client.clone(), "online");
-    online_api
-        .delete(
-            "web",
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..Default::default()
-            },
-        )
-        .await?;
-    bed.until_pods(
-        "batch",
-        MINUTE,
-        "each replacement bound once the room frees",
-        |pods| {
-            let running = pods
-                .iter()
-                .filter(|p| is_replacement(p) && cluster::phase(p) == "Running")
-                .count();
-            if pods.len() == 2 && running == 2 {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{} pods, {running} replacements running",
-                    pods.len()
-                ))
-            }
-        },
-    )
+    online_api.delete("web", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await?;
+    bed.until_pods("batch", MINUTE, "each replacement bound once the room frees", |pods| {
+        let running = pods.iter().filter(|p| is_replacement(p) && cluster::phase(p) == "Running").count();
+        if pods.len() == 2 && running == 2 {
+            Ok(())
+        } else {
+            Err(format!("{} pods, {running} replacements running", pods.len()))
+        }
+    })
     .await?;
     bed.finish()
 }
@@ -289,10 +225,7 @@ async fn gang_cluster(bed: &Bed) -> anyhow::Result<()> {
 async fn gang_cluster_with(bed: &Bed, b_class: &str) -> anyhow::Result<()> {
     bed.nodes(&["node-1", "node-2", "node-3"], 4000).await?;
     let member = |name: &str, node: &str| {
-        PodBuilder::new("batch", name, "free", 1900)
-            .label(GANG_NAME, "train")
-            .annotate(GANG_MIN, "3")
-            .on(node)
+        PodBuilder::new("batch", name, "free", 1900).label(GANG_NAME, "train").annotate(GANG_MIN, "3").on(node)
     };
     bed.bound(vec![
         member("g-1", "node-1"),
@@ -306,24 +239,13 @@ async fn gang_cluster_with(bed: &Bed, b_class: &str) -> anyhow::Result<()> {
 }
 
 /// Where the online pod went, and which batch pods were evicted (by name).
-async fn gang_outcome(
-    bed: &Bed,
-    before: &[(String, String)],
-) -> anyhow::Result<(String, Vec<String>)> {
+async fn gang_outcome(bed: &Bed, before: &[(String, String)]) -> anyhow::Result<(String, Vec<String>)> {
     online(bed, "web", 3000).await?;
     let node = online_placed(bed, "web").await?;
     let evicted = bed
         .until_pods("batch", MINUTE, "the victims gone", |pods| {
-            let alive: Vec<String> = pods
-                .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-                .map(uid)
-                .collect();
-            let gone: Vec<String> = before
-                .iter()
-                .filter(|(_, u)| !alive.contains(u))
-                .map(|(n, _)| n.clone())
-                .collect();
+            let alive: Vec<String> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).map(uid).collect();
+            let gone: Vec<String> = before.iter().filter(|(_, u)| !alive.contains(u)).map(|(n, _)| n.clone()).collect();
             let terminating = pods.iter().any(|p| p.metadata.deletion_timestamp.is_some());
             if !gone.is_empty() && !terminating {
                 Ok(gone)
@@ -368,22 +290,10 @@ async fn shadow_as_stock(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     bed.schedule_with(&[bed.entry(e)]).await?;
     let shadow = gang_outcome(&bed, &before).await?;
     anyhow::ensure!(shadow == stock, "shadow {shadow:?}, stock {stock:?}");
-    let replacements = cluster::pods(&bed.client, Some("batch"))
-        .await?
-        .iter()
-        .filter(|p| is_replacement(p))
-        .count();
-    anyhow::ensure!(
-        replacements == 0,
-        "shadow mode stored {replacements} replacements"
-    );
-    let diffs = bed.extenders[e]
-        .metric_sum("coloc_shadow_diffs_total", "")
-        .await?;
-    anyhow::ensure!(
-        diffs > 0.0,
-        "shadow mode counted no difference where the policy chose another node"
-    );
+    let replacements = cluster::pods(&bed.client, Some("batch")).await?.iter().filter(|p| is_replacement(p)).count();
+    anyhow::ensure!(replacements == 0, "shadow mode stored {replacements} replacements");
+    let diffs = bed.extenders[e].metric_sum("coloc_shadow_diffs_total", "").await?;
+    anyhow::ensure!(diffs > 0.0, "shadow mode counted no difference where the policy chose another node");
     bed.finish()
 }
 
@@ -392,28 +302,18 @@ async fn shadow_as_stock(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 async fn strict_pdb(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
     bed.nodes(&["node-1"], 4000).await?;
-    let policy = std::fs::read_to_string(crate::bed::repo("policy/default.yaml"))?
-        .replace("pdb: prefer", "pdb: strict");
+    let policy =
+        std::fs::read_to_string(crate::bed::repo("policy/default.yaml"))?.replace("pdb: prefer", "pdb: strict");
     let policy_path = bed.plane.dir().join("strict-policy.yaml");
     std::fs::write(&policy_path, policy)?;
     let policy_arg = policy_path.display().to_string();
-    let e = bed
-        .extender(&["--requeue", "--events", "--policy", &policy_arg])
-        .await?;
+    let e = bed.extender(&["--requeue", "--events", "--policy", &policy_arg]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
-    cluster::create(
-        &bed.client,
-        cluster::replica_set("batch", "workers", 2, "offline-batch", 1900),
-    )
-    .await?;
+    cluster::create(&bed.client, cluster::replica_set("batch", "workers", 2, "offline-batch", 1900)).await?;
     cluster::create(&bed.client, cluster::pdb("batch", "workers", "workers", 0)).await?;
     let workers = bed
         .until_pods("batch", MINUTE, "2 workers running", |pods| {
-            let running: Vec<String> = pods
-                .iter()
-                .filter(|p| cluster::phase(p) == "Running")
-                .map(uid)
-                .collect();
+            let running: Vec<String> = pods.iter().filter(|p| cluster::phase(p) == "Running").map(uid).collect();
             if running.len() == 2 {
                 Ok(running)
             } else {
@@ -443,36 +343,23 @@ async fn strict_pdb(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     .await?;
 
     online(&bed, "web", 3000).await?;
-    let describe =
-        coloc_testbed::wait::until(MINUTE, "describe pod to show PreemptionBlocked", || async {
-            let out = bed
-                .plane
-                .kubectl(&["describe", "pod", "-n", "online", "web"])
-                .map_err(|e| e.to_string())?;
-            if out.contains("PreemptionBlocked") {
-                Ok(out)
-            } else {
-                Err("no PreemptionBlocked event yet".into())
-            }
-        })
-        .await?;
+    let describe = coloc_testbed::wait::until(MINUTE, "describe pod to show PreemptionBlocked", || async {
+        let out = bed.plane.kubectl(&["describe", "pod", "-n", "online", "web"]).map_err(|e| e.to_string())?;
+        if out.contains("PreemptionBlocked") {
+            Ok(out)
+        } else {
+            Err("no PreemptionBlocked event yet".into())
+        }
+    })
+    .await?;
     anyhow::ensure!(
-        describe.contains("disruption budget")
-            || describe.contains("PDB")
-            || describe.contains("pdb"),
+        describe.contains("disruption budget") || describe.contains("PDB") || describe.contains("pdb"),
         "the event does not name the PDB:\n{describe}"
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
     let pods = cluster::pods(&bed.client, Some("batch")).await?;
-    let alive: Vec<String> = pods
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .map(uid)
-        .collect();
-    anyhow::ensure!(
-        workers.iter().all(|w| alive.contains(w)),
-        "a worker under a strict PDB was evicted"
-    );
+    let alive: Vec<String> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).map(uid).collect();
+    anyhow::ensure!(workers.iter().all(|w| alive.contains(w)), "a worker under a strict PDB was evicted");
     let web = cluster::pods(&bed.client, Some("online")).await?;
     anyhow::ensure!(
         web.iter().all(|p| cluster::node_of(p).is_none()),
@@ -491,7 +378,8 @@ async fn replacements_wait(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         let mut bed = Bed::up(bins.clone(), mode).await?;
         gang_cluster_with(&bed, "offline-batch").await?;
         let before = crate::invariants::bare_pods(&bed, "batch").await?;
-        let policy = std::fs::read_to_string(crate::bed::repo("policy/default.yaml"))?.replace("preemption: never", &format!("preemption: {preemption}"));
+        let policy = std::fs::read_to_string(crate::bed::repo("policy/default.yaml"))?
+            .replace("preemption: never", &format!("preemption: {preemption}"));
         let path = bed.plane.dir().join("policy.yaml");
         std::fs::write(&path, policy)?;
         let path = path.display().to_string();
@@ -502,20 +390,37 @@ async fn replacements_wait(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         // gang member by the time the evictions are read: that is what this case counts.
         let online_choice = ["b-1", "b-2"].iter().all(|b| evicted.iter().any(|e| e == b));
         let only_online = evicted == ["b-1", "b-2"];
-        anyhow::ensure!(node == "node-2" && online_choice && (only_online || preemption == "keep"), "web on {node}, evicted {evicted:?} (requeue.preemption: {preemption})\n{}", bed.logs());
+        anyhow::ensure!(
+            node == "node-2" && online_choice && (only_online || preemption == "keep"),
+            "web on {node}, evicted {evicted:?} (requeue.preemption: {preemption})\n{}",
+            bed.logs()
+        );
         // The replacements are released once b-1 and b-2 are gone; give them time to act.
         bed.until_pods("batch", MINUTE, "both replacements released", |pods| {
             let released = pods.iter().filter(|p| is_replacement(p) && !gated(p)).count();
-            if released == 2 { Ok(()) } else { Err(format!("{released} released")) }
+            if released == 2 {
+                Ok(())
+            } else {
+                Err(format!("{released} released"))
+            }
         })
         .await?;
         tokio::time::sleep(Duration::from_secs(8)).await;
         let log = std::fs::read_to_string(&bed.scheduler.as_ref().expect("started").proc.log)?;
-        let by_replacements = log.lines().filter(|l| l.contains("Preemptor Pod preempted victim Pod") && l.contains("-rq-")).count();
+        let by_replacements =
+            log.lines().filter(|l| l.contains("Preemptor Pod preempted victim Pod") && l.contains("-rq-")).count();
         evictions.push((preemption, by_replacements));
         if preemption == "never" {
-            anyhow::ensure!(by_replacements == 0, "{by_replacements} eviction(s) by replacements with requeue.preemption: never");
-            let gang: Vec<String> = cluster::pods(&bed.client, Some("batch")).await?.iter().filter(|p| cluster::name(p).starts_with("g-") && cluster::is_placed(p)).map(|p| cluster::name(p).to_string()).collect();
+            anyhow::ensure!(
+                by_replacements == 0,
+                "{by_replacements} eviction(s) by replacements with requeue.preemption: never"
+            );
+            let gang: Vec<String> = cluster::pods(&bed.client, Some("batch"))
+                .await?
+                .iter()
+                .filter(|p| cluster::name(p).starts_with("g-") && cluster::is_placed(p))
+                .map(|p| cluster::name(p).to_string())
+                .collect();
             anyhow::ensure!(gang.len() == 3, "gang members left placed: {gang:?}");
         }
         bed.finish()?;

@@ -131,7 +131,12 @@ impl FakeApi {
     /// either argument may be "*" to match anything.
     pub fn fail(&self, verb: &str, kind: &str, status: u16, times: u32) {
         if times > 0 {
-            self.shared.store.lock().unwrap().faults.push(Fault { verb: verb.into(), kind: kind.into(), status, remaining: times });
+            self.shared.store.lock().unwrap().faults.push(Fault {
+                verb: verb.into(),
+                kind: kind.into(),
+                status,
+                remaining: times,
+            });
         }
     }
 
@@ -169,7 +174,14 @@ impl FakeApi {
 
     /// Every request so far: (method, path, query), the query percent-decoded.
     pub fn requests(&self) -> Vec<(String, String, String)> {
-        self.shared.store.lock().unwrap().requests.iter().map(|r| (r.method.clone(), r.path.clone(), r.query.clone())).collect()
+        self.shared
+            .store
+            .lock()
+            .unwrap()
+            .requests
+            .iter()
+            .map(|r| (r.method.clone(), r.path.clone(), r.query.clone()))
+            .collect()
     }
 
     /// Requests so far with this verb on this kind ("*" matches anything), faulted ones included.

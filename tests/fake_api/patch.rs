@@ -21,7 +21,8 @@ pub fn merge(target: &mut Value, patch: &Value, strategic: bool) {
     let t = target.as_object_mut().expect("made an object above");
     for (k, v) in p {
         if strategic {
-            if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/").filter(|f| MERGED_STRING_LISTS.contains(f)) {
+            if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/").filter(|f| MERGED_STRING_LISTS.contains(f))
+            {
                 if let (Some(list), Some(gone)) = (t.get_mut(field).and_then(Value::as_array_mut), v.as_array()) {
                     list.retain(|x| !gone.contains(x));
                     if list.is_empty() {

@@ -10,7 +10,13 @@ pub struct Resource {
     pub namespaced: bool,
 }
 
-const fn r(group: &'static str, version: &'static str, plural: &'static str, kind: &'static str, namespaced: bool) -> Resource {
+const fn r(
+    group: &'static str,
+    version: &'static str,
+    plural: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+) -> Resource {
     Resource { group, version, plural, kind, namespaced }
 }
 

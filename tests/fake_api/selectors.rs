@@ -50,7 +50,8 @@ impl LabelSelector {
     fn parse_term(t: &str) -> Option<Req> {
         if let Some(open) = t.find('(') {
             let close = t.rfind(')')?;
-            let values: Vec<String> = t[open + 1..close].split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect();
+            let values: Vec<String> =
+                t[open + 1..close].split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect();
             let head = t[..open].trim_end();
             if let Some(key) = head.strip_suffix("notin").filter(|k| k.ends_with(char::is_whitespace)) {
                 return Some(Req::NotIn(key.trim().to_string(), values));

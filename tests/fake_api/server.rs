@@ -36,7 +36,12 @@ pub fn parse_path(path: &str) -> Option<Target> {
     if let ["namespaces", ns, plural, tail @ ..] = rest {
         if let Some(res) = resources::by_path(group, version, plural).filter(|&r| RESOURCES[r].namespaced) {
             if tail.len() <= 2 {
-                return Some(Target { res, ns: Some(ns.to_string()), name: tail.first().map(owned), sub: tail.get(1).map(owned) });
+                return Some(Target {
+                    res,
+                    ns: Some(ns.to_string()),
+                    name: tail.first().map(owned),
+                    sub: tail.get(1).map(owned),
+                });
             }
             return None;
         }
@@ -109,7 +114,8 @@ fn filter_of(t: &Target, labels: Option<&str>, fields: Option<&str>) -> Result<F
 
 fn json_response(code: u16, v: &Value) -> Response {
     let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, [(header::CONTENT_TYPE, "application/json")], serde_json::to_vec(v).expect("JSON values serialize")).into_response()
+    (status, [(header::CONTENT_TYPE, "application/json")], serde_json::to_vec(v).expect("JSON values serialize"))
+        .into_response()
 }
 
 fn error_response(e: &ApiError) -> Response {
@@ -127,7 +133,13 @@ fn parse_body(body: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::new(400, format!("invalid JSON body: {e}")))
 }
 
-pub async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn handle(
+    State(sh): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let path = uri.path().to_string();
     let query = parse_query(uri.query().unwrap_or(""));
     let q = |k: &str| query.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
@@ -139,7 +151,13 @@ pub async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, hea
     let delay = {
         let mut st = sh.store.lock().unwrap();
         let query_text = query.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&");
-        st.requests.push(Recorded { method: method.to_string(), path: path.clone(), query: query_text, verb: verb.to_string(), kind: kind.to_string() });
+        st.requests.push(Recorded {
+            method: method.to_string(),
+            path: path.clone(),
+            query: query_text,
+            verb: verb.to_string(),
+            kind: kind.to_string(),
+        });
         st.delay_for(verb, kind)
     };
     if delay > Duration::ZERO {
@@ -152,14 +170,19 @@ pub async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, hea
     let unserved = |api_version: &str| sh.store.lock().unwrap().unserved.contains(api_version);
     let target = target.filter(|t| !unserved(&RESOURCES[t.res].api_version()));
     let Some(t) = target else {
-        if let (&Method::GET, ["apis", group, version]) = (&method, path.trim_matches('/').split('/').collect::<Vec<_>>().as_slice()) {
+        if let (&Method::GET, ["apis", group, version]) =
+            (&method, path.trim_matches('/').split('/').collect::<Vec<_>>().as_slice())
+        {
             let api_version = format!("{group}/{version}");
             if let Some(list) = resources::api_resource_list(&api_version).filter(|_| !unserved(&api_version)) {
                 return json_response(200, &list);
             }
         }
         if method == Method::GET && path == "/version" {
-            return json_response(200, &json!({"major": "1", "minor": "35", "gitVersion": "v1.35.0-fake", "platform": "linux/amd64"}));
+            return json_response(
+                200,
+                &json!({"major": "1", "minor": "35", "gitVersion": "v1.35.0-fake", "platform": "linux/amd64"}),
+            );
         }
         return error_response(&ApiError::new(404, "the server could not find the requested resource"));
     };
@@ -196,7 +219,9 @@ pub async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, hea
             }
         }
         "update" => {
-            let r = parse_body(&body).and_then(|obj| sh.store.lock().unwrap().update(t.res, &ns, t.name.as_deref().unwrap_or_default(), obj, dry));
+            let r = parse_body(&body).and_then(|obj| {
+                sh.store.lock().unwrap().update(t.res, &ns, t.name.as_deref().unwrap_or_default(), obj, dry)
+            });
             sh.notify();
             result_response(200, r)
         }
@@ -234,10 +259,17 @@ pub async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, hea
                 sh.store.lock().unwrap().delete(t.res, &ns, t.name.as_deref().unwrap_or_default(), &opts, dry)
             });
             sh.notify();
-            result_response(201, r.map(|_| json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})))
+            result_response(
+                201,
+                r.map(
+                    |_| json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+                ),
+            )
         }
         "bind" => {
-            let r = parse_body(&body).and_then(|b| sh.store.lock().unwrap().bind(t.res, &ns, t.name.as_deref().unwrap_or_default(), &b, dry));
+            let r = parse_body(&body).and_then(|b| {
+                sh.store.lock().unwrap().bind(t.res, &ns, t.name.as_deref().unwrap_or_default(), &b, dry)
+            });
             sh.notify();
             result_response(201, r)
         }
@@ -254,7 +286,9 @@ fn start_watch<'a>(sh: &Arc<Shared>, filter: Filter, q: &impl Fn(&str) -> Option
             Err(_) => return error_response(&ApiError::new(400, format!("invalid resourceVersion {s:?}"))),
         },
     };
-    let deadline = q("timeoutSeconds").and_then(|s| s.parse::<u64>().ok()).map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
+    let deadline = q("timeoutSeconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
     let rx = sh.tick.subscribe();
     let mut st = sh.store.lock().unwrap();
     if cursor.is_none() {
@@ -273,8 +307,17 @@ fn start_watch<'a>(sh: &Arc<Shared>, filter: Filter, q: &impl Fn(&str) -> Option
             pending.push_back(initial_events_end(filter.res, st.rv));
         }
     }
-    let w =
-        Watch { shared: sh.clone(), rx, cursor: cursor.unwrap_or(st.rv), break_gen: st.break_gen, expire_gen: st.expire_gen, filter, deadline, pending, done };
+    let w = Watch {
+        shared: sh.clone(),
+        rx,
+        cursor: cursor.unwrap_or(st.rv),
+        break_gen: st.break_gen,
+        expire_gen: st.expire_gen,
+        filter,
+        deadline,
+        pending,
+        done,
+    };
     drop(st);
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], Body::from_stream(w.into_stream())).into_response()
 }

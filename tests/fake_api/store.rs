@@ -158,7 +158,10 @@ fn check_uid(res: usize, name: &str, obj: &Value, current: &Value) -> Result<(),
     match (meta_str(obj, "uid"), meta_str(current, "uid")) {
         (Some(want), Some(have)) if want != have => Err(ApiError::new(
             422,
-            format!("{} {name:?} is invalid: metadata.uid: Invalid value: {want:?}: field is immutable", RESOURCES[res].kind),
+            format!(
+                "{} {name:?} is invalid: metadata.uid: Invalid value: {want:?}: field is immutable",
+                RESOURCES[res].kind
+            ),
         )),
         _ => Ok(()),
     }
@@ -196,7 +199,14 @@ impl Store {
 
     pub fn new_uid(&mut self) -> String {
         let (a, b) = (self.random(), self.random());
-        format!("{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}", a >> 32, (a >> 16) & 0xffff, a & 0xfff, 0x8000 | ((b >> 48) & 0x3fff), b & 0xffff_ffff_ffff)
+        format!(
+            "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+            a >> 32,
+            (a >> 16) & 0xffff,
+            a & 0xfff,
+            0x8000 | ((b >> 48) & 0x3fff),
+            b & 0xffff_ffff_ffff
+        )
     }
 
     fn generated_name(&mut self, res: usize, ns: &str, prefix: &str) -> String {
@@ -243,7 +253,10 @@ impl Store {
     /// Stores `obj` at the next resourceVersion (or `rv`, if newer than every write so far)
     /// and records the change for watchers.
     fn commit(&mut self, res: usize, ns: &str, name: &str, mut obj: Value, rv: Option<u64>) -> Value {
-        if obj["metadata"]["deletionTimestamp"].is_string() && !has_finalizers(&obj) && self.objects.contains_key(&(res, ns.to_string(), name.to_string())) {
+        if obj["metadata"]["deletionTimestamp"].is_string()
+            && !has_finalizers(&obj)
+            && self.objects.contains_key(&(res, ns.to_string(), name.to_string()))
+        {
             // The last finalizer of a terminating object is gone: the API server deletes it.
             self.objects.insert((res, ns.to_string(), name.to_string()), obj);
             return self.delete_now(res, ns, name).expect("inserted above");
@@ -264,7 +277,14 @@ impl Store {
         self.rv += 1;
         let prev = obj.clone();
         set_meta(&mut obj, "resourceVersion", json!(self.rv.to_string()));
-        self.history.push(Change { rv: self.rv, res, ns: ns.to_string(), typ: "DELETED", obj: obj.clone(), prev: Some(prev) });
+        self.history.push(Change {
+            rv: self.rv,
+            res,
+            ns: ns.to_string(),
+            typ: "DELETED",
+            obj: obj.clone(),
+            prev: Some(prev),
+        });
         Some(obj)
     }
 
@@ -277,8 +297,13 @@ impl Store {
 
     fn identity(obj: &Value) -> (usize, String, String) {
         let res = Self::resource_of(obj);
-        let name = meta_str(obj, "name").unwrap_or_else(|| panic!("FakeApi: object without metadata.name: {obj}")).to_string();
-        let ns = if RESOURCES[res].namespaced { meta_str(obj, "namespace").unwrap_or("default").to_string() } else { String::new() };
+        let name =
+            meta_str(obj, "name").unwrap_or_else(|| panic!("FakeApi: object without metadata.name: {obj}")).to_string();
+        let ns = if RESOURCES[res].namespaced {
+            meta_str(obj, "namespace").unwrap_or("default").to_string()
+        } else {
+            String::new()
+        };
         (res, ns, name)
     }
 
@@ -319,7 +344,11 @@ impl Store {
     }
 
     pub fn matching(&self, f: &Filter) -> Vec<Value> {
-        self.objects.iter().filter(|((res, ns, _), o)| *res == f.res && f.matches(ns, o)).map(|(_, o)| o.clone()).collect()
+        self.objects
+            .iter()
+            .filter(|((res, ns, _), o)| *res == f.res && f.matches(ns, o))
+            .map(|(_, o)| o.clone())
+            .collect()
     }
 
     pub fn list(&self, f: &Filter) -> Value {
@@ -333,7 +362,10 @@ impl Store {
     }
 
     pub fn read(&self, res: usize, ns: &str, name: &str) -> Result<Value, ApiError> {
-        self.objects.get(&(res, ns.to_string(), name.to_string())).cloned().ok_or_else(|| ApiError::not_found(res, name))
+        self.objects
+            .get(&(res, ns.to_string(), name.to_string()))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(res, name))
     }
 
     pub fn create(&mut self, res: usize, ns: &str, mut obj: Value, dry: bool) -> Result<Value, ApiError> {
@@ -354,12 +386,16 @@ impl Store {
             (None, None) => {
                 return Err(ApiError::new(
                     422,
-                    format!("{} \"\" is invalid: metadata.name: Required value: name or generateName is required", RESOURCES[res].kind),
+                    format!(
+                        "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
+                        RESOURCES[res].kind
+                    ),
                 ))
             }
         };
         if self.objects.contains_key(&(res, ns.clone(), name.clone())) {
-            return Err(ApiError::new(409, format!("{} {name:?} already exists", qualified(&RESOURCES[res]))).with_reason("AlreadyExists"));
+            return Err(ApiError::new(409, format!("{} {name:?} already exists", qualified(&RESOURCES[res])))
+                .with_reason("AlreadyExists"));
         }
         set_meta(&mut obj, "name", json!(name));
         if let Some(m) = obj["metadata"].as_object_mut() {
@@ -375,11 +411,21 @@ impl Store {
     }
 
     /// PATCH in any of the four content types. Returns the HTTP code (201 when apply created).
-    pub fn patch(&mut self, res: usize, ns: &str, name: &str, content_type: &str, body: &[u8], dry: bool) -> Result<(u16, Value), ApiError> {
+    pub fn patch(
+        &mut self,
+        res: usize,
+        ns: &str,
+        name: &str,
+        content_type: &str,
+        body: &[u8],
+        dry: bool,
+    ) -> Result<(u16, Value), ApiError> {
         let apply = content_type == "application/apply-patch+yaml";
         let doc: Value = match serde_json::from_slice(body) {
             Ok(v) => v,
-            Err(_) if apply => serde_yaml_ng::from_slice(body).map_err(|e| ApiError::new(400, format!("invalid apply body: {e}")))?,
+            Err(_) if apply => {
+                serde_yaml_ng::from_slice(body).map_err(|e| ApiError::new(400, format!("invalid apply body: {e}")))?
+            }
             Err(e) => return Err(ApiError::new(400, format!("invalid patch body: {e}"))),
         };
         let current = self.objects.get(&(res, ns.to_string(), name.to_string())).cloned();
@@ -455,7 +501,10 @@ impl Store {
             if let Some(want) = opts["preconditions"][field].as_str() {
                 let have = meta_str(&current, field).unwrap_or_default();
                 if want != have {
-                    return Err(ApiError::new(409, format!("Precondition failed: {label} in precondition: {want}, {label} in object meta: {have}")));
+                    return Err(ApiError::new(
+                        409,
+                        format!("Precondition failed: {label} in precondition: {want}, {label} in object meta: {have}"),
+                    ));
                 }
             }
         }
@@ -477,7 +526,8 @@ impl Store {
 
     /// POST pods/{name}/binding: sets spec.nodeName.
     pub fn bind(&mut self, res: usize, ns: &str, name: &str, binding: &Value, dry: bool) -> Result<Value, ApiError> {
-        let node = binding["target"]["name"].as_str().ok_or_else(|| ApiError::new(400, "binding without target.name"))?;
+        let node =
+            binding["target"]["name"].as_str().ok_or_else(|| ApiError::new(400, "binding without target.name"))?;
         let mut obj = self.read(res, ns, name)?;
         if obj["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty()) {
             return Err(ApiError::conflict(res, name));

@@ -23,10 +23,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "coloc-echo",
-    about = "An extender that keeps every node (the protocol's floor cost)"
-)]
+#[command(name = "coloc-echo", about = "An extender that keeps every node (the protocol's floor cost)")]
 struct Args {
     /// Only `serve` (as coloc-extender's command line).
     #[arg(value_parser = ["serve"])]
@@ -111,15 +108,8 @@ async fn preempt(body: Bytes) -> Response {
             let meta: BTreeMap<_, _> = full
                 .into_iter()
                 .map(|(node, v)| {
-                    let pods: Vec<_> = v
-                        .pods
-                        .into_iter()
-                        .map(|p| serde_json::json!({"UID": p.metadata.uid}))
-                        .collect();
-                    (
-                        node,
-                        serde_json::json!({"Pods": pods, "NumPDBViolations": v.pdb_violations}),
-                    )
+                    let pods: Vec<_> = v.pods.into_iter().map(|p| serde_json::json!({"UID": p.metadata.uid})).collect();
+                    (node, serde_json::json!({"Pods": pods, "NumPDBViolations": v.pdb_violations}))
                 })
                 .collect();
             serde_json::to_string(&meta).expect("a map of JSON values encodes")
@@ -138,17 +128,12 @@ async fn main() -> anyhow::Result<()> {
         .route("/prioritize", post(prioritize))
         .route("/preempt", post(preempt))
         .layer(DefaultBodyLimit::disable());
-    let health = Router::new()
-        .route("/readyz", get(|| async { "ok" }))
-        .route("/healthz", get(|| async { "ok" }));
+    let health = Router::new().route("/readyz", get(|| async { "ok" })).route("/healthz", get(|| async { "ok" }));
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     match args.health_listen {
         Some(addr) => {
             let health_listener = tokio::net::TcpListener::bind(addr).await?;
-            tokio::try_join!(
-                axum::serve(listener, verbs),
-                axum::serve(health_listener, health)
-            )?;
+            tokio::try_join!(axum::serve(listener, verbs), axum::serve(health_listener, health))?;
         }
         None => axum::serve(listener, verbs.merge(health)).await?,
     }

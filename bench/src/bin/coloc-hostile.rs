@@ -25,7 +25,10 @@ use clap::Parser;
 use coloc_bench::procstat;
 
 #[derive(Parser, Debug)]
-#[command(name = "coloc-hostile", about = "Peak RSS, answers, log volume and /healthz latency of coloc-extender under hostile bodies")]
+#[command(
+    name = "coloc-hostile",
+    about = "Peak RSS, answers, log volume and /healthz latency of coloc-extender under hostile bodies"
+)]
 struct Args {
     /// The server binary (a release build).
     #[arg(long, default_value = "target/release/coloc-extender")]
@@ -73,19 +76,27 @@ const RECORDED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/p
 /// Realistic bodies of `size`, within the caps: a recorded Node object and a recorded victim
 /// pod, repeated under new names (what a large cluster sends in `nodeCacheCapable: false`).
 fn realistic(size: usize) -> anyhow::Result<Vec<Case>> {
-    let read = |f: &str| -> anyhow::Result<serde_json::Value> { Ok(serde_json::from_slice(&std::fs::read(format!("{RECORDED}/{f}"))?)?) };
+    let read = |f: &str| -> anyhow::Result<serde_json::Value> {
+        Ok(serde_json::from_slice(&std::fs::read(format!("{RECORDED}/{f}"))?)?)
+    };
     let filter = read("0001-filter.json")?;
     let node = serde_json::to_string(&filter["Nodes"]["items"][0])?;
     let preempt = read("0037-preempt.json")?;
     let victim = serde_json::to_string(&preempt["NodeNameToVictims"]["node-a1"]["Pods"][0])?;
-    let uid = preempt["NodeNameToVictims"]["node-a1"]["Pods"][0]["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+    let uid =
+        preempt["NodeNameToVictims"]["node-a1"]["Pods"][0]["metadata"]["uid"].as_str().unwrap_or_default().to_string();
     let pod = serde_json::to_string(&preempt["Pod"])?;
     let per_node = 100;
     Ok(vec![
         Case {
             name: "filter-recorded-nodes",
             verb: "filter",
-            body: repeat(&format!(r#"{{"Pod":{pod},"Nodes":{{"items":["#), |i| node.replace("\"node-a1\"", &format!("\"n{i}\"")), "]}}", size),
+            body: repeat(
+                &format!(r#"{{"Pod":{pod},"Nodes":{{"items":["#),
+                |i| node.replace("\"node-a1\"", &format!("\"n{i}\"")),
+                "]}}",
+                size,
+            ),
         },
         Case {
             name: "preempt-recorded-victims",
@@ -94,8 +105,19 @@ fn realistic(size: usize) -> anyhow::Result<Vec<Case>> {
                 let nodes = (size / (victim.len() * per_node)).max(1);
                 let mut body = format!(r#"{{"Pod":{pod},"NodeNameToVictims":{{"#).into_bytes();
                 for n in 0..nodes {
-                    let pods: Vec<String> = (0..per_node).map(|i| victim.replace("\"node-a1\"", &format!("\"n{n}\"")).replace(&uid, &format!("u-{n}-{i}"))).collect();
-                    body.extend_from_slice(format!(r#"{}"n{n}":{{"Pods":[{}],"NumPDBViolations":0}}"#, if n > 0 { "," } else { "" }, pods.join(",")).as_bytes());
+                    let pods: Vec<String> = (0..per_node)
+                        .map(|i| {
+                            victim.replace("\"node-a1\"", &format!("\"n{n}\"")).replace(&uid, &format!("u-{n}-{i}"))
+                        })
+                        .collect();
+                    body.extend_from_slice(
+                        format!(
+                            r#"{}"n{n}":{{"Pods":[{}],"NumPDBViolations":0}}"#,
+                            if n > 0 { "," } else { "" },
+                            pods.join(",")
+                        )
+                        .as_bytes(),
+                    );
                 }
                 body.extend_from_slice(b"}}");
                 body
@@ -116,17 +138,32 @@ fn cases(size: usize) -> Vec<Case> {
         Case {
             name: "victims-spread-over-nodes",
             verb: "preempt",
-            body: repeat(&format!(r#"{{"Pod":{POD},"NodeNameToVictims":{{"#), |i| format!(r#""n{i}":{{"Pods":[{{"metadata":{{"uid":"u{i}"}}}}]}}"#), "}}", size),
+            body: repeat(
+                &format!(r#"{{"Pod":{POD},"NodeNameToVictims":{{"#),
+                |i| format!(r#""n{i}":{{"Pods":[{{"metadata":{{"uid":"u{i}"}}}}]}}"#),
+                "}}",
+                size,
+            ),
         },
         Case {
             name: "victim-nodes-empty",
             verb: "preempt",
-            body: repeat(&format!(r#"{{"Pod":{POD},"NodeNameToVictims":{{"#), |i| format!(r#""n{i}":{{}}"#), "}}", size),
+            body: repeat(
+                &format!(r#"{{"Pod":{POD},"NodeNameToVictims":{{"#),
+                |i| format!(r#""n{i}":{{}}"#),
+                "}}",
+                size,
+            ),
         },
         Case {
             name: "meta-victims",
             verb: "preempt",
-            body: repeat(&format!(r#"{{"Pod":{POD},"NodeNameToMetaVictims":{{"n1":{{"Pods":["#), |i| format!(r#"{{"UID":"u{i}"}}"#), "]}}}", size),
+            body: repeat(
+                &format!(r#"{{"Pod":{POD},"NodeNameToMetaVictims":{{"n1":{{"Pods":["#),
+                |i| format!(r#"{{"UID":"u{i}"}}"#),
+                "]}}}",
+                size,
+            ),
         },
         Case {
             name: "prioritize-short-names",
@@ -136,7 +173,12 @@ fn cases(size: usize) -> Vec<Case> {
         Case {
             name: "filter-minimal-nodes",
             verb: "filter",
-            body: repeat(&format!(r#"{{"Pod":{POD},"Nodes":{{"items":["#), |i| format!(r#"{{"metadata":{{"name":"n{i}"}}}}"#), "]}}", size),
+            body: repeat(
+                &format!(r#"{{"Pod":{POD},"Nodes":{{"items":["#),
+                |i| format!(r#"{{"metadata":{{"name":"n{i}"}}}}"#),
+                "]}}",
+                size,
+            ),
         },
         Case {
             name: "pod-as-long-string",
@@ -152,7 +194,13 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 /// One HTTP/1.1 request on a new connection; (status, body).
-fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8], timeout: Duration) -> anyhow::Result<(u16, Vec<u8>)> {
+fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> anyhow::Result<(u16, Vec<u8>)> {
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
@@ -203,9 +251,12 @@ impl Server {
             .spawn()
             .with_context(|| format!("cannot start {}", args.server.display()))?;
         let log_bytes = Arc::new(AtomicU64::new(0));
-        for pipe in [child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>), child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>)]
-            .into_iter()
-            .flatten()
+        for pipe in [
+            child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>),
+            child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
         {
             let counter = log_bytes.clone();
             thread::spawn(move || {
@@ -298,11 +349,20 @@ fn run_case(args: &Args, case: &Case) -> anyhow::Result<()> {
             .map(|_| {
                 s.spawn(|| {
                     lower_priority();
-                    request(server.addr, "POST", &path, &case.body, Duration::from_secs(60)).map(|(st, b)| summary(st, &b))
+                    request(server.addr, "POST", &path, &case.body, Duration::from_secs(60))
+                        .map(|(st, b)| summary(st, &b))
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().map_err(|_| anyhow::anyhow!("client thread panicked")).and_then(|r| r).unwrap_or_else(|e| format!("error: {e}"))).collect()
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("client thread panicked"))
+                    .and_then(|r| r)
+                    .unwrap_or_else(|e| format!("error: {e}"))
+            })
+            .collect()
     });
     let concurrent_ms = started.elapsed().as_millis();
     let concurrent_hwm = status_kib(pid, "VmHWM:");

@@ -308,7 +308,11 @@ fn try_main() -> anyhow::Result<()> {
 }
 
 async fn run(args: Args, path: Uri, addr: SocketAddr, host: String, body: Bytes) -> anyhow::Result<()> {
-    let duration = args.duration.unwrap_or(if args.requests.is_some() { Duration::from_secs(300) } else { Duration::from_secs(10) });
+    let duration = args.duration.unwrap_or(if args.requests.is_some() {
+        Duration::from_secs(300)
+    } else {
+        Duration::from_secs(10)
+    });
     let start = Instant::now();
     let measure_from = start + args.warmup;
     let body_len = body.len();
@@ -380,7 +384,11 @@ async fn run(args: Args, path: Uri, addr: SocketAddr, host: String, body: Bytes)
     let elapsed = last_done.map_or(Duration::ZERO, |t| t.saturating_duration_since(measure_from));
     samples.sort_unstable();
     println!("target       {} ({} connections, body {} bytes)", args.url, args.concurrency, body_len);
-    println!("warm-up      {:?} ({} requests, not recorded)", args.warmup, shared.warmup_requests.load(Ordering::Relaxed));
+    println!(
+        "warm-up      {:?} ({} requests, not recorded)",
+        args.warmup,
+        shared.warmup_requests.load(Ordering::Relaxed)
+    );
     println!("measured     {:.3} s", elapsed.as_secs_f64());
     println!("requests     {} ok", samples.len());
     println!("errors       {errors}");
@@ -404,7 +412,10 @@ async fn run(args: Args, path: Uri, addr: SocketAddr, host: String, body: Bytes)
         if let (Some(a), Some(b)) = (a, b) {
             let secs = b.saturating_sub(a) as f64 / 100.0;
             let per_req = if samples.is_empty() { 0.0 } else { secs * 1e6 / samples.len() as f64 };
-            println!("cpu {who:<8} {secs:.2} s ({:.0}% of one core, {per_req:.1} us/request)", 100.0 * secs / elapsed.as_secs_f64().max(1e-9));
+            println!(
+                "cpu {who:<8} {secs:.2} s ({:.0}% of one core, {per_req:.1} us/request)",
+                100.0 * secs / elapsed.as_secs_f64().max(1e-9)
+            );
         }
     };
     cpu_line("client", cpu_at_start.0, cpu_at_end.0);

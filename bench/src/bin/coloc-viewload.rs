@@ -229,7 +229,8 @@ fn pod_id(spec: Spec, p: usize) -> PodId {
     let class = Class::of_slot(p % spec.per_node);
     let team = p % NAMESPACES;
     let app = format!("{}-app-{:02}", class.name(), (p / NAMESPACES) % APPS);
-    let hash = format!("{:010x}", mix((team * 1000 + (p / NAMESPACES) % APPS) as u64 * 3 + class as u64) & 0xff_ffff_ffff);
+    let hash =
+        format!("{:010x}", mix((team * 1000 + (p / NAMESPACES) % APPS) as u64 * 3 + class as u64) & 0xff_ffff_ffff);
     let rs = format!("{app}-{hash}");
     let name = format!("{rs}-{p:05x}");
     PodId { node, class, namespace: format!("team-{team:02}"), app, rs, hash, name }
@@ -354,8 +355,13 @@ fn batch_pods_in(spec: Spec, i: usize) -> usize {
     (0..spec.pods()).filter(|p| p % NAMESPACES == i && Class::of_slot(p % spec.per_node) == Class::Batch).count()
 }
 
-const PRIORITY_CLASSES: [(&str, i32); 5] =
-    [("system-cluster-critical", 2_000_000_000), ("online-prod", 10000), ("offline-batch", 5000), ("free-tier", 3000), ("koord-batch", 5500)];
+const PRIORITY_CLASSES: [(&str, i32); 5] = [
+    ("system-cluster-critical", 2_000_000_000),
+    ("online-prod", 10000),
+    ("offline-batch", 5000),
+    ("free-tier", 3000),
+    ("koord-batch", 5500),
+];
 
 fn write_priority_class(out: &mut String, i: usize) {
     let (name, value) = PRIORITY_CLASSES[i];
@@ -464,7 +470,10 @@ impl Server {
 
 const LIST_RV: u64 = 1000;
 
-async fn list_or_watch(State((server, kind)): State<(Arc<Server>, Kind)>, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn list_or_watch(
+    State((server, kind)): State<(Arc<Server>, Kind)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     if matches!(q.get("watch").map(String::as_str), Some("true" | "1")) {
         {
             let name = match kind {
@@ -485,7 +494,9 @@ async fn list_or_watch(State((server, kind)): State<(Arc<Server>, Kind)>, Query(
         return match feed {
             Some(rx) => {
                 server.pod_watch_open.store(true, Ordering::SeqCst);
-                let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (Ok::<_, std::io::Error>(b), rx)) });
+                let stream = futures::stream::unfold(rx, |mut rx| async move {
+                    rx.recv().await.map(|b| (Ok::<_, std::io::Error>(b), rx))
+                });
                 Body::from_stream(stream).into_response()
             }
             // Nothing changes: the stream stays open.
@@ -504,7 +515,9 @@ async fn list_or_watch(State((server, kind)): State<(Arc<Server>, Kind)>, Query(
         Kind::Job => ("batch/v1", "JobList"),
     };
     let cont = if to < total { format!(r#","continue":"{to}""#) } else { String::new() };
-    let header = format!(r#"{{"apiVersion":"{api_version}","kind":"{list_kind}","metadata":{{"resourceVersion":"{LIST_RV}"{cont}}},"items":["#);
+    let header = format!(
+        r#"{{"apiVersion":"{api_version}","kind":"{list_kind}","metadata":{{"resourceVersion":"{LIST_RV}"{cont}}},"items":["#
+    );
     server.list_requests.fetch_add(1, Ordering::Relaxed);
     // Streamed a chunk at a time, as the API server streams a list it serves from its
     // watch cache: an unpaginated list of 150,000 pods is never one string here either.
@@ -555,7 +568,10 @@ async fn start_server(server: Arc<Server>) -> anyhow::Result<SocketAddr> {
         .route("/api/v1/pods", get(list_or_watch).with_state((server.clone(), Kind::Pod)))
         .route("/api/v1/nodes", get(list_or_watch).with_state((server.clone(), Kind::Node)))
         .route("/apis/policy/v1/poddisruptionbudgets", get(list_or_watch).with_state((server.clone(), Kind::Pdb)))
-        .route("/apis/scheduling.k8s.io/v1/priorityclasses", get(list_or_watch).with_state((server.clone(), Kind::PriorityClass)))
+        .route(
+            "/apis/scheduling.k8s.io/v1/priorityclasses",
+            get(list_or_watch).with_state((server.clone(), Kind::PriorityClass)),
+        )
         .route("/apis/batch/v1/jobs", get(list_or_watch).with_state((server, Kind::Job)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -611,7 +627,14 @@ fn visible_seq(cell: &ViewCell, key: &str) -> u64 {
 /// Polls `cell.load()` until `key` shows `seq` or later; the instant it was seen. Spins
 /// (yielding) for the first `spin`, then sleeps `nap` between looks, so that on 2 cores the
 /// poller does not take the CPU the watch needs to apply the event.
-fn wait_visible(cell: &ViewCell, key: &str, seq: u64, spin: Duration, nap: Duration, limit: Duration) -> Option<Instant> {
+fn wait_visible(
+    cell: &ViewCell,
+    key: &str,
+    seq: u64,
+    spin: Duration,
+    nap: Duration,
+    limit: Duration,
+) -> Option<Instant> {
     let start = Instant::now();
     loop {
         if visible_seq(cell, key) >= seq {
@@ -690,19 +713,36 @@ struct Stats {
 
 fn stats(mut v: Vec<Duration>) -> Stats {
     v.sort_unstable();
-    Stats { n: v.len(), p50: percentile(&v, 0.50), p90: percentile(&v, 0.90), p99: percentile(&v, 0.99), max: v.last().copied().unwrap_or_default() }
+    Stats {
+        n: v.len(),
+        p50: percentile(&v, 0.50),
+        p90: percentile(&v, 0.90),
+        p99: percentile(&v, 0.99),
+        max: v.last().copied().unwrap_or_default(),
+    }
 }
 
 impl std::fmt::Display for Stats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "n={} p50={:.3} ms p90={:.3} ms p99={:.3} ms max={:.3} ms", self.n, ms(self.p50), ms(self.p90), ms(self.p99), ms(self.max))
+        write!(
+            f,
+            "n={} p50={:.3} ms p90={:.3} ms p99={:.3} ms max={:.3} ms",
+            self.n,
+            ms(self.p50),
+            ms(self.p90),
+            ms(self.p99),
+            ms(self.max)
+        )
     }
 }
 
 // ---- main ------------------------------------------------------------------------------------
 
 #[derive(Parser, Debug)]
-#[command(name = "coloc-viewload", about = "Measure the watch-fed cluster view against an in-process fake API server (loopback)")]
+#[command(
+    name = "coloc-viewload",
+    about = "Measure the watch-fed cluster view against an in-process fake API server (loopback)"
+)]
 struct Args {
     /// Nodes in the synthetic cluster.
     #[arg(long, default_value_t = 5000)]
@@ -762,7 +802,10 @@ fn main() -> std::process::ExitCode {
         std::process::exit(3);
     });
     if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).with_writer(std::io::stderr).init();
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
     }
     match run(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -782,10 +825,19 @@ fn run(args: Args) -> anyhow::Result<()> {
     let mut put = |k: &str, v: serde_json::Value| {
         summary.insert(k.to_string(), v);
     };
-    println!("coloc-viewload: {} nodes, {} pods, {} cores", spec.nodes, spec.pods(), std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!(
+        "coloc-viewload: {} nodes, {} pods, {} cores",
+        spec.nodes,
+        spec.pods(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
 
     // The API server gets its own runtime and thread, as if it were another process.
-    let server_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("fake-apiserver").enable_all().build()?;
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("fake-apiserver")
+        .enable_all()
+        .build()?;
     let client_rt = tokio::runtime::Builder::new_multi_thread().thread_name("watch").enable_all().build()?;
     let (feed_tx, feed_rx) = mpsc::channel::<Bytes>(1024);
     let server = Arc::new(Server {
@@ -816,7 +868,13 @@ fn run(args: Args) -> anyhow::Result<()> {
     {
         let _guard = client_rt.enter();
         let client = kube::Client::try_from(kube::Config::new(format!("http://{addr}").parse()?))?;
-        client_rt.spawn(watch::run(client, cell.clone(), Arc::new(ArcSwap::from_pointee(policy.clone())), fresh, Duration::from_millis(500)));
+        client_rt.spawn(watch::run(
+            client,
+            cell.clone(),
+            Arc::new(ArcSwap::from_pointee(policy.clone())),
+            fresh,
+            Duration::from_millis(500),
+        ));
     }
     let sync_bound = Duration::from_secs(args.limit);
     while !cell.is_ready() {
@@ -828,7 +886,13 @@ fn run(args: Args) -> anyhow::Result<()> {
     let sync = started.elapsed();
     let view = cell.load().context("ready but no view")?;
     if view.node_count() != spec.nodes || view.pod_count() != spec.pods() {
-        bail!("view has {} nodes / {} pods, expected {} / {}", view.node_count(), view.pod_count(), spec.nodes, spec.pods());
+        bail!(
+            "view has {} nodes / {} pods, expected {} / {}",
+            view.node_count(),
+            view.pod_count(),
+            spec.nodes,
+            spec.pods()
+        );
     }
     drop(view);
     let render = Duration::from_nanos(server.render_ns.load(Ordering::Relaxed));
@@ -895,7 +959,14 @@ fn run(args: Args) -> anyhow::Result<()> {
             }
             Instant::now()
         });
-        let seen = wait_visible(&cell, &last_key, last_seq, Duration::ZERO, Duration::from_millis(1), Duration::from_secs(120));
+        let seen = wait_visible(
+            &cell,
+            &last_key,
+            last_seq,
+            Duration::ZERO,
+            Duration::from_millis(1),
+            Duration::from_secs(120),
+        );
         let sent_all = sender.join().expect("burst sender");
         let Some(seen) = seen else { bail!("the burst's last event never became visible") };
         let took = seen - started;
@@ -926,7 +997,14 @@ fn run(args: Args) -> anyhow::Result<()> {
                 let mut lat = Vec::new();
                 let mut lost = 0usize;
                 for (key, seq, at) in side_rx {
-                    match wait_visible(&cell, &key, seq, Duration::from_micros(50), Duration::from_micros(20), Duration::from_secs(10)) {
+                    match wait_visible(
+                        &cell,
+                        &key,
+                        seq,
+                        Duration::from_micros(50),
+                        Duration::from_micros(20),
+                        Duration::from_secs(10),
+                    ) {
                         Some(seen) => lat.push(seen - at),
                         None => lost += 1,
                     }
@@ -962,14 +1040,23 @@ fn run(args: Args) -> anyhow::Result<()> {
         // Fail loudly on a rejected payload: an error path would look wonderfully fast.
         let v = cell.load().context("no view")?;
         let t = Instant::now();
-        let f = pipeline::answer(Verb::Filter, &filter, &policy, Some(&v), NOW).map_err(|e| anyhow::anyhow!("filter rejected: {e}"))?;
+        let f = pipeline::answer(Verb::Filter, &filter, &policy, Some(&v), NOW)
+            .map_err(|e| anyhow::anyhow!("filter rejected: {e}"))?;
         let tf = t.elapsed();
         let t = Instant::now();
-        let p = pipeline::answer(Verb::Preempt, &preempt, &policy, Some(&v), NOW).map_err(|e| anyhow::anyhow!("preempt rejected: {e}"))?;
+        let p = pipeline::answer(Verb::Preempt, &preempt, &policy, Some(&v), NOW)
+            .map_err(|e| anyhow::anyhow!("preempt rejected: {e}"))?;
         let tp = t.elapsed();
         drop(v);
         let preview = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(120)]).into_owned();
-        println!("filter, {} node names ({} B): first call {:.3} ms, answer {} B: {}…", spec.nodes, filter.len(), ms(tf), f.body.len(), preview(&f.body));
+        println!(
+            "filter, {} node names ({} B): first call {:.3} ms, answer {} B: {}…",
+            spec.nodes,
+            filter.len(),
+            ms(tf),
+            f.body.len(),
+            preview(&f.body)
+        );
         println!(
             "preempt, {} candidates with UID victims ({} B): first call {:.3} ms, answer {} B: {}…",
             args.candidates.min(spec.nodes),
@@ -1001,7 +1088,8 @@ fn run(args: Args) -> anyhow::Result<()> {
                     if t0.elapsed() > Duration::from_secs(args.block_seconds) {
                         break;
                     }
-                    for (verb, name, body) in [(Verb::Filter, "filter", &filter), (Verb::Preempt, "preempt", &preempt)] {
+                    for (verb, name, body) in [(Verb::Filter, "filter", &filter), (Verb::Preempt, "preempt", &preempt)]
+                    {
                         let t = Instant::now();
                         let view = cell.load();
                         let a = pipeline::answer(verb, body, &policy, view.as_deref(), NOW).map(|a| a.body.len());
@@ -1037,7 +1125,11 @@ fn run(args: Args) -> anyhow::Result<()> {
             let change = |a: Duration, b: Duration| (b.as_secs_f64() / a.as_secs_f64().max(1e-12) - 1.0) * 100.0;
             println!("  {name:7} idle:   {idle}");
             println!("  {name:7} loaded: {busy}");
-            println!("  {name:7} loaded vs idle: p50 {:+.1} %, p99 {:+.1} %", change(idle.p50, busy.p50), change(idle.p99, busy.p99));
+            println!(
+                "  {name:7} loaded vs idle: p50 {:+.1} %, p99 {:+.1} %",
+                change(idle.p50, busy.p50),
+                change(idle.p99, busy.p99)
+            );
             put(&format!("{name}_idle_p50_ms"), ms(idle.p50).into());
             put(&format!("{name}_idle_p99_ms"), ms(idle.p99).into());
             put(&format!("{name}_loaded_p50_ms"), ms(busy.p50).into());

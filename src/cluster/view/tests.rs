@@ -113,8 +113,11 @@ fn a_pending_pod_is_nominated_until_it_binds() {
     assert_eq!(names(view.pods_on("n1")), ["web"]);
     // Moved in place: one pod, indexed by its new version.
     assert_eq!(view.pod_count(), 1);
-    assert!(Arc::ptr_eq(view.pod_by_uid(&bound.uid).unwrap(), &bound) && Arc::ptr_eq(view.pod("o/web").unwrap(), &bound));
-    let built = View::build(Objects { nodes: vec![node("n1", 4000)], pods: vec![(*bound).clone()], ..Objects::default() }, &p);
+    assert!(
+        Arc::ptr_eq(view.pod_by_uid(&bound.uid).unwrap(), &bound) && Arc::ptr_eq(view.pod("o/web").unwrap(), &bound)
+    );
+    let built =
+        View::build(Objects { nodes: vec![node("n1", 4000)], pods: vec![(*bound).clone()], ..Objects::default() }, &p);
     assert_eq!(view.node_info("n1").unwrap().usage(), built.node_info("n1").unwrap().usage());
 }
 
@@ -168,7 +171,14 @@ fn incremental_changes_agree_with_a_view_built_from_scratch() {
     view.apply_pod(Arc::new(w4.clone()), &p);
     objects.pods.retain(|x| x.name != "w4");
     objects.pods.push(w4);
-    let pdb = Pdb { name: "pdb".into(), namespace: "b".into(), selector: Some(Selector::default()), disruptions_allowed: 1, disrupted_pods: vec![], current_healthy: None };
+    let pdb = Pdb {
+        name: "pdb".into(),
+        namespace: "b".into(),
+        selector: Some(Selector::default()),
+        disruptions_allowed: 1,
+        disrupted_pods: vec![],
+        current_healthy: None,
+    };
     view.apply_pdb(pdb.clone());
     objects.pdbs.push(pdb);
     let built = View::build(objects, &p);
@@ -192,7 +202,14 @@ fn incremental_changes_agree_with_a_view_built_from_scratch() {
 fn a_pdb_budget_counts_covered_pods_gone_since_the_controller_looked() {
     let p = policy();
     let mut view = View::empty(&p);
-    let pdb = Pdb { name: "pdb".into(), namespace: "b".into(), selector: Some(Selector::default()), disruptions_allowed: 2, disrupted_pods: vec![], current_healthy: Some(3) };
+    let pdb = Pdb {
+        name: "pdb".into(),
+        namespace: "b".into(),
+        selector: Some(Selector::default()),
+        disruptions_allowed: 2,
+        disrupted_pods: vec![],
+        current_healthy: Some(3),
+    };
     for name in ["w1", "w2", "w3"] {
         view.apply_pod(Arc::new(pod("b", name, Some("n1"))), &p);
     }
@@ -249,14 +266,23 @@ fn node_aggregates_follow_every_pod_event_and_equal_a_walk_over_its_pods() {
     terminating.deletion_time = Some(1);
     let mut moved = pod("b", "w1", Some("n2"));
     moved.requests.milli_cpu = 700;
-    let steps: Vec<Box<dyn Fn(&mut View)>> = vec![
+    type Step<'a> = Box<dyn Fn(&mut View) + 'a>;
+    let steps: Vec<Step<'_>> = vec![
         Box::new(|v| v.apply_pod(Arc::new(pod("b", "w1", Some("n1"))), &p)),
         Box::new(|v| v.apply_pod(Arc::new(pod("b", "w2", Some("n1"))), &p)),
         Box::new(|v| v.apply_pod(Arc::new(bare.clone()), &p)),
         Box::new(|v| v.apply_pod(Arc::new(online.clone()), &p)),
         Box::new(|v| v.apply_pod(Arc::new(terminating.clone()), &p)),
         // Updates in place: more cpu, then terminating (no longer evictable).
-        Box::new(|v| v.apply_pod(Arc::new(Pod { requests: Resources { milli_cpu: 900, ..Default::default() }, ..pod("b", "w2", Some("n1")) }), &p)),
+        Box::new(|v| {
+            v.apply_pod(
+                Arc::new(Pod {
+                    requests: Resources { milli_cpu: 900, ..Default::default() },
+                    ..pod("b", "w2", Some("n1"))
+                }),
+                &p,
+            )
+        }),
         Box::new(|v| v.apply_pod(Arc::new(Pod { deletion_time: Some(2), ..pod("b", "w2", Some("n1")) }), &p)),
         Box::new(|v| v.apply_pod(Arc::new(moved.clone()), &p)),
         Box::new(|v| drop(v.remove_pod("b/w2", &p))),
@@ -276,7 +302,10 @@ fn node_aggregates_follow_every_pod_event_and_equal_a_walk_over_its_pods() {
 #[test]
 fn a_preemptor_could_free_the_evictable_pods_of_the_classes_it_may_preempt() {
     let p = policy();
-    let (online, batch) = (p.classes.iter().position(|c| c.name == "online").unwrap(), p.classes.iter().position(|c| c.name == "batch").unwrap());
+    let (online, batch) = (
+        p.classes.iter().position(|c| c.name == "online").unwrap(),
+        p.classes.iter().position(|c| c.name == "batch").unwrap(),
+    );
     let mut view = View::empty(&p);
     view.apply_node(node("n1", 8000));
     view.apply_pod(Arc::new(pod("b", "owned", Some("n1"))), &p);

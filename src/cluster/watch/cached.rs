@@ -60,10 +60,18 @@ enum Stage<K: LeanKind> {
     /// Nothing listed (or the watch expired): list.
     Unlisted,
     /// The list is being read; what it decoded so far comes through `objects`.
-    Listing { objects: mpsc::Receiver<Listed<K>>, reader: JoinHandle<()> },
+    Listing {
+        objects: mpsc::Receiver<Listed<K>>,
+        reader: JoinHandle<()>,
+    },
     /// Listed up to `rv`: open a watch from there.
-    Listed { rv: String },
-    Watching { rv: String, stream: Watch<K> },
+    Listed {
+        rv: String,
+    },
+    Watching {
+        rv: String,
+        stream: Watch<K>,
+    },
 }
 
 struct State<K: LeanKind> {
@@ -77,8 +85,17 @@ struct State<K: LeanKind> {
 
 /// Every object of `K` matching the field selector `fields`, then every change, as kube-rs'
 /// `watcher(…)` would yield them (`follow` adds its back-off).
-pub fn list_watch<K: LeanKind>(client: Client, fields: Option<&str>) -> impl Stream<Item = Result<Event<Lean<K>>, Error>> + Send {
-    let state = State { api: Api::all(client.clone()), client, fields: fields.map(str::to_string), stage: Stage::Unlisted, ready: VecDeque::new() };
+pub fn list_watch<K: LeanKind>(
+    client: Client,
+    fields: Option<&str>,
+) -> impl Stream<Item = Result<Event<Lean<K>>, Error>> + Send {
+    let state = State {
+        api: Api::all(client.clone()),
+        client,
+        fields: fields.map(str::to_string),
+        stage: Stage::Unlisted,
+        ready: VecDeque::new(),
+    };
     futures::stream::unfold(state, |mut state| async move {
         let item = state.advance().await;
         Some((item, state))
@@ -100,7 +117,11 @@ struct ListMeta {
     resource_version: Option<String>,
 }
 
-async fn read_list_into<K: LeanKind>(client: &Client, request: axum::http::Request<Vec<u8>>, out: &mpsc::Sender<Listed<K>>) -> kube::Result<Option<String>> {
+async fn read_list_into<K: LeanKind>(
+    client: &Client,
+    request: axum::http::Request<Vec<u8>>,
+    out: &mpsc::Sender<Listed<K>>,
+) -> kube::Result<Option<String>> {
     let mut body = Box::pin(client.request_stream(request).await?);
     let mut splitter = ListSplitter::new(MAX_OBJECT_BYTES);
     let mut rv = None;
@@ -112,8 +133,12 @@ async fn read_list_into<K: LeanKind>(client: &Client, request: axum::http::Reque
         let mut batch = Vec::new();
         splitter.push::<kube::Error>(chunk, |piece| {
             match piece {
-                Piece::Metadata(bytes) => rv = serde_json::from_slice::<ListMeta>(bytes).map_err(kube::Error::SerdeError)?.resource_version,
-                Piece::Item(bytes) => batch.push(serde_json::from_slice::<Lean<K>>(bytes).map_err(kube::Error::SerdeError)?),
+                Piece::Metadata(bytes) => {
+                    rv = serde_json::from_slice::<ListMeta>(bytes).map_err(kube::Error::SerdeError)?.resource_version
+                }
+                Piece::Item(bytes) => {
+                    batch.push(serde_json::from_slice::<Lean<K>>(bytes).map_err(kube::Error::SerdeError)?)
+                }
             }
             Ok(())
         })?;
@@ -137,12 +162,21 @@ impl From<crate::wire::list_items::SplitError> for kube::Error {
 impl<K: LeanKind> State<K> {
     fn list_request(&self) -> kube::Result<axum::http::Request<Vec<u8>>> {
         // No limit: with one, the API server would ignore `resourceVersion=0` (kube-rs drops it).
-        let lp = ListParams { field_selector: self.fields.clone(), resource_version: Some("0".into()), ..Default::default() };
+        let lp = ListParams {
+            field_selector: self.fields.clone(),
+            resource_version: Some("0".into()),
+            ..Default::default()
+        };
         kube::core::Request::new(Lean::<K>::url_path(&(), None)).list(&lp).map_err(kube::Error::BuildRequest)
     }
 
     fn watch_params(&self) -> WatchParams {
-        WatchParams { field_selector: self.fields.clone(), timeout: Some(WATCH_TIMEOUT_SECS), bookmarks: true, ..Default::default() }
+        WatchParams {
+            field_selector: self.fields.clone(),
+            timeout: Some(WATCH_TIMEOUT_SECS),
+            bookmarks: true,
+            ..Default::default()
+        }
     }
 
     async fn advance(&mut self) -> Result<Event<Lean<K>>, Error> {
@@ -169,7 +203,9 @@ impl<K: LeanKind> State<K> {
                     }
                     Some(Listed::Done { .. }) => return Err(Error::NoResourceVersion),
                     Some(Listed::Failed(e)) => return Err(Error::InitialListFailed(e)),
-                    None => return Err(Error::InitialListFailed(kube::Error::Service("the list reader stopped".into()))),
+                    None => {
+                        return Err(Error::InitialListFailed(kube::Error::Service("the list reader stopped".into())))
+                    }
                 },
                 Stage::Listed { rv } => match self.api.watch(&self.watch_params(), &rv).await {
                     Ok(stream) => self.stage = Stage::Watching { rv, stream: stream.boxed() },
@@ -179,7 +215,11 @@ impl<K: LeanKind> State<K> {
                     }
                 },
                 Stage::Watching { rv, mut stream } => {
-                    let next = tokio::time::timeout(Duration::from_secs(WATCH_TIMEOUT_SECS.into()) + IDLE_GRACE, stream.next()).await;
+                    let next = tokio::time::timeout(
+                        Duration::from_secs(WATCH_TIMEOUT_SECS.into()) + IDLE_GRACE,
+                        stream.next(),
+                    )
+                    .await;
                     match next {
                         Ok(Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj)))) => {
                             self.stage = Stage::Watching { rv: current_rv(&obj, rv), stream };

@@ -12,7 +12,9 @@ use kube::Client;
 use tokio::task::JoinHandle;
 
 use super::{follow, watcher_of, Applies, Shared};
-use crate::cluster::lean::{CoschedulingV1alpha1, LeanKind, NativeV1alpha2, NativeV1beta1, PodGroupApi, PodGroupKind, VolcanoV1beta1};
+use crate::cluster::lean::{
+    CoschedulingV1alpha1, LeanKind, NativeV1alpha2, NativeV1beta1, PodGroupApi, PodGroupKind, VolcanoV1beta1,
+};
 use crate::cluster::View;
 use crate::model::GangSource;
 use crate::policy::{GangSources, Policy};
@@ -106,7 +108,11 @@ impl GangKinds {
                     Some(false) => self.note(k.label, false),
                     None => {
                         // Unknown: whatever runs for this source keeps running.
-                        wanted.extend(all.iter().filter(|o| o.source == source && self.running.contains_key(o.label)).map(|o| o.label));
+                        wanted.extend(
+                            all.iter()
+                                .filter(|o| o.source == source && self.running.contains_key(o.label))
+                                .map(|o| o.label),
+                        );
                         break;
                     }
                 }
@@ -122,7 +128,10 @@ impl GangKinds {
             m.relisting.remove(k.label);
             shared.fresh.forget(k.label);
             shared.open_when_synced(&mut m);
-            tracing::info!(kind = k.label, "gang kind no longer watched (not served, or its source is disabled); its PodGroups left the view");
+            tracing::info!(
+                kind = k.label,
+                "gang kind no longer watched (not served, or its source is disabled); its PodGroups left the view"
+            );
         }
         for k in all.iter().filter(|k| wanted.contains(&k.label)) {
             if self.running.contains_key(k.label) {

@@ -72,7 +72,14 @@ impl Shape {
             }
             h.finish()
         };
-        Shape { class, priority, milli_cpu: r.milli_cpu, memory: r.memory, ephemeral_storage: r.ephemeral_storage, rest }
+        Shape {
+            class,
+            priority,
+            milli_cpu: r.milli_cpu,
+            memory: r.memory,
+            ephemeral_storage: r.ephemeral_storage,
+            rest,
+        }
     }
 }
 
@@ -149,7 +156,11 @@ impl<'a> Aftermath<'a> {
             }
         }
         if let Some((v, d)) = example {
-            let others = if returning > 1 { format!(" (and {} more returning victim(s))", returning - 1) } else { String::new() };
+            let others = if returning > 1 {
+                format!(" (and {} more returning victim(s))", returning - 1)
+            } else {
+                String::new()
+            };
             ex.push(Explanation::pod(&node.name, &v.pod.key(), "charged", "follow_on", format!(
                 "comes back at priority {} and would find no free room: expected to evict {} pod(s) (e.g. {} on {}){others}; {} in all",
                 v.pod_priority, d.evictions, d.first, d.node, out.evictions
@@ -165,11 +176,15 @@ impl<'a> Aftermath<'a> {
             return None;
         }
         if crate::requeue::is_replacement(pod) {
-            return Some(format!("requeued {age}s ago (attempt {}): evicted once already", crate::requeue::attempt_of(pod)));
+            return Some(format!(
+                "requeued {age}s ago (attempt {}): evicted once already",
+                crate::requeue::attempt_of(pod)
+            ));
         }
         let preempted_at = self.view.last_preemption_by_controller(pod)?;
         let c = pod.controller.as_ref()?;
-        (pod.creation_time? >= preempted_at).then(|| format!("recreated by {} {} {age}s ago, after one of its pods was preempted", c.kind, c.name))
+        (pod.creation_time? >= preempted_at)
+            .then(|| format!("recreated by {} {} {age}s ago, after one of its pods was preempted", c.kind, c.name))
     }
 
     fn comes_back(&self, v: &Victim) -> Option<Return> {
@@ -238,7 +253,9 @@ impl<'a> Aftermath<'a> {
         let mut best: Option<Displaced> = None;
         let mut tried = 0;
         for (node, info) in self.view.nodes() {
-            if !self.admits(node, class) || fits(pod, node, &info.usage().after_evicting(ctx.policy, class, ctx.requeue.enabled)).is_err() {
+            if !self.admits(node, class)
+                || fits(pod, node, &info.usage().after_evicting(ctx.policy, class, ctx.requeue.enabled)).is_err()
+            {
                 continue;
             }
             tried += 1;
@@ -253,7 +270,13 @@ impl<'a> Aftermath<'a> {
                 .filter_map(|p| Some((eligibility::check(ctx, preemptor, p).ok()?.class, &**p)))
                 .collect();
             // Least valuable first: later class, lower priority, ran least.
-            victims.sort_by_key(|(c, p)| (std::cmp::Reverse(*c), ctx.priority_of(p), std::cmp::Reverse(p.running_since().unwrap_or(Timestamp::MAX))));
+            victims.sort_by_key(|(c, p)| {
+                (
+                    std::cmp::Reverse(*c),
+                    ctx.priority_of(p),
+                    std::cmp::Reverse(p.running_since().unwrap_or(Timestamp::MAX)),
+                )
+            });
             let (mut evictions, mut runtime, mut first) = (0, 0, None);
             for (_, p) in victims {
                 if fits(pod, node, &usage).is_ok() {
@@ -284,7 +307,13 @@ fn slots(pod: &Pod, node: &Node, usage: &NodeUsage) -> u32 {
     if !pod.host_ports.is_empty() {
         return 1;
     }
-    let per = |want: i64, used: i64, allocatable: i64| if want > 0 { (allocatable.saturating_sub(used) / want).max(0) } else { i64::MAX };
+    let per = |want: i64, used: i64, allocatable: i64| {
+        if want > 0 {
+            (allocatable.saturating_sub(used) / want).max(0)
+        } else {
+            i64::MAX
+        }
+    };
     let (r, a, u) = (&pod.requests, &node.allocatable, &usage.requested);
     let mut k = per(r.milli_cpu, u.milli_cpu, a.milli_cpu)
         .min(per(r.memory, u.memory, a.memory))

@@ -14,14 +14,19 @@ fn all_mode<'v>(v: &'v Victim) -> Option<&'v GangInfo> {
 /// Spares the members of every `disruptionMode: All` group that cannot be evicted whole
 /// from this node: a preempt answer is per node, so every bound member must be a
 /// candidate here.
-pub(super) fn keep_whole_groups<'a>(node: &str, candidates: Vec<Victim<'a>>, ex: &mut Vec<Explanation>) -> Vec<Victim<'a>> {
+pub(super) fn keep_whole_groups<'a>(
+    node: &str,
+    candidates: Vec<Victim<'a>>,
+    ex: &mut Vec<Explanation>,
+) -> Vec<Victim<'a>> {
     // Per All group with members here: how many, out of how many bound members.
     let mut here: BTreeMap<GangRef, (usize, usize)> = BTreeMap::new();
     for g in candidates.iter().filter_map(all_mode) {
         here.entry(g.gang.clone()).or_insert((0, g.size)).0 += 1;
     }
     here.retain(|_, (n, size)| n < size);
-    let (spare, keep): (Vec<_>, Vec<_>) = candidates.into_iter().partition(|v| all_mode(v).is_some_and(|g| here.contains_key(&g.gang)));
+    let (spare, keep): (Vec<_>, Vec<_>) =
+        candidates.into_iter().partition(|v| all_mode(v).is_some_and(|g| here.contains_key(&g.gang)));
     for v in &spare {
         let g = &v.gang.as_ref().expect("partitioned on the gang").gang;
         let (n, size) = here[g];
@@ -44,7 +49,13 @@ pub(super) fn reprieve_units(candidates: &[Victim], order: &[usize]) -> Vec<Vec<
             Some(g) if seen.contains(&&g.gang) => {}
             Some(g) => {
                 seen.push(&g.gang);
-                units.push(order.iter().copied().filter(|&j| all_mode(&candidates[j]).is_some_and(|o| o.gang == g.gang)).collect());
+                units.push(
+                    order
+                        .iter()
+                        .copied()
+                        .filter(|&j| all_mode(&candidates[j]).is_some_and(|o| o.gang == g.gang))
+                        .collect(),
+                );
             }
         }
     }
@@ -61,7 +72,15 @@ pub(super) fn charge(node: &str, chosen: &[Victim], ex: &mut Vec<Explanation>) -
     for (n, g) in evicted.into_values() {
         let remaining = g.size.saturating_sub(n);
         if remaining >= g.min {
-            ex.push(Explanation::node(node, "charged", "gang_surplus", format!("evicting {n} surplus member(s) of {}", g.describe(remaining))).for_gang(g.gang.source));
+            ex.push(
+                Explanation::node(
+                    node,
+                    "charged",
+                    "gang_surplus",
+                    format!("evicting {n} surplus member(s) of {}", g.describe(remaining)),
+                )
+                .for_gang(g.gang.source),
+            );
             continue;
         }
         broken += g.size as i64;

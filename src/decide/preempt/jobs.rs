@@ -18,9 +18,17 @@ pub(super) fn charge(ctx: &Context, node: &str, chosen: &mut [Victim], ex: &mut 
         if charge.fails {
             let class = ctx.policy.class(c.class);
             if class.victim.jobs == JobVictims::Protect {
-                ex.push(Explanation::node(node, "dropped", "job_would_fail", format!(
-                    "the preemptor needs {} evicted: {} (class {} is jobs: protect)", c.pod.key(), charge.note, class.name
-                )));
+                ex.push(Explanation::node(
+                    node,
+                    "dropped",
+                    "job_would_fail",
+                    format!(
+                        "the preemptor needs {} evicted: {} (class {} is jobs: protect)",
+                        c.pod.key(),
+                        charge.note,
+                        class.name
+                    ),
+                ));
                 return None;
             }
             c.fate = Fate::Lost;

@@ -10,7 +10,10 @@ use crate::policy::Policy;
 
 fn recorded(round: &str) -> (Policy, View) {
     let policy = Policy::builtin_default();
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/payloads").join(round).join("0037-preempt.snapshot.json");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/payloads")
+        .join(round)
+        .join("0037-preempt.snapshot.json");
     let view = View::build(snapshot::load(&path).unwrap(), &policy);
     (policy, view)
 }
@@ -20,20 +23,30 @@ fn recorded(round: &str) -> (Policy, View) {
 fn compare(round: &str, priority: i32, now: i64, requeue: bool, exact: bool) {
     let (policy, view) = recorded(round);
     let requeue = if requeue { Requeue::enabled() } else { Requeue::disabled() };
-    let ctx = Context { policy: &policy, view: Some(&view), view_expected: true, now, requeue, detail: Detail::Decisions };
+    let ctx =
+        Context { policy: &policy, view: Some(&view), view_expected: true, now, requeue, detail: Detail::Decisions };
     let mut nodes = 0;
     for name in view.node_names() {
         let usage = view.node_info(name).unwrap().usage();
         for class in 0..policy.classes.len() {
             let preemptor = Preemptor { priority, class, key: "x/preemptor" };
-            let eligible = NodeUsage::of(view.pods_on(name).iter().map(|p| &**p).filter(|p| eligibility::check(&ctx, preemptor, p).is_ok()));
+            let eligible = NodeUsage::of(
+                view.pods_on(name).iter().map(|p| &**p).filter(|p| eligibility::check(&ctx, preemptor, p).is_ok()),
+            );
             let mut freed = usage.all.clone();
             freed.remove_all(&usage.after_evicting(&policy, class, requeue.enabled));
             let what = format!("{round} {name} class {}", policy.class(class).name);
             if exact {
-                assert_eq!((freed.pods, freed.requested.milli_cpu, freed.requested.memory), (eligible.pods, eligible.requested.milli_cpu, eligible.requested.memory), "{what}");
+                assert_eq!(
+                    (freed.pods, freed.requested.milli_cpu, freed.requested.memory),
+                    (eligible.pods, eligible.requested.milli_cpu, eligible.requested.memory),
+                    "{what}"
+                );
             } else {
-                assert!(freed.pods >= eligible.pods && freed.requested.milli_cpu >= eligible.requested.milli_cpu, "{what}: frees less than eligibility allows");
+                assert!(
+                    freed.pods >= eligible.pods && freed.requested.milli_cpu >= eligible.requested.milli_cpu,
+                    "{what}: frees less than eligibility allows"
+                );
             }
         }
         nodes += 1;

@@ -66,7 +66,12 @@ fn args() -> Result<Args, String> {
             "--scenario" => a.scenario = it.next().ok_or("--scenario needs a file")?.into(),
             "--generate" => {
                 let n = it.next().ok_or("--generate needs a number of nodes")?;
-                a.generate = Some(n.parse().ok().filter(|n| *n > 0).ok_or(format!("--generate needs a number of nodes, not {n:?}"))?);
+                a.generate = Some(
+                    n.parse()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or(format!("--generate needs a number of nodes, not {n:?}"))?,
+                );
             }
             "--seed" => {
                 let n = it.next().ok_or("--seed needs a number")?;
@@ -74,7 +79,12 @@ fn args() -> Result<Args, String> {
             }
             "--wave-interval" => {
                 let n = it.next().ok_or("--wave-interval needs seconds")?;
-                a.wave_interval = Duration::from_secs_f64(n.parse().ok().filter(|s: &f64| s.is_finite() && *s >= 0.0).ok_or(format!("--wave-interval needs seconds, not {n:?}"))?);
+                a.wave_interval = Duration::from_secs_f64(
+                    n.parse()
+                        .ok()
+                        .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+                        .ok_or(format!("--wave-interval needs seconds, not {n:?}"))?,
+                );
             }
             "--no-gangs" => a.no_gangs = true,
             "--json" => a.json = Some(it.next().ok_or("--json needs a file")?.into()),
@@ -96,7 +106,10 @@ fn args() -> Result<Args, String> {
         }
     }
     if !a.extender.is_file() {
-        return Err(format!("no extender binary at {} (build it: cargo build --release, or pass --extender)", a.extender.display()));
+        return Err(format!(
+            "no extender binary at {} (build it: cargo build --release, or pass --extender)",
+            a.extender.display()
+        ));
     }
     Ok(a)
 }
@@ -168,7 +181,10 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
         Some(_) => println!("scenario generated: {}", scenario.about),
         None => println!("scenario {}: {}", args.scenario.display(), scenario.about),
     }
-    println!("control plane: {} (kube-scheduler, kube-apiserver, kube-controller-manager; a kubelet stand-in)\n", bins.dir.display());
+    println!(
+        "control plane: {} (kube-scheduler, kube-apiserver, kube-controller-manager; a kubelet stand-in)\n",
+        bins.dir.display()
+    );
     println!("run 1: kube-scheduler alone ...");
     let (stock, _) = run(bins, &scenario, None, args.wave_interval, false).await?;
     let mut runs = vec![("kube-scheduler alone".to_string(), stock)];
@@ -177,17 +193,30 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
         let label = format!("coloc-extender, {}", if names { "names" } else { "objects" });
         println!("run {}: kube-scheduler + {label} ...", i + 2);
         let last = i + 1 == args.modes.len();
-        let (ours, plane) = run(bins, &scenario, Some((&args.extender, names)), args.wave_interval, args.hold && last).await?;
+        let (ours, plane) =
+            run(bins, &scenario, Some((&args.extender, names)), args.wave_interval, args.hold && last).await?;
         held = plane;
         runs.push((label, ours));
     }
     if let Some(path) = &args.json {
         let figures: Vec<_> = runs.iter().map(|(label, o)| figures(label, o, &scenario)).collect();
-        std::fs::write(path, serde_json::to_string_pretty(&serde_json::json!({"scenario": scenario.about, "runs": figures}))?)?;
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(&serde_json::json!({"scenario": scenario.about, "runs": figures}))?,
+        )?;
     }
     let rows: [Row; 13] = [
         ("online pods placed", Box::new(|o| format!("{}/{}", o.placed.len(), scenario.online.len()))),
-        ("time to place, max", Box::new(|o| o.placed.values().map(|(_, s)| *s).fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.max(s)))).map_or("-".into(), |s| format!("{s:.1} s")))),
+        (
+            "time to place, max",
+            Box::new(|o| {
+                o.placed
+                    .values()
+                    .map(|(_, s)| *s)
+                    .fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.max(s))))
+                    .map_or("-".into(), |s| format!("{s:.1} s"))
+            }),
+        ),
         ("evictions", Box::new(|o| o.evictions.to_string())),
         ("  made for offline pods", Box::new(|o| o.evictions_for_offline.to_string())),
         ("original pods evicted", Box::new(|o| list(&o.evicted))),
@@ -311,19 +340,42 @@ fn record(client: kube::Client) -> (std::sync::Arc<std::sync::Mutex<Record>>, Ve
 }
 
 fn cpu_cores(p: &Pod) -> f64 {
-    let q = p.spec.as_ref().and_then(|s| s.containers.first()).and_then(|c| c.resources.as_ref()).and_then(|r| r.requests.as_ref()).and_then(|r| r.get("cpu"));
-    q.map_or(0.0, |q| q.0.strip_suffix('m').and_then(|m| m.parse::<f64>().ok()).map_or_else(|| q.0.parse().unwrap_or(0.0), |m| m / 1000.0))
+    let q = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("cpu"));
+    q.map_or(0.0, |q| {
+        q.0.strip_suffix('m')
+            .and_then(|m| m.parse::<f64>().ok())
+            .map_or_else(|| q.0.parse().unwrap_or(0.0), |m| m / 1000.0)
+    })
 }
 
 /// Seconds a preempted pod had run: from its start to kube-scheduler's DisruptionTarget.
 fn run_seconds_discarded(p: &Pod) -> Option<f64> {
     let st = p.status.as_ref()?;
     let started = st.start_time.as_ref()?.0;
-    let at = st.conditions.as_ref()?.iter().find(|c| c.type_ == "DisruptionTarget" && c.status == "True")?.last_transition_time.as_ref()?.0;
+    let at = st
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")?
+        .last_transition_time
+        .as_ref()?
+        .0;
     Some(at.duration_since(started).as_secs_f64().max(0.0))
 }
 
-async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, wave_interval: Duration, hold: bool) -> anyhow::Result<(Outcome, Option<ControlPlane>)> {
+async fn run(
+    bins: &Binaries,
+    sc: &Scenario,
+    extender: Option<(&Path, bool)>,
+    wave_interval: Duration,
+    hold: bool,
+) -> anyhow::Result<(Outcome, Option<ControlPlane>)> {
     let plane = ControlPlane::start(bins, Options::default()).await?;
     let client = plane.client().await?;
     cluster::create_all(&client, vec![cluster::namespace("online"), cluster::namespace("batch")]).await?;
@@ -331,7 +383,14 @@ async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, wa
     let names: Vec<String> = classes.iter().filter_map(|c| c.metadata.name.clone()).collect();
     cluster::create_all(&client, classes).await?;
     cluster::until_admitted(&client, "batch", &names.iter().map(String::as_str).collect::<Vec<_>>()).await?;
-    for f in ["clusterrole.yaml", "clusterrolebinding.yaml", "requeue/clusterrole.yaml", "requeue/clusterrolebinding.yaml", "wake/role.yaml", "wake/rolebinding.yaml"] {
+    for f in [
+        "clusterrole.yaml",
+        "clusterrolebinding.yaml",
+        "requeue/clusterrole.yaml",
+        "requeue/clusterrolebinding.yaml",
+        "wake/role.yaml",
+        "wake/rolebinding.yaml",
+    ] {
         plane.apply(&Path::new(REPO).join("manifests").join(f))?;
     }
     let _kubelet = Kubelet::start(client.clone(), kubelet::Options::default());
@@ -347,7 +406,14 @@ async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, wa
     let before = wait::until(Duration::from_secs(90), "the offline pods running", || async {
         let pods = cluster::pods(&client, Some("batch")).await.map_err(|e| e.to_string())?;
         let running: Vec<_> = pods.iter().filter(|p| cluster::phase(p) == "Running").collect();
-        if running.len() == want { Ok(running.iter().map(|p| (cluster::name(p).to_string(), p.metadata.uid.clone().unwrap_or_default())).collect::<Vec<_>>()) } else { Err(format!("{} of {want} running", running.len())) }
+        if running.len() == want {
+            Ok(running
+                .iter()
+                .map(|p| (cluster::name(p).to_string(), p.metadata.uid.clone().unwrap_or_default()))
+                .collect::<Vec<_>>())
+        } else {
+            Err(format!("{} of {want} running", running.len()))
+        }
     })
     .await?;
     drop(warmup);
@@ -364,7 +430,9 @@ async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, wa
 
     let (record, recording) = record(client.clone());
     let ext = match extender {
-        Some((path, _)) => Some(Extender::start(&plane, "coloc-extender", path, &["--kube", "--requeue", "--events", "--wake"]).await?),
+        Some((path, _)) => {
+            Some(Extender::start(&plane, "coloc-extender", path, &["--kube", "--requeue", "--events", "--wake"]).await?)
+        }
         None => None,
     };
     let names = extender.is_none_or(|(_, names)| names);
@@ -386,7 +454,9 @@ async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, wa
         }
         for p in cluster::pods(&client, Some("online")).await? {
             if let (Some(node), Some(at)) = (cluster::node_of(&p), arrived.get(cluster::name(&p))) {
-                out.placed.entry(cluster::name(&p).to_string()).or_insert((node.to_string(), at.elapsed().as_secs_f64()));
+                out.placed
+                    .entry(cluster::name(&p).to_string())
+                    .or_insert((node.to_string(), at.elapsed().as_secs_f64()));
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -396,15 +466,15 @@ async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, wa
     tokio::time::sleep(Duration::from_secs(15)).await;
 
     let after = cluster::pods(&client, Some("batch")).await?;
-    let alive = |uid: &str| after.iter().any(|p| p.metadata.uid.as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none());
+    let alive = |uid: &str| {
+        after.iter().any(|p| p.metadata.uid.as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none())
+    };
     // A requeued copy names its original in this annotation.
-    let base_name = |p: &Pod| p.metadata.annotations.as_ref().and_then(|a| a.get("coloc-extender.io/base-name")).cloned();
+    let base_name =
+        |p: &Pod| p.metadata.annotations.as_ref().and_then(|a| a.get("coloc-extender.io/base-name")).cloned();
     let stands_in = |name: &str| after.iter().any(|p| base_name(p).is_some_and(|b| b == name));
     let bare: BTreeSet<&str> = sc.bare.iter().map(|b| b.name.as_str()).collect();
-    out.copies_bound = after
-        .iter()
-        .filter(|p| base_name(p).is_some() && cluster::node_of(p).is_some())
-        .count();
+    out.copies_bound = after.iter().filter(|p| base_name(p).is_some() && cluster::node_of(p).is_some()).count();
     for (name, uid) in &before {
         if alive(uid) {
             continue;
@@ -423,7 +493,9 @@ async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, wa
         if gone > 0 && gone < members.len() {
             out.gangs_broken.insert(gang.to_string());
             let now = jiff::Timestamp::now();
-            for p in after.iter().filter(|p| members.contains(&cluster::name(p)) && p.metadata.deletion_timestamp.is_none()) {
+            for p in
+                after.iter().filter(|p| members.contains(&cluster::name(p)) && p.metadata.deletion_timestamp.is_none())
+            {
                 let started = p.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
                 let ran = started.map_or(0.0, |t| now.duration_since(t).as_secs_f64().max(0.0));
                 out.broken_gang_survivors_cpu_s += ran * cpu_cores(p);
@@ -443,20 +515,36 @@ async fn run(bins: &Binaries, sc: &Scenario, extender: Option<(&Path, bool)>, wa
     {
         let r = record.lock().unwrap();
         out.pdb_violations = r.pdb_violations;
-        out.discarded_by_pod = r.pods.values().filter_map(|p| Some((cluster::name(p).to_string(), (run_seconds_discarded(p)? * cpu_cores(p)).round()))).collect();
+        out.discarded_by_pod = r
+            .pods
+            .values()
+            .filter_map(|p| Some((cluster::name(p).to_string(), (run_seconds_discarded(p)? * cpu_cores(p)).round())))
+            .collect();
         out.discarded_cpu_s = out.discarded_by_pod.values().sum();
     }
     let jobs: Api<Job> = Api::namespaced(client.clone(), "batch");
     for j in &sc.jobs {
         let job = jobs.get(&j.name).await?;
-        let failed = job.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Failed" && c.status == "True"));
+        let failed = job
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Failed" && c.status == "True"));
         if failed {
             out.jobs_failed.insert(j.name.clone());
         }
     }
     if ext.is_some() {
         out.events = plane
-            .kubectl(&["get", "events", "-n", "online", "--sort-by=.metadata.creationTimestamp", "-o", "custom-columns=POD:.involvedObject.name,TYPE:.type,REASON:.reason,MESSAGE:.message"])
+            .kubectl(&[
+                "get",
+                "events",
+                "-n",
+                "online",
+                "--sort-by=.metadata.creationTimestamp",
+                "-o",
+                "custom-columns=POD:.involvedObject.name,TYPE:.type,REASON:.reason,MESSAGE:.message",
+            ])
             .unwrap_or_else(|e| format!("(cannot list events: {e})"));
     }
     drop(_scheduler);

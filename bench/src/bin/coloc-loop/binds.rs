@@ -32,9 +32,7 @@ impl Binds {
                 while let Some(event) = events.next().await {
                     match event {
                         Ok(Event::Apply(pod) | Event::InitApply(pod)) => {
-                            if cluster::node_of(&pod).is_some()
-                                && seen.insert(cluster::name(&pod).to_string())
-                            {
+                            if cluster::node_of(&pod).is_some() && seen.insert(cluster::name(&pod).to_string()) {
                                 times.lock().expect("not poisoned").push(Instant::now());
                             }
                         }

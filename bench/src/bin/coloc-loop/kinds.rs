@@ -77,16 +77,11 @@ impl Kind {
     /// The registration kube-scheduler gets for an extender at `url`: its entries.
     pub fn entries(self, url: &str) -> Vec<ExtenderEntry> {
         match self {
-            Kind::Echo | Kind::EchoObjects => vec![ExtenderEntry {
-                preempt: false,
-                ..ExtenderEntry::all_verbs(url, self == Kind::Echo)
-            }],
+            Kind::Echo | Kind::EchoObjects => {
+                vec![ExtenderEntry { preempt: false, ..ExtenderEntry::all_verbs(url, self == Kind::Echo) }]
+            }
             Kind::ColocPerPodVerbs | Kind::EchoPerPodVerbs => vec![
-                ExtenderEntry {
-                    filter: false,
-                    prioritize: false,
-                    ..ExtenderEntry::all_verbs(url, true)
-                },
+                ExtenderEntry { filter: false, prioritize: false, ..ExtenderEntry::all_verbs(url, true) },
                 ExtenderEntry {
                     preempt: false,
                     managed_resources: vec![PER_POD_VERBS_MARKER.to_string()],
@@ -100,14 +95,10 @@ impl Kind {
 
 /// The verbs an entry registers, as the result files name them.
 pub fn verbs(e: &ExtenderEntry) -> String {
-    [
-        (e.filter, "filter"),
-        (e.prioritize, "prioritize"),
-        (e.preempt, "preempt"),
-    ]
-    .iter()
-    .filter(|(on, _)| *on)
-    .map(|(_, v)| *v)
-    .collect::<Vec<_>>()
-    .join(",")
+    [(e.filter, "filter"), (e.prioritize, "prioritize"), (e.preempt, "preempt")]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, v)| *v)
+        .collect::<Vec<_>>()
+        .join(",")
 }

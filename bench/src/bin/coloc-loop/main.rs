@@ -50,12 +50,7 @@ struct Args {
     #[arg(long, default_value_t = 3000)]
     pods: usize,
     /// Which runs, in this order within each round.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "stock,echo,coloc-names,coloc-objects"
-    )]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "stock,echo,coloc-names,coloc-objects")]
     runs: Vec<Kind>,
     #[arg(long, default_value_t = 1)]
     rounds: usize,
@@ -95,28 +90,18 @@ fn program(given: Option<PathBuf>, name: &str) -> anyhow::Result<PathBuf> {
         Some(p) => p,
         None => std::env::current_exe()?.with_file_name(name),
     };
-    anyhow::ensure!(
-        path.is_file(),
-        "no {} (build it: cargo build --release --locked --workspace)",
-        path.display()
-    );
+    anyhow::ensure!(path.is_file(), "no {} (build it: cargo build --release --locked --workspace)", path.display());
     Ok(path)
 }
 
 /// `git describe` of the working directory, to say which build was measured.
 fn commit() -> Option<String> {
-    let out = std::process::Command::new("git")
-        .args(["describe", "--always", "--dirty"])
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    let out = std::process::Command::new("git").args(["describe", "--always", "--dirty"]).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    std::fs::write(path, serde_json::to_string_pretty(value)? + "\n")
-        .with_context(|| path.display().to_string())
+    std::fs::write(path, serde_json::to_string_pretty(value)? + "\n").with_context(|| path.display().to_string())
 }
 
 #[tokio::main]
@@ -134,11 +119,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         PathBuf::new()
     };
-    let out = args.out.join(
-        jiff::Timestamp::now()
-            .strftime("%Y%m%dT%H%M%SZ")
-            .to_string(),
-    );
+    let out = args.out.join(jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ").to_string());
     std::fs::create_dir_all(&out)?;
     let commit = commit();
     eprintln!(
@@ -165,23 +146,23 @@ async fn main() -> anyhow::Result<()> {
                 let dir = out.join(format!("storm-{}-{round}", kind.label()));
                 std::fs::create_dir_all(&dir)?;
                 let r = storm::one(&bins, kind, round, &settings, &dir).await?;
-                eprintln!("coloc-loop: storm {}-{round}: {}/{} placed, p50 {:?} s, {} evictions, {} lost", r.run, r.placed, r.pods, r.place_p50_s, r.evictions, r.lost);
+                eprintln!(
+                    "coloc-loop: storm {}-{round}: {}/{} placed, p50 {:?} s, {} evictions, {} lost",
+                    r.run, r.placed, r.pods, r.place_p50_s, r.evictions, r.lost
+                );
                 write_json(&dir.join("result.json"), &r)?;
                 results.push(r);
             }
         }
         println!("{}", storm::table(&results));
-        write_json(&out.join("results.json"), &serde_json::json!({"commit": commit, "storm_pods": args.storm, "scheduler_qps": args.qps, "storm": results}))?;
+        write_json(
+            &out.join("results.json"),
+            &serde_json::json!({"commit": commit, "storm_pods": args.storm, "scheduler_qps": args.qps, "storm": results}),
+        )?;
         eprintln!("coloc-loop: wrote {}", out.join("results.json").display());
         return Ok(());
     }
-    let world = world::World::build(
-        &bins,
-        args.nodes,
-        args.offline_pods,
-        args.create_concurrency,
-    )
-    .await?;
+    let world = world::World::build(&bins, args.nodes, args.offline_pods, args.create_concurrency).await?;
     if args.hold {
         eprintln!(
             "coloc-loop: holding the cluster: KUBECONFIG={} (admin), {} (the extender's user); kube-apiserver PID {:?}, etcd PID {:?}; Ctrl-C ends it",
@@ -198,10 +179,7 @@ async fn main() -> anyhow::Result<()> {
         offline_pods: args.offline_pods,
         qps: args.qps,
         timeout: Duration::from_secs(args.timeout_s),
-        programs: Programs {
-            extender: &extender,
-            echo: &echo,
-        },
+        programs: Programs { extender: &extender, echo: &echo },
     };
     let mut results = Vec::new();
     for round in 1..=args.rounds {

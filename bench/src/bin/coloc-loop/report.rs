@@ -65,11 +65,7 @@ pub struct Quantiles {
 pub fn quantiles(metrics: &str, name: &str, labels: &[&str]) -> Quantiles {
     let b = prom::buckets(metrics, name, labels);
     let ms = |q| prom::quantile(&b, q).map(|s| round3(s * 1e3));
-    Quantiles {
-        count: prom::count(&b),
-        p50: ms(0.5),
-        p99: ms(0.99),
-    }
+    Quantiles { count: prom::count(&b), p50: ms(0.5), p99: ms(0.99) }
 }
 
 /// Every `extension_point` label value of the framework histogram, with its quantiles.
@@ -78,13 +74,7 @@ pub fn extension_points(metrics: &str) -> BTreeMap<String, Quantiles> {
     let mut points: Vec<String> = metrics
         .lines()
         .filter(|l| l.starts_with(NAME))
-        .filter_map(|l| {
-            l.split("extension_point=\"")
-                .nth(1)?
-                .split('"')
-                .next()
-                .map(str::to_string)
-        })
+        .filter_map(|l| l.split("extension_point=\"").nth(1)?.split('"').next().map(str::to_string))
         .collect();
     points.sort();
     points.dedup();
@@ -92,11 +82,7 @@ pub fn extension_points(metrics: &str) -> BTreeMap<String, Quantiles> {
         .into_iter()
         .map(|p| {
             let label = format!("extension_point=\"{p}\"");
-            let q = quantiles(
-                metrics,
-                "scheduler_framework_extension_point_duration_seconds",
-                &[&label],
-            );
+            let q = quantiles(metrics, "scheduler_framework_extension_point_duration_seconds", &[&label]);
             (p, q)
         })
         .collect()
@@ -144,11 +130,7 @@ pub fn table(runs: &[RunResult]) -> String {
                 format!("{:.1}", r.pods_per_s),
                 opt(r.vs_stock, 2),
                 format!("{:.2}", r.seconds_first_to_all),
-                format!(
-                    "{} / {}",
-                    opt(r.algorithm_p50_ms, 2),
-                    opt(r.algorithm_p99_ms, 2)
-                ),
+                format!("{} / {}", opt(r.algorithm_p50_ms, 2), opt(r.algorithm_p99_ms, 2)),
                 opt(r.extender_cpu_ms_per_pod, 3),
                 opt(r.extender_peak_rss_mb, 0),
                 opt(r.extender_ready_s, 1),
@@ -181,11 +163,7 @@ pub fn summarize(runs: &[RunResult]) -> Vec<Summary> {
         let pods: usize = of.iter().map(|r| r.bound).sum();
         let secs: f64 = of.iter().map(|r| r.seconds_first_to_all).sum();
         let cpu: Option<f64> = of.iter().map(|r| r.extender_cpu_s).sum();
-        (
-            of.len(),
-            pods as f64 / secs.max(1e-9),
-            cpu.map(|c| c * 1e3 / pods.max(1) as f64),
-        )
+        (of.len(), pods as f64 / secs.max(1e-9), cpu.map(|c| c * 1e3 / pods.max(1) as f64))
     };
     let stock = kinds.contains(&"stock").then(|| rate("stock").1);
     kinds
@@ -204,13 +182,7 @@ pub fn summarize(runs: &[RunResult]) -> Vec<Summary> {
 }
 
 pub fn summary_table(summary: &[Summary]) -> String {
-    let head = [
-        "run",
-        "rounds",
-        "pods/s (summed)",
-        "× stock",
-        "extender CPU ms/pod",
-    ];
+    let head = ["run", "rounds", "pods/s (summed)", "× stock", "extender CPU ms/pod"];
     markdown(
         &head,
         summary.iter().map(|r| {

@@ -25,13 +25,7 @@ fn cpu(pid: Option<u32>) -> Option<f64> {
 }
 
 /// Runs `kind` once; writes kube-scheduler's config and the result into `dir`.
-pub async fn one(
-    world: &World,
-    kind: Kind,
-    round: usize,
-    s: &Settings<'_>,
-    dir: &Path,
-) -> anyhow::Result<RunResult> {
+pub async fn one(world: &World, kind: Kind, round: usize, s: &Settings<'_>, dir: &Path) -> anyhow::Result<RunResult> {
     let name = format!("{}-{round}", kind.label());
     let created_s = world.online(&name, s.pods).await?;
 
@@ -49,14 +43,9 @@ pub async fn one(
     let ext_cpu0 = cpu(ext_pid);
     let api_cpu0 = cpu(world.plane.apiserver.pid());
     let start = Instant::now();
-    let scheduler = Scheduler::start_with(
-        &world.plane,
-        &format!("kube-scheduler-{name}"),
-        &entries,
-        s.qps,
-        kind.scheduler_flags(),
-    )
-    .await?;
+    let scheduler =
+        Scheduler::start_with(&world.plane, &format!("kube-scheduler-{name}"), &entries, s.qps, kind.scheduler_flags())
+            .await?;
     let times = binds.wait(s.pods, s.timeout).await;
     let end = times.last().copied().unwrap_or_else(Instant::now);
     let (ext_cpu1, api_cpu1) = (cpu(ext_pid), cpu(world.plane.apiserver.pid()));
@@ -72,35 +61,23 @@ pub async fn one(
 
     let bound = times.len();
     if bound < s.pods {
-        eprintln!(
-            "coloc-loop: {name}: only {bound} of {} pods bound within {:?}",
-            s.pods, s.timeout
-        );
+        eprintln!("coloc-loop: {name}: only {bound} of {} pods bound within {:?}", s.pods, s.timeout);
     }
     let first_to_all = match (times.first(), times.last()) {
         (Some(a), Some(b)) => b.duration_since(*a).as_secs_f64(),
         _ => 0.0,
     };
     let ext_cpu = ext_cpu1.zip(ext_cpu0).map(|(b, a)| b - a);
-    let algorithm = report::quantiles(
-        &metrics,
-        "scheduler_scheduling_algorithm_duration_seconds",
-        &[],
-    );
-    let attempt = report::quantiles(
-        &metrics,
-        "scheduler_scheduling_attempt_duration_seconds",
-        &["result=\"scheduled\""],
-    );
+    let algorithm = report::quantiles(&metrics, "scheduler_scheduling_algorithm_duration_seconds", &[]);
+    let attempt =
+        report::quantiles(&metrics, "scheduler_scheduling_attempt_duration_seconds", &["result=\"scheduled\""]);
     Ok(RunResult {
         run: kind.label().to_string(),
         round,
         nodes: world.nodes(),
         offline_pods: s.offline_pods,
         pods: s.pods,
-        extender: entries
-            .first()
-            .map_or("none".into(), |e| e.url_prefix.clone()),
+        extender: entries.first().map_or("none".into(), |e| e.url_prefix.clone()),
         node_cache_capable: entries.first().map(|e| e.node_cache_capable),
         verbs: (!entries.is_empty()).then(|| entries.iter().map(kinds::verbs).collect::<Vec<_>>().join(" + ")),
         scheduler_qps: s.qps,

@@ -14,9 +14,9 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use coloc_bench::procstat;
 use coloc_extender::requeue::{FROM_UID, GUARD};
 use coloc_testbed::cluster::{self, PodBuilder};
-use coloc_bench::procstat;
 use coloc_testbed::{kubelet, prepared, wait, Binaries, ControlPlane, Extender, Kubelet, Scheduler};
 use serde::Serialize;
 
@@ -69,15 +69,32 @@ async fn build(bins: &Binaries, pods: usize) -> anyhow::Result<(ControlPlane, ku
     let (plane, client) = world::control_plane(bins, &[prepared::BASE_RBAC, prepared::REQUEUE_RBAC].concat()).await?;
     let stand_in = Kubelet::start(client.clone(), kubelet::Options::default());
     let node = |i: usize| format!("storm-{i:05}");
-    cluster::create_all(&client, (0..pods).map(|i| cluster::node(&node(i), NODE_MILLI_CPU, 256, &format!("zone-{}", i % 3))).collect()).await?;
+    cluster::create_all(
+        &client,
+        (0..pods).map(|i| cluster::node(&node(i), NODE_MILLI_CPU, 256, &format!("zone-{}", i % 3))).collect(),
+    )
+    .await?;
     let victims = (0..pods * VICTIMS_PER_NODE)
-        .map(|v| PodBuilder::new(OFFLINE, &format!("victim-{v:06}"), "offline-batch", VICTIM_MILLI_CPU).on(&node(v / VICTIMS_PER_NODE)).build())
+        .map(|v| {
+            PodBuilder::new(OFFLINE, &format!("victim-{v:06}"), "offline-batch", VICTIM_MILLI_CPU)
+                .on(&node(v / VICTIMS_PER_NODE))
+                .build()
+        })
         .collect();
     cluster::create_all(&client, victims).await?;
     let want = pods * VICTIMS_PER_NODE;
     wait::until(Duration::from_secs(300), "the storm's victims running", || async {
-        let running = cluster::pods(&client, Some(OFFLINE)).await.map_err(|e| e.to_string())?.iter().filter(|p| cluster::phase(p) == "Running").count();
-        if running == want { Ok(()) } else { Err(format!("{running} of {want} running")) }
+        let running = cluster::pods(&client, Some(OFFLINE))
+            .await
+            .map_err(|e| e.to_string())?
+            .iter()
+            .filter(|p| cluster::phase(p) == "Running")
+            .count();
+        if running == want {
+            Ok(())
+        } else {
+            Err(format!("{running} of {want} running"))
+        }
     })
     .await?;
     Ok((plane, client, stand_in))
@@ -91,11 +108,21 @@ pub struct Settings<'a> {
     pub programs: Programs<'a>,
 }
 
-pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, dir: &Path) -> anyhow::Result<StormResult> {
+pub async fn one(
+    bins: &Binaries,
+    kind: Kind,
+    round: usize,
+    s: &Settings<'_>,
+    dir: &Path,
+) -> anyhow::Result<StormResult> {
     let (pods, qps, timeout) = (s.pods, s.qps, s.timeout);
     let name = format!("storm-{}-{round}", kind.label());
     let (plane, client, _stand_in) = build(bins, pods).await?;
-    let before: Vec<(String, String)> = cluster::pods(&client, Some(OFFLINE)).await?.iter().map(|p| (cluster::name(p).to_string(), p.metadata.uid.clone().unwrap_or_default())).collect();
+    let before: Vec<(String, String)> = cluster::pods(&client, Some(OFFLINE))
+        .await?
+        .iter()
+        .map(|p| (cluster::name(p).to_string(), p.metadata.uid.clone().unwrap_or_default()))
+        .collect();
 
     let extender = match kind.program(&s.programs) {
         Some((binary, args)) => {
@@ -114,12 +141,19 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
         Kind::Echo => extender.iter().map(|e| coloc_testbed::ExtenderEntry::all_verbs(&e.url(), true)).collect(),
         _ => extender.iter().flat_map(|e| kind.entries(&e.url())).collect(),
     };
-    let scheduler = Scheduler::start_with(&plane, &format!("kube-scheduler-{name}"), &entries, qps, kind.scheduler_flags()).await?;
+    let scheduler =
+        Scheduler::start_with(&plane, &format!("kube-scheduler-{name}"), &entries, qps, kind.scheduler_flags()).await?;
     // The online pods arrive at once, at a running kube-scheduler: time to place counts
     // from the start of their creation.
     let binds = Binds::watch(client.clone(), ONLINE).await?;
     let start = Instant::now();
-    cluster::create_all(&client, (0..pods).map(|i| PodBuilder::new(ONLINE, &format!("{name}-{i:05}"), "online-prod", ONLINE_MILLI_CPU).build()).collect()).await?;
+    cluster::create_all(
+        &client,
+        (0..pods)
+            .map(|i| PodBuilder::new(ONLINE, &format!("{name}-{i:05}"), "online-prod", ONLINE_MILLI_CPU).build())
+            .collect(),
+    )
+    .await?;
     let times = binds.wait(pods, timeout).await;
     let cpu1 = ext_pid.and_then(|p| procstat::cpu_seconds(&p.to_string()));
     std::fs::write(dir.join("scheduler-config.yaml"), &scheduler.config)?;
@@ -131,8 +165,13 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
     let mut waits: Vec<f64> = times.iter().map(|t| t.duration_since(start).as_secs_f64()).collect();
     waits.sort_by(f64::total_cmp);
     let after = cluster::pods(&client, Some(OFFLINE)).await?;
-    let live: BTreeSet<&str> = after.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).filter_map(|p| p.metadata.uid.as_deref()).collect();
-    let replaced: BTreeSet<&str> = after.iter().filter_map(|p| p.metadata.annotations.as_ref()?.get(FROM_UID).map(String::as_str)).collect();
+    let live: BTreeSet<&str> = after
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    let replaced: BTreeSet<&str> =
+        after.iter().filter_map(|p| p.metadata.annotations.as_ref()?.get(FROM_UID).map(String::as_str)).collect();
     let evicted: Vec<&str> = before.iter().map(|(_, uid)| uid.as_str()).filter(|uid| !live.contains(uid)).collect();
     let lost = evicted.iter().filter(|uid| !replaced.contains(*uid)).count();
     let residue_guarded = after.iter().filter(|p| p.metadata.finalizers.iter().flatten().any(|f| f == GUARD)).count();
@@ -145,7 +184,10 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
             std::fs::write(dir.join("extender-metrics.txt"), &text)?;
             let sum = |m: &str, f: &str| coloc_testbed::extender::metric_sum(&text, m, f);
             let preempt = "verb=\"preempt\"";
-            let (seconds, count) = (sum("coloc_request_duration_seconds_sum", preempt), sum("coloc_request_duration_seconds_count", preempt));
+            let (seconds, count) = (
+                sum("coloc_request_duration_seconds_sum", preempt),
+                sum("coloc_request_duration_seconds_count", preempt),
+            );
             preempt_mean_ms = (count > 0.0).then(|| round3(seconds / count * 1000.0));
             Some(
                 sum("coloc_requeue_guards_total", "")
@@ -173,7 +215,9 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
         replacements: replaced.len(),
         lost,
         extender_api_writes: writes,
-        extender_api_writes_per_victim: writes.filter(|_| !evicted.is_empty()).map(|w| round3(w / evicted.len() as f64)),
+        extender_api_writes_per_victim: writes
+            .filter(|_| !evicted.is_empty())
+            .map(|w| round3(w / evicted.len() as f64)),
         all_released_s,
         residue_guarded,
         residue_gated,
@@ -184,9 +228,19 @@ pub async fn one(bins: &Binaries, kind: Kind, round: usize, s: &Settings<'_>, di
 
 /// Replacements still gated although their original is gone.
 fn gated_of_gone(pods: &[k8s_openapi::api::core::v1::Pod]) -> usize {
-    let live: BTreeSet<&str> = pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).filter_map(|p| p.metadata.uid.as_deref()).collect();
+    let live: BTreeSet<&str> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
     pods.iter()
-        .filter(|p| p.metadata.annotations.as_ref().and_then(|a| a.get(FROM_UID)).is_some_and(|from| !live.contains(from.as_str())))
+        .filter(|p| {
+            p.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(FROM_UID))
+                .is_some_and(|from| !live.contains(from.as_str()))
+        })
         .filter(|p| p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_some_and(|g| !g.is_empty()))
         .count()
 }
@@ -196,7 +250,11 @@ async fn all_released(client: &kube::Client) -> anyhow::Result<Instant> {
     wait::until(Duration::from_secs(300), "every replacement of a gone original released", || async {
         let pods = cluster::pods(client, Some(OFFLINE)).await.map_err(|e| e.to_string())?;
         let waiting = gated_of_gone(&pods);
-        if waiting == 0 { Ok(Instant::now()) } else { Err(format!("{waiting} still gated")) }
+        if waiting == 0 {
+            Ok(Instant::now())
+        } else {
+            Err(format!("{waiting} still gated"))
+        }
     })
     .await
 }
@@ -206,9 +264,23 @@ pub fn table(results: &[StormResult]) -> String {
     let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v}"));
     for r in results {
         s += &format!(
-            "| {} | {} | {}/{} | {} / {} / {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            r.run, r.round, r.placed, r.pods, opt(r.place_p50_s), opt(r.place_p90_s), opt(r.place_max_s), r.evictions, r.replacements, r.lost,
-            opt(r.all_released_s), format!("{}, {}", r.residue_guarded, r.residue_gated), opt(r.extender_api_writes_per_victim), opt(r.extender_preempt_mean_ms), opt(r.extender_cpu_s)
+            "| {} | {} | {}/{} | {} / {} / {} | {} | {} | {} | {} | {}, {} | {} | {} | {} |\n",
+            r.run,
+            r.round,
+            r.placed,
+            r.pods,
+            opt(r.place_p50_s),
+            opt(r.place_p90_s),
+            opt(r.place_max_s),
+            r.evictions,
+            r.replacements,
+            r.lost,
+            opt(r.all_released_s),
+            r.residue_guarded,
+            r.residue_gated,
+            opt(r.extender_api_writes_per_victim),
+            opt(r.extender_preempt_mean_ms),
+            opt(r.extender_cpu_s)
         );
     }
     s

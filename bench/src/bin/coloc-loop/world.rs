@@ -46,50 +46,25 @@ impl World {
         offline_pods: usize,
         create_concurrency: usize,
     ) -> anyhow::Result<World> {
-        let (plane, client) =
-            control_plane(bins, &prepared::BASE_RBAC).await?;
-        let world = World {
-            client,
-            plane,
-            create_concurrency,
-            nodes,
-        };
+        let (plane, client) = control_plane(bins, &prepared::BASE_RBAC).await?;
+        let world = World { client, plane, create_concurrency, nodes };
         let t = Instant::now();
-        let node_objects = (0..nodes)
-            .map(|i| {
-                cluster::node(
-                    &node_name(i),
-                    NODE_MILLI_CPU,
-                    128,
-                    &format!("zone-{}", i % 3),
-                )
-            })
-            .collect();
+        let node_objects =
+            (0..nodes).map(|i| cluster::node(&node_name(i), NODE_MILLI_CPU, 128, &format!("zone-{}", i % 3))).collect();
         cluster::create_all_with(&world.client, node_objects, create_concurrency).await?;
-        eprintln!(
-            "coloc-loop: {nodes} nodes in {:.1} s",
-            t.elapsed().as_secs_f64()
-        );
+        eprintln!("coloc-loop: {nodes} nodes in {:.1} s", t.elapsed().as_secs_f64());
         let t = Instant::now();
         // Bound directly (spec.nodeName): kube-scheduler and the extender count them as
         // placed; round-robin so every node carries the same load.
         let offline: Vec<Pod> = (0..offline_pods)
             .map(|i| {
-                PodBuilder::new(
-                    OFFLINE,
-                    &format!("offline-{i:06}"),
-                    "offline-batch",
-                    OFFLINE_MILLI_CPU,
-                )
-                .on(&node_name(i % nodes.max(1)))
-                .build()
+                PodBuilder::new(OFFLINE, &format!("offline-{i:06}"), "offline-batch", OFFLINE_MILLI_CPU)
+                    .on(&node_name(i % nodes.max(1)))
+                    .build()
             })
             .collect();
         cluster::create_all_with(&world.client, offline, create_concurrency).await?;
-        eprintln!(
-            "coloc-loop: {offline_pods} bound offline pods in {:.1} s",
-            t.elapsed().as_secs_f64()
-        );
+        eprintln!("coloc-loop: {offline_pods} bound offline pods in {:.1} s", t.elapsed().as_secs_f64());
         Ok(world)
     }
 
@@ -102,37 +77,18 @@ impl World {
     pub async fn online(&self, tag: &str, count: usize) -> anyhow::Result<f64> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ONLINE);
         api.delete_collection(
-            &DeleteParams {
-                grace_period_seconds: Some(0),
-                ..DeleteParams::default()
-            },
+            &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() },
             &ListParams::default(),
         )
         .await?;
         let deadline = Instant::now() + Duration::from_secs(120);
-        while !api
-            .list(&ListParams::default().limit(1))
-            .await?
-            .items
-            .is_empty()
-        {
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "online pods not deleted after 120 s"
-            );
+        while !api.list(&ListParams::default().limit(1)).await?.items.is_empty() {
+            anyhow::ensure!(Instant::now() < deadline, "online pods not deleted after 120 s");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let t = Instant::now();
         let pods: Vec<Pod> = (0..count)
-            .map(|i| {
-                PodBuilder::new(
-                    ONLINE,
-                    &format!("{tag}-{i:05}"),
-                    "online-prod",
-                    ONLINE_MILLI_CPU,
-                )
-                .build()
-            })
+            .map(|i| PodBuilder::new(ONLINE, &format!("{tag}-{i:05}"), "online-prod", ONLINE_MILLI_CPU).build())
             .collect();
         cluster::create_all_with(&self.client, pods, self.create_concurrency).await?;
         Ok(t.elapsed().as_secs_f64())
