@@ -38,7 +38,7 @@ fn grants(role: &Value) -> Vec<String> {
 }
 
 #[test]
-fn the_cluster_role_reads_what_the_view_watches_and_writes_only_events_and_guard_removals() {
+fn the_cluster_role_reads_what_the_view_watches_and_writes_only_events_and_what_finishes_an_earlier_run() {
     let granted = grants(&load("clusterrole.yaml"));
     let read = |r: &str| ["get", "list", "watch"].map(|v| format!("{r}:{v}"));
     let mut expected: Vec<String> = [
@@ -56,8 +56,9 @@ fn the_cluster_role_reads_what_the_view_watches_and_writes_only_events_and_guard
     .collect();
     // Events on preemptors (serve --events): the Warning/Normal `kubectl describe pod` shows.
     expected.extend(["events.k8s.io/events:create".to_string(), "events.k8s.io/events:patch".to_string()]);
-    // Guards earlier releases left are taken off in every mode (bounded by the policy).
-    expected.push("/pods:patch".to_string());
+    // What an earlier run left is finished in every mode (bounded by the admission policy):
+    // guards taken off and copies released (patch), copies never needed deleted (delete).
+    expected.extend(["/pods:patch".to_string(), "/pods:delete".to_string()]);
     expected.sort();
     assert_eq!(granted, expected);
 }

@@ -97,14 +97,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             tracing::warn!("--requeue-guard is ignored: guards are no longer added, and those an earlier release left are finished");
         }
         let requeuer = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance));
-        // Whatever the flags: guards an earlier release left would hold their pods forever.
+        // Whatever the flags, what an earlier run left is finished: guards would hold their
+        // pods forever, and gated copies are released once their original is gone, or
+        // deleted when it was never evicted. Without --requeue no copy is made, so the
+        // reconcile loop only finishes old ones.
         tokio::spawn(requeuer.clone().finish_leftover_guards());
+        tokio::spawn(requeuer.clone().reconcile_loop(
+            view.clone(),
+            Duration::from_secs(1),
+            args.requeue_evict_within.as_secs() as i64,
+        ));
         if args.requeue {
-            tokio::spawn(requeuer.clone().reconcile_loop(
-                view.clone(),
-                Duration::from_secs(1),
-                args.requeue_evict_within.as_secs() as i64,
-            ));
             state.requeuer = Some(requeuer);
             tracing::info!(
                 budget_ms = args.requeue_budget_ms,

@@ -40,6 +40,10 @@ pub fn cases() -> Vec<Case> {
             run: |b, m| Box::pin(completes_while_copy_stored(b, m)),
         },
         Case { name: "removal_two_replicas_with_different_policies", run: |b, m| Box::pin(two_policies(b, m)) },
+        Case {
+            name: "removal_a_replica_without_requeue_finishes_the_copies_an_earlier_run_left",
+            run: |b, m| Box::pin(requeue_off_finishes_copies(b, m)),
+        },
     ]
 }
 
@@ -368,29 +372,7 @@ async fn completes_while_copy_stored(bins: Binaries, mode: Mode) -> anyhow::Resu
     let pods = cluster::pods(&bed.client, Some("batch")).await?;
     let free1 =
         pods.iter().find(|p| cluster::name(p) == "free-1").cloned().ok_or_else(|| anyhow::anyhow!("no free-1"))?;
-    let web = cluster::pods(&bed.client, Some("online")).await?.remove(0);
-    let victims: Vec<&Pod> = pods.iter().collect();
-    let body = match mode {
-        Mode::Names => {
-            json!({"Pod": web, "NodeNameToMetaVictims": {"node-1": {"Pods": victims.iter().map(|p| json!({"UID": p.metadata.uid})).collect::<Vec<_>>(), "NumPDBViolations": 0}}})
-        }
-        Mode::Objects => json!({"Pod": web, "NodeNameToVictims": {"node-1": {"Pods": victims, "NumPDBViolations": 0}}}),
-    };
-    let client = plain_client(bed.extenders[e].port)?;
-    let body = serde_json::to_vec(&body)?;
-    let answer = wait::until(MINUTE, "a preempt answer naming free-1", || async {
-        let request = axum::http::Request::post("/preempt")
-            .header("Content-Type", "application/json")
-            .body(body.clone())
-            .map_err(|e| e.to_string())?;
-        let text = client.request_text(request).await.map_err(|e| e.to_string())?;
-        if text.contains(free1.metadata.uid.as_deref().unwrap_or("?")) {
-            Ok(text)
-        } else {
-            Err(text)
-        }
-    })
-    .await?;
+    let answer = preempt_nobody_acts_on(&bed, e, "web", free1.metadata.uid.as_deref().unwrap_or("?")).await?;
     let uid = free1.metadata.uid.clone().unwrap_or_default();
     let copy_of_free1 =
         |pods: &[Pod]| pods.iter().find(|p| crate::invariants::from_uid(p) == Some(uid.as_str())).cloned();
@@ -461,5 +443,77 @@ async fn two_policies(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     .await?;
     nothing_lost(&bed, "batch", &originals).await?;
     anyhow::ensure!(guarded_pods(&bed).await?.is_empty());
+    bed.finish()
+}
+
+/// A preempt call for online/`preemptor` with every batch pod on node-1 as kube's
+/// victims, sent to extender `e` as kube-scheduler would (no kube-scheduler runs, so
+/// nobody acts on the answer); retried until the answer names `victim_uid`.
+async fn preempt_nobody_acts_on(bed: &Bed, e: usize, preemptor: &str, victim_uid: &str) -> anyhow::Result<String> {
+    let pods = cluster::pods(&bed.client, Some("batch")).await?;
+    let web = cluster::pods(&bed.client, Some("online"))
+        .await?
+        .into_iter()
+        .find(|p| cluster::name(p) == preemptor)
+        .ok_or_else(|| anyhow::anyhow!("no online/{preemptor}"))?;
+    let victims: Vec<&Pod> = pods.iter().collect();
+    let body = match bed.mode {
+        Mode::Names => {
+            json!({"Pod": web, "NodeNameToMetaVictims": {"node-1": {"Pods": victims.iter().map(|p| json!({"UID": p.metadata.uid})).collect::<Vec<_>>(), "NumPDBViolations": 0}}})
+        }
+        Mode::Objects => json!({"Pod": web, "NodeNameToVictims": {"node-1": {"Pods": victims, "NumPDBViolations": 0}}}),
+    };
+    let client = plain_client(bed.extenders[e].port)?;
+    let body = serde_json::to_vec(&body)?;
+    wait::until(MINUTE, &format!("a preempt answer naming {victim_uid}"), || async {
+        let request = axum::http::Request::post("/preempt")
+            .header("Content-Type", "application/json")
+            .body(body.clone())
+            .map_err(|e| e.to_string())?;
+        let text = client.request_text(request).await.map_err(|e| e.to_string())?;
+        if text.contains(victim_uid) {
+            Ok(text)
+        } else {
+            Err(text)
+        }
+    })
+    .await
+}
+
+/// Copies stored by a replica with requeue on, which then went away; kube-scheduler acted
+/// on one victim (deleted) and not on the other. A replica started without `--requeue`
+/// finishes both: the copy whose original is gone is released, the other deleted once its
+/// original was not evicted in time. Nothing lost, nothing left gated.
+async fn requeue_off_finishes_copies(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.one_node_two_free_pods().await?;
+    let originals = bare_pods(&bed, "batch").await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    online(&bed, "web", 3000).await?;
+    let uid_of = |name: &str| originals.iter().find(|(n, _)| n == name).map(|(_, u)| u.clone()).unwrap_or_default();
+    let (uid1, uid2) = (uid_of("free-1"), uid_of("free-2"));
+    preempt_nobody_acts_on(&bed, e, "web", &uid1).await?;
+    let copies = |pods: &[Pod]| pods.iter().filter(|p| is_replacement(p)).count();
+    anyhow::ensure!(
+        copies(&cluster::pods(&bed.client, Some("batch")).await?) == 2,
+        "two copies stored before the answer"
+    );
+    bed.extenders[e].kill();
+    // kube-scheduler preempted free-1 only.
+    Api::<Pod>::namespaced(bed.client.clone(), "batch").delete("free-1", &DeleteParams::default()).await?;
+    let _ = bed.extender(&["--requeue-evict-within", "5s"]).await?;
+    let copy_of = |pods: &[Pod], uid: &str| pods.iter().find(|p| crate::invariants::from_uid(p) == Some(uid)).cloned();
+    bed.until_pods("batch", MINUTE, "free-1's copy released, free-2's deleted", |pods| {
+        match (copy_of(pods, &uid1), copy_of(pods, &uid2)) {
+            (Some(c1), None) if !gated(&c1) => Ok(()),
+            (c1, c2) => Err(format!(
+                "free-1's copy: {:?}, free-2's copy: {:?}",
+                c1.map(|c| (cluster::name(&c).to_string(), gated(&c))),
+                c2.map(|c| cluster::name(&c).to_string())
+            )),
+        }
+    })
+    .await?;
+    nothing_lost(&bed, "batch", &originals).await?;
     bed.finish()
 }
