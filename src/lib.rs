@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod decide;
 pub mod discarded;
 pub mod events;
+pub mod explanation;
 pub mod http;
 pub mod model;
 pub mod pipeline;

@@ -2,7 +2,6 @@
 //! clock: `now` is an input. Every rule leaves an `Explanation`.
 
 mod eligibility;
-mod explain;
 pub mod filter;
 pub mod fit;
 mod jobs;
@@ -10,7 +9,8 @@ pub mod preempt;
 pub mod prioritize;
 
 pub use eligibility::Fate;
-pub use explain::{count_reasons, Explanation};
+// Below decide: events and metrics read explanations without reaching up into decisions.
+pub use crate::explanation::{count_reasons, Explanation};
 pub use filter::{filter, FilterOutcome};
 pub use preempt::{preempt, PreemptOutcome};
 pub use prioritize::{prioritize, PrioritizeOutcome};

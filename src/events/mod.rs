@@ -5,7 +5,7 @@ pub mod kube;
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::decide::Explanation;
+use crate::explanation::Explanation;
 use crate::model::Timestamp;
 use crate::wire::request::clip;
 

@@ -1,4 +1,5 @@
-//! Reasons for every decision, shared by logs, metrics and `replay`.
+//! Reasons for every decision, shared by logs, metrics, Events and `replay`. Below the
+//! decisions that make them and the edges that read them.
 
 use serde::Serialize;
 
