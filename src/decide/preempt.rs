@@ -129,9 +129,64 @@ struct Plan {
     requeues: Vec<RequeueIntent>,
 }
 
+/// One preemptor's request as every candidate node's re-selection reads it: the
+/// decision's context, the view, what follows an eviction, and who asks.
+#[derive(Clone, Copy)]
+struct Asking<'a> {
+    ctx: &'a Context<'a>,
+    view: &'a View,
+    aftermath: &'a Aftermath<'a>,
+    preemptor: Preemptor<'a>,
+    pod: &'a Pod,
+}
+
+/// kube-scheduler's victims on one candidate node, in the form it sent them.
+#[derive(Clone, Copy)]
+enum Proposed<'a> {
+    Full(&'a Victims),
+    Meta(&'a MetaVictims),
+}
+
+impl<'a> Proposed<'a> {
+    /// No victims: a node where the pod fits as is.
+    fn is_empty(self) -> bool {
+        match self {
+            Proposed::Full(v) => v.count == 0,
+            Proposed::Meta(v) => v.uids.is_empty(),
+        }
+    }
+
+    fn uids(self) -> &'a [String] {
+        match self {
+            Proposed::Full(v) => &v.uids,
+            Proposed::Meta(v) => &v.uids,
+        }
+    }
+
+    fn num_pdb_violations(self) -> i64 {
+        match self {
+            Proposed::Full(v) => v.num_pdb_violations,
+            Proposed::Meta(v) => v.num_pdb_violations,
+        }
+    }
+}
+
+/// The candidate nodes kube-scheduler proposed, in name order, whatever their form.
+fn proposed(candidates: &Candidates) -> Vec<(&str, Proposed<'_>)> {
+    match candidates {
+        Candidates::Full(map) => map.iter().map(|(n, v)| (n.as_str(), Proposed::Full(v))).collect(),
+        Candidates::Meta(map) => map.iter().map(|(n, v)| (n.as_str(), Proposed::Meta(v))).collect(),
+    }
+}
+
+/// Preempt, in kube-scheduler's steps: (1) refuse a pod that may not preempt; (2) the
+/// candidates kube-scheduler proposed, unless room is already on its way; (3) re-select
+/// the victims on each candidate under the policy (or judge kube's where the view cannot);
+/// (4) each plan's cost; (5) rank, keeping `maxCandidates`.
 pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     let mut out = PreemptOutcome::default();
     let pod = &args.pod;
+    // 1. Refuse.
     let class_id = ctx.class_of(pod);
     let class_name = &ctx.policy.class(class_id).name;
     if pod.preemption_never {
@@ -189,10 +244,9 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
         ));
     }
 
-    let candidate_nodes: Vec<&str> = match &args.candidates {
-        Candidates::Full(map) => map.keys().map(String::as_str).collect(),
-        Candidates::Meta(map) => map.keys().map(String::as_str).collect(),
-    };
+    // 2. Candidates.
+    let candidates = proposed(&args.candidates);
+    let candidate_nodes: Vec<&str> = candidates.iter().map(|(n, _)| *n).collect();
     if let Some(node) = view.and_then(|v| room_on_its_way(ctx, v, preemptor, pod, &candidate_nodes)) {
         out.explanations.push(Explanation::request(
             "refused",
@@ -202,64 +256,59 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
         return out;
     }
 
+    // 3 and 4. A plan per candidate node, with its cost.
     let aftermath = view.map(|v| Aftermath::new(*ctx, v));
+    let asking = view.zip(aftermath.as_ref()).map(|(view, aftermath)| Asking { ctx, view, aftermath, preemptor, pod });
     let mut plans = Vec::new();
     let ex = &mut out.explanations;
-    match &args.candidates {
-        Candidates::Full(map) => {
-            for (node, v) in map {
-                let plan = if v.count == 0 {
-                    Some(placeholder(node, v.num_pdb_violations, ex))
-                } else if let (Some(view), Some(aftermath)) = (view.filter(|vw| vw.node(node).is_some()), &aftermath) {
-                    out.view_behind |= lags_behind(view, &v.uids);
-                    reselect_or_drop(ctx, view, aftermath, preemptor, pod, node, &v.uids, ex)
-                } else {
-                    if view.is_some() {
-                        ex.push(Explanation::node(
-                            node,
-                            "degraded",
-                            "node_not_in_view",
-                            "node unknown to the cluster view: judging kube-scheduler's victims",
-                        ));
-                    }
-                    judge_request_victims(ctx, preemptor, node, v, ex)
-                };
-                plans.extend(plan);
-            }
+    for (node, victims) in candidates {
+        if victims.is_empty() {
+            plans.push(placeholder(node, victims.num_pdb_violations(), ex));
+            continue;
         }
-        Candidates::Meta(map) => {
-            for (node, v) in map {
-                let plan = if v.uids.is_empty() {
-                    Some(placeholder(node, v.num_pdb_violations, ex))
-                } else {
-                    match view.zip(aftermath.as_ref()) {
-                        None => {
-                            ex.push(Explanation::node(node, "dropped", "no_view_uids_only",
-                                "victims arrived as UIDs only and there is no cluster view: none can be checked against the policy"));
-                            None
-                        }
-                        Some((view, _)) if view.node(node).is_none() => {
-                            out.view_behind = true;
-                            ex.push(Explanation::node(
-                                node,
-                                "dropped",
-                                "node_not_in_view",
-                                "node unknown to the cluster view: its victims cannot be checked",
-                            ));
-                            None
-                        }
-                        Some((view, aftermath)) => {
-                            out.view_behind |= lags_behind(view, &v.uids);
-                            note_misplaced_uids(view, node, v, ex);
-                            reselect_or_drop(ctx, view, aftermath, preemptor, pod, node, &v.uids, ex)
-                        }
-                    }
-                };
-                plans.extend(plan);
+        let plan = match (asking.filter(|a| a.view.node(node).is_some()), victims) {
+            (Some(asking), _) => {
+                out.view_behind |= lags_behind(asking.view, victims.uids());
+                if let Proposed::Meta(v) = victims {
+                    note_misplaced_uids(asking.view, node, v, ex);
+                }
+                reselect_or_drop(&asking, node, victims.uids(), ex)
             }
-        }
+            (None, Proposed::Full(v)) => {
+                if view.is_some() {
+                    ex.push(Explanation::node(
+                        node,
+                        "degraded",
+                        "node_not_in_view",
+                        "node unknown to the cluster view: judging kube-scheduler's victims",
+                    ));
+                }
+                judge_request_victims(ctx, preemptor, node, v, ex)
+            }
+            (None, Proposed::Meta(_)) if view.is_none() => {
+                ex.push(Explanation::node(
+                    node,
+                    "dropped",
+                    "no_view_uids_only",
+                    "victims arrived as UIDs only and there is no cluster view: none can be checked against the policy",
+                ));
+                None
+            }
+            (None, Proposed::Meta(_)) => {
+                out.view_behind = true;
+                ex.push(Explanation::node(
+                    node,
+                    "dropped",
+                    "node_not_in_view",
+                    "node unknown to the cluster view: its victims cannot be checked",
+                ));
+                None
+            }
+        };
+        plans.extend(plan);
     }
 
+    // 5. Rank.
     (out.result, out.requeues) = rank(plans, ctx.policy.max_candidates, ex);
     out
 }
@@ -323,17 +372,8 @@ fn held_room<'v>(
 /// view and kube-scheduler's cache disagree (one of them is stale): never answer an
 /// empty victim list for a candidate that had victims (v1.35 rejects it), drop the node.
 #[allow(clippy::too_many_arguments)]
-fn reselect_or_drop(
-    ctx: &Context,
-    view: &View,
-    aftermath: &Aftermath,
-    preemptor: Preemptor,
-    pod: &Pod,
-    node: &str,
-    proposed: &[String],
-    ex: &mut Vec<Explanation>,
-) -> Option<Plan> {
-    match reselect(ctx, view, aftermath, preemptor, pod, node, proposed, ex) {
+fn reselect_or_drop(asking: &Asking, node: &str, proposed: &[String], ex: &mut Vec<Explanation>) -> Option<Plan> {
+    match reselect(asking, node, proposed, ex) {
         Reselected::Plan(p) => Some(p),
         Reselected::Vetoed => None,
         Reselected::NoVictimsNeeded => {
@@ -489,16 +529,8 @@ fn victim<'a>(
 
 /// Full re-selection on a node the view knows.
 #[allow(clippy::too_many_arguments)]
-fn reselect(
-    ctx: &Context,
-    view: &View,
-    aftermath: &Aftermath,
-    preemptor: Preemptor,
-    pod: &Pod,
-    node_name: &str,
-    proposed: &[String],
-    ex: &mut Vec<Explanation>,
-) -> Reselected {
+fn reselect(asking: &Asking, node_name: &str, proposed: &[String], ex: &mut Vec<Explanation>) -> Reselected {
+    let Asking { ctx, view, pod, preemptor, .. } = *asking;
     let node = view.node(node_name).expect("caller checked the node is in the view");
     let mut pods: Vec<&Pod> = view.pods_on(node_name).iter().map(|p| &**p).filter(|p| p.uid != pod.uid).collect();
     // The view keeps a node's pods in arrival order: explain them in name order.
@@ -536,7 +568,7 @@ fn reselect(
         }
     }
     if ctx.policy.tenants.fair_sharing && ctx.policy.class(preemptor.class).victim.allowed {
-        candidates = fair_share(ctx, view, pod, node, &usage, candidates, ex);
+        candidates = fair_share(asking, node, &usage, candidates, ex);
     }
     let candidates = gangs::keep_whole_groups(node_name, candidates, ex);
     for c in &candidates {
@@ -578,7 +610,7 @@ fn reselect(
     let mut vetoed: Option<Vec<Explanation>> = None;
     for order in orders {
         let mut notes = Vec::new();
-        match reprieve(ctx, view, aftermath, preemptor, pod, node, &candidates, &order, usage.clone(), &mut notes) {
+        match reprieve(asking, node, &candidates, &order, usage.clone(), &mut notes) {
             Some(plan) if best.as_ref().is_none_or(|(b, _)| plan.cost < b.cost) => best = Some((plan, notes)),
             Some(_) => {}
             None => {
@@ -601,19 +633,15 @@ fn reselect(
 /// Puts candidates back in `order`, keeping each whose return still lets the preemptor
 /// fit, then accounts PDBs and gangs exactly. `None`: a strict class's PDB would be
 /// exceeded.
-#[allow(clippy::too_many_arguments)]
 fn reprieve(
-    ctx: &Context,
-    view: &View,
-    aftermath: &Aftermath,
-    preemptor: Preemptor,
-    pod: &Pod,
+    asking: &Asking,
     node: &crate::model::Node,
     candidates: &[Victim],
     order: &[usize],
     mut usage: NodeUsage,
     ex: &mut Vec<Explanation>,
 ) -> Option<Plan> {
+    let Asking { ctx, view, aftermath, preemptor, pod } = *asking;
     let node_name = node.name.as_str();
     let mut chosen = Vec::new();
     // A disruptionMode All gang comes back, or goes, as one.
@@ -702,14 +730,13 @@ fn reprieve(
 /// enough room, also those whose tenant holds more than it before the eviction
 /// (LessThanInitialShare). A tenant's own pods are always candidates.
 fn fair_share<'a>(
-    ctx: &Context,
-    view: &View,
-    pod: &Pod,
+    asking: &Asking,
     node: &crate::model::Node,
     usage: &NodeUsage,
     candidates: Vec<Victim<'a>>,
     ex: &mut Vec<Explanation>,
 ) -> Vec<Victim<'a>> {
+    let Asking { ctx, view, pod, .. } = *asking;
     let tenants = &ctx.policy.tenants;
     let mine = tenants.tenant_of(pod);
     let mine_after = view.tenant_share(&mine) + view.share_of(&pod.requests, tenants.weight(&mine));
