@@ -18,9 +18,33 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // Before anything records: the watches register their counters once, as they start,
     // and a counter registered before the recorder would count nothing.
     http::metrics::handle();
-    // An invalid policy file must not keep every replica in CrashLoop (a drain, an OOM
-    // kill): serve the built-in default in shadow mode, say so, and take the file as soon
-    // as it is fixed.
+    let (policy, startup_problem) = starting_policy(&args);
+    let view = Arc::new(ViewCell::default());
+    let (source, snapshot) = view_source(&args, &view, &policy)?;
+    let mut state = app_state(&args, policy, view.clone(), source, startup_problem)?;
+    let reload = http::server::reload_signals();
+    if source == ViewSource::Kubernetes {
+        start_kube(&args, &mut state, &view).await?;
+    }
+    if let Some(path) = args.policy.clone() {
+        let reloading = PolicyReload {
+            path,
+            mode: args.ops.mode,
+            policy: state.policy.clone(),
+            view: view.clone(),
+            snapshot,
+            problem: state.policy_problem.clone(),
+            alarm: policy_alarm(state.events.clone()),
+        };
+        tokio::spawn(reload_policy(reloading, reload.clone()));
+    }
+    listen(args, state, source, reload).await
+}
+
+/// The policy to start with, and why it is not the file's (if it is not). An invalid
+/// policy file must not keep every replica in CrashLoop (a drain, an OOM kill): serve the
+/// built-in default in shadow mode, say so, and take the file as soon as it is fixed.
+fn starting_policy(args: &ServeArgs) -> (Policy, Option<String>) {
     let (policy, startup_problem) = match super::load_policy(args.policy.as_deref()) {
         Ok(mut policy) => {
             if let Some(mode) = args.ops.mode {
@@ -42,12 +66,21 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if policy.mode == Mode::Shadow && startup_problem.is_none() {
         tracing::warn!("shadow mode: answers are kube-scheduler's own; the policy's decisions are only logged, counted (coloc_shadow_diffs_total) and kept for /decisions");
     }
-    let view = Arc::new(ViewCell::default());
-    let (source, snapshot) = match (&args.snapshot, args.kube) {
+    (policy, startup_problem)
+}
+
+/// Where the view comes from: a snapshot file (published now, and kept to be rebuilt on
+/// a policy change), the Kubernetes API (`start_kube`), or nowhere.
+fn view_source(
+    args: &ServeArgs,
+    view: &ViewCell,
+    policy: &Policy,
+) -> anyhow::Result<(ViewSource, Option<cluster::Objects>)> {
+    Ok(match (&args.snapshot, args.kube) {
         (Some(path), _) => {
             let objects = cluster::snapshot::load(path)?;
             tracing::info!(snapshot = %path.display(), nodes = objects.nodes.len(), pods = objects.pods.len(), "cluster view from snapshot");
-            view.publish(View::build(objects.clone(), &policy));
+            view.publish(View::build(objects.clone(), policy));
             (ViewSource::Snapshot, Some(objects))
         }
         (None, true) => (ViewSource::Kubernetes, None),
@@ -55,7 +88,17 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             tracing::warn!("no cluster view (--snapshot or --kube): preempt judges kube-scheduler's victims only");
             (ViewSource::None, None)
         }
-    };
+    })
+}
+
+/// The state every request reads: policy, view, limits, the decision log.
+fn app_state(
+    args: &ServeArgs,
+    policy: Policy,
+    view: Arc<ViewCell>,
+    source: ViewSource,
+    startup_problem: Option<String>,
+) -> anyhow::Result<AppState> {
     let requeue_classes = policy.requeue_classes().join(", ");
     http::memory::tune();
     let mut state = AppState::new(policy, view.clone(), source);
@@ -67,75 +110,78 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     state.limits = Limits { requeue_budget: Duration::from_millis(args.requeue_budget_ms), ..args.limits.limits()? };
     if !args.requeue && !requeue_classes.is_empty() {
         tracing::warn!(classes = %requeue_classes,
-            "requeue is off (serve --kube --requeue): bare victims of these classes are protected, as with bare: protect");
+        "requeue is off (serve --kube --requeue): bare victims of these classes are protected, as with bare: protect");
     }
-    let reload = http::server::reload_signals();
-    if source == ViewSource::Kubernetes {
-        let config = kube::Config::infer()
-            .await
-            .context("cannot find a Kubernetes client configuration (in-cluster config or KUBECONFIG)")?;
-        let client = kube::Client::try_from(config.clone()).context("cannot build a Kubernetes client")?;
-        let fresh = Arc::new(cluster::watch::Freshness::default());
-        state.freshness = Some(fresh.clone());
-        let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
-        if args.ops.events {
-            let throttle = crate::events::Throttle::new(
-                args.ops.events_min_interval.as_secs() as i64,
-                args.ops.events_repeat_after.as_secs() as i64,
-                50_000,
-            );
-            let reporter = crate::events::kube::reporter(instance.clone());
-            state.events = Some(Arc::new(crate::events::kube::EventSink::start(
-                client.clone(),
-                reporter,
-                throttle,
-                state.clock.clone(),
-            )));
-            tracing::info!("events on preemptors are on");
-        }
-        if args.requeue_guard.is_some() {
-            tracing::warn!("--requeue-guard is ignored: guards are no longer added, and those an earlier release left are finished");
-        }
-        let requeuer = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance));
-        // Whatever the flags, what an earlier run left is finished: guards would hold their
-        // pods forever, and gated copies are released once their original is gone, or
-        // deleted when it was never evicted. Without --requeue no copy is made, so the
-        // reconcile loop only finishes old ones.
-        tokio::spawn(requeuer.clone().finish_leftover_guards());
-        tokio::spawn(requeuer.clone().reconcile_loop(
-            view.clone(),
-            Duration::from_secs(1),
-            args.requeue_evict_within.as_secs() as i64,
-        ));
-        if args.requeue {
-            state.requeuer = Some(requeuer);
-            tracing::info!(
-                budget_ms = args.requeue_budget_ms,
-                evict_within_s = args.requeue_evict_within.as_secs(),
-                "requeue is on"
-            );
-        }
-        if args.wake {
-            let waker = crate::wake::kube::Waker::new(client.clone(), args.wake_namespace.clone());
-            tokio::spawn(waker.clone().run(view.clone(), args.wake_min_interval));
-            state.waker = Some(waker);
-            tracing::info!(namespace = %args.wake_namespace, min_interval_s = args.wake_min_interval.as_secs(), "waking parked pods is on");
-        }
-        watch_apart(config, view.clone(), state.policy.clone(), fresh)?;
-    }
-    if let Some(path) = args.policy.clone() {
-        let reloading = PolicyReload {
-            path,
-            mode: args.ops.mode,
-            policy: state.policy.clone(),
-            view: view.clone(),
-            snapshot,
-            problem: state.policy_problem.clone(),
-            alarm: policy_alarm(state.events.clone()),
-        };
-        tokio::spawn(reload_policy(reloading, reload.clone()));
-    }
+    Ok(state)
+}
 
+/// With `--kube`: the client, Events, requeue (and finishing what an earlier run left),
+/// wake, and the watches that feed the view.
+async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>) -> anyhow::Result<()> {
+    let config = kube::Config::infer()
+        .await
+        .context("cannot find a Kubernetes client configuration (in-cluster config or KUBECONFIG)")?;
+    let client = kube::Client::try_from(config.clone()).context("cannot build a Kubernetes client")?;
+    let fresh = Arc::new(cluster::watch::Freshness::default());
+    state.freshness = Some(fresh.clone());
+    let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
+    if args.ops.events {
+        let throttle = crate::events::Throttle::new(
+            args.ops.events_min_interval.as_secs() as i64,
+            args.ops.events_repeat_after.as_secs() as i64,
+            50_000,
+        );
+        let reporter = crate::events::kube::reporter(instance.clone());
+        state.events = Some(Arc::new(crate::events::kube::EventSink::start(
+            client.clone(),
+            reporter,
+            throttle,
+            state.clock.clone(),
+        )));
+        tracing::info!("events on preemptors are on");
+    }
+    if args.requeue_guard.is_some() {
+        tracing::warn!(
+            "--requeue-guard is ignored: guards are no longer added, and those an earlier release left are finished"
+        );
+    }
+    let requeuer = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance));
+    // Whatever the flags, what an earlier run left is finished: guards would hold their
+    // pods forever, and gated copies are released once their original is gone, or
+    // deleted when it was never evicted. Without --requeue no copy is made, so the
+    // reconcile loop only finishes old ones.
+    tokio::spawn(requeuer.clone().finish_leftover_guards());
+    tokio::spawn(requeuer.clone().reconcile_loop(
+        view.clone(),
+        Duration::from_secs(1),
+        args.requeue_evict_within.as_secs() as i64,
+    ));
+    if args.requeue {
+        state.requeuer = Some(requeuer);
+        tracing::info!(
+            budget_ms = args.requeue_budget_ms,
+            evict_within_s = args.requeue_evict_within.as_secs(),
+            "requeue is on"
+        );
+    }
+    if args.wake {
+        let waker = crate::wake::kube::Waker::new(client.clone(), args.wake_namespace.clone());
+        tokio::spawn(waker.clone().run(view.clone(), args.wake_min_interval));
+        state.waker = Some(waker);
+        tracing::info!(namespace = %args.wake_namespace, min_interval_s = args.wake_min_interval.as_secs(), "waking parked pods is on");
+    }
+    watch_apart(config, view.clone(), state.policy.clone(), fresh)?;
+    Ok(())
+}
+
+/// The verb listener (TLS, certificate reload), the health and admin ports, until a
+/// shutdown signal.
+async fn listen(
+    args: ServeArgs,
+    state: AppState,
+    source: ViewSource,
+    reload: tokio::sync::watch::Receiver<u64>,
+) -> anyhow::Result<()> {
     let app = http::router(state.clone(), &args.path_prefix);
     let mut opts = http::server::ServeOptions::default();
     if let (Some(cert), Some(key)) = (args.tls_cert, args.tls_key) {
