@@ -44,36 +44,51 @@ impl FromStr for Verb {
     }
 }
 
-/// The wire answer and why it is what it is.
+/// The wire answer and why it is what it is: what every verb answers, plus what only a
+/// preempt, or only shadow mode, adds.
 pub struct Answer {
     pub body: Vec<u8>,
     pub pod: String,
     /// The pod's UID: Events are matched to the pod by it.
     pub pod_uid: String,
     pub explanations: Vec<Explanation>,
-    /// Replacements to store before `body` may be sent (preempt only; never in shadow mode).
-    pub requeues: Vec<RequeueIntent>,
     /// The policy's `mode` this answer was made in.
     pub mode: Mode,
     /// One line on the policy's answer, e.g. "kept 3 of 5 node(s)".
     pub summary: String,
-    /// Shadow mode: what the policy's answer would have changed (empty when enforcing).
-    pub diffs: Diffs,
-    /// Shadow mode: the policy's answer, which was not sent.
-    pub would_answer: Option<Vec<u8>>,
     /// The decision's time (`Context::now`).
     pub decided_at: Timestamp,
-    /// Preempt: replacements could not be stored, so this answer was made with requeue off
-    /// (the edge sets it; kube-scheduler may park the pod, see `wake`).
+    /// Preempt answers only.
+    pub preempt: Option<PreemptPart>,
+    /// Shadow mode only: the policy's answer, which was not sent, and what it would change.
+    pub shadow: Option<ShadowPart>,
+}
+
+/// What a preempt answer carries besides the body.
+#[derive(Debug, Default)]
+pub struct PreemptPart {
+    /// Replacements to store before `body` may be sent (never in shadow mode).
+    pub requeues: Vec<RequeueIntent>,
+    /// Replacements could not be stored, so this answer was made with requeue off (set by
+    /// `service`; kube-scheduler may park the pod, see `wake`).
     pub requeue_gave_up: bool,
-    /// Preempt: kube-scheduler's cache was ahead of the view (see `PreemptOutcome`).
+    /// kube-scheduler's cache was ahead of the view (see `PreemptOutcome`).
     pub view_behind: bool,
-    /// Preempt: the run time the sent answer discards (in shadow mode: kube-scheduler's
-    /// own choice).
+    /// The run time the sent answer discards (in shadow mode: kube-scheduler's own choice).
     pub discarded: Option<Discarded>,
-    /// Preempt in shadow mode: what the policy's answer would have discarded.
+}
+
+/// What shadow mode keeps aside: the policy's answer and what it would have changed.
+#[derive(Debug)]
+pub struct ShadowPart {
+    pub diffs: Diffs,
+    pub would_answer: Vec<u8>,
+    /// Preempt: what the policy's answer would have discarded.
     pub would_discard: Option<Discarded>,
 }
+
+/// No differences: an enforced answer's.
+static NO_DIFFS: Diffs = Diffs(std::collections::BTreeMap::new());
 
 impl Answer {
     fn enforced(
@@ -81,7 +96,6 @@ impl Answer {
         body: Vec<u8>,
         pod: &crate::model::Pod,
         explanations: Vec<Explanation>,
-        requeues: Vec<RequeueIntent>,
         summary: String,
     ) -> Answer {
         Answer {
@@ -89,16 +103,11 @@ impl Answer {
             pod: pod.key(),
             pod_uid: pod.uid.clone(),
             explanations,
-            requeues,
             mode: Mode::Enforce,
             summary,
-            diffs: Diffs::default(),
-            would_answer: None,
             decided_at: ctx.now,
-            requeue_gave_up: false,
-            view_behind: false,
-            discarded: None,
-            would_discard: None,
+            preempt: None,
+            shadow: None,
         }
     }
 
@@ -107,16 +116,53 @@ impl Answer {
     fn in_mode(
         mut self,
         mode: Mode,
+        would_discard: Option<Discarded>,
         neutral: impl FnOnce() -> Vec<u8>,
         diffs: impl FnOnce(&Answer) -> Diffs,
     ) -> Answer {
         if mode == Mode::Shadow {
-            self.diffs = diffs(&self);
-            self.would_answer = Some(std::mem::replace(&mut self.body, neutral()));
-            self.requeues.clear();
+            let diffs = diffs(&self);
+            let would_answer = std::mem::replace(&mut self.body, neutral());
+            self.shadow = Some(ShadowPart { diffs, would_answer, would_discard });
+            if let Some(p) = self.preempt.as_mut() {
+                p.requeues.clear();
+            }
             self.mode = Mode::Shadow;
         }
         self
+    }
+
+    /// Replacements to store before the body may be sent (preempt only).
+    pub fn requeues(&self) -> &[RequeueIntent] {
+        self.preempt.as_ref().map_or(&[], |p| &p.requeues)
+    }
+
+    pub fn view_behind(&self) -> bool {
+        self.preempt.as_ref().is_some_and(|p| p.view_behind)
+    }
+
+    pub fn requeue_gave_up(&self) -> bool {
+        self.preempt.as_ref().is_some_and(|p| p.requeue_gave_up)
+    }
+
+    /// The run time the sent answer discards (preempt only).
+    pub fn discarded(&self) -> Option<&Discarded> {
+        self.preempt.as_ref().and_then(|p| p.discarded.as_ref())
+    }
+
+    /// Shadow mode: what the policy's answer would have changed (none when enforcing).
+    pub fn diffs(&self) -> &Diffs {
+        self.shadow.as_ref().map_or(&NO_DIFFS, |s| &s.diffs)
+    }
+
+    /// Shadow mode: the policy's answer, which was not sent.
+    pub fn would_answer(&self) -> Option<&[u8]> {
+        self.shadow.as_ref().map(|s| s.would_answer.as_slice())
+    }
+
+    /// Shadow mode, preempt: what the policy's answer would have discarded.
+    pub fn would_discard(&self) -> Option<&Discarded> {
+        self.shadow.as_ref().and_then(|s| s.would_discard.as_ref())
     }
 }
 
@@ -173,8 +219,9 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
                 )),
             };
             let summary = format!("kept {} of {} node(s)", out.kept.len(), args.nodes.len());
-            Ok(Answer::enforced(&ctx, body, &args.pod, out.explanations, Vec::new(), summary).in_mode(
+            Ok(Answer::enforced(&ctx, body, &args.pod, out.explanations, summary).in_mode(
                 mode,
+                None,
                 || shadow::filter_answer(&args),
                 |_| shadow::filter_diffs(&args, out.kept.len()),
             ))
@@ -184,8 +231,9 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
             bounds.check()?;
             let out = decide::prioritize(&args, &ctx);
             let summary = scores_summary(&out.scores);
-            Ok(Answer::enforced(&ctx, to_json(&out.scores), &args.pod, out.explanations, Vec::new(), summary).in_mode(
+            Ok(Answer::enforced(&ctx, to_json(&out.scores), &args.pod, out.explanations, summary).in_mode(
                 mode,
+                None,
                 || shadow::prioritize_answer(&args),
                 |_| shadow::prioritize_diffs(&out.scores),
             ))
@@ -199,34 +247,34 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
             let summary = candidates_summary(&out.result);
             let result = out.result;
             let kube = (mode == Mode::Shadow).then(|| shadow::kube_candidates(&args));
-            let mut answer =
-                Answer::enforced(&ctx, to_json(&result), &args.pod, out.explanations, out.requeues, summary);
-            answer.view_behind = out.view_behind;
             let policy_discards = discarded::of(&args, &result, &ctx);
-            match &kube {
-                None => answer.discarded = policy_discards,
-                Some(kube) => {
-                    (answer.discarded, answer.would_discard) = (discarded::of(&args, kube, &ctx), policy_discards)
-                }
-            }
-            if let Some(line) = discard_line(&answer) {
+            // In shadow mode `discarded` is counted on kube-scheduler's pick, `would_discard` on the policy's.
+            let (discarded, would_discard) = match &kube {
+                None => (policy_discards, None),
+                Some(kube) => (discarded::of(&args, kube, &ctx), policy_discards),
+            };
+            let mut answer = Answer::enforced(&ctx, to_json(&result), &args.pod, out.explanations, summary);
+            if let Some(line) = discard_line(discarded.as_ref(), would_discard.as_ref()) {
                 answer.explanations.push(Explanation::request("discards", "discarded_work", line));
             }
+            let picked = (discarded.as_ref().map(|d| d.node.clone()), would_discard.as_ref().map(|d| d.node.clone()));
+            answer.preempt = Some(PreemptPart {
+                requeues: out.requeues,
+                requeue_gave_up: false,
+                view_behind: out.view_behind,
+                discarded,
+            });
             Ok(answer.in_mode(
                 mode,
+                would_discard,
                 || to_json(kube.as_ref().expect("made in shadow mode")),
                 |a| {
-                    let requeued = a.requeues.iter().map(|r| r.uid.as_str()).collect();
-                    // In shadow mode `discarded` is counted on kube-scheduler's pick, `would_discard` on the policy's.
-                    let picked = (
-                        a.discarded.as_ref().map(|d| d.node.as_str()),
-                        a.would_discard.as_ref().map(|d| d.node.as_str()),
-                    );
+                    let requeued = a.requeues().iter().map(|r| r.uid.as_str()).collect();
                     shadow::preempt_diffs(
                         &args,
                         kube.as_ref().expect("made in shadow mode"),
                         &result,
-                        picked,
+                        (picked.0.as_deref(), picked.1.as_deref()),
                         &requeued,
                         &ctx,
                     )
@@ -237,14 +285,15 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
 }
 
 /// The run time an answer throws away, and in shadow mode beside what the policy's would.
-fn discard_line(answer: &Answer) -> Option<String> {
-    let sent = answer.discarded.as_ref().map_or("nothing".to_string(), Discarded::describe);
-    match (&answer.discarded, &answer.would_discard) {
+fn discard_line(sent: Option<&Discarded>, would: Option<&Discarded>) -> Option<String> {
+    let described = sent.map_or("nothing".to_string(), Discarded::describe);
+    match (sent, would) {
         (None, None) => None,
-        (_, None) => Some(format!("evicting on {sent}")),
-        (_, Some(policy)) => {
-            Some(format!("kube-scheduler's choice discards {sent}; the policy's would discard {}", policy.describe()))
-        }
+        (_, None) => Some(format!("evicting on {described}")),
+        (_, Some(policy)) => Some(format!(
+            "kube-scheduler's choice discards {described}; the policy's would discard {}",
+            policy.describe()
+        )),
     }
 }
 

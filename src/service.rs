@@ -85,7 +85,7 @@ where
     loop {
         let mut published = view.subscribe();
         let answer = decide(requeue.clone()).await?;
-        if !answer.view_behind {
+        if !answer.view_behind() {
             return Ok(answer);
         }
         if !matches!(tokio::time::timeout_at(deadline, published.changed()).await, Ok(Ok(()))) {
@@ -115,12 +115,16 @@ where
     for _ in 0..REQUEUE_ROUNDS {
         let answer = caught_up(decide, watched, Some(Arc::new(failed.clone()))).await?;
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let newly = if answer.requeues.is_empty() {
+        let newly = if answer.requeues().is_empty() {
             BTreeMap::new()
         } else if left.is_zero() {
-            answer.requeues.iter().map(|i| (i.uid.clone(), "no time left in the requeue budget".to_string())).collect()
+            answer
+                .requeues()
+                .iter()
+                .map(|i| (i.uid.clone(), "no time left in the requeue budget".to_string()))
+                .collect()
         } else {
-            store.store_all(&answer.requeues, left).await
+            store.store_all(answer.requeues(), left).await
         };
         if newly.is_empty() {
             return Ok(answer);
@@ -132,7 +136,7 @@ where
         "requeue replacements keep failing: answering with requeue off for this preempt"
     );
     let mut answer = caught_up(decide, watched, None).await?;
-    answer.requeue_gave_up = true;
+    answer.preempt.get_or_insert_with(Default::default).requeue_gave_up = true;
     Ok(answer)
 }
 
@@ -143,7 +147,7 @@ pub fn wake_reason(answered: Option<&Answer>, ready: bool) -> Option<WakeReason>
     match answered {
         None => Some(WakeReason::PreemptFailed),
         Some(_) if !ready => Some(WakeReason::ViewNotReady),
-        Some(answer) if answer.requeue_gave_up => Some(WakeReason::RequeueUnavailable),
+        Some(answer) if answer.requeue_gave_up() => Some(WakeReason::RequeueUnavailable),
         Some(_) => None,
     }
 }

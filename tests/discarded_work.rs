@@ -46,9 +46,9 @@ fn preempt(extra: &str) -> Answer {
 #[test]
 fn an_enforced_answer_counts_what_its_victims_had_run_by_class() {
     let a = preempt("");
-    let d = a.discarded.as_ref().expect("a preemption discards something");
+    let d = a.discarded().expect("a preemption discards something");
     assert_eq!((d.node.as_str(), d.cpu_seconds.get("free")), ("n2", Some(&60.0)));
-    assert!(a.would_discard.is_none());
+    assert!(a.would_discard().is_none());
     let line = a.explanations.iter().find(|e| e.code == "discarded_work").expect("explained");
     assert_eq!(line.detail, "evicting on n2: 60 CPU-seconds (free 60)");
 }
@@ -57,11 +57,11 @@ fn an_enforced_answer_counts_what_its_victims_had_run_by_class() {
 fn shadow_mode_counts_kube_schedulers_choice_beside_the_policys() {
     let a = preempt("mode: shadow");
     assert_eq!(
-        a.discarded.as_ref().map(|d| (d.node.as_str(), d.total())),
+        a.discarded().map(|d| (d.node.as_str(), d.total())),
         Some(("n1", 3600.0)),
         "kube-scheduler's own choice"
     );
-    assert_eq!(a.would_discard.as_ref().map(|d| (d.node.as_str(), d.total())), Some(("n2", 60.0)), "the policy's");
+    assert_eq!(a.would_discard().map(|d| (d.node.as_str(), d.total())), Some(("n2", 60.0)), "the policy's");
     let line = a.explanations.iter().find(|e| e.code == "discarded_work").expect("explained");
     assert!(line.detail.contains("n1: 3600") && line.detail.contains("n2: 60"), "{}", line.detail);
 }
@@ -75,7 +75,7 @@ fn no_candidate_discards_nothing() {
         "NodeNameToMetaVictims": {},
     });
     let a = answer(Verb::Preempt, body.to_string().as_bytes(), &s.policy, Some(&s.view()), NOW).unwrap();
-    assert!(a.discarded.is_none() && !a.explanations.iter().any(|e| e.code == "discarded_work"));
+    assert!(a.discarded().is_none() && !a.explanations.iter().any(|e| e.code == "discarded_work"));
 }
 
 #[tokio::test]

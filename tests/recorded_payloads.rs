@@ -140,7 +140,7 @@ fn default_policy_with_view_places_every_online_pod_and_requeues_bare_victims(
     // Every bare victim in the answer is requeued, under the name replay reports.
     let view = View::build(snapshot::load(&rec.snapshot).unwrap(), &policy);
     let a = answer(Verb::Preempt, &rec.request, &policy, Some(&view), now()).unwrap();
-    let requeued: Vec<&str> = a.requeues.iter().map(|r| r.name.as_str()).collect();
+    let requeued: Vec<&str> = a.requeues().iter().map(|r| r.name.as_str()).collect();
     let snap: Value = serde_json::from_slice(&std::fs::read(&rec.snapshot).unwrap()).unwrap();
     let owned: Vec<&str> = snap["items"]
         .as_array()
@@ -152,7 +152,7 @@ fn default_policy_with_view_places_every_online_pod_and_requeues_bare_victims(
     let bare: Vec<&str> =
         victims.values().flat_map(|(pods, _)| pods).map(String::as_str).filter(|n| !owned.contains(n)).collect();
     assert_eq!(requeued.len(), bare.len(), "{requeued:?} vs {bare:?}");
-    for r in &a.requeues {
+    for r in a.requeues() {
         assert!(bare.contains(&r.name.as_str()));
         assert!(r.replacement.starts_with(&format!("{}-rq-", r.name)));
         assert_eq!(r.attempt, 1);
@@ -205,7 +205,7 @@ fn default_policy_with_requeue_off_protects_bare_pods_and_says_so(
         detail: Default::default(),
     };
     let a = coloc_extender::pipeline::answer_in(Verb::Preempt, &rec.request, &ctx).unwrap();
-    assert!(a.requeues.is_empty());
+    assert!(a.requeues().is_empty());
     let body: Value = serde_json::from_slice(&a.body).unwrap();
     let nodes: Vec<&String> = body["NodeNameToMetaVictims"].as_object().unwrap().keys().collect();
     match seq {

@@ -9,11 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use coloc_extender::cluster::{Objects, View, ViewCell};
-use coloc_extender::pipeline::Answer;
+use coloc_extender::pipeline::{Answer, PreemptPart};
 use coloc_extender::policy::{Mode, Policy};
 use coloc_extender::requeue::RequeueIntent;
 use coloc_extender::service::{self, Failed, ReplacementStore, REQUEUE_ROUNDS, VIEW_CATCH_UP};
-use coloc_extender::shadow::Diffs;
 use coloc_extender::wake::Reason;
 
 fn intent(uid: &str) -> RequeueIntent {
@@ -35,16 +34,16 @@ fn answer(bare: &[&str], view_behind: bool) -> Answer {
         pod: "online/web".into(),
         pod_uid: "w".into(),
         explanations: Vec::new(),
-        requeues: bare.iter().map(|u| intent(u)).collect(),
         mode: Mode::Enforce,
         summary: String::new(),
-        diffs: Diffs::default(),
-        would_answer: None,
         decided_at: 0,
-        requeue_gave_up: false,
-        view_behind,
-        discarded: None,
-        would_discard: None,
+        preempt: Some(PreemptPart {
+            requeues: bare.iter().map(|u| intent(u)).collect(),
+            requeue_gave_up: false,
+            view_behind,
+            discarded: None,
+        }),
+        shadow: None,
     }
 }
 
@@ -91,7 +90,7 @@ async fn a_preempt_decided_on_a_view_behind_kube_scheduler_is_decided_again_once
     let out = service::preempt(decide, Some(&*view), NO_STORE).await.unwrap();
     publisher.await.unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 2, "decided again after the view was published");
-    assert!(!out.view_behind);
+    assert!(!out.view_behind());
 }
 
 #[tokio::test]
@@ -104,7 +103,7 @@ async fn a_view_that_never_catches_up_is_answered_as_decided_within_the_bound() 
     };
     let started = Instant::now();
     let out = service::preempt(decide, Some(&view), NO_STORE).await.unwrap();
-    assert!(out.view_behind && calls.load(Ordering::SeqCst) == 1);
+    assert!(out.view_behind() && calls.load(Ordering::SeqCst) == 1);
     assert!(started.elapsed() >= VIEW_CATCH_UP && started.elapsed() < VIEW_CATCH_UP * 20, "{:?}", started.elapsed());
 }
 
@@ -118,8 +117,8 @@ async fn bare_victims_are_answered_once_their_replacements_are_stored() {
     };
     let out = service::preempt(decide, None, Some((&store, Duration::from_secs(1)))).await.unwrap();
     assert_eq!(*store.stored.lock().unwrap(), ["a", "b"]);
-    assert_eq!(out.requeues.len(), 2);
-    assert!(!out.requeue_gave_up);
+    assert_eq!(out.requeues().len(), 2);
+    assert!(!out.requeue_gave_up());
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), 1);
     assert!(seen[0].as_ref().is_some_and(|f| f.is_empty()), "decided with requeue on, nothing failed yet");
@@ -137,8 +136,8 @@ async fn a_victim_whose_replacement_fails_is_spared_in_the_next_round() {
     };
     let out = service::preempt(decide, None, Some((&store, Duration::from_secs(1)))).await.unwrap();
     assert_eq!(seen.lock().unwrap().len(), 2);
-    assert_eq!(out.requeues.iter().map(|i| i.uid.as_str()).collect::<Vec<_>>(), ["b"]);
-    assert!(!out.requeue_gave_up);
+    assert_eq!(out.requeues().iter().map(|i| i.uid.as_str()).collect::<Vec<_>>(), ["b"]);
+    assert!(!out.requeue_gave_up());
 }
 
 #[tokio::test]
@@ -158,7 +157,7 @@ async fn replacements_that_keep_failing_give_requeue_up_for_this_preempt() {
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), REQUEUE_ROUNDS + 1, "the rounds, then once with requeue off");
     assert!(seen.last().unwrap().is_none());
-    assert!(out.requeue_gave_up && out.requeues.is_empty());
+    assert!(out.requeue_gave_up() && out.requeues().is_empty());
 }
 
 #[tokio::test]
@@ -170,14 +169,14 @@ async fn no_time_left_in_the_budget_counts_as_a_failed_store() {
     };
     let out = service::preempt(decide, None, Some((&store, Duration::ZERO))).await.unwrap();
     assert!(store.stored.lock().unwrap().is_empty(), "nothing stored without time");
-    assert!(out.requeues.is_empty() && !out.requeue_gave_up);
+    assert!(out.requeues().is_empty() && !out.requeue_gave_up());
 }
 
 #[test]
 fn a_preempt_answered_in_doubt_asks_for_a_wake() {
     let fine = answer(&[], false);
     let mut gave_up = answer(&[], false);
-    gave_up.requeue_gave_up = true;
+    gave_up.preempt.get_or_insert_with(Default::default).requeue_gave_up = true;
     assert_eq!(service::wake_reason(None, true), Some(Reason::PreemptFailed));
     assert_eq!(service::wake_reason(Some(&fine), false), Some(Reason::ViewNotReady));
     assert_eq!(service::wake_reason(Some(&gave_up), true), Some(Reason::RequeueUnavailable));

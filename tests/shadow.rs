@@ -171,7 +171,7 @@ proptest! {
         prop_assert_eq!(&got["FailedAndUnresolvableNodes"], &json!({}));
         // The policy's decision is still made: it is the enforced answer.
         let enforced = answer_in(Verb::Filter, &body, &ctx(&enforce)).unwrap();
-        prop_assert_eq!(a.would_answer.as_deref(), Some(enforced.body.as_slice()));
+        prop_assert_eq!(a.would_answer(), Some(enforced.body.as_slice()));
 
         // prioritize: score 0 for every node, in order.
         let a = answer_in(Verb::Prioritize, &body, &ctx(&shadow)).unwrap();
@@ -182,10 +182,10 @@ proptest! {
         let (body, expected) = case.preempt_body(meta, pdb_mask);
         let a = answer_in(Verb::Preempt, &body, &ctx(&shadow)).unwrap();
         prop_assert_eq!(json_of(&a.body), expected);
-        prop_assert!(a.requeues.is_empty());
+        prop_assert!(a.requeues().is_empty());
         let enforced = answer_in(Verb::Preempt, &body, &ctx(&enforce)).unwrap();
-        prop_assert_eq!(a.would_answer.as_deref(), Some(enforced.body.as_slice()));
-        prop_assert!(enforced.diffs.is_empty() && enforced.would_answer.is_none());
+        prop_assert_eq!(a.would_answer(), Some(enforced.body.as_slice()));
+        prop_assert!(enforced.diffs().is_empty() && enforced.would_answer().is_none());
     }
 }
 
@@ -218,9 +218,9 @@ fn a_vetoed_node_and_a_bare_pod_kube_would_lose_are_counted() {
     let (body, expected) = case.preempt_body(false, 0);
     let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
     assert_eq!(json_of(&a.body), expected);
-    assert_eq!(json_of(a.would_answer.as_deref().unwrap()), json!({"NodeNameToMetaVictims": {}}));
-    assert_eq!(a.diffs.0.get(&DiffKind::NodeVetoed), Some(&1), "{:?}", a.diffs);
-    assert_eq!(a.diffs.0.get(&DiffKind::BarePodLost), Some(&1), "{:?}", a.diffs);
+    assert_eq!(json_of(a.would_answer().unwrap()), json!({"NodeNameToMetaVictims": {}}));
+    assert_eq!(a.diffs().0.get(&DiffKind::NodeVetoed), Some(&1), "{:?}", a.diffs());
+    assert_eq!(a.diffs().0.get(&DiffKind::BarePodLost), Some(&1), "{:?}", a.diffs());
     assert_eq!(a.summary, "no candidates: the pod stays pending");
 }
 
@@ -241,8 +241,13 @@ fn a_requeued_bare_pod_is_not_lost_and_owned_pods_change_nothing() {
     };
     let (body, _) = case.preempt_body(true, 0);
     let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
-    assert_eq!(a.diffs.0.into_iter().collect::<Vec<_>>(), vec![(DiffKind::BarePodLost, 1)], "{:?}", a.explanations);
-    assert!(a.requeues.is_empty(), "shadow mode stores no replacement");
+    assert_eq!(
+        a.diffs().0.clone().into_iter().collect::<Vec<_>>(),
+        vec![(DiffKind::BarePodLost, 1)],
+        "{:?}",
+        a.explanations
+    );
+    assert!(a.requeues().is_empty(), "shadow mode stores no replacement");
 
     // A Job's pod, the same victim as kube's: no difference at all.
     let case = one_node_case(false);
@@ -256,7 +261,7 @@ fn a_requeued_bare_pod_is_not_lost_and_owned_pods_change_nothing() {
         detail: Default::default(),
     };
     let (body, _) = case.preempt_body(true, 0);
-    assert!(answer_in(Verb::Preempt, &body, &ctx).unwrap().diffs.is_empty());
+    assert!(answer_in(Verb::Preempt, &body, &ctx).unwrap().diffs().is_empty());
 }
 
 #[test]
@@ -276,8 +281,8 @@ fn a_pdb_violation_the_policy_avoids_is_counted() {
     };
     let (body, _) = case.preempt_body(false, 1);
     let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
-    assert_eq!(a.diffs.0.get(&DiffKind::PdbViolationAvoided), Some(&1), "{:?}", a.diffs);
-    assert_eq!(a.diffs.0.get(&DiffKind::NodeVetoed), Some(&1), "{:?}", a.diffs);
+    assert_eq!(a.diffs().0.get(&DiffKind::PdbViolationAvoided), Some(&1), "{:?}", a.diffs());
+    assert_eq!(a.diffs().0.get(&DiffKind::NodeVetoed), Some(&1), "{:?}", a.diffs());
 }
 
 #[test]
@@ -299,13 +304,13 @@ fn filter_counts_vetoed_nodes_and_keeps_them_all() {
     };
     let a = answer_in(Verb::Filter, &case.filter_body(false), &ctx).unwrap();
     assert_eq!(json_of(&a.body)["Nodes"]["items"].as_array().unwrap().len(), 2);
-    assert_eq!(a.diffs.0.get(&DiffKind::NodeVetoed), Some(&1));
+    assert_eq!(a.diffs().0.get(&DiffKind::NodeVetoed), Some(&1));
     assert_eq!(a.summary, "kept 1 of 2 node(s)");
     let a = answer_in(Verb::Prioritize, &case.filter_body(false), &ctx).unwrap();
     assert_eq!(
-        a.diffs.0.get(&DiffKind::ScoresChanged),
+        a.diffs().0.get(&DiffKind::ScoresChanged),
         Some(&1),
         "{}",
-        String::from_utf8_lossy(a.would_answer.as_deref().unwrap())
+        String::from_utf8_lossy(a.would_answer().unwrap())
     );
 }

@@ -51,7 +51,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     for e in &answer.explanations {
         eprintln!("  {e}");
     }
-    for r in &answer.requeues {
+    for r in answer.requeues() {
         eprintln!(
             "  would requeue {} as {} (attempt {}; replay writes nothing)",
             r.original_key(),
@@ -59,10 +59,11 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
             r.attempt
         );
     }
-    if let Some(would) = &answer.would_answer {
+    if let Some(would) = answer.would_answer() {
         eprintln!(
             "shadow: stdout is kube-scheduler's own answer; the policy would answer ({}) and change: {}",
-            answer.summary, answer.diffs
+            answer.summary,
+            answer.diffs()
         );
         eprintln!("  {}", String::from_utf8_lossy(would));
     }

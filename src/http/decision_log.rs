@@ -82,7 +82,7 @@ impl Decision {
             time,
             mode: answer.mode.as_str().into(),
             summary: clip(&answer.summary, 512).into_owned(),
-            diffs: answer.diffs.clone(),
+            diffs: answer.diffs().clone(),
             reasons: Vec::new(),
             routine: 0,
             truncated: 0,

@@ -119,10 +119,10 @@ pub fn record_discarded(answer: &crate::pipeline::Answer) {
             metrics::counter!(name, "class" => class.clone()).increment(seconds.round() as u64);
         }
     };
-    if let Some(d) = &answer.discarded {
+    if let Some(d) = answer.discarded() {
         count("coloc_discarded_cpu_seconds_total", d);
     }
-    if let Some(d) = &answer.would_discard {
+    if let Some(d) = answer.would_discard() {
         count("coloc_shadow_discarded_cpu_seconds_total", d);
     }
 }

@@ -8,7 +8,7 @@ use crate::pipeline::{Answer, Verb};
 use crate::policy::Mode;
 
 pub fn answered(state: &AppState, verb: Verb, answer: &Answer) {
-    metrics::record_shadow_diffs(verb.as_str(), &answer.diffs);
+    metrics::record_shadow_diffs(verb.as_str(), answer.diffs());
     metrics::record_discarded(answer);
     state.decisions.record(verb, answer, answer.decided_at);
     // Shadow answers are kube-scheduler's own: an Event about the policy's would mislead.
