@@ -23,9 +23,7 @@ use coloc_extender::policy::Policy;
 use divan::{black_box, Bencher};
 
 // Shared with coloc-viewload (bench/), which builds the same synthetic cluster.
-#[path = "../bench/src/ids.rs"]
-mod ids;
-use ids::{mix, uuid};
+use coloc_testbed::ids::{mix, uuid};
 
 const NODES: usize = 5_000;
 const PER_NODE: usize = 30;

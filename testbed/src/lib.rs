@@ -13,6 +13,7 @@ pub mod binaries;
 pub mod cluster;
 pub mod control_plane;
 pub mod extender;
+pub mod ids;
 pub mod kubelet;
 pub mod pki;
 pub mod ports;
