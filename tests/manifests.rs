@@ -340,3 +340,24 @@ fn the_marker_policy_is_an_opt_in_component_that_marks_the_classes_needing_filte
         }
     }
 }
+
+/// Safe defaults: every example registration, and the scheduler of its own's, is names mode
+/// (the fast one) and ignorable (fail-open while trying it).
+#[test]
+fn every_shipped_registration_is_names_mode_and_ignorable() {
+    let files = [
+        "scheduler/kube-scheduler-config.yaml",
+        "scheduler/kube-scheduler-config-nodecache.yaml",
+        "scheduler/kube-scheduler-config-per-pod-verbs.yaml",
+        "scheduler-of-its-own/kube-scheduler-config.yaml",
+    ];
+    for f in files {
+        let config = load(f);
+        let entries = config["extenders"].as_sequence().unwrap();
+        assert!(!entries.is_empty(), "{f}");
+        for e in entries {
+            assert_eq!(e["nodeCacheCapable"], Value::from(true), "{f}: names mode");
+            assert_eq!(e["ignorable"], Value::from(true), "{f}: fail-open while trying it");
+        }
+    }
+}
