@@ -6,6 +6,7 @@ use std::str::FromStr;
 use crate::cluster::View;
 use crate::decide::{self, Context, Detail, Explanation, Requeue};
 use crate::discarded::{self, Discarded};
+use crate::explanation::{Code, Verdict};
 use crate::model::Timestamp;
 use crate::policy::{Mode, Policy};
 use crate::requeue::RequeueIntent;
@@ -255,7 +256,7 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
             };
             let mut answer = Answer::enforced(&ctx, to_json(&result), &args.pod, out.explanations, summary);
             if let Some(line) = discard_line(discarded.as_ref(), would_discard.as_ref()) {
-                answer.explanations.push(Explanation::request("discards", "discarded_work", line));
+                answer.explanations.push(Explanation::request(Verdict::Discards, Code::DiscardedWork, line));
             }
             let picked = (discarded.as_ref().map(|d| d.node.clone()), would_discard.as_ref().map(|d| d.node.clone()));
             answer.preempt = Some(PreemptPart {

@@ -74,7 +74,7 @@ async fn a_preempt_decision_is_served_with_every_reason_on_the_admin_port_only()
         .explanations
         .iter()
         .filter(|e| !e.is_routine())
-        .map(|e| (e.verdict, e.code, e.detail.clone()))
+        .map(|e| (e.verdict.as_str(), e.code.as_str(), e.detail.clone()))
         .collect();
     assert_eq!(
         d.reasons.iter().map(|r| (r.verdict.as_str(), r.code.as_str(), r.detail.clone())).collect::<Vec<_>>(),
@@ -150,7 +150,7 @@ fn one_huge_decision_keeps_at_most_a_quarter_of_the_bytes_and_says_what_it_cut()
     a.explanations = (0..1000)
         .map(|i| coloc_extender::decide::Explanation {
             detail: format!("reason {i} {}", "x".repeat(200)),
-            verdict: "unresolvable",
+            verdict: coloc_extender::decide::Verdict::Unresolvable,
             ..filler.clone()
         })
         .collect();

@@ -67,16 +67,16 @@ fn chosen_victims_give_a_normal_event_naming_them_and_why() {
 
 #[test]
 fn vetoes_are_grouped_by_reason_most_frequent_first() {
-    use coloc_extender::decide::Explanation;
+    use coloc_extender::decide::{Code, Explanation, Verdict};
     let ex = vec![
-        Explanation::pod("a", "b/x", "spared", "requeue_disabled", ""),
-        Explanation::node("a", "dropped", "does_not_fit", ""),
-        Explanation::pod("b", "b/y", "spared", "requeue_disabled", ""),
-        Explanation::node("b", "dropped", "does_not_fit", ""),
+        Explanation::pod("a", "b/x", Verdict::Spared, Code::RequeueDisabled, ""),
+        Explanation::node("a", Verdict::Dropped, Code::DoesNotFit, ""),
+        Explanation::pod("b", "b/y", Verdict::Spared, Code::RequeueDisabled, ""),
+        Explanation::node("b", Verdict::Dropped, Code::DoesNotFit, ""),
         Explanation::node(
             "c",
-            "dropped",
-            "pdb_strict",
+            Verdict::Dropped,
+            Code::PdbStrict,
             "the preemptor needs batch/w-1 evicted, which exceeds PDB batch/offline-worker-pdb (disruptionsAllowed 2)",
         ),
     ];

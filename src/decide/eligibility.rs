@@ -2,6 +2,7 @@
 
 use super::Context;
 use crate::decide::Explanation;
+use crate::explanation::{Code, Verdict};
 use crate::model::Pod;
 use crate::policy::{BareVictims, ClassId, JobVictims};
 
@@ -17,7 +18,7 @@ pub struct Preemptor<'a> {
 /// Why a pod is protected: a stable code and a sentence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Protection {
-    pub code: &'static str,
+    pub code: Code,
     pub detail: String,
     /// Protected as a member of a gang declared by this source.
     pub gang_source: Option<crate::model::GangSource>,
@@ -25,7 +26,7 @@ pub struct Protection {
 
 impl Protection {
     /// This protection as a decision about `pod` on `node`.
-    pub fn explain(&self, node: &str, pod: &str, verdict: &'static str) -> Explanation {
+    pub fn explain(&self, node: &str, pod: &str, verdict: Verdict) -> Explanation {
         let why = Explanation::pod(node, pod, verdict, self.code, self.detail.clone());
         match self.gang_source {
             Some(source) => why.for_gang(source),
@@ -34,7 +35,7 @@ impl Protection {
     }
 }
 
-fn protected<T>(code: &'static str, detail: String) -> Result<T, Protection> {
+fn protected<T>(code: Code, detail: String) -> Result<T, Protection> {
     Err(Protection { code, detail, gang_source: None })
 }
 
@@ -68,7 +69,7 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
     let preemptor_class = &policy.class(preemptor.class).name;
     if priority >= preemptor.priority {
         return protected(
-            "not_lower_priority",
+            Code::NotLowerPriority,
             format!("priority {priority} is not below the preemptor's {}", preemptor.priority),
         );
     }
@@ -85,20 +86,20 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
                 gang.source.name(),
                 preemptor.priority
             );
-            return Err(Protection { code: "gang_priority", detail, gang_source: Some(gang.source) });
+            return Err(Protection { code: Code::GangPriority, detail, gang_source: Some(gang.source) });
         }
     }
     if !class.victim.allowed {
-        return protected("class_protected", format!("class {} is never a victim", class.name));
+        return protected(Code::ClassProtected, format!("class {} is never a victim", class.name));
     }
     if !policy.may_preempt(preemptor.class, class_id) {
         return protected(
-            "class_not_preemptible",
+            Code::ClassNotPreemptible,
             format!("class {preemptor_class} may not preempt class {}", class.name),
         );
     }
     if victim.deletion_time.is_some() {
-        return protected("terminating", "already terminating".into());
+        return protected(Code::Terminating, "already terminating".into());
     }
     let fate = match () {
         _ if victim.controller.is_some() => job_fate(ctx, class, victim)?,
@@ -110,7 +111,7 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
         let ran = victim.running_since().map(|t| ctx.now - t).unwrap_or(0);
         if ran < min {
             return protected(
-                "min_runtime",
+                Code::MinRuntime,
                 format!("running {ran}s, class {} requires {min}s before eviction", class.name),
             );
         }
@@ -125,7 +126,7 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
 fn job_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Result<Fate, Protection> {
     match super::jobs::charge_alone(ctx.view, victim) {
         Some(c) if c.fails && class.victim.jobs == JobVictims::Protect => protected(
-            "job_would_fail",
+            Code::JobWouldFail,
             format!("{}; class {} protects such Job pods (jobs: protect)", c.note, class.name),
         ),
         Some(c) if c.fails => Ok(Fate::Lost),
@@ -137,18 +138,16 @@ fn job_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Result
 fn bare_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Result<Fate, Protection> {
     let fate = match class.victim.bare() {
         BareVictims::Protect => {
-            return protected("not_recreatable", format!("bare pod (no controller owner): evicting it would lose it; class {} protects bare pods", class.name))
+            return protected(Code::NotRecreatable, format!("bare pod (no controller owner): evicting it would lose it; class {} protects bare pods", class.name))
         }
         BareVictims::Lose => Fate::Lost,
         BareVictims::Requeue if !ctx.requeue.enabled => {
-            return protected(
-                "requeue_disabled",
+            return protected(Code::RequeueDisabled,
                 format!("bare pod: class {} requeues bare victims, but requeue is off (serve --kube --requeue), so it is protected", class.name),
             )
         }
         BareVictims::Requeue if class.requeue.max_attempts.is_some_and(|max| crate::requeue::attempt_of(victim) >= max) => {
-            return protected(
-                "requeue_attempts",
+            return protected(Code::RequeueAttempts,
                 format!(
                     "bare pod requeued {} time(s) already; class {} allows requeue.maxAttempts {}, so it is no longer a victim",
                     crate::requeue::attempt_of(victim),
@@ -158,7 +157,7 @@ fn bare_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Resul
             )
         }
         BareVictims::Requeue => match ctx.requeue.failed.get(&victim.uid) {
-            Some(why) => return protected("requeue_failed", format!("bare pod: its replacement could not be stored: {why}")),
+            Some(why) => return protected(Code::RequeueFailed, format!("bare pod: its replacement could not be stored: {why}")),
             None => Fate::Requeued,
         },
     };

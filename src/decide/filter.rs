@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::fit::exceeds_allocatable;
 use super::{Context, Explanation};
+use crate::explanation::{Code, Verdict};
 use crate::model::Node;
 use crate::policy::Placement;
 use crate::wire::{ExtenderArgs, NodeSet};
@@ -26,8 +27,8 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
     let mut out = FilterOutcome::default();
     if matches!(args.nodes, NodeSet::Names(_)) && ctx.view.is_none() {
         out.explanations.push(Explanation::request(
-            "degraded",
-            "no_node_data",
+            Verdict::Degraded,
+            Code::NoNodeData,
             "NodeNames only and no cluster view: placement rules need node labels, every node is kept",
         ));
     }
@@ -37,8 +38,8 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
         let n = args.nodes.len();
         out.kept = (0..n).collect();
         out.explanations.push(Explanation::request(
-            "kept",
-            "allowed",
+            Verdict::Kept,
+            Code::Allowed,
             format!("{n} of {n} node(s) kept for class {}: no placement rules, and the pod fits the smallest node ({} m CPU)", class.name, smallest.allocatable.milli_cpu),
         ));
         return out;
@@ -55,8 +56,8 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
             if ctx.view.is_some() {
                 out.explanations.push(Explanation::node(
                     name,
-                    "kept",
-                    "unknown_node",
+                    Verdict::Kept,
+                    Code::UnknownNode,
                     "node not in the cluster view: kept unjudged",
                 ));
             }
@@ -64,13 +65,18 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
         };
         if let Some(reason) = class.placement.rejects(&node.labels) {
             let reason = format!("class {}: {reason}", class.name);
-            out.explanations.push(Explanation::node(name, "unresolvable", "placement", reason.clone()));
+            out.explanations.push(Explanation::node(name, Verdict::Unresolvable, Code::Placement, reason.clone()));
             out.unresolvable.insert(name.to_string(), reason);
             continue;
         }
         if let Some(reason) = exceeds_allocatable(&args.pod, node) {
             let reason = format!("pod can never fit, even on the empty node: {reason}");
-            out.explanations.push(Explanation::node(name, "unresolvable", "exceeds_allocatable", reason.clone()));
+            out.explanations.push(Explanation::node(
+                name,
+                Verdict::Unresolvable,
+                Code::ExceedsAllocatable,
+                reason.clone(),
+            ));
             out.unresolvable.insert(name.to_string(), reason);
             continue;
         }
@@ -78,8 +84,8 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
     }
     // Kept nodes are the rule, not news: one line for all of them.
     out.explanations.push(Explanation::request(
-        "kept",
-        "allowed",
+        Verdict::Kept,
+        Code::Allowed,
         format!("{} of {} node(s) kept for class {}", out.kept.len(), names.len(), class.name),
     ));
     out

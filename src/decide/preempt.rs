@@ -8,6 +8,7 @@
 //! own victims are kept only if every one of them is allowed; we never add a victim we
 //! cannot see on the node.
 
+use crate::explanation::{Code, Verdict};
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 
@@ -191,8 +192,8 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     let class_name = &ctx.policy.class(class_id).name;
     if pod.preemption_never {
         out.explanations.push(Explanation::request(
-            "refused",
-            "preemption_never",
+            Verdict::Refused,
+            Code::PreemptionNever,
             "the pod's preemptionPolicy is Never",
         ));
         return out;
@@ -201,8 +202,8 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
         && ctx.policy.class(class_id).requeue.preemption == ReplacementPreemption::Never
     {
         out.explanations.push(Explanation::request(
-            "refused",
-            "replacement_waits",
+            Verdict::Refused,
+            Code::ReplacementWaits,
             format!(
                 "{} is a requeued pod of class {class_name}: it waits for free room (requeue.preemption: never)",
                 pod.key()
@@ -212,8 +213,8 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     }
     if !ctx.policy.preempts_anything(class_id) {
         out.explanations.push(Explanation::request(
-            "refused",
-            "class_may_not_preempt",
+            Verdict::Refused,
+            Code::ClassMayNotPreempt,
             format!("class {class_name} may not preempt any class"),
         ));
         return out;
@@ -221,15 +222,15 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     let key = pod.key();
     let preemptor = Preemptor { priority: ctx.priority_of(pod), class: class_id, key: &key };
     out.explanations.push(Explanation::request(
-        "preemptor",
-        "classified",
+        Verdict::Preemptor,
+        Code::Classified,
         format!("{} is class {class_name}, priority {}", pod.key(), preemptor.priority),
     ));
     let view = ctx.view;
     if view.is_none() && ctx.view_expected && ctx.policy.class(class_id).without_view == WithoutView::Refuse {
         out.explanations.push(Explanation::request(
-            "refused",
-            "view_not_ready",
+            Verdict::Refused,
+            Code::ViewNotReady,
             format!(
                 "the cluster view is not usable (not synced or stale) and class {class_name} is withoutView: refuse"
             ),
@@ -238,8 +239,8 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     }
     if view.is_none() {
         out.explanations.push(Explanation::request(
-            "degraded",
-            "no_view",
+            Verdict::Degraded,
+            Code::NoView,
             "no cluster view: judging kube-scheduler's victims, not re-selecting them",
         ));
     }
@@ -249,8 +250,8 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     let candidate_nodes: Vec<&str> = candidates.iter().map(|(n, _)| *n).collect();
     if let Some(node) = view.and_then(|v| room_on_its_way(ctx, v, preemptor, pod, &candidate_nodes)) {
         out.explanations.push(Explanation::request(
-            "refused",
-            "room_on_its_way",
+            Verdict::Refused,
+            Code::RoomOnItsWay,
             format!("pods preempted on {node} are still terminating, and {key} fits there once they are gone: evicting more would free room twice"),
         ));
         return out;
@@ -278,8 +279,8 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
                 if view.is_some() {
                     ex.push(Explanation::node(
                         node,
-                        "degraded",
-                        "node_not_in_view",
+                        Verdict::Degraded,
+                        Code::NodeNotInView,
                         "node unknown to the cluster view: judging kube-scheduler's victims",
                     ));
                 }
@@ -288,8 +289,8 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
             (None, Proposed::Meta(_)) if view.is_none() => {
                 ex.push(Explanation::node(
                     node,
-                    "dropped",
-                    "no_view_uids_only",
+                    Verdict::Dropped,
+                    Code::NoViewUidsOnly,
                     "victims arrived as UIDs only and there is no cluster view: none can be checked against the policy",
                 ));
                 None
@@ -298,8 +299,8 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
                 out.view_behind = true;
                 ex.push(Explanation::node(
                     node,
-                    "dropped",
-                    "node_not_in_view",
+                    Verdict::Dropped,
+                    Code::NodeNotInView,
                     "node unknown to the cluster view: its victims cannot be checked",
                 ));
                 None
@@ -379,8 +380,8 @@ fn reselect_or_drop(asking: &Asking, node: &str, proposed: &[String], ex: &mut V
         Reselected::NoVictimsNeeded => {
             ex.push(Explanation::node(
                 node,
-                "dropped",
-                "view_disagrees",
+                Verdict::Dropped,
+                Code::ViewDisagrees,
                 "the view says the pod fits without evicting anything, kube-scheduler says not: one of them is stale",
             ));
             None
@@ -389,7 +390,7 @@ fn reselect_or_drop(asking: &Asking, node: &str, proposed: &[String], ex: &mut V
 }
 
 fn placeholder(node: &str, num_pdb_violations: i64, ex: &mut Vec<Explanation>) -> Plan {
-    ex.push(Explanation::node(node, "kept", "no_victims", "candidate without victims: returned as is"));
+    ex.push(Explanation::node(node, Verdict::Kept, Code::NoVictims, "candidate without victims: returned as is"));
     Plan {
         node: node.to_string(),
         uids: Vec::new(),
@@ -411,15 +412,15 @@ fn note_misplaced_uids(view: &View, node: &str, v: &MetaVictims, ex: &mut Vec<Ex
             None => ex.push(Explanation::pod(
                 node,
                 uid,
-                "ignored",
-                "unknown_uid",
+                Verdict::Ignored,
+                Code::UnknownUid,
                 "kube-scheduler proposed a pod the view does not know; it will not be returned",
             )),
             Some(p) if p.node_name.as_deref() != Some(node) => ex.push(Explanation::pod(
                 node,
                 &p.key(),
-                "ignored",
-                "victim_elsewhere",
+                Verdict::Ignored,
+                Code::VictimElsewhere,
                 format!(
                     "kube-scheduler proposed it here, the view has it on {}",
                     p.node_name.as_deref().unwrap_or("no node")
@@ -449,8 +450,8 @@ fn judge_request_victims<'a>(
         if pod.node_name.as_deref() != Some(node) {
             ex.push(Explanation::node(
                 node,
-                "dropped",
-                "victim_elsewhere",
+                Verdict::Dropped,
+                Code::VictimElsewhere,
                 format!(
                     "proposed victim {} is on {} in the cluster view, not here",
                     pod.key(),
@@ -462,10 +463,10 @@ fn judge_request_victims<'a>(
         let eligible = match eligibility::check(ctx, preemptor, pod) {
             Ok(e) => e,
             Err(p) => {
-                ex.push(p.explain(node, &pod.key(), "protected"));
+                ex.push(p.explain(node, &pod.key(), Verdict::Protected));
                 ex.push(Explanation::node(
                     node,
-                    "dropped",
+                    Verdict::Dropped,
                     p.code,
                     format!("proposed victim {} is protected: {}", pod.key(), p.detail),
                 ));
@@ -473,7 +474,7 @@ fn judge_request_victims<'a>(
             }
         };
         if let Some(g) = ctx.policy.gangs.gang_of(pod) {
-            ex.push(Explanation::node(node, "dropped", "gang_unknown",
+            ex.push(Explanation::node(node, Verdict::Dropped, Code::GangUnknown,
                 format!("proposed victim {} belongs to {g} ({}); without a cluster view we cannot tell whether evicting it breaks the gang", pod.key(), g.source.name())).for_gang(g.source));
             return None;
         }
@@ -481,7 +482,7 @@ fn judge_request_victims<'a>(
     }
     if v.num_pdb_violations > 0 {
         if let Some(strict) = victims.iter().find(|x| ctx.policy.class(x.class).victim.pdb == PdbMode::Strict) {
-            ex.push(Explanation::node(node, "dropped", "pdb_strict",
+            ex.push(Explanation::node(node, Verdict::Dropped, Code::PdbStrict,
                 format!("kube-scheduler counts {} PDB violation(s) and class {} is strict; without PDB data we cannot tell which victim violates",
                     v.num_pdb_violations, ctx.policy.class(strict.class).name)));
             return None;
@@ -544,8 +545,8 @@ fn reselect(asking: &Asking, node_name: &str, proposed: &[String], ex: &mut Vec<
         let names: Vec<String> = held.iter().take(5).map(|p| p.key()).collect();
         ex.push(Explanation::node(
             node_name,
-            "charged",
-            "nominated_room",
+            Verdict::Charged,
+            Code::NominatedRoom,
             format!(
                 "{} pending pod(s) nominated here with priority at least {} hold their room: {}",
                 held.len(),
@@ -564,7 +565,7 @@ fn reselect(asking: &Asking, node_name: &str, proposed: &[String], ex: &mut Vec<
         }
         match eligibility::check(ctx, preemptor, p) {
             Ok(eligible) => candidates.push(victim(ctx, p, eligible, Some(view), proposed.contains(&p.uid))),
-            Err(prot) => ex.push(prot.explain(node_name, &p.key(), "spared")),
+            Err(prot) => ex.push(prot.explain(node_name, &p.key(), Verdict::Spared)),
         }
     }
     if ctx.policy.tenants.fair_sharing && ctx.policy.class(preemptor.class).victim.allowed {
@@ -577,8 +578,8 @@ fn reselect(asking: &Asking, node_name: &str, proposed: &[String], ex: &mut Vec<
     if let Err(why) = fits(pod, node, &usage) {
         ex.push(Explanation::node(
             node_name,
-            "dropped",
-            "does_not_fit",
+            Verdict::Dropped,
+            Code::DoesNotFit,
             format!("does not fit even after evicting all {} evictable pod(s): {why}", candidates.len()),
         ));
         return Reselected::Vetoed;
@@ -653,8 +654,8 @@ fn reprieve(
                 ex.push(Explanation::pod(
                     node_name,
                     &c.pod.key(),
-                    "spared",
-                    "reprieved",
+                    Verdict::Spared,
+                    Code::Reprieved,
                     "the preemptor still fits with it in place",
                 ));
             }
@@ -675,8 +676,8 @@ fn reprieve(
             ex.push(Explanation::pod(
                 node_name,
                 &c.pod.key(),
-                "victim",
-                "last_disruption",
+                Verdict::Victim,
+                Code::LastDisruption,
                 format!("spends the last disruption PDB {pdb} allows: a later preemption there would violate it"),
             ));
             spent += 1;
@@ -686,8 +687,8 @@ fn reprieve(
             if class.victim.pdb == PdbMode::Strict {
                 ex.push(Explanation::node(
                     node_name,
-                    "dropped",
-                    "pdb_strict",
+                    Verdict::Dropped,
+                    Code::PdbStrict,
                     format!(
                         "the preemptor needs {} evicted, which exceeds PDB {pdb} (class {} is strict)",
                         c.pod.key(),
@@ -699,8 +700,8 @@ fn reprieve(
             ex.push(Explanation::pod(
                 node_name,
                 &c.pod.key(),
-                "victim",
-                "pdb_violation",
+                Verdict::Victim,
+                Code::PdbViolation,
                 format!("violates PDB {pdb} (class {} is best-effort)", class.name),
             ));
             violations += 1;
@@ -765,8 +766,8 @@ fn fair_share<'a>(
         ex.push(Explanation::pod(
             &node.name,
             &c.pod.key(),
-            "spared",
-            "fair_share",
+            Verdict::Spared,
+            Code::FairShare,
             format!(
                 "tenant {} holds a share of {:.3}, not above tenant {mine}'s {:.3} after admission",
                 tenants.tenant_of(c.pod),
@@ -888,24 +889,24 @@ fn finish(
                 let intent = RequeueIntent::for_victim(v.pod, node, preemptor.key);
                 let detail = format!("{why}; bare pod: requeued as {} (attempt {})", intent.replacement, intent.attempt);
                 requeues.push(intent);
-                ("requeued", detail)
+                (Code::Requeued, detail)
             }
             Fate::Lost => match &v.job_note {
-                Some(note) => ("lost", format!("{why}; lost work: {note}")),
-                None => ("lost", format!("{why}; bare pod: lost (class {class} is bare: lose)")),
+                Some(note) => (Code::Lost, format!("{why}; lost work: {note}")),
+                None => (Code::Lost, format!("{why}; bare pod: lost (class {class} is bare: lose)")),
             },
             Fate::LeftToOwner => match &v.pod.owner {
-                Some(o) => ("left_to_owner", format!("{why}; owned by {} {} (not a controller): not requeued, left to its owner", o.kind, o.name)),
-                None => ("left_to_owner", format!("{why}; opted out of requeue ({}: never): not copied, left to whoever created it", crate::requeue::OPT_OUT)),
+                Some(o) => (Code::LeftToOwner, format!("{why}; owned by {} {} (not a controller): not requeued, left to its owner", o.kind, o.name)),
+                None => (Code::LeftToOwner, format!("{why}; opted out of requeue ({}: never): not copied, left to whoever created it", crate::requeue::OPT_OUT)),
             },
             Fate::Recreated => match (&v.pod.controller, &v.job_note) {
-                (Some(_), Some(note)) => ("chosen", format!("{why}; {note}")),
-                (Some(c), None) if c.kind == "Job" => ("chosen", format!(
+                (Some(_), Some(note)) => (Code::Chosen, format!("{why}; {note}")),
+                (Some(c), None) if c.kind == "Job" => (Code::Chosen, format!(
                     "{why}; recreated by Job {} (not in the cluster view), and the preemption counts against its backoffLimit unless its podFailurePolicy ignores DisruptionTarget",
                     c.name
                 )),
-                (Some(c), None) => ("chosen", format!("{why}; recreated by its {} {}", c.kind, c.name)),
-                (None, _) => ("chosen", why),
+                (Some(c), None) => (Code::Chosen, format!("{why}; recreated by its {} {}", c.kind, c.name)),
+                (None, _) => (Code::Chosen, why),
             },
         };
         let detail = match (&v.recently_back, v.follow_on) {
@@ -916,12 +917,12 @@ fn finish(
                 if follow_on { "; its return is expected to evict (follow_on)" } else { "" }
             ),
         };
-        ex.push(Explanation::pod(node, &v.pod.key(), "victim", code, detail));
+        ex.push(Explanation::pod(node, &v.pod.key(), Verdict::Victim, code, detail));
     }
     ex.push(Explanation::node(
         node,
-        "candidate",
-        "candidate",
+        Verdict::Candidate,
+        Code::Candidate,
         format!("{how}: {} victim(s), {pdb_violations} PDB violation(s), cost {cost:?}", victims.len()),
     ));
     Plan {
@@ -941,8 +942,8 @@ fn rank(mut plans: Vec<Plan>, k: usize, ex: &mut Vec<Explanation>) -> (Preemptio
             if !keep {
                 ex.push(Explanation::node(
                     &p.node,
-                    "dropped",
-                    "gang_broken",
+                    Verdict::Dropped,
+                    Code::GangBroken,
                     "breaks a gang while another candidate does not",
                 ));
             }
@@ -957,13 +958,13 @@ fn rank(mut plans: Vec<Plan>, k: usize, ex: &mut Vec<Explanation>) -> (Preemptio
         if i >= k {
             ex.push(Explanation::node(
                 &p.node,
-                "dropped",
-                "outranked",
+                Verdict::Dropped,
+                Code::Outranked,
                 format!("a cheaper candidate ({}) was chosen; maxCandidates is {k}", best.as_deref().unwrap_or("-")),
             ));
             continue;
         }
-        ex.push(Explanation::node(&p.node, "kept", "selected", format!("rank {} of the candidates", i + 1)));
+        ex.push(Explanation::node(&p.node, Verdict::Kept, Code::Selected, format!("rank {} of the candidates", i + 1)));
         requeues.extend(p.requeues);
         result.node_name_to_meta_victims.insert(
             p.node,

@@ -28,6 +28,7 @@ use super::fit::{fits, Misfit};
 use super::{Context, Detail, Explanation};
 use crate::cluster::usage::{Aggregates, NodeUsage};
 use crate::cluster::NodeInfo;
+use crate::explanation::{Code, Verdict};
 use crate::model::{Node, Pod};
 use crate::policy::{ClassId, Scoring};
 use crate::wire::{ExtenderArgs, HostPriority, NodeSet};
@@ -53,7 +54,7 @@ pub fn prioritize<'a>(args: &'a ExtenderArgs, ctx: &Context) -> PrioritizeOutcom
             format!("class {name} prefers nothing: kube-scheduler's own scores rank the {} node(s)", args.nodes.len());
         return PrioritizeOutcome {
             scores: Vec::new(),
-            explanations: vec![Explanation::request("score", "neutral", why)],
+            explanations: vec![Explanation::request(Verdict::Score, Code::Neutral, why)],
         };
     }
     let names = args.nodes.names();
@@ -68,7 +69,12 @@ pub fn prioritize<'a>(args: &'a ExtenderArgs, ctx: &Context) -> PrioritizeOutcom
         let usage = info.filter(|i| i.node().is_some()).map(NodeInfo::usage);
         let parts = Parts::of(ctx, class, scoring, &args.pod, node, usage);
         if ctx.detail == Detail::Routine {
-            out.explanations.push(Explanation::node(name, "score", "score", parts.describe(&args.pod, node, usage)));
+            out.explanations.push(Explanation::node(
+                name,
+                Verdict::Score,
+                Code::Score,
+                parts.describe(&args.pod, node, usage),
+            ));
         }
         out.scores.push(HostPriority { host: name, score: parts.score() });
     }

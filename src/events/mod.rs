@@ -106,7 +106,7 @@ pub fn for_preempt(pod: &str, pod_uid: &str, ex: &[Explanation]) -> Option<PodEv
 
 /// Why one victim, in a few words.
 fn victim_phrase(e: &Explanation) -> &'static str {
-    match e.code {
+    match e.code.as_str() {
         "requeued" => "bare pod, requeued",
         "lost" => "bare pod, lost: its class allows it",
         "pdb_violation" => "violates its PDB, best-effort class",
@@ -137,13 +137,15 @@ pub fn vetoes(ex: &[Explanation]) -> String {
 }
 
 fn veto_phrase(dropped: &Explanation, ex: &[Explanation]) -> String {
-    match dropped.code {
+    match dropped.code.as_str() {
         "does_not_fit" => {
             // What kept the room: the pods spared on that node, most telling reason first.
             let spared: Vec<&str> = ex
                 .iter()
-                .filter(|e| e.subject == "pod" && e.node == dropped.node && matches!(e.verdict, "spared" | "protected"))
-                .map(|e| e.code)
+                .filter(|e| {
+                    e.subject == "pod" && e.node == dropped.node && matches!(e.verdict.as_str(), "spared" | "protected")
+                })
+                .map(|e| e.code.as_str())
                 .collect();
             match PROTECTION_ORDER.iter().find(|c| spared.contains(c)) {
                 Some(code) => phrase(code).to_string(),

@@ -55,8 +55,8 @@ impl From<&Explanation> for Reason {
             subject: e.subject.into(),
             node: e.node.clone(),
             pod: e.pod.clone(),
-            verdict: e.verdict.into(),
-            code: e.code.into(),
+            verdict: e.verdict.as_str().into(),
+            code: e.code.as_str().into(),
             detail: e.detail.clone(),
         }
     }

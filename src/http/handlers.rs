@@ -157,7 +157,7 @@ fn log_answer(verb: Verb, answer: &Answer, started: Instant) {
     // than the answer (a hostile body of 266k unknown UIDs once made 266k lines).
     if tracing::enabled!(tracing::Level::DEBUG) {
         for e in &answer.explanations {
-            tracing::debug!(verb = verb.as_str(), pod = %answer.pod, node = e.node.as_deref(), victim = e.pod.as_deref(), verdict = e.verdict, reason = e.code, detail = %e.detail, "decision");
+            tracing::debug!(verb = verb.as_str(), pod = %answer.pod, node = e.node.as_deref(), victim = e.pod.as_deref(), verdict = e.verdict.as_str(), reason = e.code.as_str(), detail = %e.detail, "decision");
         }
     }
     if answer.explanations.iter().all(|e| e.is_routine()) {

@@ -152,7 +152,7 @@ pub fn record_decisions(verb: &'static str, explanations: &[Explanation]) {
     // Gang decisions once more with the gang's source (bounded: five sources).
     for e in explanations.iter().filter(|e| e.gang_source.is_some()) {
         let source = e.gang_source.unwrap_or_default();
-        metrics::counter!("coloc_gang_decisions_total", "verb" => verb, "verdict" => e.verdict, "reason" => e.code, "source" => source).increment(1);
+        metrics::counter!("coloc_gang_decisions_total", "verb" => verb, "verdict" => e.verdict.as_str(), "reason" => e.code.as_str(), "source" => source).increment(1);
     }
 }
 

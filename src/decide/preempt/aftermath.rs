@@ -16,6 +16,7 @@ use crate::cluster::View;
 use crate::decide::eligibility::{self, Fate, Preemptor};
 use crate::decide::fit::{fits, NodeUsage};
 use crate::decide::{Context, Explanation};
+use crate::explanation::{Code, Verdict};
 use crate::model::{Node, Pod, Timestamp};
 use crate::policy::{ClassId, ReplacementPreemption};
 
@@ -161,7 +162,7 @@ impl<'a> Aftermath<'a> {
             } else {
                 String::new()
             };
-            ex.push(Explanation::pod(&node.name, &v.pod.key(), "charged", "follow_on", format!(
+            ex.push(Explanation::pod(&node.name, &v.pod.key(), Verdict::Charged, Code::FollowOn, format!(
                 "comes back at priority {} and would find no free room: expected to evict {} pod(s) (e.g. {} on {}){others}; {} in all",
                 v.pod_priority, d.evictions, d.first, d.node, out.evictions
             )));

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use super::Victim;
 use crate::decide::Explanation;
+use crate::explanation::{Code, Verdict};
 use crate::model::{DisruptionMode, GangInfo, GangRef};
 
 fn all_mode<'v>(v: &'v Victim) -> Option<&'v GangInfo> {
@@ -30,7 +31,7 @@ pub(super) fn keep_whole_groups<'a>(
     for v in &spare {
         let g = &v.gang.as_ref().expect("partitioned on the gang").gang;
         let (n, size) = here[g];
-        ex.push(Explanation::pod(node, &v.pod.key(), "spared", "gang_all_split", format!(
+        ex.push(Explanation::pod(node, &v.pod.key(), Verdict::Spared, Code::GangAllSplit, format!(
             "{g} ({}, disruptionMode All): only {n} of its {size} members could be evicted here; the group goes whole or not at all",
             g.source.name()
         )).for_gang(g.source));
@@ -75,8 +76,8 @@ pub(super) fn charge(node: &str, chosen: &[Victim], ex: &mut Vec<Explanation>) -
             ex.push(
                 Explanation::node(
                     node,
-                    "charged",
-                    "gang_surplus",
+                    Verdict::Charged,
+                    Code::GangSurplus,
                     format!("evicting {n} surplus member(s) of {}", g.describe(remaining)),
                 )
                 .for_gang(g.gang.source),
@@ -89,7 +90,7 @@ pub(super) fn charge(node: &str, chosen: &[Victim], ex: &mut Vec<Explanation>) -
         } else {
             format!("breaks {}: evicting {n} of {} member(s), the whole gang is charged", g.describe(remaining), g.size)
         };
-        ex.push(Explanation::node(node, "charged", "gang_broken", detail).for_gang(g.gang.source));
+        ex.push(Explanation::node(node, Verdict::Charged, Code::GangBroken, detail).for_gang(g.gang.source));
     }
     broken
 }

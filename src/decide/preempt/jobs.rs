@@ -5,6 +5,7 @@ use super::Victim;
 use crate::decide::eligibility::Fate;
 use crate::decide::jobs::JobLedger;
 use crate::decide::{Context, Explanation};
+use crate::explanation::{Code, Verdict};
 use crate::policy::JobVictims;
 
 /// Charges the Job pods of `chosen` (most valuable first) to their Jobs: a pod whose
@@ -20,8 +21,8 @@ pub(super) fn charge(ctx: &Context, node: &str, chosen: &mut [Victim], ex: &mut 
             if class.victim.jobs == JobVictims::Protect {
                 ex.push(Explanation::node(
                     node,
-                    "dropped",
-                    "job_would_fail",
+                    Verdict::Dropped,
+                    Code::JobWouldFail,
                     format!(
                         "the preemptor needs {} evicted: {} (class {} is jobs: protect)",
                         c.pod.key(),
