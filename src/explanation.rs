@@ -129,6 +129,67 @@ catalogue! {
     }
 }
 
+impl Code {
+    /// What the code means, in the words docs/decisions.md lists them with.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Code::Allowed => "filter: the node passes the pod's placement rules",
+            Code::Candidate => "preempt: a node's plan and its cost, before ranking",
+            Code::ClassMayNotPreempt => "the preemptor's class may preempt no class",
+            Code::ClassNotPreemptible => "the preemptor's class may not preempt this pod's class",
+            Code::ClassProtected => "the pod's class is never a victim",
+            Code::Classified => "the preemptor's class and priority",
+            Code::DiscardedWork => "the run time the sent answer discards (and in shadow mode the policy's)",
+            Code::DoesNotFit => "the preemptor does not fit even with every evictable pod gone",
+            Code::ExceedsAllocatable => "the pod asks for more than the node can ever offer",
+            Code::FairShare => "spared by fair sharing: its tenant holds no more than the preemptor's",
+            Code::FollowOn => "evicting it is expected to set off further evictions when it comes back",
+            Code::GangAllSplit => "a disruptionMode All gang could only be partly evicted here: kept whole",
+            Code::GangBroken => "the plan leaves a gang below its minimum",
+            Code::GangPriority => "the gang's priority is not below the preemptor's",
+            Code::GangSurplus => "gang members above the gang's minimum: evicting them breaks nothing",
+            Code::GangUnknown => "without a view it cannot be told whether evicting a gang member breaks the gang",
+            Code::JobWouldFail => "evicting it would fail its Job, and the class protects such Job pods",
+            Code::LastDisruption => "it spends the last disruption its PDB allows",
+            Code::MinRuntime => "it has not run the class's minimum run time yet",
+            Code::Neutral => "prioritize: the class prefers nothing, kube-scheduler's own scores rank the nodes",
+            Code::NoNodeData => "filter: node names only and no view, every node kept",
+            Code::NoVictims => "a candidate where the pod fits without victims, returned as is",
+            Code::NoView => "no cluster view: kube-scheduler's victims are judged, not re-selected",
+            Code::NoViewUidsOnly => "victims as UIDs only and no view: none can be checked, the node is dropped",
+            Code::NodeNotInView => "a candidate node the view does not know",
+            Code::NominatedRoom => {
+                "pending pods nominated to the node with at least the preemptor's priority hold their room"
+            }
+            Code::NotLowerPriority => "its priority is not below the preemptor's",
+            Code::NotRecreatable => "a bare pod nothing would bring back, and the class protects bare pods",
+            Code::Outranked => "a cheaper candidate was chosen (maxCandidates)",
+            Code::PdbStrict => "the plan would exceed a PDB of a strict class: the node is dropped",
+            Code::PdbViolation => "it violates its PDB (a best-effort class)",
+            Code::Placement => "filter: the node breaks the class's placement rules",
+            Code::PreemptionNever => "the pod's preemptionPolicy is Never",
+            Code::ReplacementWaits => "a requeued pod whose class says requeue.preemption: never waits for free room",
+            Code::Reprieved => "spared: the preemptor fits with it in place",
+            Code::RequeueAttempts => "a bare pod requeued as often as its class allows: no longer a victim",
+            Code::RequeueDisabled => "a bare pod of a requeue class while requeue is off: protected",
+            Code::RequeueFailed => "a bare pod whose replacement could not be stored: spared",
+            Code::RoomOnItsWay => "pods preempted earlier are still terminating where the pod fits: no new evictions",
+            Code::Score => "prioritize: a node's score and why",
+            Code::Selected => "the candidate returned, and its rank",
+            Code::Terminating => "already terminating",
+            Code::UnknownNode => "filter: a node the view does not know, kept unjudged",
+            Code::UnknownUid => "kube-scheduler proposed a pod the view does not know",
+            Code::VictimElsewhere => "kube-scheduler proposed a pod the view has on another node",
+            Code::ViewDisagrees => "the view says the pod fits without evictions, kube-scheduler says not",
+            Code::ViewNotReady => "no usable view and the class says withoutView: refuse",
+            Code::Requeued => "a bare victim, requeued: its gated copy is stored before the answer",
+            Code::Lost => "a victim whose class allows losing it (bare: lose, or a Job that would fail)",
+            Code::LeftToOwner => "a bare victim left to its non-controller owner, or opted out of requeue",
+            Code::Chosen => "a victim its controller recreates",
+        }
+    }
+}
+
 /// One decision about a node or a pod, with a stable `code` (a metrics label) and a
 /// sentence for people.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
