@@ -372,7 +372,6 @@ fn held_room<'v>(
 /// Re-selection on a node the view knows. If the view says the pod already fits, the
 /// view and kube-scheduler's cache disagree (one of them is stale): never answer an
 /// empty victim list for a candidate that had victims (v1.35 rejects it), drop the node.
-#[allow(clippy::too_many_arguments)]
 fn reselect_or_drop(asking: &Asking, node: &str, proposed: &[String], ex: &mut Vec<Explanation>) -> Option<Plan> {
     match reselect(asking, node, proposed, ex) {
         Reselected::Plan(p) => Some(p),
@@ -492,7 +491,7 @@ fn judge_request_victims<'a>(
     jobs::charge(ctx, node, &mut victims, ex)?;
     let mut cost = cost_of(ctx, &victims);
     cost.pdb_violations = v.num_pdb_violations;
-    Some(finish(ctx, preemptor, node, victims, v.num_pdb_violations, cost, "kube's victims, all allowed", ex))
+    Some(finish(ctx, preemptor, node, victims, cost, "kube's victims, all allowed", ex))
 }
 
 enum Reselected {
@@ -529,7 +528,6 @@ fn victim<'a>(
 }
 
 /// Full re-selection on a node the view knows.
-#[allow(clippy::too_many_arguments)]
 fn reselect(asking: &Asking, node_name: &str, proposed: &[String], ex: &mut Vec<Explanation>) -> Reselected {
     let Asking { ctx, view, pod, preemptor, .. } = *asking;
     let node = view.node(node_name).expect("caller checked the node is in the view");
@@ -722,7 +720,7 @@ fn reprieve(
     cost.follow_on_evictions = follow_on.evictions;
     cost.lost_runtime += follow_on.runtime;
     cost.broken_gang_members = gangs::charge(node_name, &chosen, ex);
-    Some(finish(ctx, preemptor, node_name, chosen, violations, cost, "re-selected under the policy", ex))
+    Some(finish(ctx, preemptor, node_name, chosen, cost, "re-selected under the policy", ex))
 }
 
 /// Between offline tenants (the preemptor's class is itself evictable), Kueue's fair
@@ -862,17 +860,16 @@ fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
     cost
 }
 
-#[allow(clippy::too_many_arguments)] // one node's plan: what the per-node context will carry
 fn finish(
     ctx: &Context,
     preemptor: Preemptor,
     node: &str,
     mut victims: Vec<Victim>,
-    pdb_violations: i64,
     cost: Cost,
     how: &str,
     ex: &mut Vec<Explanation>,
 ) -> Plan {
+    let pdb_violations = cost.pdb_violations;
     // kube-scheduler reads Pods[0] as the highest-priority victim.
     victims.sort_by(|a, b| b.pod_priority.cmp(&a.pod_priority).then(a.value_order(b)));
     let mut requeues = Vec::new();
