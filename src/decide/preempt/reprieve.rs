@@ -1,0 +1,245 @@
+//! Step 4: put candidates back most valuable first while the preemptor still fits, then
+//! cost what is left exactly (PDBs, Jobs, what follows, gangs) and order the victims.
+
+use super::*;
+
+/// Puts candidates back in `order`, keeping each whose return still lets the preemptor
+/// fit, then accounts PDBs and gangs exactly. `None`: a strict class's PDB would be
+/// exceeded.
+pub(super) fn reprieve(
+    asking: &Asking,
+    node: &crate::model::Node,
+    candidates: &[Victim],
+    order: &[usize],
+    mut usage: NodeUsage,
+    ex: &mut Vec<Explanation>,
+) -> Option<Plan> {
+    let Asking { ctx, view, aftermath, preemptor, pod } = *asking;
+    let node_name = node.name.as_str();
+    let mut chosen = Vec::new();
+    // A disruptionMode All gang comes back, or goes, as one.
+    for unit in gangs::reprieve_units(candidates, order) {
+        let members = || unit.iter().map(|&i| &candidates[i]);
+        members().for_each(|c| usage.add(c.pod));
+        if fits(pod, node, &usage).is_ok() {
+            for c in members() {
+                ex.push(Explanation::pod(
+                    node_name,
+                    &c.pod.key(),
+                    Verdict::Spared,
+                    Code::Reprieved,
+                    "the preemptor still fits with it in place",
+                ));
+            }
+        } else {
+            members().for_each(|c| usage.remove(c.pod));
+            chosen.extend(members().cloned());
+        }
+    }
+    chosen.sort_by(|a, b| a.value_order(b));
+
+    // Exact PDB accounting on the final set.
+    let mut budgets = Budgets::new(view);
+    let mut violations = 0;
+    let mut spent = 0;
+    for c in &chosen {
+        let taken = budgets.take(c.pod);
+        if let Some(pdb) = taken.spent_last {
+            ex.push(Explanation::pod(
+                node_name,
+                &c.pod.key(),
+                Verdict::Victim,
+                Code::LastDisruption,
+                format!("spends the last disruption PDB {pdb} allows: a later preemption there would violate it"),
+            ));
+            spent += 1;
+        }
+        if let Some(pdb) = taken.violated {
+            let class = ctx.policy.class(c.class);
+            if class.victim.pdb == PdbMode::Strict {
+                ex.push(Explanation::node(
+                    node_name,
+                    Verdict::Dropped,
+                    Code::PdbStrict,
+                    format!(
+                        "the preemptor needs {} evicted, which exceeds PDB {pdb} (class {} is strict)",
+                        c.pod.key(),
+                        class.name
+                    ),
+                ));
+                return None;
+            }
+            ex.push(Explanation::pod(
+                node_name,
+                &c.pod.key(),
+                Verdict::Victim,
+                Code::PdbViolation,
+                format!("violates PDB {pdb} (class {} is best-effort)", class.name),
+            ));
+            violations += 1;
+        }
+    }
+
+    jobs::charge(ctx, node_name, &mut chosen, ex)?;
+    // What follows: pods that came back a moment ago are evicted twice; returning ones
+    // that find no room evict in turn.
+    for c in chosen.iter_mut() {
+        c.recently_back = aftermath.recently_back(c.pod);
+    }
+    let follow_on = aftermath.charge(node, &mut chosen, ex);
+    let mut cost = cost_of(ctx, &chosen);
+    cost.pdb_violations = violations;
+    cost.budgets_spent += spent;
+    cost.re_evicted = chosen.iter().filter(|c| c.recently_back.is_some()).count() as i64;
+    cost.follow_on_evictions = follow_on.evictions;
+    cost.lost_runtime += follow_on.runtime;
+    cost.broken_gang_members = gangs::charge(node_name, &chosen, ex);
+    Some(finish(ctx, preemptor, node_name, chosen, cost, "re-selected under the policy", ex))
+}
+
+/// Remaining disruptions per PDB while a victim set is built.
+pub(super) struct Budgets<'a> {
+    view: &'a View,
+    left: HashMap<String, i32>,
+}
+
+/// What one eviction does to the PDBs covering the pod.
+#[derive(Debug, Default)]
+pub(super) struct Taken {
+    /// The first PDB it pushes past its budget, described.
+    pub(super) violated: Option<String>,
+    /// The first PDB whose last allowed disruption it spends.
+    pub(super) spent_last: Option<String>,
+}
+
+impl<'a> Budgets<'a> {
+    pub(super) fn new(view: &'a View) -> Self {
+        Budgets { view, left: HashMap::new() }
+    }
+
+    /// Counts `pod`'s eviction against every PDB covering it.
+    pub(super) fn take(&mut self, pod: &Pod) -> Taken {
+        let mut taken = Taken::default();
+        for pdb in self.view.pdbs_covering(pod) {
+            // Pods already disrupted were counted by the disruption controller.
+            if pdb.disrupted_pods.iter().any(|d| d == &pod.name) {
+                continue;
+            }
+            let view = self.view;
+            let left = self.left.entry(pdb.key()).or_insert_with(|| view.disruptions_allowed(pdb));
+            *left -= 1;
+            if *left == 0 && taken.spent_last.is_none() {
+                taken.spent_last = Some(pdb.key());
+            }
+            if *left < 0 && taken.violated.is_none() {
+                let now = view.disruptions_allowed(pdb);
+                taken.violated = Some(if now == pdb.disruptions_allowed {
+                    format!("{} (disruptionsAllowed {})", pdb.key(), pdb.disruptions_allowed)
+                } else {
+                    format!(
+                        "{} (disruptionsAllowed {} in status, {now} now: covered pods evicted since)",
+                        pdb.key(),
+                        pdb.disruptions_allowed
+                    )
+                });
+            }
+        }
+        taken
+    }
+}
+
+pub(super) fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
+    let classes = ctx.policy.classes.len() as i64;
+    let mut cost = Cost { victims: victims.len() as i64, ..Cost::default() };
+    let mut min_share = f64::INFINITY;
+    for v in victims {
+        cost.top_class_value = cost.top_class_value.max(classes - v.class as i64);
+        cost.max_priority = cost.max_priority.max(v.priority as i64);
+        cost.priority_sum += v.priority as i64;
+        cost.lost_runtime += cpu_seconds(ctx.now, v.pod);
+        match v.fate {
+            Fate::Lost => cost.lost_pods += 1,
+            Fate::Requeued => cost.requeued += 1,
+            Fate::Recreated | Fate::LeftToOwner => {}
+        }
+        if v.last_job_failure {
+            cost.budgets_spent += 1;
+        }
+        min_share = min_share.min(v.tenant_share);
+    }
+    if min_share.is_finite() {
+        cost.tenant_penalty = -(min_share * 1e6) as i64;
+    }
+    cost
+}
+
+pub(super) fn finish(
+    ctx: &Context,
+    preemptor: Preemptor,
+    node: &str,
+    mut victims: Vec<Victim>,
+    cost: Cost,
+    how: &str,
+    ex: &mut Vec<Explanation>,
+) -> Plan {
+    let pdb_violations = cost.pdb_violations;
+    // kube-scheduler reads Pods[0] as the highest-priority victim.
+    victims.sort_by(|a, b| b.pod_priority.cmp(&a.pod_priority).then(a.value_order(b)));
+    let mut requeues = Vec::new();
+    for v in &victims {
+        let class = &ctx.policy.class(v.class).name;
+        let why = match &v.gang {
+            Some(g) if g.priority.is_some() => {
+                format!("priority {} (of {}), class {class}, needed for the preemptor to fit", v.priority, g.gang)
+            }
+            _ => format!("priority {}, class {class}, needed for the preemptor to fit", v.priority),
+        };
+        let (code, detail) = match v.fate {
+            Fate::Requeued => {
+                let intent = RequeueIntent::for_victim(v.pod, node, preemptor.key);
+                let detail = format!("{why}; bare pod: requeued as {} (attempt {})", intent.replacement, intent.attempt);
+                requeues.push(intent);
+                (Code::Requeued, detail)
+            }
+            Fate::Lost => match &v.job_note {
+                Some(note) => (Code::Lost, format!("{why}; lost work: {note}")),
+                None => (Code::Lost, format!("{why}; bare pod: lost (class {class} is bare: lose)")),
+            },
+            Fate::LeftToOwner => match &v.pod.owner {
+                Some(o) => (Code::LeftToOwner, format!("{why}; owned by {} {} (not a controller): not requeued, left to its owner", o.kind, o.name)),
+                None => (Code::LeftToOwner, format!("{why}; opted out of requeue ({}: never): not copied, left to whoever created it", crate::requeue::OPT_OUT)),
+            },
+            Fate::Recreated => match (&v.pod.controller, &v.job_note) {
+                (Some(_), Some(note)) => (Code::Chosen, format!("{why}; {note}")),
+                (Some(c), None) if c.kind == "Job" => (Code::Chosen, format!(
+                    "{why}; recreated by Job {} (not in the cluster view), and the preemption counts against its backoffLimit unless its podFailurePolicy ignores DisruptionTarget",
+                    c.name
+                )),
+                (Some(c), None) => (Code::Chosen, format!("{why}; recreated by its {} {}", c.kind, c.name)),
+                (None, _) => (Code::Chosen, why),
+            },
+        };
+        let detail = match (&v.recently_back, v.follow_on) {
+            (None, false) => detail,
+            (back, follow_on) => format!(
+                "{detail}{}{}",
+                back.as_deref().map(|b| format!("; {b}")).unwrap_or_default(),
+                if follow_on { "; its return is expected to evict (follow_on)" } else { "" }
+            ),
+        };
+        ex.push(Explanation::pod(node, &v.pod.key(), Verdict::Victim, code, detail));
+    }
+    ex.push(Explanation::node(
+        node,
+        Verdict::Candidate,
+        Code::Candidate,
+        format!("{how}: {} victim(s), {pdb_violations} PDB violation(s), cost {cost:?}", victims.len()),
+    ));
+    Plan {
+        node: node.to_string(),
+        uids: victims.iter().map(|v| v.pod.uid.clone()).collect(),
+        pdb_violations,
+        cost,
+        requeues,
+    }
+}

@@ -1,0 +1,191 @@
+//! Step 3: re-select the victims on a node the view knows: every pod the policy lets us
+//! evict, the room nominated pods hold, fair sharing between tenants, gangs kept whole.
+
+use super::reprieve::{reprieve, Budgets, Taken};
+use super::*;
+
+/// Re-selection on a node the view knows. If the view says the pod already fits, the
+/// view and kube-scheduler's cache disagree (one of them is stale): never answer an
+/// empty victim list for a candidate that had victims (v1.35 rejects it), drop the node.
+pub(super) fn reselect_or_drop(
+    asking: &Asking,
+    node: &str,
+    proposed: &[String],
+    ex: &mut Vec<Explanation>,
+) -> Option<Plan> {
+    match reselect(asking, node, proposed, ex) {
+        Reselected::Plan(p) => Some(p),
+        Reselected::Vetoed => None,
+        Reselected::NoVictimsNeeded => {
+            ex.push(Explanation::node(
+                node,
+                Verdict::Dropped,
+                Code::ViewDisagrees,
+                "the view says the pod fits without evicting anything, kube-scheduler says not: one of them is stale",
+            ));
+            None
+        }
+    }
+}
+
+enum Reselected {
+    Plan(Plan),
+    Vetoed,
+    NoVictimsNeeded,
+}
+
+/// Full re-selection on a node the view knows.
+fn reselect(asking: &Asking, node_name: &str, proposed: &[String], ex: &mut Vec<Explanation>) -> Reselected {
+    let Asking { ctx, view, pod, preemptor, .. } = *asking;
+    let node = view.node(node_name).expect("caller checked the node is in the view");
+    let mut pods: Vec<&Pod> = view.pods_on(node_name).iter().map(|p| &**p).filter(|p| p.uid != pod.uid).collect();
+    // The view keeps a node's pods in arrival order: explain them in name order.
+    pods.sort_unstable_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let mut usage = NodeUsage::of(pods.iter().copied());
+    let held: Vec<&Pod> = held_room(view, view.nominated_on(node_name), preemptor.priority, &pod.uid).collect();
+    for h in &held {
+        usage.add(h);
+    }
+    if !held.is_empty() {
+        let names: Vec<String> = held.iter().take(5).map(|p| p.key()).collect();
+        ex.push(Explanation::node(
+            node_name,
+            Verdict::Charged,
+            Code::NominatedRoom,
+            format!(
+                "{} pending pod(s) nominated here with priority at least {} hold their room: {}",
+                held.len(),
+                preemptor.priority,
+                names.join(", ")
+            ),
+        ));
+    }
+    if fits(pod, node, &usage).is_ok() {
+        return Reselected::NoVictimsNeeded;
+    }
+    let mut candidates: Vec<Victim> = Vec::new();
+    for p in &pods {
+        if ctx.priority_of(p) >= preemptor.priority {
+            continue; // not a potential victim for kube-scheduler either
+        }
+        match eligibility::check(ctx, preemptor, p) {
+            Ok(eligible) => candidates.push(victim(ctx, p, eligible, Some(view), proposed.contains(&p.uid))),
+            Err(prot) => ex.push(prot.explain(node_name, &p.key(), Verdict::Spared)),
+        }
+    }
+    if ctx.policy.tenants.fair_sharing && ctx.policy.class(preemptor.class).victim.allowed {
+        candidates = fair_share(asking, node, &usage, candidates, ex);
+    }
+    let candidates = gangs::keep_whole_groups(node_name, candidates, ex);
+    for c in &candidates {
+        usage.remove(c.pod);
+    }
+    if let Err(why) = fits(pod, node, &usage) {
+        ex.push(Explanation::node(
+            node_name,
+            Verdict::Dropped,
+            Code::DoesNotFit,
+            format!("does not fit even after evicting all {} evictable pod(s): {why}", candidates.len()),
+        ));
+        return Reselected::Vetoed;
+    }
+
+    // Like kube-scheduler: find which candidates would violate a PDB if all were evicted
+    // (most valuable consume the budget first), and try to reprieve those first. Gang
+    // members are tried next; where both kinds compete for the same room, the opposite
+    // order is tried too and the cheaper victim set kept (a broken gang costs more than
+    // a PDB violation).
+    let mut candidates = candidates;
+    candidates.sort_by(|a, b| a.value_order(b));
+    let mut budgets = Budgets::new(view);
+    let taken: Vec<Taken> = candidates.iter().map(|c| budgets.take(c.pod)).collect();
+    let violating = |i: usize| taken[i].violated.is_some();
+    // A pod whose eviction fails its Job is lost work: tried for reprieve right after
+    // the PDB-violating ones; then those that would spend a last budget.
+    let jobs = jobs::effects(ctx, &candidates);
+    let spends = |i: usize| taken[i].spent_last.is_some() || jobs[i].last;
+    let mut pdb_first: Vec<usize> = (0..candidates.len()).collect();
+    pdb_first.sort_by_key(|&i| (!violating(i), !jobs[i].fails, !spends(i), candidates[i].gang.is_none(), i));
+    let mut gang_first = pdb_first.clone();
+    gang_first.sort_by_key(|&i| (candidates[i].gang.is_none(), !violating(i), !jobs[i].fails, !spends(i), i));
+    let mut orders = vec![pdb_first];
+    if gang_first != orders[0] {
+        orders.push(gang_first);
+    }
+    let mut best: Option<(Plan, Vec<Explanation>)> = None;
+    let mut vetoed: Option<Vec<Explanation>> = None;
+    for order in orders {
+        let mut notes = Vec::new();
+        match reprieve(asking, node, &candidates, &order, usage.clone(), &mut notes) {
+            Some(plan) if best.as_ref().is_none_or(|(b, _)| plan.cost < b.cost) => best = Some((plan, notes)),
+            Some(_) => {}
+            None => {
+                vetoed.get_or_insert(notes);
+            }
+        }
+    }
+    match (best, vetoed) {
+        (Some((plan, notes)), _) => {
+            ex.extend(notes);
+            Reselected::Plan(plan)
+        }
+        (None, notes) => {
+            ex.extend(notes.unwrap_or_default());
+            Reselected::Vetoed
+        }
+    }
+}
+
+/// Between offline tenants (the preemptor's class is itself evictable), Kueue's fair
+/// sharing: first only victims whose tenant would still hold at least the preemptor
+/// tenant's share after the eviction (LessThanOrEqualToFinalShare); if that is not
+/// enough room, also those whose tenant holds more than it before the eviction
+/// (LessThanInitialShare). A tenant's own pods are always candidates.
+fn fair_share<'a>(
+    asking: &Asking,
+    node: &crate::model::Node,
+    usage: &NodeUsage,
+    candidates: Vec<Victim<'a>>,
+    ex: &mut Vec<Explanation>,
+) -> Vec<Victim<'a>> {
+    let Asking { ctx, view, pod, .. } = *asking;
+    let tenants = &ctx.policy.tenants;
+    let mine = tenants.tenant_of(pod);
+    let mine_after = view.tenant_share(&mine) + view.share_of(&pod.requests, tenants.weight(&mine));
+    let allowed = |c: &Victim, final_share: bool| {
+        let theirs = tenants.tenant_of(c.pod);
+        if theirs == mine {
+            return true;
+        }
+        if final_share {
+            mine_after <= c.tenant_share - view.share_of(&c.pod.requests, tenants.weight(&theirs))
+        } else {
+            mine_after < c.tenant_share
+        }
+    };
+    let fits_without = |set: &[&Victim]| {
+        let mut u = usage.clone();
+        for c in set {
+            u.remove(c.pod);
+        }
+        fits(pod, node, &u).is_ok()
+    };
+    let strict: Vec<&Victim> = candidates.iter().filter(|c| allowed(c, true)).collect();
+    let final_share = fits_without(&strict);
+    let (keep, spare): (Vec<_>, Vec<_>) = candidates.into_iter().partition(|c| allowed(c, final_share));
+    for c in &spare {
+        ex.push(Explanation::pod(
+            &node.name,
+            &c.pod.key(),
+            Verdict::Spared,
+            Code::FairShare,
+            format!(
+                "tenant {} holds a share of {:.3}, not above tenant {mine}'s {:.3} after admission",
+                tenants.tenant_of(c.pod),
+                c.tenant_share,
+                mine_after
+            ),
+        ));
+    }
+    keep
+}
