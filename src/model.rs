@@ -136,6 +136,10 @@ pub struct Pod {
     /// Effective requests: max(init, sum(app)) + sidecars + overhead.
     pub requests: Resources,
     pub host_ports: Vec<HostPort>,
+    /// The whole object as the API server last sent it, kept only for a bare pod that
+    /// kube-scheduler marked `preempted`: requeue copies it, and with a grace period of 0
+    /// the watch's last event is the only place left to read it from.
+    pub last_state: Option<Arc<str>>,
 }
 
 impl Pod {

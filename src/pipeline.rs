@@ -68,11 +68,9 @@ pub struct Answer {
 /// What a preempt answer carries besides the body.
 #[derive(Debug, Default)]
 pub struct PreemptPart {
-    /// Replacements to store before `body` may be sent (never in shadow mode).
+    /// Bare victims the requeue controller brings back once they are evicted (never in
+    /// shadow mode, where the victims are kube-scheduler's own).
     pub requeues: Vec<RequeueIntent>,
-    /// Replacements could not be stored, so this answer was made with requeue off (set by
-    /// `service`; kube-scheduler may park the pod, see `wake`).
-    pub requeue_gave_up: bool,
     /// kube-scheduler's cache was ahead of the view (see `PreemptOutcome`).
     pub view_behind: bool,
     /// The run time the sent answer discards (in shadow mode: kube-scheduler's own choice).
@@ -140,10 +138,6 @@ impl Answer {
 
     pub fn view_behind(&self) -> bool {
         self.preempt.as_ref().is_some_and(|p| p.view_behind)
-    }
-
-    pub fn requeue_gave_up(&self) -> bool {
-        self.preempt.as_ref().is_some_and(|p| p.requeue_gave_up)
     }
 
     /// The run time the sent answer discards (preempt only).
@@ -259,12 +253,7 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
                 answer.explanations.push(Explanation::request(Verdict::Discards, Code::DiscardedWork, line));
             }
             let picked = (discarded.as_ref().map(|d| d.node.clone()), would_discard.as_ref().map(|d| d.node.clone()));
-            answer.preempt = Some(PreemptPart {
-                requeues: out.requeues,
-                requeue_gave_up: false,
-                view_behind: out.view_behind,
-                discarded,
-            });
+            answer.preempt = Some(PreemptPart { requeues: out.requeues, view_behind: out.view_behind, discarded });
             Ok(answer.in_mode(
                 mode,
                 would_discard,

@@ -1,6 +1,6 @@
 //! Requeue end to end against a loopback fake API server: the cluster of the recorded
 //! scenario, the cluster view from its watches, preempt through the real router, and the
-//! reconcile loop. Each test is the smallest story that shows one guarantee.
+//! requeue controller's passes. Each test is the smallest story that shows one guarantee.
 
 mod fake_api;
 
@@ -15,8 +15,9 @@ use coloc_extender::cluster::watch::{self, Freshness};
 use coloc_extender::cluster::ViewCell;
 use coloc_extender::http::{router, AppState, ViewSource};
 use coloc_extender::policy::Policy;
+use coloc_extender::requeue::controller::Settings;
 use coloc_extender::requeue::kube::Requeuer;
-use coloc_extender::requeue::{FROM_UID, GATE, GUARD, PREEMPTED_BY};
+use coloc_extender::requeue::{FROM_UID, GATE, GUARD, PREEMPTED_ON};
 use fake_api::FakeApi;
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -43,8 +44,27 @@ async fn cluster() -> FakeApi {
 struct Replica {
     cell: Arc<ViewCell>,
     state: AppState,
+    policy: Policy,
     requeuer: Arc<Requeuer>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Replica {
+    /// One pass of the requeue controller (back-offs of a millisecond).
+    async fn reconcile(&self) -> usize {
+        let settings = Settings { backoff: Duration::from_millis(1), ..Settings::copying() };
+        self.requeuer.reconcile_once(&self.cell, &self.policy, settings).await
+    }
+
+    /// Passes until nothing is left to do (at most a few).
+    async fn settle(&self) {
+        for _ in 0..10 {
+            if self.reconcile().await == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    }
 }
 
 impl Drop for Replica {
@@ -67,9 +87,9 @@ async fn replica(api: &FakeApi) -> Replica {
         Duration::from_millis(20),
     ));
     let requeuer = Arc::new(Requeuer::new(api.client(), Some("test".into())));
-    state.requeuer = Some(requeuer.clone());
+    state.requeue = true;
     assert!(eventually(|| cell.is_ready()).await, "the view never synced");
-    Replica { cell, state, requeuer, tasks: vec![watches] }
+    Replica { cell, state, policy: Policy::builtin_default(), requeuer, tasks: vec![watches] }
 }
 
 async fn eventually(mut ok: impl FnMut() -> bool) -> bool {
@@ -116,180 +136,216 @@ fn gated(pod: &Value) -> bool {
     pod["spec"]["schedulingGates"].as_array().is_some_and(|g| g.iter().any(|g| g["name"] == GATE))
 }
 
+/// What kube-scheduler does to a victim: the DisruptionTarget condition, then a delete
+/// (which the fake API server carries out at once, as for a grace period of 0).
+async fn evict(api: &FakeApi, name: &str) {
+    mark(api, name).await;
+    let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
+    pods.delete(name, &DeleteParams::default()).await.unwrap();
+}
+
+/// kube-scheduler's mark alone.
+async fn mark(api: &FakeApi, name: &str) {
+    let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
+    let condition = json!({"status": {"conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(condition)).await.unwrap();
+}
+
+/// The mark, then a delete with a grace period: the pod stays, terminating (held by a
+/// finalizer here, where a kubelet would hold it until its containers stop).
+async fn evict_gracefully(api: &FakeApi, name: &str) {
+    mark(api, name).await;
+    let mut pod = api.get("Pod", "batch", name).unwrap();
+    pod["metadata"]["finalizers"] = json!(["example.com/kubelet-stand-in"]);
+    let at = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 30).unwrap();
+    pod["metadata"]["deletionTimestamp"] = json!(at.to_string());
+    pod["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+    api.apply(pod);
+}
+
 #[tokio::test]
-async fn a_bare_victim_is_answered_only_after_its_gated_replacement_is_stored() {
+async fn a_bare_victim_is_answered_without_any_write() {
     let api = cluster().await;
     let r = replica(&api).await;
     let original = uid_of(&api, "hostport-batch");
     let (status, answer) = preempt(&r).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(victims(&answer), std::slice::from_ref(&original), "{answer}");
-    let stored = replacements_of(&api, &original);
-    assert_eq!(stored.len(), 1, "the replacement exists when the answer arrives");
-    let rep = &stored[0];
-    assert!(gated(rep), "held back while the original runs: {rep}");
-    assert!(rep["spec"].get("nodeName").is_none_or(Value::is_null));
-    assert_eq!(
-        rep["metadata"]["labels"]["app"],
-        api.get("Pod", "batch", "hostport-batch").unwrap()["metadata"]["labels"]["app"]
-    );
+    assert_eq!(api.count("create", "Pod") + api.count("patch", "Pod"), 0, "no write while kube-scheduler waits");
+    // Nor after: kube-scheduler has not evicted it.
+    r.settle().await;
+    assert!(replacements_of(&api, &original).is_empty(), "no copy of a pod that runs");
 }
 
 #[tokio::test]
-async fn the_gate_is_removed_once_the_original_is_deleted() {
+async fn a_pod_kube_scheduler_preempted_on_its_own_comes_back_released() {
+    // No preempt call at all: the extender was skipped (ignorable), or another scheduler.
     let api = cluster().await;
     let r = replica(&api).await;
     let original = uid_of(&api, "hostport-batch");
-    preempt(&r).await;
-    // Not yet: the original still runs.
-    r.requeuer.reconcile_once(&r.cell, 60).await;
-    assert!(gated(&replacements_of(&api, &original)[0]));
-    // kube-scheduler evicts it.
+    let labels = api.get("Pod", "batch", "hostport-batch").unwrap()["metadata"]["labels"].clone();
     evict(&api, "hostport-batch").await;
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
-    r.requeuer.reconcile_once(&r.cell, 60).await;
-    let rep = &replacements_of(&api, &original)[0];
-    assert!(!gated(rep), "released: {rep}");
-    assert_eq!(api.count("create", "Event"), 1, "one Event, on the replacement");
+    r.settle().await;
+    let stored = replacements_of(&api, &original);
+    assert_eq!(stored.len(), 1, "one copy");
+    let copy = &stored[0];
+    assert!(!gated(copy), "released: its original is gone: {copy}");
+    assert!(copy["spec"].get("nodeName").is_none_or(Value::is_null));
+    assert_eq!(copy["metadata"]["labels"]["app"], labels["app"]);
+    assert_eq!(copy["metadata"]["annotations"][PREEMPTED_ON], "node-gpu1");
+    assert_eq!(api.count("create", "Pod"), 1, "one create");
     let notes: Vec<String> =
         api.list("Event").iter().map(|e| e["note"].as_str().unwrap_or_default().to_string()).collect();
-    let want = format!(
-        "requeued from batch/hostport-batch ({original}) after preemption by online/online-hostport, attempt 1"
-    );
-    assert_eq!(notes, [want]);
+    assert_eq!(notes, [format!("requeued from batch/hostport-batch ({original}) after its preemption, attempt 1")]);
 }
 
 #[tokio::test]
-async fn a_victim_whose_replacement_cannot_be_stored_is_spared() {
+async fn a_copy_is_gated_while_its_original_terminates_and_released_once_it_is_gone() {
     let api = cluster().await;
     let r = replica(&api).await;
-    api.fail("create", "Pod", 403, u32::MAX);
-    let (status, answer) = preempt(&r).await;
-    assert_eq!(status, StatusCode::OK);
-    assert!(victims(&answer).is_empty(), "nothing else can make room, so no candidate: {answer}");
-    assert!(replacements_of(&api, &uid_of(&api, "hostport-batch")).is_empty());
-}
-
-#[tokio::test]
-async fn a_slow_api_server_spares_the_victim_within_the_request_budget() {
-    let api = cluster().await;
-    let mut r = replica(&api).await;
-    r.state.limits.requeue_budget = Duration::from_millis(300);
-    api.delay("create", "Pod", Duration::from_secs(3));
-    let started = std::time::Instant::now();
-    let (status, answer) = preempt(&r).await;
-    assert_eq!(status, StatusCode::OK);
-    assert!(victims(&answer).is_empty(), "{answer}");
-    assert!(started.elapsed() < Duration::from_secs(2), "answered within the budget, not after the API server");
-}
-
-#[tokio::test]
-async fn a_restart_between_eviction_and_release_still_releases() {
-    let api = cluster().await;
     let original = uid_of(&api, "hostport-batch");
-    {
-        let first = replica(&api).await;
-        preempt(&first).await;
-    } // the replica goes away before the eviction
+    evict_gracefully(&api, "hostport-batch").await;
+    assert!(eventually(|| r.cell.load().unwrap().evictions().len() == 1).await);
+    r.settle().await;
+    assert!(gated(&replacements_of(&api, &original)[0]), "held back while the original terminates");
     api.remove("Pod", "batch", "hostport-batch");
-    let second = replica(&api).await;
-    second.requeuer.reconcile_once(&second.cell, 60).await;
-    assert!(!gated(&replacements_of(&api, &original)[0]), "the new replica reconciles from the view");
+    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
+    r.settle().await;
+    assert!(!gated(&replacements_of(&api, &original)[0]), "released");
 }
 
 #[tokio::test]
-async fn a_replacement_kube_never_acted_on_is_cleaned_up() {
+async fn a_replica_started_after_the_eviction_adopts_the_preempted_pod() {
+    let api = cluster().await;
+    let original = uid_of(&api, "hostport-batch");
+    evict_gracefully(&api, "hostport-batch").await; // no replica runs
+    let r = replica(&api).await;
+    r.settle().await;
+    assert_eq!(replacements_of(&api, &original).len(), 1, "adopted at start-up");
+}
+
+#[tokio::test]
+async fn a_pod_deleted_by_a_user_is_not_copied() {
     let api = cluster().await;
     let r = replica(&api).await;
     let original = uid_of(&api, "hostport-batch");
-    preempt(&r).await;
-    assert_eq!(replacements_of(&api, &original).len(), 1);
-    assert!(eventually(|| r.cell.load().unwrap().replacements().count() == 1).await);
-    // kube-scheduler chose otherwise: the original keeps running past the deadline.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    r.requeuer.reconcile_once(&r.cell, 0).await;
-    assert!(replacements_of(&api, &original).is_empty(), "the orphan is deleted");
-    assert!(api.get("Pod", "batch", "hostport-batch").is_some(), "the original is untouched");
+    let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
+    pods.delete("hostport-batch", &DeleteParams::default()).await.unwrap();
+    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
+    r.settle().await;
+    assert!(replacements_of(&api, &original).is_empty());
 }
 
 #[tokio::test]
-async fn two_replicas_racing_store_one_replacement() {
+async fn a_marked_pod_that_then_succeeds_is_not_copied() {
+    // kube-scheduler's delete never came; the pod finished and left the watch (terminal).
+    let api = cluster().await;
+    let r = replica(&api).await;
+    let original = uid_of(&api, "hostport-batch");
+    mark(&api, "hostport-batch").await;
+    let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
+    let done = json!({"status": {"phase": "Succeeded"}});
+    pods.patch_status("hostport-batch", &PatchParams::default(), &Patch::Merge(done)).await.unwrap();
+    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
+    r.settle().await;
+    assert!(replacements_of(&api, &original).is_empty(), "the API server says it ended on its own");
+}
+
+#[tokio::test]
+async fn a_pod_that_succeeds_while_its_copy_waits_is_not_run_again() {
+    let api = cluster().await;
+    let r = replica(&api).await;
+    let original = uid_of(&api, "hostport-batch");
+    evict_gracefully(&api, "hostport-batch").await;
+    assert!(eventually(|| r.cell.load().unwrap().evictions().len() == 1).await);
+    r.settle().await;
+    assert_eq!(replacements_of(&api, &original).len(), 1);
+    // It finishes its work within its grace period.
+    let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
+    let done = json!({"status": {"phase": "Succeeded"}});
+    pods.patch_status("hostport-batch", &PatchParams::default(), &Patch::Merge(done)).await.unwrap();
+    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
+    r.settle().await;
+    assert!(replacements_of(&api, &original).is_empty(), "the copy is deleted, never released");
+}
+
+#[tokio::test]
+async fn two_replicas_store_one_copy_and_release_it_once() {
     let api = cluster().await;
     let (a, b) = (replica(&api).await, replica(&api).await);
     let original = uid_of(&api, "hostport-batch");
-    let ((sa, va), (sb, vb)) = tokio::join!(preempt(&a), preempt(&b));
-    assert_eq!((sa, sb), (StatusCode::OK, StatusCode::OK));
-    assert_eq!(victims(&va), std::slice::from_ref(&original));
-    assert_eq!(
-        victims(&vb),
-        std::slice::from_ref(&original),
-        "the second finds the first one's replacement and answers too"
-    );
-    assert_eq!(replacements_of(&api, &original).len(), 1);
-    // Both release: one patch wins, the other is a no-op.
     evict(&api, "hostport-batch").await;
     assert!(
         eventually(|| a.cell.load().unwrap().pod_by_uid(&original).is_none()
             && b.cell.load().unwrap().pod_by_uid(&original).is_none())
         .await
     );
-    tokio::join!(a.requeuer.reconcile_once(&a.cell, 60), b.requeuer.reconcile_once(&b.cell, 60));
+    tokio::join!(a.reconcile(), b.reconcile());
+    assert_eq!(replacements_of(&api, &original).len(), 1);
+    tokio::join!(a.settle(), b.settle());
+    assert_eq!(replacements_of(&api, &original).len(), 1);
     assert!(!gated(&replacements_of(&api, &original)[0]));
+    let requeued = api.list("Event").iter().filter(|e| e["reason"] == "Requeued").count();
+    assert_eq!(requeued, 1, "one release: the other replica's patch found it done");
 }
 
 #[tokio::test]
-async fn a_pod_of_the_same_name_that_is_not_our_replacement_is_never_taken_for_one() {
+async fn a_pod_of_the_same_name_that_is_not_our_copy_is_never_taken_for_one() {
     let api = cluster().await;
     let r = replica(&api).await;
     let original = uid_of(&api, "hostport-batch");
-    // Learn the name, then plant a stranger under it.
-    preempt(&r).await;
-    let mut stranger = replacements_of(&api, &original).remove(0);
-    let name = stranger["metadata"]["name"].as_str().unwrap().to_string();
-    api.remove("Pod", "batch", &name);
-    stranger["metadata"]["annotations"][FROM_UID] = Value::from("someone-else");
+    let name = {
+        let pod = api.get("Pod", "batch", "hostport-batch").unwrap();
+        let model = serde_json::from_value::<coloc_extender::wire::k8s::Pod>(pod).unwrap().into_model().unwrap();
+        coloc_extender::requeue::replacement_name(&model)
+    };
+    let mut stranger = api.get("Pod", "batch", "hostport-batch").unwrap();
+    stranger["metadata"]["name"] = json!(name);
     stranger["metadata"]["uid"] = Value::Null;
+    stranger["metadata"]["annotations"] = json!({FROM_UID: "someone-else"});
+    stranger["spec"]["nodeName"] = Value::Null;
     api.apply(stranger);
-    let (_, answer) = preempt(&r).await;
-    assert!(victims(&answer).is_empty(), "{answer}");
+    api.fail("create", "Pod", 409, u32::MAX);
+    evict(&api, "hostport-batch").await;
+    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
+    r.settle().await;
+    assert!(replacements_of(&api, &original).is_empty(), "the stranger is not counted as the copy");
 }
 
 #[tokio::test]
-async fn no_bare_victim_is_ever_answered_without_a_stored_replacement() {
-    // Whatever the API server does to creates (refuse, fail, succeed), every bare victim in
-    // an answer has a stored replacement.
+async fn a_copy_refused_for_good_is_given_up_visibly() {
     let api = cluster().await;
     let r = replica(&api).await;
-    let bare: Vec<String> = api
-        .list("Pod")
-        .iter()
-        .filter(|p| p["metadata"]["ownerReferences"].as_array().is_none_or(|o| o.is_empty()))
-        .map(|p| p["metadata"]["uid"].as_str().unwrap().to_string())
-        .collect();
-    let faults = [(403, 1), (500, 2), (409, 1), (422, 1), (500, u32::MAX), (0, 0)];
-    let mut answered_bare = 0;
-    for (status, times) in faults {
-        for p in api.list("Pod") {
-            if p["metadata"]["annotations"].get(FROM_UID).is_some() {
-                api.remove("Pod", "batch", p["metadata"]["name"].as_str().unwrap());
-            }
-        }
-        api.clear_faults();
-        if status != 0 {
-            api.fail("create", "Pod", status, times);
-        }
-        let (code, answer) = preempt(&r).await;
-        assert_eq!(code, StatusCode::OK);
-        for uid in victims(&answer).iter().filter(|u| bare.contains(u)) {
-            assert_eq!(
-                replacements_of(&api, uid).len(),
-                1,
-                "bare victim {uid} answered without a replacement (fault {status} x{times})"
-            );
-            answered_bare += 1;
-        }
-    }
-    assert!(answered_bare > 0, "without faults the bare victim is answered");
+    let original = uid_of(&api, "hostport-batch");
+    api.fail("create", "Pod", 403, u32::MAX);
+    evict(&api, "hostport-batch").await;
+    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
+    r.settle().await;
+    let warnings: Vec<Value> = api.list("Event").into_iter().filter(|e| e["reason"] == "RequeueGivenUp").collect();
+    assert_eq!(warnings.len(), 1, "{:?}", api.list("Event"));
+    assert_eq!(warnings[0]["type"], "Warning");
+    let creates = api.count("create", "Pod");
+    r.settle().await;
+    assert_eq!(api.count("create", "Pod"), creates, "given up: never tried again");
+}
+
+#[tokio::test]
+async fn a_copy_stored_ahead_of_an_eviction_that_never_came_is_deleted() {
+    // An earlier release stored copies before answering; kube-scheduler chose otherwise.
+    let api = cluster().await;
+    let original = uid_of(&api, "hostport-batch");
+    let mut early = api.get("Pod", "batch", "hostport-batch").unwrap();
+    early["metadata"]["name"] = json!("hostport-batch-rq-0000000001");
+    early["metadata"]["uid"] = Value::Null;
+    early["metadata"]["annotations"] = json!({FROM_UID: original});
+    early["spec"]["nodeName"] = Value::Null;
+    early["spec"]["schedulingGates"] = json!([{"name": GATE}]);
+    api.apply(early);
+    let r = replica(&api).await;
+    r.settle().await;
+    assert!(replacements_of(&api, &original).is_empty(), "deleted");
+    assert!(api.get("Pod", "batch", "hostport-batch").is_some(), "the original is untouched");
 }
 
 // ---- guards an earlier release left: finished, never added ---------------------------------
@@ -317,14 +373,6 @@ fn guards_left(api: &FakeApi) -> usize {
                 || p["metadata"]["finalizers"].as_array().is_some_and(|f| f.iter().any(|f| f == GUARD))
         })
         .count()
-}
-
-/// What kube-scheduler does to a victim: the DisruptionTarget condition, then a delete.
-async fn evict(api: &FakeApi, name: &str) {
-    let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
-    let condition = json!({"status": {"conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]}});
-    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(condition)).await.unwrap();
-    pods.delete(name, &DeleteParams::default()).await.unwrap();
 }
 
 /// Index in the fake's request log of the last request `method path`.
@@ -368,7 +416,6 @@ async fn a_preempted_pod_guarded_by_an_earlier_release_is_requeued_before_its_gu
     assert!(api.get("Pod", "batch", "hostport-batch").is_none(), "let go once its replacement is stored");
     let stored = replacements_of(&api, &original);
     assert_eq!(stored.len(), 1);
-    assert_eq!(stored[0]["metadata"]["annotations"][PREEMPTED_BY], "unknown (preempted by kube-scheduler)");
     assert!(
         stored[0]["metadata"]["labels"].get(GUARD).is_none()
             && stored[0]["metadata"].get("finalizers").is_none_or(Value::is_null),
@@ -378,7 +425,7 @@ async fn a_preempted_pod_guarded_by_an_earlier_release_is_requeued_before_its_gu
     let unguarded = last_request(&api, "PATCH", "/api/v1/namespaces/batch/pods/hostport-batch").unwrap();
     assert!(created < unguarded, "the replacement is stored before the guard comes off");
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
-    r.requeuer.reconcile_once(&r.cell, 60).await;
+    r.settle().await;
     assert!(!gated(&replacements_of(&api, &original)[0]), "released: its original was preempted");
 }
 
@@ -457,39 +504,4 @@ async fn two_replicas_finishing_the_same_guard_store_one_replacement() {
     a.requeuer.finish_guards_once().await.unwrap();
     assert!(api.get("Pod", "batch", "hostport-batch").is_none());
     assert_eq!(replacements_of(&api, &original).len(), 1);
-}
-
-// ---- only what was preempted comes back ----------------------------------------------------
-
-#[tokio::test]
-async fn a_bare_pod_that_succeeds_while_its_copy_waits_is_not_run_again() {
-    let api = cluster().await;
-    let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
-    preempt(&r).await;
-    assert_eq!(replacements_of(&api, &original).len(), 1);
-    // kube-scheduler chose otherwise, and the pod finished its work.
-    let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
-    pods.patch_status(
-        "hostport-batch",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
-    )
-    .await
-    .unwrap();
-    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
-    r.requeuer.reconcile_once(&r.cell, 60).await;
-    assert!(replacements_of(&api, &original).is_empty(), "the copy is deleted, never released");
-}
-
-#[tokio::test]
-async fn a_bare_pod_deleted_by_someone_else_while_its_copy_waits_is_not_run_again() {
-    let api = cluster().await;
-    let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
-    preempt(&r).await;
-    api.remove("Pod", "batch", "hostport-batch");
-    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
-    r.requeuer.reconcile_once(&r.cell, 60).await;
-    assert!(replacements_of(&api, &original).is_empty());
 }

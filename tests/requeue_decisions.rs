@@ -103,20 +103,6 @@ fn with_requeue_off_a_bare_victim_of_a_requeue_class_is_protected_and_says_why()
 }
 
 #[test]
-fn a_bare_pod_whose_replacement_failed_is_spared_and_another_node_is_used() {
-    let mut s = Scenario::new(requeue_policy("requeue"))
-        .node(node("n1", 2000, 8))
-        .node(node("n2", 2000, 8))
-        .pods([pod("bare", "batch", Some("n1"), 2000).bare().started(10), pod("owned", "batch", Some("n2"), 2000)]);
-    // Requeueing is cheaper than the owned pod's lost hour of run time... until it fails.
-    s.requeue_failed.insert("uid-bare".into(), "forbidden".into());
-    let out = s.preempt(online(2000), &["n1", "n2"]);
-    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["owned"]))]), "{}", out.explain());
-    assert!(out.has("spared", "requeue_failed"));
-    assert!(out.requeues.is_empty());
-}
-
-#[test]
 fn a_requeue_costs_more_than_a_recreated_victim_and_less_than_a_pdb_violation() {
     let s = Scenario::new(requeue_policy("requeue"))
         .node(node("n1", 1000, 8))
@@ -288,42 +274,57 @@ fn max_attempts_of_zero_is_refused_at_load_naming_the_field() {
     assert!(err.contains("classes[0].requeue.maxAttempts"), "{err}");
 }
 
-/// n1: the two bare pods evicted for the preemptor a moment ago, terminating, with their
-/// replacements naming it; n2: a pod that could be evicted. `preempted_by` is whom the
-/// replacements name.
-fn victims_leaving_n1(preempted_by: &str) -> Scenario {
+#[test]
+fn a_preemptor_nominated_where_pods_still_leave_evicts_nobody_else() {
+    // kube-scheduler nominated the preemptor to n1 and its victims there are terminating,
+    // their mark not yet seen: the room on n1 is on its way (kube-scheduler's own rule).
     let leaving = |name: &str| {
         let mut p = pod(name, "batch", Some("n1"), 1000).bare();
         p.deletion_time = Some(NOW - 1);
         p
     };
-    let replacement = |name: &str| {
-        pod(&format!("{name}-rq-0000000001"), "batch", None, 1000)
-            .bare()
-            .annotate(coloc_extender::requeue::FROM_UID, &format!("uid-{name}"))
-            .annotate(coloc_extender::requeue::PREEMPTED_BY, preempted_by)
-    };
-    Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).node(node("n2", 2000, 8)).pods([
+    let s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).node(node("n2", 2000, 8)).pods([
         leaving("b-1"),
         leaving("b-2"),
-        replacement("b-1"),
-        replacement("b-2"),
         pod("w-1", "batch", Some("n2"), 2000),
-    ])
+    ]);
+    let mut nominated = online(2000);
+    nominated.nominated_node_name = Some("n1".into());
+    let out = s.preempt(nominated, &["n2"]);
+    assert!(out.victims().is_empty(), "{}", out.explain());
+    assert!(out.has("refused", "room_on_its_way"), "{}", out.explain());
+    // Not nominated there, and the pods not marked by kube-scheduler: a rollout, say.
+    let out = s.preempt(online(2000), &["n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["w-1"]))]), "{}", out.explain());
 }
 
 #[test]
-fn a_preemptor_whose_own_victims_are_still_leaving_evicts_nobody_else() {
-    // kube-scheduler asks again before the preemptor's nomination reached it: the room on
-    // n1 is on its way, so nothing more is evicted (a second eviction could break a gang).
-    let s = victims_leaving_n1("default/preemptor");
-    let out = s.preempt(online(2000), &["n1", "n2"]);
+fn room_already_free_in_the_view_is_not_freed_twice() {
+    // The first victims on n1 are gone from the view; kube-scheduler's cache still holds
+    // them and asks again, proposing them and n2's pod: nothing more is evicted.
+    let s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).node(node("n2", 2000, 8)).pods([
+        pod("b-1", "batch", Some("n1"), 1000).bare(),
+        pod("b-2", "batch", Some("n1"), 1000).bare(),
+        pod("v-1", "batch", Some("n2"), 2000),
+    ]);
+    let preemptor = online(2000);
+    let candidates = s.meta_candidates(&preemptor, &["n1", "n2"]);
+    let mut view = s.view();
+    let p = s.policy.clone();
+    view.remove_pod("default/b-1", &p);
+    view.remove_pod("default/b-2", &p);
+    let out = s.preempt_with(preemptor.clone(), candidates, Some(&view));
     assert!(out.victims().is_empty(), "{}", out.explain());
     assert!(out.has("refused", "room_on_its_way"), "{}", out.explain());
-    // Pods leaving for another preemptor, not preempted by kube-scheduler as far as the
-    // view knows, make no room for this one.
-    let out = victims_leaving_n1("default/someone-else").preempt(online(2000), &["n2"]);
-    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["w-1"]))]), "{}", out.explain());
+    // Proposed victims the view never saw: the view is behind, and re-selects as before.
+    let fresh = Scenario::new(requeue_policy("requeue"))
+        .node(node("n1", 2000, 8))
+        .node(node("n2", 2000, 8))
+        .pods([pod("v-1", "batch", Some("n2"), 2000)]);
+    let candidates = s.meta_candidates(&preemptor, &["n1", "n2"]);
+    let out = fresh.preempt_with(preemptor, candidates, Some(&fresh.view()));
+    assert!(!out.has("refused", "room_on_its_way"), "{}", out.explain());
+    assert!(out.view_behind, "{}", out.explain());
 }
 
 #[test]

@@ -24,9 +24,9 @@ pub struct ServeArgs {
     /// Cluster view from the Kubernetes API (in-cluster config or KUBECONFIG).
     #[arg(long)]
     pub kube: bool,
-    /// Requeue bare victims of `requeue` classes: store a gated replacement before offering
-    /// them, release it when the original is gone. Writes pods and events: needs the
-    /// `manifests/requeue` RBAC component.
+    /// Requeue bare victims of `requeue` classes: once kube-scheduler has preempted one
+    /// (whoever asked it to), store a gated copy of it, released once the original is gone.
+    /// Writes pods and events: needs the `manifests/requeue` RBAC component.
     #[arg(long, requires = "kube")]
     pub requeue: bool,
     /// Accepted so that manifests of earlier releases still start, and ignored: guards are
@@ -34,9 +34,10 @@ pub struct ServeArgs {
     /// earlier release left are always finished.
     #[arg(long, hide = true, action = clap::ArgAction::Set, requires = "requeue")]
     pub requeue_guard: Option<bool>,
-    /// Time for storing requeue replacements within one preempt, in milliseconds.
-    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u64).range(100..=4000))]
-    pub requeue_budget_ms: u64,
+    /// Accepted so that manifests of earlier releases still start, and ignored: copies are
+    /// no longer stored while kube-scheduler waits for the answer.
+    #[arg(long, hide = true)]
+    pub requeue_budget_ms: Option<u64>,
     /// Wake pods kube-scheduler parked while we could not answer a preempt well (restart,
     /// view not ready, replacements not stored): once ready again, store and delete a
     /// placeholder pod bound to no real node, which kube-scheduler takes as a reason to
@@ -49,10 +50,14 @@ pub struct ServeArgs {
     /// Least time between two wakes, e.g. 10s.
     #[arg(long, default_value = "10s", value_parser = parse_secs)]
     pub wake_min_interval: Duration,
-    /// A gated replacement whose original has not started terminating by then is deleted
-    /// (kube-scheduler chose otherwise), e.g. 60s.
-    #[arg(long, default_value = "60s", value_parser = parse_secs)]
-    pub requeue_evict_within: Duration,
+    /// Accepted so that manifests of earlier releases still start, and ignored: no copy is
+    /// stored before its original is evicted.
+    #[arg(long, hide = true, value_parser = parse_secs)]
+    pub requeue_evict_within: Option<Duration>,
+    /// A gated copy whose original is still terminating this long past its
+    /// deletionTimestamp (its node gone, say) is released anyway, with a Warning Event.
+    #[arg(long, default_value = "120s", value_parser = parse_secs)]
+    pub requeue_stuck_after: Duration,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[arg(long, requires = "tls_key")]

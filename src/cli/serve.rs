@@ -9,7 +9,7 @@ use anyhow::{bail, Context as _};
 use super::args::{AdminListen, ServeArgs};
 use super::policy_reload::{policy_alarm, reload_policy, PolicyReload};
 use crate::cluster::{self, View, ViewCell};
-use crate::http::{self, AppState, Limits, ViewSource};
+use crate::http::{self, AppState, ViewSource};
 use crate::policy::{Mode, Policy};
 use crate::tls::{self, TlsAcceptorCell, TlsFiles};
 
@@ -107,7 +107,8 @@ fn app_state(
         entries: args.ops.decisions_entries,
         bytes: args.ops.decisions_bytes,
     }));
-    state.limits = Limits { requeue_budget: Duration::from_millis(args.requeue_budget_ms), ..args.limits.limits()? };
+    state.limits = args.limits.limits()?;
+    state.requeue = args.requeue;
     if !args.requeue && !requeue_classes.is_empty() {
         tracing::warn!(classes = %requeue_classes,
         "requeue is off (serve --kube --requeue): bare victims of these classes are protected, as with bare: protect");
@@ -145,23 +146,25 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
             "--requeue-guard is ignored: guards are no longer added, and those an earlier release left are finished"
         );
     }
+    if args.requeue_budget_ms.is_some() || args.requeue_evict_within.is_some() {
+        tracing::warn!("--requeue-budget-ms and --requeue-evict-within are ignored: copies are stored at the eviction, never before the answer");
+    }
     let requeuer = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance));
     // Whatever the flags, what an earlier run left is finished: guards would hold their
     // pods forever, and gated copies are released once their original is gone, or
     // deleted when it was never evicted. Without --requeue no copy is made, so the
-    // reconcile loop only finishes old ones.
+    // controller only finishes old ones.
     tokio::spawn(requeuer.clone().finish_leftover_guards());
-    tokio::spawn(requeuer.clone().reconcile_loop(
-        view.clone(),
-        Duration::from_secs(1),
-        args.requeue_evict_within.as_secs() as i64,
-    ));
+    let settings = crate::requeue::controller::Settings {
+        copies: args.requeue,
+        stuck_after: args.requeue_stuck_after.as_secs() as i64,
+        backoff: crate::requeue::controller::BACKOFF_FIRST,
+    };
+    tokio::spawn(requeuer.run(view.clone(), state.policy.clone(), settings));
     if args.requeue {
-        state.requeuer = Some(requeuer);
         tracing::info!(
-            budget_ms = args.requeue_budget_ms,
-            evict_within_s = args.requeue_evict_within.as_secs(),
-            "requeue is on"
+            stuck_after_s = settings.stuck_after,
+            "requeue is on: preempted bare pods are copied at the eviction, whoever evicts"
         );
     }
     if args.wake {

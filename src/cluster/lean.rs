@@ -9,10 +9,12 @@
 use std::borrow::Cow;
 use std::fmt::Debug;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 
 use crate::model;
 use crate::wire::k8s;
@@ -32,6 +34,17 @@ pub trait LeanKind: Clone + Debug + Send + Sync + 'static {
     /// name, namespace and resourceVersion of the JSON object.
     fn meta(json: &Self::Json) -> (String, String, String);
     fn into_model(json: Self::Json) -> Result<Self::Model, String>;
+    /// One object: `meta`'s triple and the model.
+    fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<Decoded<Self>, D::Error> {
+        let json = Self::Json::deserialize(d)?;
+        Ok(Decoded { meta: Self::meta(&json), model: Self::into_model(json) })
+    }
+}
+
+/// What `LeanKind::decode` makes of one object.
+pub struct Decoded<K: LeanKind> {
+    pub meta: (String, String, String),
+    pub model: Result<K::Model, String>,
 }
 
 #[derive(Clone, Debug)]
@@ -58,8 +71,7 @@ impl<K: LeanKind> Lean<K> {
 
 impl<'de, K: LeanKind> Deserialize<'de> for Lean<K> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let json = K::Json::deserialize(d)?;
-        let (name, namespace, resource_version) = K::meta(&json);
+        let Decoded { meta: (name, namespace, resource_version), model } = K::decode(d)?;
         let some = |s: String| (!s.is_empty()).then_some(s);
         Ok(Lean {
             meta: ObjectMeta {
@@ -68,7 +80,7 @@ impl<'de, K: LeanKind> Deserialize<'de> for Lean<K> {
                 resource_version: some(resource_version),
                 ..Default::default()
             },
-            model: K::into_model(json),
+            model,
             kind: PhantomData,
         })
     }
@@ -117,6 +129,20 @@ impl LeanKind for PodKind {
     }
     fn into_model(json: k8s::Pod) -> Result<model::Pod, String> {
         json.into_model().map_err(|e| e.to_string())
+    }
+    /// Keeps the bytes of a bare pod kube-scheduler marked preempted (`Pod::last_state`):
+    /// requeue copies it from them, whoever evicted it and however fast it went.
+    fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<Decoded<Self>, D::Error> {
+        let raw = Box::<RawValue>::deserialize(d)?;
+        let json: k8s::Pod = serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?;
+        let meta = Self::meta(&json);
+        let model = Self::into_model(json).map(|mut pod| {
+            if pod.preempted && pod.is_bare() {
+                pod.last_state = Some(Arc::from(raw.get()));
+            }
+            pod
+        });
+        Ok(Decoded { meta, model })
     }
 }
 

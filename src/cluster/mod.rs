@@ -1,6 +1,7 @@
 //! The cluster view and its sources: a snapshot file or Kubernetes watches. Decisions
 //! only see `View` and never know which source built it.
 
+pub mod evictions;
 pub mod jobs;
 pub mod lean;
 pub mod snapshot;
@@ -14,7 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwapOption;
 
-pub use view::{Departure, NodeInfo, Objects, View};
+pub use evictions::{Eviction, Evictions};
+pub use view::{NodeInfo, Objects, View};
 
 /// The view's persistent hash map: cheap to clone per publication, and hashed with
 /// foldhash (node names are looked up per node on every filter and prioritize call).

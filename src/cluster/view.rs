@@ -13,6 +13,7 @@ use imbl::OrdMap;
 
 use super::PMap;
 
+use super::evictions::Evictions;
 use super::jobs::Jobs;
 use super::uid_index::UidIndex;
 use super::usage::{Aggregates, Counted};
@@ -157,28 +158,20 @@ pub struct View {
     node_count: usize,
     bound_pods: usize,
     generation: u64,
-    /// How bare pods left the view, by UID: requeue releases a replacement only if its
-    /// original was preempted, never when it ended or was deleted on its own.
-    departures: PMap<String, Departure>,
+    /// Pods that left the view (deleted, ended, or gone at a re-list), by UID, with the
+    /// generation they left at: kube-scheduler's cache may still hold them for a moment,
+    /// and a proposed victim the view saw go means the view is ahead, not behind.
+    gone: PMap<String, u64>,
     /// Per controller (`namespace/Kind/name`), when kube-scheduler last preempted one of
     /// its pods (the victim's deletion time): a pod it created since is that victim's
     /// replacement, its disruption barely over.
     preemptions: PMap<String, Timestamp>,
+    /// Preempted bare pods going, until their copy shows up: what requeue copies.
+    evictions: Evictions,
 }
 
-/// How a bare pod left the view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Departure {
-    /// kube-scheduler preempted it (condition `DisruptionTarget`, `PreemptionByScheduler`).
-    Preempted,
-    /// It succeeded or failed on its own.
-    Ended,
-    /// Deleted by someone else than kube-scheduler's preemption.
-    Deleted,
-}
-
-/// Departures kept at most; past that, those no replacement waits on are forgotten.
-const DEPARTURES_KEPT: usize = 50_000;
+/// Pods that left the view remembered at most; past that, the older half is forgotten.
+const GONE_KEPT: usize = 50_000;
 
 /// Controllers whose last preemption is kept at most.
 const PREEMPTIONS_KEPT: usize = 10_000;
@@ -237,8 +230,9 @@ impl View {
                 view.apply_node((**n).clone());
             }
         }
-        view.departures = self.departures.clone();
+        view.gone = self.gone.clone();
         view.preemptions = self.preemptions.clone();
+        view.evictions = self.evictions.clone();
         for pod in self.pods.values() {
             view.apply_pod(pod.clone(), policy);
         }
@@ -246,37 +240,31 @@ impl View {
         view
     }
 
-    /// How the pod of `uid` left the view, if it was bare and left while watched.
-    pub fn departure(&self, uid: &str) -> Option<Departure> {
-        self.departures.get(uid).copied()
+    /// Did the view see the pod of `uid` go (recently: the last `GONE_KEPT`)?
+    pub fn saw_go(&self, uid: &str) -> bool {
+        self.gone.contains_key(uid)
     }
 
-    /// Notes how a bare pod leaves: `preempted` (its last state), else `ending` says
-    /// whether it ended (terminal) or was deleted.
-    fn note_departure(&mut self, pod: &Pod, ending: bool) {
-        if !pod.is_bare()
-            || crate::model::marks::is_replacement(pod)
-                && pod.scheduling_gates.iter().any(|g| g == crate::model::marks::GATE)
-        {
-            return;
+    fn note_gone(&mut self, uid: &str) {
+        if self.gone.len() >= GONE_KEPT {
+            let mut at: Vec<u64> = self.gone.values().copied().collect();
+            at.sort_unstable();
+            let cut = at[at.len() / 2];
+            self.gone.retain(|_, g| *g > cut);
         }
-        if self.departures.len() >= DEPARTURES_KEPT {
-            let awaited: std::collections::HashSet<&str> =
-                self.replacements.values().filter_map(|r| r.annotations.get(crate::model::marks::FROM_UID)).collect();
-            let kept: PMap<String, Departure> = self
-                .departures
-                .iter()
-                .filter(|(uid, _)| awaited.contains(uid.as_str()))
-                .map(|(k, v)| (k.clone(), *v))
-                .collect();
-            self.departures = kept;
-        }
-        let how = match () {
-            _ if pod.preempted => Departure::Preempted,
-            _ if ending => Departure::Ended,
-            _ => Departure::Deleted,
-        };
-        self.departures.insert(pod.uid.clone(), how);
+        self.gone.insert(uid.to_string(), self.generation);
+    }
+
+    /// Does `pod`'s class bring its bare victims back (requeue)?
+    fn requeues(&self, pod: &Pod, policy: &Policy) -> bool {
+        let class = policy.classify(pod, self.priority_of(pod));
+        let class = policy.class(class);
+        class.victim.allowed && class.victim.bare() == crate::policy::BareVictims::Requeue
+    }
+
+    /// Preempted bare pods going whose copy the view has not seen yet.
+    pub fn evictions(&self) -> &Evictions {
+        &self.evictions
     }
 
     /// When kube-scheduler last preempted a pod of `pod`'s controller, if the view saw it.
@@ -330,6 +318,10 @@ impl View {
     fn place_pod(&mut self, pod: PodRef, key: String, policy: &Policy) {
         self.jobs.observe_pod(&pod);
         self.note_preemption(&pod);
+        if pod.preempted {
+            let requeues = self.requeues(&pod, policy);
+            self.evictions.observe(&pod, requeues);
+        }
         let old = self.pods.get(&key).cloned();
         if let Some(old) = &old {
             if self.stays_in_place(old, &pod) {
@@ -341,7 +333,7 @@ impl View {
             self.detach(old, policy);
         }
         if pod.is_terminal() {
-            self.note_departure(&pod, true);
+            self.note_gone(&pod.uid);
         } else {
             self.attach(pod, key, policy);
         }
@@ -408,6 +400,7 @@ impl View {
     /// watch was down, and how it went is not known, so no departure is noted.
     pub fn remove_unseen_pod(&mut self, key: &str, policy: &Policy) -> Option<PodRef> {
         let old = self.pods.get(key).cloned()?;
+        self.note_gone(&old.uid);
         self.jobs.forget_pod(&old);
         self.detach(&old, policy);
         Some(old)
@@ -418,9 +411,15 @@ impl View {
         if let Some(last) = last {
             self.note_preemption(last);
         }
-        match last {
-            Some(last) if last.uid == old.uid && last.preempted && !old.preempted => self.note_departure(last, false),
-            _ => self.note_departure(&old, false),
+        self.note_gone(&old.uid);
+        // The event's state if it is the same pod's, else the view's last.
+        let gone = match last {
+            Some(last) if last.uid == old.uid && last.last_state.is_some() => Arc::new(last.clone()),
+            _ => old.clone(),
+        };
+        if gone.preempted {
+            let requeues = self.requeues(&gone, policy);
+            self.evictions.observe_gone(&gone, requeues);
         }
         self.jobs.forget_pod(&old);
         self.detach(&old, policy);
@@ -430,6 +429,9 @@ impl View {
     /// Enters `pod` in the view's maps, in place of `old` (same key) if given.
     fn index(&mut self, pod: &PodRef, key: String, old: Option<&PodRef>) {
         if crate::model::marks::is_replacement(pod) {
+            if let Some(from) = pod.annotations.get(crate::model::marks::FROM_UID) {
+                self.evictions.copied(from);
+            }
             self.replacements.insert(key.clone(), pod.clone());
         } else if old.is_some_and(|o| crate::model::marks::is_replacement(o)) {
             self.replacements.remove(&key);

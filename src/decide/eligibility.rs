@@ -156,10 +156,7 @@ fn bare_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Resul
                 ),
             )
         }
-        BareVictims::Requeue => match ctx.requeue.failed.get(&victim.uid) {
-            Some(why) => return protected(Code::RequeueFailed, format!("bare pod: its replacement could not be stored: {why}")),
-            None => Fate::Requeued,
-        },
+        BareVictims::Requeue => Fate::Requeued,
     };
     Ok(fate)
 }

@@ -15,8 +15,6 @@ pub use filter::{filter, FilterOutcome};
 pub use preempt::{preempt, PreemptOutcome};
 pub use prioritize::{prioritize, PrioritizeOutcome};
 
-use std::collections::BTreeMap;
-
 use crate::cluster::View;
 use crate::model::{Node, Pod, Timestamp};
 use crate::policy::{ClassId, Policy};
@@ -30,7 +28,7 @@ pub struct Context<'a> {
     /// A view is configured (`--kube`/`--snapshot`), so its absence is a fault.
     pub view_expected: bool,
     pub now: Timestamp,
-    pub requeue: Requeue<'a>,
+    pub requeue: Requeue,
     pub detail: Detail,
 }
 
@@ -47,22 +45,19 @@ pub enum Detail {
 
 /// Can bare victims of `requeue` classes be requeued in this decision?
 #[derive(Clone, Copy, Debug)]
-pub struct Requeue<'a> {
-    /// Replacements can be stored (`serve --kube --requeue`), or a replay simulates it.
+pub struct Requeue {
+    /// The requeue controller copies preempted bare pods (`serve --kube --requeue`), or a
+    /// replay simulates it.
     pub enabled: bool,
-    /// Pods whose replacement could not be stored in this request, with why: spared.
-    pub failed: &'a BTreeMap<String, String>,
 }
 
-static NO_FAILURES: BTreeMap<String, String> = BTreeMap::new();
-
-impl Requeue<'static> {
+impl Requeue {
     pub fn enabled() -> Self {
-        Requeue { enabled: true, failed: &NO_FAILURES }
+        Requeue { enabled: true }
     }
 
     pub fn disabled() -> Self {
-        Requeue { enabled: false, failed: &NO_FAILURES }
+        Requeue { enabled: false }
     }
 }
 

@@ -10,7 +10,7 @@
 
 use crate::explanation::{Code, Verdict};
 use std::cmp::Ordering;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 mod aftermath;
 mod gangs;
@@ -263,6 +263,14 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
         ));
         return out;
     }
+    if let Some(node) = view.and_then(|v| room_already_free(v, preemptor, pod, &candidates)) {
+        out.explanations.push(Explanation::request(
+            Verdict::Refused,
+            Code::RoomOnItsWay,
+            format!("{key} fits on {node} as the view has it, without evicting anything: kube-scheduler has not seen that room free yet, and evicting more would free room twice"),
+        ));
+        return out;
+    }
 
     // 3 and 4. A plan per candidate node, with its cost.
     let aftermath = view.map(|v| Aftermath::new(*ctx, v));
@@ -322,35 +330,29 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
 }
 
 /// A node where pods evicted to make room are still terminating, and where the preemptor
-/// fits once the terminating pods are gone: its room is on its way. Evicted means
-/// preempted by kube-scheduler (its `DisruptionTarget` condition) with a priority below
-/// the preemptor's, or a bare pod whose replacement names this preemptor. kube-scheduler
-/// preempts asynchronously and may ask again before the preemptor's nomination has reached
-/// it; a second eviction then would free room twice, and might break a gang to do it.
-/// Candidates and the nodes of the preemptor's own bare victims are looked at.
+/// fits once they are gone: its room is on its way. Evicted means marked by kube-scheduler
+/// (`DisruptionTarget`) with a priority below the preemptor's, or any pod of lower priority
+/// terminating on the node the preemptor is nominated to (kube-scheduler's own rule).
+/// kube-scheduler preempts asynchronously and may ask again before the preemptor's
+/// nomination has reached it; a second eviction then would free room twice, and might
+/// break a gang to do it. The nominated node and the candidates are looked at.
 fn room_on_its_way(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, candidates: &[&str]) -> Option<String> {
-    let own: HashSet<&str> = view
-        .replacements()
-        .filter(|r| r.annotations.get(crate::requeue::PREEMPTED_BY).is_some_and(|p| p == preemptor.key))
-        .filter_map(|r| r.annotations.get(crate::requeue::FROM_UID))
-        .collect();
-    let mut nodes: Vec<&str> = own
-        .iter()
-        .filter_map(|uid| view.pod_by_uid(uid)?.node_name.as_deref())
-        .chain(candidates.iter().copied())
-        .collect();
+    let nominated =
+        pod.nominated_node_name.as_deref().or_else(|| view.pod_by_uid(&pod.uid)?.nominated_node_name.as_deref());
+    let mut nodes: Vec<&str> = nominated.into_iter().chain(candidates.iter().copied()).collect();
     nodes.sort_unstable();
     nodes.dedup();
-    let leaving_for_someone = |p: &Pod| {
-        p.deletion_time.is_some()
-            && ((p.preempted && ctx.priority_of(p) < preemptor.priority) || own.contains(p.uid.as_str()))
-    };
     nodes
         .into_iter()
         .find(|n| {
             let Some(node) = view.node(n) else { return false };
             let pods = view.pods_on(n);
-            if !pods.iter().any(|p| leaving_for_someone(p)) {
+            let leaving = |p: &Pod| {
+                p.deletion_time.is_some()
+                    && ctx.priority_of(p) < preemptor.priority
+                    && (p.preempted || nominated == Some(*n))
+            };
+            if !pods.iter().any(|p| leaving(p)) {
                 return false;
             }
             let staying = pods.iter().map(|p| &**p).filter(|p| p.deletion_time.is_none() && p.uid != pod.uid);
@@ -360,6 +362,28 @@ fn room_on_its_way(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, 
                 &NodeUsage::of(staying.chain(held_room(view, view.nominated_on(n), preemptor.priority, &pod.uid))),
             )
             .is_ok()
+        })
+        .map(str::to_string)
+}
+
+/// A candidate kube-scheduler proposed victims on where the pod fits as is, in a view that
+/// knows every victim kube-scheduler proposed: the victims of an earlier preemption are gone already (kube-scheduler's
+/// cache trails the view for a moment). With a proposed victim unknown to the view, the
+/// view is the one behind: the decision is made and the edge waits for it to catch up.
+fn room_already_free(view: &View, preemptor: Preemptor, pod: &Pod, candidates: &[(&str, Proposed)]) -> Option<String> {
+    if candidates.iter().any(|(n, victims)| view.node(n).is_some() && lags_behind(view, victims.uids())) {
+        return None;
+    }
+    // A candidate proposed without victims is kube-scheduler's own "fits as is": kept as is.
+    candidates
+        .iter()
+        .filter(|(_, victims)| !victims.is_empty())
+        .map(|(n, _)| *n)
+        .find(|n| {
+            let Some(node) = view.node(n) else { return false };
+            let pods = view.pods_on(n).iter().map(|p| &**p).filter(|p| p.uid != pod.uid);
+            let held = held_room(view, view.nominated_on(n), preemptor.priority, &pod.uid);
+            fits(pod, node, &NodeUsage::of(pods.chain(held))).is_ok()
         })
         .map(str::to_string)
 }
@@ -387,10 +411,14 @@ fn placeholder(node: &str, num_pdb_violations: i64, ex: &mut Vec<Explanation>) -
     }
 }
 
-/// Does kube-scheduler know proposed victims the view does not, or has it seen them bound
-/// where the view has them pending? (A pod on another node is a disagreement, not a lag.)
+/// Does kube-scheduler know proposed victims the view does not (and did not see go), or
+/// has it seen them bound where the view has them pending? (A pod on another node is a
+/// disagreement, not a lag; one the view saw go means kube-scheduler's cache is behind.)
 fn lags_behind(view: &View, uids: &[String]) -> bool {
-    uids.iter().any(|uid| view.pod_by_uid(uid).is_none_or(|p| p.node_name.is_none()))
+    uids.iter().any(|uid| match view.pod_by_uid(uid) {
+        None => !view.saw_go(uid),
+        Some(p) => p.node_name.is_none(),
+    })
 }
 
 fn victim<'a>(

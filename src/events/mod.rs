@@ -161,9 +161,8 @@ fn veto_phrase(dropped: &Explanation, ex: &[Explanation]) -> String {
 }
 
 /// Protection codes, the one an operator can act on first.
-const PROTECTION_ORDER: [&str; 8] = [
+const PROTECTION_ORDER: [&str; 7] = [
     "requeue_disabled",
-    "requeue_failed",
     "not_recreatable",
     "min_runtime",
     "class_protected",
@@ -175,7 +174,6 @@ const PROTECTION_ORDER: [&str; 8] = [
 fn phrase(code: &str) -> &str {
     match code {
         "requeue_disabled" => "only bare pods could make room (requeue disabled)",
-        "requeue_failed" => "only bare pods could make room (their replacements could not be stored)",
         "not_recreatable" => "only bare pods could make room (their class protects them)",
         "min_runtime" => "only pods younger than their class's minRuntime could make room",
         "class_protected" => "only pods of never-evicted classes could make room",

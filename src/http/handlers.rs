@@ -16,7 +16,7 @@ use super::workers::{Cancel, Workers};
 use super::{memory, metrics};
 use crate::decide::{Context, Detail, Requeue};
 use crate::pipeline::{self, Answer, Verb};
-use crate::service::{self, Failed};
+use crate::service;
 use crate::wire::{Bounds, DecodeError};
 
 /// What the verb routes share besides `AppState`: admission budgets and the workers.
@@ -97,26 +97,18 @@ struct AdmittedRequest {
 }
 
 async fn run(verb: Verb, state: &AppState, verbs: &Verbs, req: AdmittedRequest) -> Result<Answer, ApiError> {
-    let once = |requeue: Option<Failed>| decide(verb, state, verbs, &req, requeue);
+    let once = || decide(verb, state, verbs, &req);
     if verb != Verb::Preempt {
-        return once(None).await;
+        return once().await;
     }
     // A snapshot view is the whole truth: nothing will catch up.
     let watched = (state.view_source == ViewSource::Kubernetes).then_some(&*state.view);
-    let store = state.requeuer.as_deref().map(|r| (r, state.limits.requeue_budget));
-    service::preempt(once, watched, store).await
+    service::preempt(once, watched).await
 }
 
-/// One decision. `requeue`: `None` when requeue is off, else the pods whose replacement
-/// could not be stored. Large bodies are decided on the workers, which keep the request's
+/// One decision. Large bodies are decided on the workers, which keep the request's
 /// admission until they finish and stop early once it is cancelled.
-async fn decide(
-    verb: Verb,
-    state: &AppState,
-    verbs: &Verbs,
-    req: &AdmittedRequest,
-    requeue: Option<Failed>,
-) -> Result<Answer, ApiError> {
+async fn decide(verb: Verb, state: &AppState, verbs: &Verbs, req: &AdmittedRequest) -> Result<Answer, ApiError> {
     let policy = state.policy.load_full();
     let view = state.view.load();
     let clock = state.clock.clone();
@@ -124,13 +116,10 @@ async fn decide(
     let view_expected = state.view_source != ViewSource::None;
     let caps = state.limits.caps;
     let (body, admitted, cancel) = (req.body.clone(), req.admitted.clone(), req.cancel.clone());
+    let requeue = if state.requeue { Requeue::enabled() } else { Requeue::disabled() };
     let work = move || {
         let _admitted = admitted;
         let now = clock();
-        let requeue = match &requeue {
-            Some(failed) => Requeue { enabled: true, failed },
-            None => Requeue::disabled(),
-        };
         // Routine lines (each node's score) are only ever logged at debug: built only then.
         let detail = if tracing::enabled!(tracing::Level::DEBUG) { Detail::Routine } else { Detail::Decisions };
         let ctx = Context { policy: &policy, view: view.as_deref(), view_expected, now, requeue, detail };

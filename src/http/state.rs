@@ -11,7 +11,6 @@ use crate::cluster::watch::Freshness;
 use crate::cluster::ViewCell;
 use crate::model::Timestamp;
 use crate::policy::Policy;
-use crate::requeue::kube::Requeuer;
 use crate::wire::Caps;
 
 /// Where the cluster view comes from; decides what `/readyz` waits for.
@@ -30,8 +29,6 @@ pub struct Limits {
     pub max_concurrency: usize,
     /// Bodies above this are decoded on the blocking pool, off the I/O threads.
     pub inline_decode_bytes: usize,
-    /// Time allowed for storing requeue replacements, all rounds of one preempt together.
-    pub requeue_budget: Duration,
     /// Bytes of request bodies held at once, over all requests; beyond it new ones get 503.
     pub max_inflight_body_bytes: usize,
     /// Time for a body to arrive (within `request_timeout`).
@@ -49,7 +46,6 @@ impl Default for Limits {
             request_timeout: Duration::from_secs(4),
             max_concurrency: 256,
             inline_decode_bytes: 256 << 10,
-            requeue_budget: Duration::from_millis(1500),
             max_inflight_body_bytes: 512 << 20,
             body_timeout: Duration::from_secs(2),
             caps: Caps::default(),
@@ -66,9 +62,9 @@ pub struct AppState {
     pub limits: Limits,
     /// Seconds since the epoch; replaceable so tests are deterministic.
     pub clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
-    /// Stores requeue replacements (`serve --kube --requeue`); `None`: requeue is off and
+    /// The requeue controller copies preempted bare pods (`serve --kube --requeue`); off,
     /// `requeue` classes protect their bare pods.
-    pub requeuer: Option<Arc<Requeuer>>,
+    pub requeue: bool,
     /// Per-kind watch health, with `--kube` (for `/readyz` detail).
     pub freshness: Option<Arc<Freshness>>,
     /// Why the policy file could not be reloaded (the last good policy is in force).
@@ -90,7 +86,7 @@ impl AppState {
             view_source,
             limits: Limits::default(),
             clock: Arc::new(system_now),
-            requeuer: None,
+            requeue: false,
             freshness: None,
             policy_problem: Arc::new(ArcSwapOption::empty()),
             decisions: Arc::new(DecisionLog::default()),
@@ -125,10 +121,10 @@ impl AppState {
         }
         let policy = self.policy.load();
         let requeue_classes = policy.requeue_classes();
-        lines.push(match (&self.requeuer, requeue_classes.is_empty()) {
-            (Some(_), _) => "requeue: on".to_string(),
-            (None, true) => "requeue: off (no class requeues bare victims)".to_string(),
-            (None, false) => format!(
+        lines.push(match (self.requeue, requeue_classes.is_empty()) {
+            (true, _) => "requeue: on".to_string(),
+            (false, true) => "requeue: off (no class requeues bare victims)".to_string(),
+            (false, false) => format!(
                 "requeue: off (serve --kube --requeue): bare pods of {} are protected",
                 requeue_classes.join(", ")
             ),

@@ -22,8 +22,8 @@ pub const FROM_UID: &str = "coloc-extender.io/requeued-from-uid";
 pub const FROM_POD: &str = "coloc-extender.io/requeued-from";
 /// How many times this workload has been requeued (1 for the first replacement).
 pub const ATTEMPT: &str = "coloc-extender.io/requeue-attempt";
-/// `namespace/name` of the pod whose preemption caused the requeue.
-pub const PREEMPTED_BY: &str = "coloc-extender.io/preempted-by";
+/// The node the original was preempted on.
+pub const PREEMPTED_ON: &str = "coloc-extender.io/preempted-on";
 /// The name of the first pod in the chain: replacements of replacements do not grow.
 pub const BASE_NAME: &str = "coloc-extender.io/base-name";
 

@@ -1,23 +1,18 @@
-//! The requeue edge: stores replacements before a preempt answer goes out, and carries
-//! out `plan::reconcile` (release, clean up) against the API server. Every write is
-//! idempotent: deterministic names, 409 on create checked to be our own replacement,
-//! JSON-patch `test` before a release, uid preconditions before a delete.
+//! The requeue edge: the writes `controller` carries out (store a copy, release it,
+//! delete it) and the Events that say so. Every write is idempotent: deterministic names,
+//! 409 on create checked to be our own copy, JSON-patch `test` before a release, uid
+//! preconditions before a delete.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
-
-use futures::future::join_all;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, GetParams, PostParams, Preconditions};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
-use super::plan::{self, Action, Release};
+use super::controller::Retry;
+use super::plan::Release;
 use super::tries::Tries;
-use super::{replacement, RequeueIntent, FROM_UID, GATE};
-use crate::cluster::ViewCell;
+use super::{RequeueIntent, FROM_UID, GATE};
 
 pub use crate::events::kube::REPORTER;
 
@@ -26,8 +21,8 @@ pub struct Requeuer {
     recorder: Recorder,
     /// Failed tries to store the replacement of a guarded pod an earlier release left.
     pub(super) tries: Tries,
-    /// Background writes yield to kube-scheduler's preemptions.
-    pub pace: super::pace::Pace,
+    /// When each of the controller's failed actions may be tried again.
+    pub(super) retry: Retry,
 }
 
 /// Why a replacement was not stored: the API server's status code, if it answered.
@@ -38,11 +33,11 @@ pub(super) struct StoreError {
 }
 
 impl StoreError {
-    fn new(message: String) -> StoreError {
+    pub(super) fn new(message: String) -> StoreError {
         StoreError { code: None, message }
     }
 
-    fn api(context: String, e: &kube::Error) -> StoreError {
+    pub(super) fn api(context: String, e: &kube::Error) -> StoreError {
         StoreError { code: api_code(e), message: format!("{context}: {e}") }
     }
 }
@@ -90,8 +85,9 @@ pub fn api_code(e: &kube::Error) -> Option<u16> {
     }
 }
 
-/// Every reason `guard::give_up_after` may give.
+/// Every reason `guard::give_up_after` may give, and `max_attempts`.
 const GIVEN_UP_REASONS: &[&str] = &[
+    "max_attempts",
     "namespace_terminating",
     "service_account_missing",
     "priority_class_missing",
@@ -108,6 +104,10 @@ pub fn register_metrics() {
         metrics::counter!("coloc_requeue_given_up_total", "reason" => *reason).absolute(0);
     }
     metrics::gauge!("coloc_requeue_guards_left").set(0.0);
+    for after in ["original_gone", "original_stuck"] {
+        metrics::counter!("coloc_requeue_released_total", "after" => after).absolute(0);
+    }
+    metrics::gauge!("coloc_requeue_copies_waiting").set(0.0);
 }
 
 impl Requeuer {
@@ -115,53 +115,7 @@ impl Requeuer {
     pub fn new(client: Client, instance: Option<String>) -> Requeuer {
         register_metrics();
         let recorder = Recorder::new(client.clone(), crate::events::kube::reporter(instance));
-        Requeuer { client, recorder, tries: Default::default(), pace: Default::default() }
-    }
-
-    /// Stores every replacement, concurrently, each within `budget`. Returns the pods whose
-    /// replacement is not known to be stored (uid → why): they must be spared.
-    pub async fn store_all(&self, intents: &[RequeueIntent], budget: Duration) -> BTreeMap<String, String> {
-        let results = join_all(intents.iter().map(|i| async move {
-            let outcome = match tokio::time::timeout(budget, self.store(i)).await {
-                Ok(r) => r.map_err(|e| e.message),
-                Err(_) => Err(format!("not stored within {} ms", budget.as_millis())),
-            };
-            (i, outcome)
-        }))
-        .await;
-        let mut failed = BTreeMap::new();
-        for (intent, outcome) in results {
-            match outcome {
-                Ok(stored) => {
-                    let outcome = stored.outcome();
-                    metrics::counter!("coloc_requeue_replacements_total", "outcome" => outcome).increment(1);
-                    // The preempt's one info line counts its requeued victims; this is the detail.
-                    tracing::debug!(original = %intent.original_key(), replacement = %intent.replacement, node = %intent.node,
-                        preemptor = %intent.preemptor, attempt = intent.attempt, outcome, "requeue replacement stored (gated)");
-                }
-                Err(why) => {
-                    metrics::counter!("coloc_requeue_replacements_total", "outcome" => "failed").increment(1);
-                    tracing::warn!(original = %intent.original_key(), replacement = %intent.replacement, error = %why,
-                        "requeue replacement not stored; the pod is spared");
-                    failed.insert(intent.uid.clone(), why);
-                }
-            }
-        }
-        failed
-    }
-
-    /// Reads the original from the API server's watch cache (no quorum read: the copy is
-    /// of what the user wrote, which a moment's lag does not change; the UID is checked),
-    /// and creates its replacement.
-    async fn store(&self, intent: &RequeueIntent) -> Result<Stored, StoreError> {
-        let api = pod_api(&self.client, &intent.namespace);
-        let original = api
-            .get_with(&intent.name, &GetParams::any())
-            .await
-            .map_err(|e| StoreError::api(format!("cannot read the original {}", intent.original_key()), &e))?;
-        let original = serde_json::to_value(&original).map_err(|e| StoreError::new(e.to_string()))?;
-        let manifest = replacement::build(&original, intent).map_err(|e| StoreError::new(e.to_string()))?;
-        self.create_replacement(intent, manifest).await
+        Requeuer { client, recorder, tries: Default::default(), retry: Default::default() }
     }
 
     /// Creates the replacement `manifest` of `intent`; one that exists already counts if it
@@ -197,33 +151,6 @@ impl Requeuer {
         }
     }
 
-    /// Reconciles every `every` from the view until the process ends: releases replacements
-    /// whose original is gone, deletes those whose original was not evicted in time.
-    pub async fn reconcile_loop(self: Arc<Self>, cell: Arc<ViewCell>, every: Duration, evict_within: i64) {
-        loop {
-            tokio::time::sleep(every).await;
-            if self.pace.may_go() {
-                self.reconcile_once(&cell, evict_within).await;
-            }
-        }
-    }
-
-    /// One pass; nothing happens until the view is synced (a missing original must mean
-    /// "gone", never "not listed yet").
-    pub async fn reconcile_once(&self, cell: &ViewCell, evict_within: i64) {
-        let now = crate::clock::system_now();
-        let Some(actions) = cell.read_latest(|view| plan::reconcile(view, now, evict_within)) else { return };
-        for action in actions {
-            let done = match &action {
-                Action::Release(r) => self.release(r).await,
-                Action::Delete { namespace, name, uid, reason } => self.delete(namespace, name, uid, reason).await,
-            };
-            if let Err(e) = done {
-                tracing::warn!(error = %e, "requeue reconcile: will retry");
-            }
-        }
-    }
-
     /// Releases `replacement` now, whatever its original: `uninstall`.
     pub async fn release_now(&self, replacement: &crate::model::Pod) -> Result<(), String> {
         self.release(&Release::of(replacement)).await
@@ -234,7 +161,7 @@ impl Requeuer {
         self.delete(&replacement.namespace, &replacement.name, &replacement.uid, "uninstall").await
     }
 
-    async fn release(&self, r: &Release) -> Result<(), String> {
+    pub(super) async fn release(&self, r: &Release) -> Result<(), String> {
         let remaining: Vec<Value> = r.gates.iter().filter(|g| *g != GATE).map(|g| json!({"name": g})).collect();
         let seen: Vec<Value> = r.gates.iter().map(|g| json!({"name": g})).collect();
         // The tests make a concurrent release (the other replica) or a recreated pod a no-op.
@@ -253,14 +180,24 @@ impl Requeuer {
         };
         match result {
             Ok(_) => {
-                metrics::counter!("coloc_requeue_released_total").increment(1);
-                tracing::info!(replacement = %format!("{}/{}", r.namespace, r.name), original = %r.from_pod, "requeue released: the original is gone");
+                let after = if r.stuck.is_some() { "original_stuck" } else { "original_gone" };
+                metrics::counter!("coloc_requeue_released_total", "after" => after).increment(1);
+                tracing::info!(replacement = %format!("{}/{}", r.namespace, r.name), original = %r.from_pod, after, "requeue released");
                 // One Event per requeued pod, on the pod that stays (the original is gone).
-                let note = format!(
-                    "requeued from {} ({}) after preemption by {}, attempt {}",
-                    r.from_pod, r.from_uid, r.preempted_by, r.attempt
-                );
-                self.event(pod_ref(&r.namespace, &r.name, &r.uid), EventType::Normal, "Requeued", note).await;
+                let (type_, note) = match &r.stuck {
+                    None => (
+                        EventType::Normal,
+                        format!(
+                            "requeued from {} ({}) after its preemption, attempt {}",
+                            r.from_pod, r.from_uid, r.attempt
+                        ),
+                    ),
+                    Some(why) => (
+                        EventType::Warning,
+                        format!("requeued from {} ({}), attempt {}, although {why}", r.from_pod, r.from_uid, r.attempt),
+                    ),
+                };
+                self.event(pod_ref(&r.namespace, &r.name, &r.uid), type_, "Requeued", note).await;
                 Ok(())
             }
             Err(e) if matches!(api_code(&e), Some(404 | 409 | 422)) => {
@@ -271,7 +208,7 @@ impl Requeuer {
         }
     }
 
-    async fn delete(&self, namespace: &str, name: &str, uid: &str, reason: &str) -> Result<(), String> {
+    pub(super) async fn delete(&self, namespace: &str, name: &str, uid: &str, reason: &str) -> Result<(), String> {
         let params = DeleteParams {
             preconditions: Some(Preconditions { uid: Some(uid.into()), resource_version: None }),
             ..Default::default()

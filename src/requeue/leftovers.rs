@@ -159,7 +159,7 @@ impl Requeuer {
                     pod.node_name.as_deref().unwrap_or_default(),
                     "unknown (preempted by kube-scheduler)",
                 );
-                let stored = match replacement::build_after_eviction(json, &intent) {
+                let stored = match replacement::build(json, &intent) {
                     Ok(manifest) => self.create_replacement(&intent, manifest).await,
                     Err(e) => Err(super::kube::StoreError { code: None, message: e.to_string() }),
                 };

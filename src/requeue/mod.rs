@@ -1,17 +1,17 @@
-//! Requeue: a bare offline victim (no controller would recreate it) goes back to the
-//! pending queue instead of being lost.
+//! Requeue: a bare offline pod (no controller would recreate it) that is preempted goes
+//! back to the pending queue instead of being lost, whoever preempted it.
 //!
-//! The guarantee: a bare pod is offered to kube-scheduler as a victim only once a
-//! replacement is durably stored in the API server: a copy of the original, held back by a
-//! scheduling gate so it cannot run beside it. The gate is removed once the original is
-//! gone (deleted or terminal); a replacement whose original was not evicted within a
-//! bounded time is deleted again. The pure parts (names, the replacement's manifest, what
-//! to reconcile) live here; `kube` carries them out against the API server.
+//! A controller apart from the verbs' answers: when the cluster view sees such a pod marked
+//! by kube-scheduler (`DisruptionTarget`, `PreemptionByScheduler`) and being deleted, it
+//! stores a copy built from the pod's last state, held back by a scheduling gate so that it
+//! cannot run beside the original, and removes the gate once the original is gone. The pure
+//! parts (names, the copy's manifest, what to do now) live here; `kube` carries them out
+//! against the API server.
 
+pub mod controller;
 pub mod guard;
 pub mod kube;
 pub mod leftovers;
-pub mod pace;
 pub mod plan;
 pub mod replacement;
 mod tries;
@@ -23,7 +23,7 @@ use crate::policy::{BareVictims, Class};
 // the names live in `model::marks`.
 pub use crate::model::marks::{
     attempt_of, is_replacement, opted_out, ATTEMPT, BASE_NAME, FROM_POD, FROM_UID, GATE, GUARD, LABEL, OPT_OUT,
-    PREEMPTED_BY,
+    PREEMPTED_ON,
 };
 
 /// Would requeue bring `pod` back if it were preempted as a pod of `class`? A bare pod of
@@ -36,8 +36,8 @@ pub fn would_requeue(pod: &Pod, class: &Class) -> bool {
         && class.requeue.max_attempts.is_none_or(|max| attempt_of(pod) < max)
 }
 
-/// What a preempt decision asks of requeue for one bare victim: its replacement is stored
-/// before the answer goes out.
+/// A bare victim requeue brings back: what a preempt decision explains for it, and what
+/// the controller copies once it is evicted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequeueIntent {
     pub namespace: String,
@@ -48,7 +48,8 @@ pub struct RequeueIntent {
     /// The replacement's name (deterministic: two replicas or a retry name the same pod).
     pub replacement: String,
     pub attempt: u32,
-    /// `namespace/name` of the preemptor.
+    /// `namespace/name` of the preemptor, where a decision knows it (kube-scheduler's mark
+    /// names none).
     pub preemptor: String,
 }
 

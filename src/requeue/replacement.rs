@@ -1,12 +1,12 @@
-//! The replacement's manifest: the original pod, as the API server returned it, made into a
-//! new pending pod. Same labels, annotations and spec; minus what belongs to the original
+//! The replacement's manifest: the original pod, as the API server last sent it (being
+//! deleted, or gone), made into a new pending pod. Same labels, annotations and spec; minus what belongs to the original
 //! instance (uid, node, status, the injected service-account token, the node's topology
 //! labels copied at binding); plus our annotations and the scheduling gate that keeps it
 //! from running beside the original.
 
 use serde_json::{json, Map, Value};
 
-use super::{RequeueIntent, ATTEMPT, BASE_NAME, FROM_POD, FROM_UID, GATE, GUARD, LABEL, PREEMPTED_BY};
+use super::{RequeueIntent, ATTEMPT, BASE_NAME, FROM_POD, FROM_UID, GATE, GUARD, LABEL, PREEMPTED_ON};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ReplacementError {
@@ -14,8 +14,6 @@ pub enum ReplacementError {
     NotAPod,
     #[error("the original changed: uid {found:?}, the decision was about {expected:?}")]
     UidChanged { expected: String, found: String },
-    #[error("the original is already terminating")]
-    Terminating,
 }
 
 /// Metadata that names one instance of the original, or that the API server sets.
@@ -45,26 +43,14 @@ fn is_injected_token_volume(volume: &Value) -> bool {
         && volume.get("projected").is_some()
 }
 
-/// The replacement of an original that still runs (stored before the preempt answer).
+/// The replacement of an evicted original.
 pub fn build(original: &Value, intent: &RequeueIntent) -> Result<Value, ReplacementError> {
-    copy(original, intent, false)
-}
-
-/// The replacement of a guarded original being evicted (its finalizer holds it meanwhile).
-pub fn build_after_eviction(original: &Value, intent: &RequeueIntent) -> Result<Value, ReplacementError> {
-    copy(original, intent, true)
-}
-
-fn copy(original: &Value, intent: &RequeueIntent, evicted: bool) -> Result<Value, ReplacementError> {
     let mut pod = original.clone();
     let obj = pod.as_object_mut().ok_or(ReplacementError::NotAPod)?;
     let meta = obj.get_mut("metadata").and_then(Value::as_object_mut).ok_or(ReplacementError::NotAPod)?;
     let uid = meta.get("uid").and_then(Value::as_str).unwrap_or_default();
     if uid != intent.uid {
         return Err(ReplacementError::UidChanged { expected: intent.uid.clone(), found: uid.to_string() });
-    }
-    if !evicted && meta.get("deletionTimestamp").is_some_and(|t| !t.is_null()) {
-        return Err(ReplacementError::Terminating);
     }
     let base = meta
         .get("annotations")
@@ -81,7 +67,9 @@ fn copy(original: &Value, intent: &RequeueIntent, evicted: bool) -> Result<Value
     annotations.insert(FROM_UID.into(), json!(intent.uid));
     annotations.insert(FROM_POD.into(), json!(intent.original_key()));
     annotations.insert(ATTEMPT.into(), json!(intent.attempt.to_string()));
-    annotations.insert(PREEMPTED_BY.into(), json!(intent.preemptor));
+    if !intent.node.is_empty() {
+        annotations.insert(PREEMPTED_ON.into(), json!(intent.node));
+    }
     annotations.insert(BASE_NAME.into(), json!(base));
     let labels = object_at(meta, "labels");
     for key in BOUND_NODE_LABELS.iter().chain([&GUARD]) {
@@ -203,14 +191,17 @@ mod tests {
     }
 
     #[test]
-    fn a_changed_or_terminating_original_is_not_copied() {
+    fn another_pod_of_the_same_name_is_not_copied() {
         let mut other = original();
         other["metadata"]["uid"] = json!("u-2");
         assert!(matches!(build(&other, &intent()), Err(ReplacementError::UidChanged { .. })));
-        let mut going = original();
-        going["metadata"]["deletionTimestamp"] = json!("2026-11-22T02:01:00Z");
-        assert_eq!(build(&going, &intent()), Err(ReplacementError::Terminating));
         assert_eq!(build(&json!([1]), &intent()), Err(ReplacementError::NotAPod));
+    }
+
+    #[test]
+    fn the_copy_names_the_node_the_original_was_preempted_on() {
+        let r = build(&original(), &intent()).unwrap();
+        assert_eq!(r["metadata"]["annotations"][PREEMPTED_ON], "node-gpu1");
     }
 
     #[test]
@@ -219,7 +210,7 @@ mod tests {
         going["metadata"]["deletionTimestamp"] = json!("2026-11-22T02:01:00Z");
         going["metadata"]["finalizers"] = json!([GUARD]);
         going["metadata"]["labels"][GUARD] = json!("true");
-        let r = build_after_eviction(&going, &intent()).unwrap();
+        let r = build(&going, &intent()).unwrap();
         assert!(r["metadata"].get("deletionTimestamp").is_none());
         assert!(r["metadata"].get("finalizers").is_none());
         assert!(r["metadata"]["labels"].get(GUARD).is_none(), "the copy is guarded on its own once it runs");

@@ -27,8 +27,6 @@ pub enum Reason {
     Ready,
     /// A preempt was answered while the view was not ready.
     ViewNotReady,
-    /// A preempt was answered with requeue off because replacements could not be stored.
-    RequeueUnavailable,
     /// A preempt call was answered with an error.
     PreemptFailed,
 }
@@ -38,7 +36,6 @@ impl Reason {
         match self {
             Reason::Ready => "ready",
             Reason::ViewNotReady => "view_not_ready",
-            Reason::RequeueUnavailable => "requeue_unavailable",
             Reason::PreemptFailed => "preempt_failed",
         }
     }

@@ -375,6 +375,7 @@ impl Pod {
             .any(|c| c.type_ == "DisruptionTarget" && c.status == "True" && c.reason == "PreemptionByScheduler");
         let unready = self.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status != "True");
         Ok(model::Pod {
+            last_state: None,
             preempted,
             unready,
             job_tracking: m.finalizers.iter().any(|f| f == model::TRACKING_FINALIZER),

@@ -159,10 +159,8 @@ pub struct Scenario {
     pub objects: Objects,
     /// A view is configured but may be missing (not synced, stale).
     pub view_expected: bool,
-    /// Replacements can be stored (`serve --kube --requeue`); on by default, as in replay.
+    /// The requeue controller runs (`serve --kube --requeue`); on by default, as in replay.
     pub requeue: bool,
-    /// Pods whose replacement could not be stored (uid → why).
-    pub requeue_failed: BTreeMap<String, String>,
 }
 
 pub struct Outcome {
@@ -201,13 +199,7 @@ pub fn uids(names: &[&str]) -> Vec<String> {
 
 impl Scenario {
     pub fn new(policy: Policy) -> Self {
-        Scenario {
-            policy,
-            objects: Objects::default(),
-            view_expected: false,
-            requeue: true,
-            requeue_failed: BTreeMap::new(),
-        }
+        Scenario { policy, objects: Objects::default(), view_expected: false, requeue: true }
     }
 
     pub fn node(mut self, n: Node) -> Self {
@@ -275,7 +267,7 @@ impl Scenario {
     }
 
     pub fn preempt_with(&self, preemptor: Pod, candidates: Candidates, view: Option<&View>) -> Outcome {
-        let requeue = Requeue { enabled: self.requeue, failed: &self.requeue_failed };
+        let requeue = Requeue { enabled: self.requeue };
         let ctx = Context {
             policy: &self.policy,
             view,

@@ -73,10 +73,12 @@ pub struct Watch {
     pub done: bool,
 }
 
+/// One event as the API server writes it: `type` before `object` (Go's field order; a
+/// client may read the object without buffering it), then a newline.
 fn line(v: &Value) -> Bytes {
-    let mut b = serde_json::to_vec(v).expect("JSON values serialize");
-    b.push(b'\n');
-    Bytes::from(b)
+    let typ = serde_json::to_string(&v["type"]).expect("JSON values serialize");
+    let object = serde_json::to_string(&v["object"]).expect("JSON values serialize");
+    Bytes::from(format!("{{\"type\":{typ},\"object\":{object}}}\n"))
 }
 
 impl Watch {

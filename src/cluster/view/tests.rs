@@ -324,34 +324,22 @@ fn a_preemptor_could_free_the_evictable_pods_of_the_classes_it_may_preempt() {
 }
 
 #[test]
-fn the_view_remembers_how_a_bare_pod_left_and_a_re_index_keeps_it() {
-    use crate::cluster::Departure;
+fn the_view_remembers_pods_that_left_and_a_re_index_keeps_them() {
     let p = policy();
-    let bare = |name: &str| Pod { controller: None, ..pod("batch", name, Some("n1")) };
     let mut v = View::empty(&p);
-    for name in ["preempted", "done", "deleted"] {
-        v.apply_pod(Arc::new(bare(name)), &p);
+    for name in ["done", "deleted", "marked-late", "unseen", "stays"] {
+        v.apply_pod(Arc::new(pod("batch", name, Some("n1"))), &p);
     }
-    v.apply_pod(Arc::new(Pod { preempted: true, ..bare("preempted") }), &p);
-    v.remove_pod("batch/preempted", &p);
-    v.apply_pod(Arc::new(Pod { phase: Some(crate::model::Phase::Succeeded), ..bare("done") }), &p);
+    v.apply_pod(Arc::new(Pod { phase: Some(crate::model::Phase::Succeeded), ..pod("batch", "done", Some("n1")) }), &p);
     v.remove_pod("batch/deleted", &p);
+    v.remove_deleted_pod("batch/marked-late", &Pod { preempted: true, ..pod("batch", "marked-late", Some("n1")) }, &p);
+    v.remove_unseen_pod("batch/unseen", &p);
     let rebuilt = v.rebuild(&p);
     for view in [&v, &rebuilt] {
-        assert_eq!(view.departure("uid-batch-preempted"), Some(Departure::Preempted));
-        assert_eq!(view.departure("uid-batch-done"), Some(Departure::Ended));
-        assert_eq!(view.departure("uid-batch-deleted"), Some(Departure::Deleted));
+        for name in ["done", "deleted", "marked-late", "unseen"] {
+            assert!(view.saw_go(&format!("uid-batch-{name}")), "{name}");
+        }
+        assert!(!view.saw_go("uid-batch-stays"));
+        assert!(!view.saw_go("uid-never-seen"));
     }
-    // Marked by kube-scheduler in the deletion's own event only: still preempted.
-    v.apply_pod(Arc::new(bare("marked-late")), &p);
-    v.remove_deleted_pod("batch/marked-late", &Pod { preempted: true, ..bare("marked-late") }, &p);
-    assert_eq!(v.departure("uid-batch-marked-late"), Some(Departure::Preempted));
-    // Gone while the watch was down: how is not known, so nothing is remembered.
-    v.apply_pod(Arc::new(bare("unseen")), &p);
-    v.remove_unseen_pod("batch/unseen", &p);
-    assert_eq!(v.departure("uid-batch-unseen"), None);
-    // Owned pods are brought back by their owner: nothing to remember.
-    v.apply_pod(Arc::new(pod("batch", "owned", Some("n1"))), &p);
-    v.remove_pod("batch/owned", &p);
-    assert_eq!(v.departure("uid-batch-owned"), None);
 }

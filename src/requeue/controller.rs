@@ -1,0 +1,288 @@
+//! The requeue controller: reacts to what the cluster view observes, apart from the verbs'
+//! answers (no preempt waits for it). Each change of the view (a burst of them makes one
+//! pass) runs `plan::reconcile` and carries out what it asks: store a copy of a preempted
+//! bare pod that is going, release a copy whose original is gone, delete one that must not
+//! run. Every action is idempotent, so two replicas, or a replica restarted mid-way, reach
+//! the same end; a failed one is tried again with a growing back-off, and a copy that can
+//! never be stored is given up visibly (a Warning Event, `coloc_requeue_given_up_total`).
+//!
+//! It reads the view the watches keep rather than a watch of its own: a second watch of
+//! every pod, decoded whole, would double the API server's fan-out and hold 150,000 full
+//! pods, where the view keeps the bytes of only the pods being preempted.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use futures::StreamExt;
+use kube::runtime::events::EventType;
+use serde_json::Value;
+
+use super::guard;
+use super::kube::{pod_api, pod_ref, Requeuer, StoreError};
+use super::plan::{self, Action, Copy, Release};
+use super::replacement;
+use crate::cluster::ViewCell;
+use crate::model::{marks, Timestamp};
+use crate::policy::Policy;
+
+/// After a change, wait this long for the rest of its burst before a pass.
+const BURST: Duration = Duration::from_millis(20);
+/// A pass at least this often, for retries and for originals stuck terminating.
+const TICK: Duration = Duration::from_secs(1);
+/// Writes in flight at once.
+const CONCURRENT: usize = 16;
+/// Back-off after a failed action: doubling from `Settings::backoff`, up to this.
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The first back-off after a failed action.
+pub const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+
+/// How this replica runs requeue.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Store copies (`serve --requeue`); without it, copies an earlier run left are still
+    /// released or deleted.
+    pub copies: bool,
+    /// Seconds past an original's deletionTimestamp after which its copy is released anyway.
+    pub stuck_after: i64,
+    /// The first back-off after a failed action (`BACKOFF_FIRST`); it doubles per failure.
+    pub backoff: Duration,
+}
+
+impl Settings {
+    /// Copies on, the default bounds.
+    pub fn copying() -> Settings {
+        Settings { copies: true, stuck_after: plan::STUCK_AFTER, backoff: BACKOFF_FIRST }
+    }
+}
+
+/// Per action: when it may be tried again, and how often it failed; or settled for good.
+#[derive(Default)]
+pub struct Retry(Mutex<HashMap<String, Attempts>>);
+
+#[derive(Debug, Clone, Copy)]
+struct Attempts {
+    failures: u32,
+    next: Instant,
+    /// Given up, or found to need no write: never tried again while the plan still asks.
+    settled: bool,
+}
+
+impl Retry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Attempts>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn due(&self, key: &str, now: Instant) -> bool {
+        self.lock().get(key).is_none_or(|a| !a.settled && a.next <= now)
+    }
+
+    /// Counts a failure, to be tried again after `first` doubled per failure before it;
+    /// the failures so far.
+    fn failed(&self, key: &str, now: Instant, first: Duration) -> u32 {
+        let mut map = self.lock();
+        let a = map.entry(key.to_string()).or_insert(Attempts { failures: 0, next: now, settled: false });
+        a.failures += 1;
+        let wait = first.saturating_mul(1 << (a.failures - 1).min(10)).min(BACKOFF_MAX);
+        a.next = now + wait;
+        a.failures
+    }
+
+    fn succeeded(&self, key: &str) {
+        self.lock().remove(key);
+    }
+
+    fn settle(&self, key: &str) {
+        self.lock().insert(key.to_string(), Attempts { failures: 0, next: Instant::now(), settled: true });
+    }
+
+    /// Forgets actions the plan no longer asks for.
+    fn keep_only(&self, keys: &std::collections::HashSet<String>) {
+        self.lock().retain(|k, _| keys.contains(k));
+    }
+}
+
+fn action_key(a: &Action) -> String {
+    match a {
+        Action::Copy(c) => format!("copy/{}", c.intent.uid),
+        Action::Release(r) => format!("release/{}", r.uid),
+        Action::Delete { uid, .. } => format!("delete/{uid}"),
+    }
+}
+
+/// What one pass found in the view.
+struct Pass {
+    actions: Vec<Action>,
+    /// Gated copies in the view.
+    waiting: usize,
+    /// Preempted pods the policy does not bring back any more (uid, key, why).
+    uncopied: Vec<(String, String, String)>,
+}
+
+impl Requeuer {
+    /// Runs until the process ends.
+    pub async fn run(self: Arc<Self>, cell: Arc<ViewCell>, policy: Arc<ArcSwap<Policy>>, settings: Settings) {
+        let mut changes = cell.subscribe();
+        loop {
+            tokio::select! {
+                _ = changes.changed() => tokio::time::sleep(BURST).await,
+                _ = tokio::time::sleep(TICK) => {}
+            }
+            changes.borrow_and_update();
+            self.reconcile_once(&cell, &policy.load(), settings).await;
+        }
+    }
+
+    /// One pass; nothing happens until the view is synced (a missing original must mean
+    /// "gone", never "not listed yet"). Returns the actions tried.
+    pub async fn reconcile_once(&self, cell: &ViewCell, policy: &Policy, settings: Settings) -> usize {
+        let now = crate::clock::system_now();
+        let Some(pass) = cell.read_latest(|view| Pass {
+            actions: plan::reconcile(view, policy, now, settings.copies, settings.stuck_after),
+            waiting: view.replacements().filter(|r| r.scheduling_gates.iter().any(|g| g == marks::GATE)).count(),
+            uncopied: match settings.copies {
+                true => view
+                    .evictions()
+                    .iter()
+                    .filter_map(|e| Some((e.pod.uid.clone(), e.pod.key(), plan::uncopied(view, policy, e)?)))
+                    .collect(),
+                false => Vec::new(),
+            },
+        }) else {
+            return 0;
+        };
+        metrics::gauge!("coloc_requeue_copies_waiting").set(pass.waiting as f64);
+        let mut keys: std::collections::HashSet<String> = pass.actions.iter().map(action_key).collect();
+        keys.extend(pass.uncopied.iter().map(|(uid, ..)| format!("uncopied/{uid}")));
+        self.retry.keep_only(&keys);
+        for (uid, key, why) in pass.uncopied {
+            self.say_uncopied(&uid, &key, &why).await;
+        }
+        let at = Instant::now();
+        let due: Vec<Action> = pass.actions.into_iter().filter(|a| self.retry.due(&action_key(a), at)).collect();
+        let tried = due.len();
+        futures::stream::iter(due).for_each_concurrent(CONCURRENT, |a| self.carry_out(a, now, settings.backoff)).await;
+        tried
+    }
+
+    async fn carry_out(&self, action: Action, now: Timestamp, backoff: Duration) {
+        let key = action_key(&action);
+        let failed = match &action {
+            Action::Copy(c) => match self.copy(c).await {
+                Ok(Copied::Stored) => None,
+                Ok(Copied::NotEvicted(why)) => {
+                    tracing::info!(original = %c.intent.original_key(), why, "requeue: no copy");
+                    self.retry.settle(&key);
+                    return;
+                }
+                Err(e) => return self.copy_failed(c, &key, e, now, backoff).await,
+            },
+            Action::Release(r) => self.release_checked(r).await.err(),
+            Action::Delete { namespace, name, uid, reason } => self.delete(namespace, name, uid, reason).await.err(),
+        };
+        match failed {
+            None => self.retry.succeeded(&key),
+            Some(e) => {
+                let tries = self.retry.failed(&key, Instant::now(), backoff);
+                tracing::warn!(action = %key, tries, error = %e, "requeue: will retry");
+            }
+        }
+    }
+
+    /// Stores the copy, once the API server says the original is being deleted or gone
+    /// where the view could not tell.
+    async fn copy(&self, c: &Copy) -> Result<Copied, StoreError> {
+        if c.confirm_deleted {
+            let api = pod_api(&self.client, &c.intent.namespace);
+            let found = api
+                .get_opt(&c.intent.name)
+                .await
+                .map_err(|e| StoreError::api(format!("cannot read {}", c.intent.original_key()), &e))?;
+            if let Some(o) = found.filter(|o| o.metadata.uid.as_deref() == Some(c.intent.uid.as_str())) {
+                if o.metadata.deletion_timestamp.is_none() {
+                    let phase = o.data["status"]["phase"].as_str().unwrap_or("unknown").to_string();
+                    return Ok(Copied::NotEvicted(format!("it ended on its own (phase {phase}), not deleted")));
+                }
+            }
+        }
+        let original: Value = serde_json::from_str(&c.source).map_err(|e| StoreError::new(e.to_string()))?;
+        let manifest = replacement::build(&original, &c.intent).map_err(|e| StoreError::new(e.to_string()))?;
+        let stored = self.create_replacement(&c.intent, manifest).await?;
+        let outcome = stored.outcome();
+        metrics::counter!("coloc_requeue_replacements_total", "outcome" => outcome).increment(1);
+        tracing::info!(original = %c.intent.original_key(), replacement = %c.intent.replacement, node = %c.intent.node,
+            attempt = c.intent.attempt, outcome, "requeue: preempted pod copied (gated until it is gone)");
+        Ok(Copied::Stored)
+    }
+
+    async fn copy_failed(&self, c: &Copy, key: &str, e: StoreError, now: Timestamp, backoff: Duration) {
+        metrics::counter!("coloc_requeue_replacements_total", "outcome" => "failed").increment(1);
+        let tries = self.retry.failed(key, Instant::now(), backoff);
+        // A terminating original still counts against the namespace's quota: a refusal is
+        // final only once the original has had time to go.
+        let reason = guard::give_up_after(tries, e.code, &e.message)
+            .filter(|r| *r == "namespace_terminating" || now > c.since + plan::STUCK_AFTER);
+        let Some(reason) = reason else {
+            tracing::warn!(original = %c.intent.original_key(), replacement = %c.intent.replacement, tries,
+                error = %e.message, "requeue: copy not stored; will retry");
+            return;
+        };
+        self.retry.settle(key);
+        metrics::counter!("coloc_requeue_given_up_total", "reason" => reason).increment(1);
+        let error = crate::wire::request::clip(&e.message, 300);
+        tracing::error!(original = %c.intent.original_key(), replacement = %c.intent.replacement, reason, tries,
+            error = %error, "requeue given up: the preempted pod is lost");
+        let note = format!(
+            "preempted, and its copy {} could not be stored after {tries} tries ({reason}: {error}): the pod is lost",
+            c.intent.replacement
+        );
+        let i = &c.intent;
+        self.event(pod_ref(&i.namespace, &i.name, &i.uid), EventType::Warning, "RequeueGivenUp", note).await;
+    }
+
+    /// A preempted pod the policy does not bring back: said once.
+    async fn say_uncopied(&self, uid: &str, key: &str, why: &str) {
+        let said = format!("uncopied/{uid}");
+        if !self.retry.due(&said, Instant::now()) {
+            return;
+        }
+        self.retry.settle(&said);
+        metrics::counter!("coloc_requeue_given_up_total", "reason" => "max_attempts").increment(1);
+        tracing::warn!(original = %key, why, "requeue: a preempted pod is not copied");
+        let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+        let note = format!("preempted and not requeued: {why}");
+        self.event(pod_ref(namespace, name, uid), EventType::Warning, "RequeueGivenUp", note).await;
+    }
+
+    /// Releases `r`; where the view has lost its original, only once the API server agrees
+    /// it is gone or failed. One that succeeded has done its work: its copy is deleted.
+    async fn release_checked(&self, r: &Release) -> Result<(), String> {
+        if r.confirm_gone {
+            let (namespace, name) = r.from_pod.split_once('/').unwrap_or(("", &r.from_pod));
+            let found = pod_api(&self.client, namespace).get_opt(name).await;
+            let found = match found {
+                Ok(found) => found.filter(|o| o.metadata.uid.as_deref() == Some(r.from_uid.as_str())),
+                Err(e) => return Err(format!("cannot read the original {}: {e}", r.from_pod)),
+            };
+            if let Some(original) = found {
+                match original.data["status"]["phase"].as_str() {
+                    Some("Succeeded") => {
+                        let reason = format!("its original {} finished its work while terminating", r.from_pod);
+                        return self.delete(&r.namespace, &r.name, &r.uid, &reason).await;
+                    }
+                    Some("Failed") => {}
+                    _ => return Err(format!("the original {} still runs as the API server has it", r.from_pod)),
+                }
+            }
+        }
+        self.release(r).await
+    }
+}
+
+/// What storing a copy came to.
+enum Copied {
+    Stored,
+    /// The API server says the pod was not deleted: nothing to copy.
+    NotEvicted(String),
+}
