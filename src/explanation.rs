@@ -170,8 +170,12 @@ impl Code {
             Code::ReplacementWaits => "a requeued pod whose class says requeue.preemption: never waits for free room",
             Code::Reprieved => "spared: the preemptor fits with it in place",
             Code::RequeueAttempts => "a bare pod requeued as often as its class allows: no longer a victim",
-            Code::RequeueDisabled => "a bare pod of a requeue class while requeue is off: protected",
-            Code::RoomOnItsWay => "pods preempted earlier are still terminating where the pod fits: no new evictions",
+            Code::RequeueDisabled => {
+                "a bare pod of a requeue class while requeue is off or cannot store copies: protected"
+            }
+            Code::RoomOnItsWay => {
+                "room freed by earlier evictions is on its way (or already free) where the pod fits: no new evictions"
+            }
             Code::Score => "prioritize: a node's score and why",
             Code::Selected => "the candidate returned, and its rank",
             Code::Terminating => "already terminating",
@@ -180,7 +184,7 @@ impl Code {
             Code::VictimElsewhere => "kube-scheduler proposed a pod the view has on another node",
             Code::ViewDisagrees => "the view says the pod fits without evictions, kube-scheduler says not",
             Code::ViewNotReady => "no usable view and the class says withoutView: refuse",
-            Code::Requeued => "a bare victim, requeued: its gated copy is stored before the answer",
+            Code::Requeued => "a bare victim, requeued: the requeue controller copies it once it is evicted",
             Code::Lost => "a victim whose class allows losing it (bare: lose, or a Job that would fail)",
             Code::LeftToOwner => "a bare victim left to its non-controller owner, or opted out of requeue",
             Code::Chosen => "a victim its controller recreates",

@@ -4,9 +4,13 @@
 //! 1. Refuse while it could still be needed: an extender pod still runs, or kube-scheduler
 //!    reported a failing call to it within `--quiet-for` (it is still registered).
 //! 2. Finish every guard an earlier release left (`requeue::leftovers`): a preempted pod
-//!    is requeued first, any other let go.
-//! 3. Settle every gated replacement (`settle`): released where its original was
-//!    preempted or is gone, deleted where the original runs on or ended on its own.
+//!    is requeued first, any other let go. Then copy every preempted bare pod still
+//!    terminating whose copy no replica stored (`adopt`): what the extender's replicas
+//!    would have done, had one run until it was gone.
+//! 3. Settle every gated replacement (`settle`): released once its original is gone,
+//!    deleted where the original runs on or ended on its own. A copy whose original still
+//!    terminates is waited for (`--wait-for-originals`), never released beside it, unless
+//!    the original is stuck past its deletionTimestamp as the requeue controller bounds it.
 //! 4. Delete leftover wake placeholders.
 //!
 //! Each step reports what it did; a second run finds nothing to do.
@@ -37,14 +41,18 @@ pub struct UninstallArgs {
     /// How long kube-scheduler must have reported no failing call to the extender, e.g. 2m.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     pub quiet_for: Duration,
-    /// How long to wait for preempted originals to go before their replacements are
-    /// released anyway, e.g. 60s.
+    /// How long to wait for preempted originals to go; copies whose original still
+    /// terminates after that are left gated and named (run uninstall again), e.g. 60s.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub wait_for_originals: Duration,
     /// Skip the checks of step 1 (the extender may still be in use: pods it answered for
     /// may be preempted without a replacement).
     #[arg(long)]
     pub force: bool,
+    /// The policy the extender ran with (which classes requeue their bare pods); the
+    /// built-in default if not given.
+    #[arg(long)]
+    pub policy: Option<std::path::PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -60,8 +68,8 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 /// What becomes of a gated replacement when the extender goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settle {
-    /// Its original was preempted and is gone (or gone unseen): it runs instead.
-    Release,
+    /// Its original was preempted and is gone, or stopped: it runs instead.
+    Release(String),
     /// Its original runs on, or ended or was deleted on its own: it would run twice.
     Delete(String),
     /// Its original was preempted and is still terminating.
@@ -69,17 +77,28 @@ pub enum Settle {
 }
 
 /// `original`: the pod named by the replacement's annotations, if it still exists with
-/// the UID the replacement names.
-pub fn settle(original: Option<&Pod>) -> Settle {
+/// the UID the replacement names; `now` in Unix seconds.
+pub fn settle(original: Option<&Pod>, now: crate::model::Timestamp) -> Settle {
+    use crate::model::Phase;
     match original {
-        None => Settle::Release,
-        Some(o) if o.preempted && o.is_terminal() => Settle::Release,
-        Some(o) if o.preempted => Settle::Wait,
+        None => Settle::Release("its original is gone".into()),
+        Some(o) if o.phase == Some(Phase::Succeeded) => {
+            Settle::Delete(format!("its original {} finished its work", o.key()))
+        }
+        Some(o) if o.preempted && o.is_terminal() => Settle::Release(format!("its original {} stopped", o.key())),
         Some(o) if o.is_terminal() => Settle::Delete(format!("its original {} ended on its own", o.key())),
-        Some(o) if o.deletion_time.is_some() => {
+        Some(o) if o.deletion_time.is_some() && !o.preempted => {
             Settle::Delete(format!("its original {} was deleted, not by preemption", o.key()))
         }
-        Some(o) => Settle::Delete(format!("its original {} still runs", o.key())),
+        Some(o) => match o.deletion_time {
+            Some(at) if now - at > crate::requeue::plan::STUCK_AFTER => Settle::Release(format!(
+                "its original {} is still terminating {}s past its deletionTimestamp",
+                o.key(),
+                now - at
+            )),
+            Some(_) => Settle::Wait,
+            None => Settle::Delete(format!("its original {} still runs", o.key())),
+        },
     }
 }
 
@@ -107,7 +126,7 @@ async fn uninstall(args: UninstallArgs) -> anyhow::Result<()> {
     }
 
     println!("2. guards left by earlier releases");
-    let requeuer = Requeuer::new(client.clone(), Some("uninstall".into()));
+    let requeuer = Requeuer::new(client.clone(), Some("uninstall".into()), false);
     let mut left = 0;
     for pass in 0..=crate::requeue::guard::MAX_TRIES {
         let report = requeuer.finish_all_guards().await.context("cannot list pods")?;
@@ -120,6 +139,17 @@ async fn uninstall(args: UninstallArgs) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+
+    println!("   preempted bare pods still terminating without a copy");
+    let policy = match &args.policy {
+        Some(path) => {
+            crate::policy::Policy::load(path).with_context(|| format!("cannot load the policy {}", path.display()))?
+        }
+        None => crate::policy::Policy::builtin_default(),
+    };
+    let (copied, failed) = adopt(&requeuer, &pods, &policy).await?;
+    println!("   {copied} copied");
+    left += failed;
 
     println!("3. gated replacements");
     let deadline = tokio::time::Instant::now() + args.wait_for_originals;
@@ -136,15 +166,12 @@ async fn uninstall(args: UninstallArgs) -> anyhow::Result<()> {
                 continue;
             }
             let original = original_of(&client, &replacement).await?;
-            let outcome = match settle(original.as_ref()) {
-                Settle::Wait if tokio::time::Instant::now() < deadline => {
+            let outcome = match settle(original.as_ref(), crate::clock::system_now()) {
+                Settle::Wait => {
                     waiting.push(replacement.key());
                     continue;
                 }
-                Settle::Wait | Settle::Release => requeuer
-                    .release_now(&replacement)
-                    .await
-                    .map(|()| ("released", "its original was preempted".to_string())),
+                Settle::Release(why) => requeuer.release_now(&replacement).await.map(|()| ("released", why)),
                 Settle::Delete(why) => requeuer.delete_now(&replacement).await.map(|()| ("deleted", why)),
             };
             match outcome {
@@ -163,6 +190,12 @@ async fn uninstall(args: UninstallArgs) -> anyhow::Result<()> {
             }
         }
         if waiting.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            // Released beside a running original, the work would run twice: left gated.
+            println!("   left gated, their originals still terminating: {}", waiting.join(", "));
+            left += waiting.len();
             break;
         }
         println!("   waiting for the originals of {} to go", waiting.join(", "));
@@ -190,6 +223,44 @@ async fn uninstall(args: UninstallArgs) -> anyhow::Result<()> {
     anyhow::ensure!(left == 0, "{left} object(s) could not be settled: run uninstall again");
     println!("done: no guard, no gated replacement and no placeholder of coloc-extender is left; delete its manifests now (kubectl delete -k ...)");
     Ok(())
+}
+
+/// Copies every bare pod kube-scheduler preempted that is still terminating and has no
+/// copy yet, as a replica would; returns (copied, failed).
+async fn adopt(
+    requeuer: &Requeuer,
+    pods: &kube::Api<DynamicObject>,
+    policy: &crate::policy::Policy,
+) -> anyhow::Result<(usize, usize)> {
+    let listed = pods.list(&ListParams::default()).await.context("cannot list pods")?;
+    let names: std::collections::HashSet<(String, String)> =
+        listed.items.iter().filter_map(|o| Some((o.metadata.namespace.clone()?, o.metadata.name.clone()?))).collect();
+    let (mut copied, mut failed) = (0, 0);
+    for object in &listed.items {
+        let Some((json, pod)) = decoded(object) else { continue };
+        let class = policy.class(policy.classify(&pod, pod.priority.unwrap_or(0)));
+        if !(pod.preempted && pod.deletion_time.is_some() && crate::requeue::would_requeue(&pod, class)) {
+            continue;
+        }
+        if crate::requeue::is_replacement(&pod) && pod.scheduling_gates.iter().any(|g| g == GATE) {
+            continue;
+        }
+        let intent = crate::requeue::RequeueIntent::for_victim(&pod, pod.node_name.as_deref().unwrap_or_default(), "");
+        if names.contains(&(intent.namespace.clone(), intent.replacement.clone())) {
+            continue;
+        }
+        match requeuer.store_copy(&json, &intent).await {
+            Ok(()) => {
+                println!("   copied {} as {}", pod.key(), intent.replacement);
+                copied += 1;
+            }
+            Err(e) => {
+                println!("   could not copy {}: {e}", pod.key());
+                failed += 1;
+            }
+        }
+    }
+    Ok((copied, failed))
 }
 
 /// Refuses while the extender could still be asked to decide.
@@ -280,22 +351,33 @@ mod tests {
         }
     }
 
+    const NOW: i64 = 1_800_000_000;
+
     #[test]
-    fn a_replacement_runs_instead_of_an_original_that_was_preempted() {
-        assert_eq!(settle(None), Settle::Release);
-        assert_eq!(settle(Some(&Pod { preempted: true, phase: Some(Phase::Failed), ..original() })), Settle::Release);
-        assert_eq!(settle(Some(&Pod { preempted: true, deletion_time: Some(1), ..original() })), Settle::Wait);
+    fn a_replacement_runs_instead_of_an_original_that_was_preempted_and_is_gone() {
+        assert!(matches!(settle(None, NOW), Settle::Release(_)));
+        let stopped = Pod { preempted: true, phase: Some(Phase::Failed), ..original() };
+        assert!(matches!(settle(Some(&stopped), NOW), Settle::Release(_)));
+    }
+
+    #[test]
+    fn a_replacement_is_never_released_beside_its_terminating_original() {
+        let terminating = Pod { preempted: true, deletion_time: Some(NOW - 10), ..original() };
+        assert_eq!(settle(Some(&terminating), NOW), Settle::Wait);
+        // Unless it is stuck, as the requeue controller bounds it.
+        let stuck = Pod { deletion_time: Some(NOW - crate::requeue::plan::STUCK_AFTER - 1), ..terminating };
+        assert!(matches!(settle(Some(&stuck), NOW), Settle::Release(why) if why.contains("still terminating")));
     }
 
     #[test]
     fn a_replacement_whose_original_did_not_go_by_preemption_is_deleted() {
-        assert!(matches!(settle(Some(&original())), Settle::Delete(why) if why.contains("still runs")));
-        assert!(
-            matches!(settle(Some(&Pod { phase: Some(Phase::Succeeded), ..original() })), Settle::Delete(why) if why.contains("on its own"))
-        );
-        assert!(
-            matches!(settle(Some(&Pod { deletion_time: Some(1), ..original() })), Settle::Delete(why) if why.contains("not by preemption"))
-        );
+        assert!(matches!(settle(Some(&original()), NOW), Settle::Delete(why) if why.contains("still runs")));
+        let done = Pod { phase: Some(Phase::Succeeded), ..original() };
+        assert!(matches!(settle(Some(&done), NOW), Settle::Delete(why) if why.contains("finished")));
+        let done_while_going = Pod { preempted: true, deletion_time: Some(NOW), ..done };
+        assert!(matches!(settle(Some(&done_while_going), NOW), Settle::Delete(_)));
+        let deleted = Pod { deletion_time: Some(NOW), ..original() };
+        assert!(matches!(settle(Some(&deleted), NOW), Settle::Delete(why) if why.contains("not by preemption")));
     }
 
     #[test]

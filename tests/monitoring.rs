@@ -52,6 +52,7 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     // What a replica with --kube registers at start, once the recorder is installed
     // (requeue's and the old guards' series).
     coloc_extender::requeue::kube::register_metrics();
+    let _requeue_on = coloc_extender::requeue::availability::Availability::new(true);
     for (verb, file) in
         [("filter", "0001-filter.json"), ("prioritize", "0002-prioritize.json"), ("preempt", "0037-preempt.json")]
     {
@@ -86,6 +87,7 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
             "ColocExtenderPolicyReloadFailed",
             "ColocExtenderPolicyFallback",
             "ColocExtenderRequeueGivenUp",
+            "ColocExtenderRequeueUnavailable",
             "ColocExtenderGuardsLeft",
             "ColocExtenderNoReadyReplica",
             "ColocExtenderFailingClosed"

@@ -86,8 +86,8 @@ async fn replica(api: &FakeApi) -> Replica {
         Arc::new(Freshness::default()),
         Duration::from_millis(20),
     ));
-    let requeuer = Arc::new(Requeuer::new(api.client(), Some("test".into())));
-    state.requeue = true;
+    let requeuer = Arc::new(Requeuer::new(api.client(), Some("test".into()), true));
+    state.requeue = requeuer.availability.clone();
     assert!(eventually(|| cell.is_ready()).await, "the view never synced");
     Replica { cell, state, policy: Policy::builtin_default(), requeuer, tasks: vec![watches] }
 }
@@ -328,6 +328,30 @@ async fn a_copy_refused_for_good_is_given_up_visibly() {
     let creates = api.count("create", "Pod");
     r.settle().await;
     assert_eq!(api.count("create", "Pod"), creates, "given up: never tried again");
+}
+
+#[tokio::test]
+async fn while_copies_are_forbidden_bare_victims_are_spared() {
+    let api = cluster().await;
+    let r = replica(&api).await;
+    let original = uid_of(&api, "hostport-batch");
+    let (_, answer) = preempt(&r).await;
+    assert_eq!(victims(&answer), std::slice::from_ref(&original), "{answer}");
+    // Another bare pod's copy is refused as forbidden (RBAC taken away, say).
+    api.fail("create", "Pod", 403, u32::MAX);
+    let mut other = api.get("Pod", "batch", "hostport-batch").unwrap();
+    other["metadata"]["name"] = json!("other-batch");
+    other["metadata"]["uid"] = Value::Null;
+    other["spec"]["nodeName"] = json!("node-gpu2");
+    api.apply(other);
+    assert!(eventually(|| r.cell.load().unwrap().pod("batch/other-batch").is_some()).await);
+    evict(&api, "other-batch").await;
+    assert!(eventually(|| r.cell.load().unwrap().evictions().len() == 1).await);
+    r.reconcile().await;
+    assert!(!r.requeuer.availability.copies_possible());
+    let (status, answer) = preempt(&r).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(victims(&answer).is_empty(), "the bare victim is spared while copies cannot be stored: {answer}");
 }
 
 #[tokio::test]

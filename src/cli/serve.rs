@@ -108,7 +108,6 @@ fn app_state(
         bytes: args.ops.decisions_bytes,
     }));
     state.limits = args.limits.limits()?;
-    state.requeue = args.requeue;
     if !args.requeue && !requeue_classes.is_empty() {
         tracing::warn!(classes = %requeue_classes,
         "requeue is off (serve --kube --requeue): bare victims of these classes are protected, as with bare: protect");
@@ -149,7 +148,9 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
     if args.requeue_budget_ms.is_some() || args.requeue_evict_within.is_some() {
         tracing::warn!("--requeue-budget-ms and --requeue-evict-within are ignored: copies are stored at the eviction, never before the answer");
     }
-    let requeuer = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance));
+    let requeuer = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance, args.requeue));
+    state.requeue = requeuer.availability.clone();
+    tokio::spawn(requeuer.clone().watch_access(crate::requeue::controller::ACCESS_EVERY));
     // Whatever the flags, what an earlier run left is finished: guards would hold their
     // pods forever, and gated copies are released once their original is gone, or
     // deleted when it was never evicted. Without --requeue no copy is made, so the

@@ -262,6 +262,12 @@ impl View {
         class.victim.allowed && class.victim.bare() == crate::policy::BareVictims::Requeue
     }
 
+    /// Is `pod`'s requeue copy in the view already? (A later event of a copied original,
+    /// its last before it goes, must not make it an eviction again.)
+    fn copy_exists(&self, pod: &Pod) -> bool {
+        self.pods.contains_key(&format!("{}/{}", pod.namespace, crate::model::marks::replacement_name(pod)))
+    }
+
     /// Preempted bare pods going whose copy the view has not seen yet.
     pub fn evictions(&self) -> &Evictions {
         &self.evictions
@@ -319,7 +325,7 @@ impl View {
         self.jobs.observe_pod(&pod);
         self.note_preemption(&pod);
         if pod.preempted {
-            let requeues = self.requeues(&pod, policy);
+            let requeues = self.requeues(&pod, policy) && !self.copy_exists(&pod);
             self.evictions.observe(&pod, requeues);
         }
         let old = self.pods.get(&key).cloned();
@@ -418,7 +424,7 @@ impl View {
             _ => old.clone(),
         };
         if gone.preempted {
-            let requeues = self.requeues(&gone, policy);
+            let requeues = self.requeues(&gone, policy) && !self.copy_exists(&gone);
             self.evictions.observe_gone(&gone, requeues);
         }
         self.jobs.forget_pod(&old);

@@ -116,7 +116,7 @@ async fn decide(verb: Verb, state: &AppState, verbs: &Verbs, req: &AdmittedReque
     let view_expected = state.view_source != ViewSource::None;
     let caps = state.limits.caps;
     let (body, admitted, cancel) = (req.body.clone(), req.admitted.clone(), req.cancel.clone());
-    let requeue = if state.requeue { Requeue::enabled() } else { Requeue::disabled() };
+    let requeue = if state.requeue.copies_possible() { Requeue::enabled() } else { Requeue::disabled() };
     let work = move || {
         let _admitted = admitted;
         let now = clock();

@@ -62,9 +62,9 @@ pub struct AppState {
     pub limits: Limits,
     /// Seconds since the epoch; replaceable so tests are deterministic.
     pub clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
-    /// The requeue controller copies preempted bare pods (`serve --kube --requeue`); off,
-    /// `requeue` classes protect their bare pods.
-    pub requeue: bool,
+    /// Whether the requeue controller copies preempted bare pods (`serve --kube --requeue`)
+    /// and may now; while it cannot, `requeue` classes protect their bare pods.
+    pub requeue: Arc<crate::requeue::availability::Availability>,
     /// Per-kind watch health, with `--kube` (for `/readyz` detail).
     pub freshness: Option<Arc<Freshness>>,
     /// Why the policy file could not be reloaded (the last good policy is in force).
@@ -86,7 +86,7 @@ impl AppState {
             view_source,
             limits: Limits::default(),
             clock: Arc::new(system_now),
-            requeue: false,
+            requeue: Arc::new(crate::requeue::availability::Availability::new(false)),
             freshness: None,
             policy_problem: Arc::new(ArcSwapOption::empty()),
             decisions: Arc::new(DecisionLog::default()),
@@ -121,8 +121,13 @@ impl AppState {
         }
         let policy = self.policy.load();
         let requeue_classes = policy.requeue_classes();
-        lines.push(match (self.requeue, requeue_classes.is_empty()) {
-            (true, _) => "requeue: on".to_string(),
+        lines.push(match (self.requeue.is_on(), requeue_classes.is_empty()) {
+            (true, _) if self.requeue.copies_possible() => "requeue: on".to_string(),
+            (true, _) => format!(
+                "requeue: unavailable ({}): bare pods of {} are protected until it is back",
+                self.requeue.why_not().unwrap_or_default(),
+                requeue_classes.join(", ")
+            ),
             (false, true) => "requeue: off (no class requeues bare victims)".to_string(),
             (false, false) => format!(
                 "requeue: off (serve --kube --requeue): bare pods of {} are protected",

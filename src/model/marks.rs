@@ -45,3 +45,22 @@ pub fn is_replacement(pod: &Pod) -> bool {
 pub fn attempt_of(pod: &Pod) -> u32 {
     pod.annotations.get(ATTEMPT).and_then(|a| a.parse().ok()).unwrap_or(0)
 }
+
+/// `<base>-rq-<hash of the original's UID>`, at most 253 characters: deterministic, and
+/// different for every original (each requeue of a chain has its own UID).
+pub fn replacement_name(pod: &Pod) -> String {
+    let base = pod.annotations.get(BASE_NAME).unwrap_or(&pod.name);
+    let suffix = format!("-rq-{:010x}", fnv1a(pod.uid.as_bytes()) & 0xff_ffff_ffff);
+    let room = 253 - suffix.len();
+    let mut cut = base.len().min(room);
+    while !base.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let base = base[..cut].trim_end_matches(['-', '.']);
+    format!("{base}{suffix}")
+}
+
+/// FNV-1a, 64 bits: fully specified, so every replica and release derives the same name.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}

@@ -33,6 +33,8 @@ const BURST: Duration = Duration::from_millis(20);
 const TICK: Duration = Duration::from_secs(1);
 /// Writes in flight at once.
 const CONCURRENT: usize = 16;
+/// How often the permissions copies need are checked.
+pub const ACCESS_EVERY: Duration = Duration::from_secs(5);
 /// Back-off after a failed action: doubling from `Settings::backoff`, up to this.
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// The first back-off after a failed action.
@@ -134,6 +136,66 @@ impl Requeuer {
         }
     }
 
+    /// Checks every `every` whether this replica may write copies, and says so to decisions
+    /// (`Availability`) and, on a change, to the log.
+    pub async fn watch_access(self: Arc<Self>, every: Duration) {
+        if !self.availability.is_on() {
+            return;
+        }
+        loop {
+            match self.may_write_copies().await {
+                Ok(why_not) => self.access_found(why_not),
+                Err(e) => tracing::debug!(error = %e, "requeue: cannot check its permissions; keeps the last finding"),
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+
+    fn access_found(&self, why_not: Option<String>) {
+        let writable = why_not.is_none();
+        if self.availability.set(writable, why_not.clone()) {
+            match why_not {
+                None => {
+                    tracing::info!("requeue can store copies again: bare victims of requeue classes may be evicted")
+                }
+                Some(why) => tracing::warn!(
+                    why,
+                    "requeue cannot store copies: bare victims of requeue classes are protected until it can"
+                ),
+            }
+        }
+    }
+
+    /// `None` if the API server lets this replica create and patch pods (cluster-wide, as
+    /// the requeue component grants), else why not.
+    async fn may_write_copies(&self) -> Result<Option<String>, kube::Error> {
+        use k8s_openapi::api::authorization::v1::{
+            ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+        };
+        let reviews: kube::Api<SelfSubjectAccessReview> = kube::Api::all(self.client.clone());
+        for verb in ["create", "patch"] {
+            let review = SelfSubjectAccessReview {
+                spec: SelfSubjectAccessReviewSpec {
+                    resource_attributes: Some(ResourceAttributes {
+                        verb: Some(verb.into()),
+                        resource: Some("pods".into()),
+                        group: Some(String::new()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let answer = reviews.create(&kube::api::PostParams::default(), &review).await?;
+            let status = answer.status.unwrap_or_default();
+            if !status.allowed {
+                let reason = status.reason.filter(|r| !r.is_empty()).unwrap_or_else(|| "no RBAC rule allows it".into());
+                return Ok(Some(format!("the API server does not let this replica {verb} pods ({reason})")));
+            }
+        }
+        Ok(None)
+    }
+
     /// One pass; nothing happens until the view is synced (a missing original must mean
     /// "gone", never "not listed yet"). Returns the actions tried.
     pub async fn reconcile_once(&self, cell: &ViewCell, policy: &Policy, settings: Settings) -> usize {
@@ -219,6 +281,10 @@ impl Requeuer {
     async fn copy_failed(&self, c: &Copy, key: &str, e: StoreError, now: Timestamp, backoff: Duration) {
         metrics::counter!("coloc_requeue_replacements_total", "outcome" => "failed").increment(1);
         let tries = self.retry.failed(key, Instant::now(), backoff);
+        if guard::refused_for_good(e.code, &e.message) == Some("forbidden") {
+            // Decisions stop counting on copies at once, not at the next check.
+            self.access_found(Some(format!("a copy was refused: {}", crate::wire::request::clip(&e.message, 200))));
+        }
         // A terminating original still counts against the namespace's quota: a refusal is
         // final only once the original has had time to go.
         let reason = guard::give_up_after(tries, e.code, &e.message)

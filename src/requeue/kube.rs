@@ -9,6 +9,9 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 use serde_json::{json, Value};
 
+use std::sync::Arc;
+
+use super::availability::Availability;
 use super::controller::Retry;
 use super::plan::Release;
 use super::tries::Tries;
@@ -23,6 +26,8 @@ pub struct Requeuer {
     pub(super) tries: Tries,
     /// When each of the controller's failed actions may be tried again.
     pub(super) retry: Retry,
+    /// Whether copies can be stored now: what decisions count on.
+    pub availability: Arc<Availability>,
 }
 
 /// Why a replacement was not stored: the API server's status code, if it answered.
@@ -111,11 +116,13 @@ pub fn register_metrics() {
 }
 
 impl Requeuer {
-    /// `instance` names this replica in Events (the pod name, typically).
-    pub fn new(client: Client, instance: Option<String>) -> Requeuer {
+    /// `instance` names this replica in Events (the pod name, typically); `copies`: it
+    /// stores copies of preempted pods (`serve --requeue`).
+    pub fn new(client: Client, instance: Option<String>, copies: bool) -> Requeuer {
         register_metrics();
         let recorder = Recorder::new(client.clone(), crate::events::kube::reporter(instance));
-        Requeuer { client, recorder, tries: Default::default(), retry: Default::default() }
+        let availability = Arc::new(Availability::new(copies));
+        Requeuer { client, recorder, tries: Default::default(), retry: Default::default(), availability }
     }
 
     /// Creates the replacement `manifest` of `intent`; one that exists already counts if it
@@ -149,6 +156,12 @@ impl Requeuer {
             }
             Err(e) => Err(StoreError::api(format!("cannot create {}", intent.replacement), &e)),
         }
+    }
+
+    /// Stores the copy of the evicted original `json` now: `uninstall`.
+    pub async fn store_copy(&self, json: &Value, intent: &RequeueIntent) -> Result<(), String> {
+        let manifest = super::replacement::build(json, intent).map_err(|e| e.to_string())?;
+        self.create_replacement(intent, manifest).await.map(|_| ()).map_err(|e| e.message)
     }
 
     /// Releases `replacement` now, whatever its original: `uninstall`.

@@ -8,6 +8,7 @@
 //! parts (names, the copy's manifest, what to do now) live here; `kube` carries them out
 //! against the API server.
 
+pub mod availability;
 pub mod controller;
 pub mod guard;
 pub mod kube;
@@ -22,8 +23,8 @@ use crate::policy::{BareVictims, Class};
 // What requeue writes on pods is read below requeue too (the view, the wire decoder):
 // the names live in `model::marks`.
 pub use crate::model::marks::{
-    attempt_of, is_replacement, opted_out, ATTEMPT, BASE_NAME, FROM_POD, FROM_UID, GATE, GUARD, LABEL, OPT_OUT,
-    PREEMPTED_ON,
+    attempt_of, is_replacement, opted_out, replacement_name, ATTEMPT, BASE_NAME, FROM_POD, FROM_UID, GATE, GUARD,
+    LABEL, OPT_OUT, PREEMPTED_ON,
 };
 
 /// Would requeue bring `pod` back if it were preempted as a pod of `class`? A bare pod of
@@ -69,25 +70,6 @@ impl RequeueIntent {
     pub fn original_key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
-}
-
-/// `<base>-rq-<hash of the original's UID>`, at most 253 characters: deterministic, and
-/// different for every original (each requeue of a chain has its own UID).
-pub fn replacement_name(pod: &Pod) -> String {
-    let base = pod.annotations.get(BASE_NAME).unwrap_or(&pod.name);
-    let suffix = format!("-rq-{:010x}", fnv1a(pod.uid.as_bytes()) & 0xff_ffff_ffff);
-    let room = 253 - suffix.len();
-    let mut cut = base.len().min(room);
-    while !base.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let base = base[..cut].trim_end_matches(['-', '.']);
-    format!("{base}{suffix}")
-}
-
-/// FNV-1a, 64 bits: fully specified, so every replica and release derives the same name.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 #[cfg(test)]

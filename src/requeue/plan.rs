@@ -87,7 +87,7 @@ impl Release {
 /// What to do now. `copies`: this replica makes copies (`serve --requeue`); without it,
 /// copies an earlier run left are still released or deleted.
 pub fn reconcile(view: &View, policy: &Policy, now: Timestamp, copies: bool, stuck_after: i64) -> Vec<Action> {
-    let held = gangs_held_back(view, now, stuck_after);
+    let held = gangs_held_back(view, policy, now, stuck_after);
     let mut actions: Vec<Action> = Vec::new();
     if copies {
         actions.extend(view.evictions().iter().filter_map(|e| copy(view, policy, e)));
@@ -154,9 +154,9 @@ fn still_going(original: &Pod, now: Timestamp, stuck_after: i64) -> bool {
     original.deletion_time.is_some_and(|at| now - at <= stuck_after)
 }
 
-/// Gangs one of whose preempted members is still going, or gone without its copy yet:
-/// their other copies wait, so the gang comes back together.
-fn gangs_held_back(view: &View, now: Timestamp, stuck_after: i64) -> BTreeSet<GangRef> {
+/// Gangs one of whose preempted members is still going, or gone without its copy yet
+/// (one requeue will copy): their other copies wait, so the gang comes back together.
+fn gangs_held_back(view: &View, policy: &Policy, now: Timestamp, stuck_after: i64) -> BTreeSet<GangRef> {
     let copies_waiting = view
         .replacements()
         .filter(|r| is_gated(r))
@@ -167,7 +167,11 @@ fn gangs_held_back(view: &View, now: Timestamp, stuck_after: i64) -> BTreeSet<Ga
                 .is_some_and(|o| still_going(o, now, stuck_after))
         })
         .filter_map(|r| view.gang_of(r));
-    let not_copied_yet = view.evictions().iter().filter_map(|e| view.gang_of(&e.pod));
+    let not_copied_yet = view
+        .evictions()
+        .iter()
+        .filter(|e| would_requeue(&e.pod, policy.class(policy.classify(&e.pod, view.priority_of(&e.pod)))))
+        .filter_map(|e| view.gang_of(&e.pod));
     copies_waiting.chain(not_copied_yet).collect()
 }
 

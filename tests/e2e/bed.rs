@@ -58,6 +58,22 @@ impl Bed {
     }
 
     pub async fn up_with(bins: Binaries, mode: Mode, opts: Options) -> anyhow::Result<Bed> {
+        Bed::up_with_kubelet(bins, mode, opts, kubelet::Options::default()).await
+    }
+
+    /// A bed whose kubelet stand-in keeps every terminating pod for its whole grace period
+    /// (the pods' 30 s): evictions in flight stay visible, as on real nodes.
+    pub async fn up_honouring_grace(bins: Binaries, mode: Mode) -> anyhow::Result<Bed> {
+        let kubelet = kubelet::Options { grace: kubelet::Grace::Honour, ..Default::default() };
+        Bed::up_with_kubelet(bins, mode, Options::default(), kubelet).await
+    }
+
+    pub async fn up_with_kubelet(
+        bins: Binaries,
+        mode: Mode,
+        opts: Options,
+        kubelet_opts: kubelet::Options,
+    ) -> anyhow::Result<Bed> {
         let rbac = [
             prepared::BASE_RBAC,
             prepared::REQUEUE_RBAC,
@@ -65,7 +81,7 @@ impl Bed {
         ]
         .concat();
         let (plane, client) = prepared::start(&bins, opts, &rbac).await?;
-        let kubelet = Kubelet::start(client.clone(), kubelet::Options::default());
+        let kubelet = Kubelet::start(client.clone(), kubelet_opts);
         Ok(Bed { mode, scheduler: None, extenders: Vec::new(), kubelet, client, plane })
     }
 

@@ -9,6 +9,7 @@
 
 mod bed;
 mod budgets;
+mod eviction;
 mod faults;
 mod invariants;
 mod jobs;
@@ -36,6 +37,7 @@ fn all_cases() -> Vec<Case> {
     let mut v = scenarios::cases();
     v.extend(jobs::cases());
     v.extend(budgets::cases());
+    v.extend(eviction::cases());
     v.extend(faults::cases());
     v.extend(profiles::cases());
     v.extend(removal::cases());

@@ -133,7 +133,7 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     // The guard's removal exactly as the extender sends it (merge patch, resourceVersion).
     let current = serde_json::to_value(pods.get("free-1").await?)?;
     let model = serde_json::from_value::<coloc_extender::wire::k8s::Pod>(current.clone())?.into_model()?;
-    let requeuer = coloc_extender::requeue::kube::Requeuer::new(ext.clone(), None);
+    let requeuer = coloc_extender::requeue::kube::Requeuer::new(ext.clone(), None, true);
     anyhow::ensure!(
         requeuer.remove_guard(&model, &current, "test").await,
         "removing a guard was refused (see the log above)"

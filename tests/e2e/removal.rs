@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use coloc_extender::requeue::GUARD;
 use coloc_testbed::cluster::{self, PodBuilder};
-use coloc_testbed::control_plane::plain_client;
-use coloc_testbed::{kubelet, wait, Binaries};
+use coloc_testbed::{wait, Binaries};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -196,7 +195,9 @@ fn uninstall(bed: &Bed, args: &[&str]) -> anyhow::Result<(bool, String)> {
 /// and uninstall leaves no guard and no gated replacement, and nothing the extender
 /// answered for is lost.
 async fn uninstall_mid_storm(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
-    let mut bed = Bed::up(bins, mode).await?;
+    // Victims keep their 30 s grace: those evicted just before the extender is killed are
+    // still terminating when uninstall runs, and it copies them.
+    let mut bed = Bed::up_honouring_grace(bins, mode).await?;
     bed.plane.apply(&repo("manifests/uninstall/clusterrole.yaml"))?;
     bed.plane.apply(&repo("manifests/uninstall/clusterrolebinding.yaml"))?;
     let nodes = ["node-1", "node-2", "node-3", "node-4"];
@@ -270,7 +271,7 @@ async fn uninstall_mid_storm(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     }
     bed.schedule_with(&[]).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (ok, out) = uninstall(&bed, &["--extender-host", &host, "--quiet-for", "2s", "--wait-for-originals", "20s"])?;
+    let (ok, out) = uninstall(&bed, &["--extender-host", &host, "--quiet-for", "2s", "--wait-for-originals", "60s"])?;
     anyhow::ensure!(ok, "uninstall failed:\n{out}\n{}", bed.logs());
     anyhow::ensure!(guarded_pods(&bed).await?.is_empty(), "a guard is left after uninstall:\n{out}");
     let batch = cluster::pods(&bed.client, Some("batch")).await?;
@@ -354,38 +355,34 @@ async fn copy_refused_for_good(bins: Binaries, mode: Mode) -> anyhow::Result<()>
     bed.finish()
 }
 
-/// The extender stores a bare pod's copy for a preempt answer that kube-scheduler never
-/// acts on, and the pod then completes on its own: the copy is deleted, never released,
+/// kube-scheduler preempts a bare pod with a grace period; its copy is stored, gated, and
+/// the pod finishes its work within the grace period: the copy is deleted, never released,
 /// so the work does not run a second time.
 async fn completes_while_copy_stored(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
-    let mut bed = Bed::up(bins, mode).await?;
-    bed.nodes(&["node-1"], 4000).await?;
-    bed.bound(vec![
-        PodBuilder::new("batch", "free-1", "free", 1900).on("node-1").annotate(kubelet::RUN_SECONDS, "8"),
-        PodBuilder::new("batch", "free-2", "free", 1900).on("node-1"),
-    ])
-    .await?;
-    bed.until_running("batch", 2).await?;
-    let e = bed.extender(&["--requeue"]).await?;
-    // Pending, with no kube-scheduler: only this preempt call decides about it.
-    online(&bed, "web", 3000).await?;
-    let pods = cluster::pods(&bed.client, Some("batch")).await?;
-    let free1 =
-        pods.iter().find(|p| cluster::name(p) == "free-1").cloned().ok_or_else(|| anyhow::anyhow!("no free-1"))?;
-    let answer = preempt_nobody_acts_on(&bed, e, "web", free1.metadata.uid.as_deref().unwrap_or("?")).await?;
-    let uid = free1.metadata.uid.clone().unwrap_or_default();
+    let mut bed = Bed::up_honouring_grace(bins, mode).await?;
+    bed.one_node_two_free_pods().await?;
+    bed.extender(&["--requeue"]).await?;
+    let uid =
+        bare_pods(&bed, "batch").await?.into_iter().find(|(n, _)| n == "free-1").map(|(_, u)| u).unwrap_or_default();
     let copy_of_free1 =
         |pods: &[Pod]| pods.iter().find(|p| crate::invariants::from_uid(p) == Some(uid.as_str())).cloned();
-    anyhow::ensure!(
-        copy_of_free1(&cluster::pods(&bed.client, Some("batch")).await?).is_some(),
-        "answered ({answer}) without a stored copy"
-    );
-    bed.until_pods("batch", MINUTE, "free-1 completed on its own and its copy deleted", |pods| {
-        let done = pods.iter().any(|p| cluster::name(p) == "free-1" && cluster::phase(p) == "Succeeded");
-        match (done, copy_of_free1(pods)) {
+    preempt_as_kube_does(&bed, "batch", "free-1").await?;
+    bed.until_pods("batch", MINUTE, "free-1's copy stored, gated", |pods| match copy_of_free1(pods) {
+        Some(c) if gated(&c) => Ok(()),
+        other => Err(format!("{:?}", other.map(|c| (cluster::name(&c).to_string(), gated(&c))))),
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e:#}\n{}", bed.logs()))?;
+    let done = json!({"status": {"phase": "Succeeded"}});
+    Api::<Pod>::namespaced(bed.client.clone(), "batch")
+        .patch_status("free-1", &PatchParams::default(), &Patch::Merge(done))
+        .await?;
+    bed.until_pods("batch", MINUTE, "free-1 gone and its copy deleted", |pods| {
+        let original = pods.iter().any(|p| cluster::name(p) == "free-1");
+        match (original, copy_of_free1(pods)) {
             (_, Some(copy)) if !gated(&copy) => Err(format!("the copy was released: {:?}", copy.metadata.name)),
-            (true, None) => Ok(()),
-            (done, copy) => Err(format!("completed: {done}, copy: {:?}", copy.map(|c| c.metadata.name))),
+            (false, None) => Ok(()),
+            (original, copy) => Err(format!("original there: {original}, copy: {:?}", copy.map(|c| c.metadata.name))),
         }
     })
     .await?;
@@ -446,62 +443,48 @@ async fn two_policies(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     bed.finish()
 }
 
-/// A preempt call for online/`preemptor` with every batch pod on node-1 as kube's
-/// victims, sent to extender `e` as kube-scheduler would (no kube-scheduler runs, so
-/// nobody acts on the answer); retried until the answer names `victim_uid`.
-async fn preempt_nobody_acts_on(bed: &Bed, e: usize, preemptor: &str, victim_uid: &str) -> anyhow::Result<String> {
-    let pods = cluster::pods(&bed.client, Some("batch")).await?;
-    let web = cluster::pods(&bed.client, Some("online"))
-        .await?
-        .into_iter()
-        .find(|p| cluster::name(p) == preemptor)
-        .ok_or_else(|| anyhow::anyhow!("no online/{preemptor}"))?;
-    let victims: Vec<&Pod> = pods.iter().collect();
-    let body = match bed.mode {
-        Mode::Names => {
-            json!({"Pod": web, "NodeNameToMetaVictims": {"node-1": {"Pods": victims.iter().map(|p| json!({"UID": p.metadata.uid})).collect::<Vec<_>>(), "NumPDBViolations": 0}}})
-        }
-        Mode::Objects => json!({"Pod": web, "NodeNameToVictims": {"node-1": {"Pods": victims, "NumPDBViolations": 0}}}),
+/// A gated copy of `name` as an earlier release stored it before answering.
+fn copy_as_an_earlier_release_stored(pod: &Pod) -> Pod {
+    let mut copy = pod.clone();
+    let name = format!("{}-rq-0000000001", cluster::name(pod));
+    copy.metadata = kube::api::ObjectMeta {
+        name: Some(name),
+        namespace: pod.metadata.namespace.clone(),
+        labels: Some([(coloc_extender::requeue::LABEL.to_string(), "true".to_string())].into()),
+        annotations: Some(
+            [
+                (coloc_extender::requeue::FROM_UID.to_string(), pod.metadata.uid.clone().unwrap_or_default()),
+                (coloc_extender::requeue::FROM_POD.to_string(), format!("batch/{}", cluster::name(pod))),
+                (coloc_extender::requeue::ATTEMPT.to_string(), "1".to_string()),
+                (coloc_extender::requeue::BASE_NAME.to_string(), cluster::name(pod).to_string()),
+            ]
+            .into(),
+        ),
+        ..Default::default()
     };
-    let client = plain_client(bed.extenders[e].port)?;
-    let body = serde_json::to_vec(&body)?;
-    wait::until(MINUTE, &format!("a preempt answer naming {victim_uid}"), || async {
-        let request = axum::http::Request::post("/preempt")
-            .header("Content-Type", "application/json")
-            .body(body.clone())
-            .map_err(|e| e.to_string())?;
-        let text = client.request_text(request).await.map_err(|e| e.to_string())?;
-        if text.contains(victim_uid) {
-            Ok(text)
-        } else {
-            Err(text)
-        }
-    })
-    .await
+    let spec = copy.spec.get_or_insert_with(Default::default);
+    spec.node_name = None;
+    spec.priority = None;
+    spec.scheduling_gates =
+        Some(vec![k8s_openapi::api::core::v1::PodSchedulingGate { name: coloc_extender::requeue::GATE.into() }]);
+    copy.status = None;
+    copy
 }
 
-/// Copies stored by a replica with requeue on, which then went away; kube-scheduler acted
-/// on one victim (deleted) and not on the other. A replica started without `--requeue`
-/// finishes both: the copy whose original is gone is released, the other deleted once its
-/// original was not evicted in time. Nothing lost, nothing left gated.
+/// Copies an earlier release stored before answering, for two running bare pods;
+/// kube-scheduler then preempted one of them and not the other. A replica started without
+/// `--requeue` finishes both: the copy whose original is gone is released, the other
+/// deleted (its original is not being deleted). Nothing lost, nothing left gated.
 async fn requeue_off_finishes_copies(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
     bed.one_node_two_free_pods().await?;
     let originals = bare_pods(&bed, "batch").await?;
-    let e = bed.extender(&["--requeue"]).await?;
-    online(&bed, "web", 3000).await?;
     let uid_of = |name: &str| originals.iter().find(|(n, _)| n == name).map(|(_, u)| u.clone()).unwrap_or_default();
     let (uid1, uid2) = (uid_of("free-1"), uid_of("free-2"));
-    preempt_nobody_acts_on(&bed, e, "web", &uid1).await?;
-    let copies = |pods: &[Pod]| pods.iter().filter(|p| is_replacement(p)).count();
-    anyhow::ensure!(
-        copies(&cluster::pods(&bed.client, Some("batch")).await?) == 2,
-        "two copies stored before the answer"
-    );
-    bed.extenders[e].kill();
-    // kube-scheduler preempted free-1 only.
-    Api::<Pod>::namespaced(bed.client.clone(), "batch").delete("free-1", &DeleteParams::default()).await?;
-    let _ = bed.extender(&["--requeue-evict-within", "5s"]).await?;
+    let running = cluster::pods(&bed.client, Some("batch")).await?;
+    cluster::create_all(&bed.client, running.iter().map(copy_as_an_earlier_release_stored).collect()).await?;
+    preempt_as_kube_does(&bed, "batch", "free-1").await?;
+    let _ = bed.extender(&[]).await?;
     let copy_of = |pods: &[Pod], uid: &str| pods.iter().find(|p| crate::invariants::from_uid(p) == Some(uid)).cloned();
     bed.until_pods("batch", MINUTE, "free-1's copy released, free-2's deleted", |pods| {
         match (copy_of(pods, &uid1), copy_of(pods, &uid2)) {

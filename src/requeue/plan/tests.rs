@@ -170,6 +170,26 @@ fn a_copy_in_the_view_is_not_stored_again() {
 }
 
 #[test]
+fn an_original_seen_again_after_its_copy_is_not_an_eviction_again() {
+    // The kubelet's last status of a copied original (the watch's final event for it).
+    let p = policy();
+    let mut v = view_of(vec![deleting(marked()), copy_of(&original(), true)]);
+    v.apply_pod(Arc::new(Pod { phase: Some(Phase::Failed), ..deleting(marked()) }), &p);
+    v.remove_deleted_pod("batch/free-3", &deleting(marked()), &p);
+    assert!(v.evictions().is_empty(), "{:?}", v.evictions().iter().map(|e| e.pod.key()).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_gang_is_not_held_by_a_member_requeue_will_never_copy() {
+    let (a, mut b) = (member("a", "u-a"), member("b", "u-b"));
+    b.annotations.insert(ATTEMPT.into(), "5".into());
+    let p = policy();
+    let mut v = view_of(vec![copy_of(&a, true), deleting(b.clone())]);
+    v.remove_deleted_pod("batch/b", &deleting(b), &p);
+    assert_eq!(released(&actions(&v)).len(), 1, "{:?}", actions(&v));
+}
+
+#[test]
 fn a_copy_waits_while_its_original_terminates() {
     assert!(actions(&view_of(vec![deleting(marked()), copy_of(&original(), true)])).is_empty());
 }

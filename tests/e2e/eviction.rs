@@ -1,0 +1,156 @@
+//! Requeue at the eviction: a bare pod preempted by kube-scheduler comes back whoever
+//! asked for the eviction, and nothing else is ever copied.
+
+use std::time::Duration;
+
+use coloc_testbed::cluster::{self, PodBuilder};
+use coloc_testbed::proxy::Proxy;
+use coloc_testbed::Binaries;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
+
+use crate::bed::placement;
+use crate::invariants::{bare_pods, from_uid, is_replacement, nothing_lost};
+use crate::scenarios::{online, online_placed, MINUTE};
+use crate::{Bed, Case, Mode};
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "requeue_brings_back_kube_schedulers_own_victims_with_the_extender_unreachable",
+            run: |b, m| Box::pin(extender_unreachable(b, m)),
+        },
+        Case {
+            name: "requeue_copies_no_pod_deleted_by_a_user_or_ended_after_a_mark",
+            run: |b, m| Box::pin(not_preempted(b, m)),
+        },
+        Case {
+            name: "requeue_loses_nothing_with_one_of_two_replicas_killed_in_a_loop",
+            run: |b, m| Box::pin(replica_killed_in_a_loop(b, m)),
+        },
+    ]
+}
+
+/// Copies of `uid`, live or not.
+fn copies_of<'a>(pods: &'a [Pod], uid: &str) -> Vec<&'a Pod> {
+    pods.iter().filter(|p| from_uid(p) == Some(uid)).collect()
+}
+
+/// kube-scheduler is registered with an extender that never answers (`ignorable: true`,
+/// as shipped): it preempts on its own, and the requeue controller of a replica that is
+/// not even called brings every bare victim back. Pods it did not evict are not copied.
+async fn extender_unreachable(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.one_node_two_free_pods().await?;
+    let originals = bare_pods(&bed, "batch").await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    let mut entry = bed.entry(e);
+    entry.url_prefix = format!("http://127.0.0.1:{}/scheduler", coloc_testbed::ports::free_port());
+    entry.ignorable = true;
+    entry.http_timeout = Duration::from_secs(1);
+    bed.schedule_with(&[entry]).await?;
+    online(&bed, "web", 1500).await?;
+    online_placed(&bed, "web").await?;
+    nothing_lost(&bed, "batch", &originals).await?;
+    let pods = cluster::pods(&bed.client, Some("batch")).await?;
+    let running = |uid: &str| {
+        pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none())
+    };
+    let evicted: Vec<&(String, String)> = originals.iter().filter(|(_, uid)| !running(uid)).collect();
+    anyhow::ensure!(!evicted.is_empty(), "kube-scheduler evicted nothing");
+    for (name, uid) in &originals {
+        let copies = copies_of(&pods, uid).len();
+        let want = usize::from(evicted.iter().any(|(_, u)| u == uid));
+        anyhow::ensure!(copies == want, "{name}: {copies} copies, {want} expected (evicted: {evicted:?})");
+    }
+    bed.finish()
+}
+
+/// What kube-scheduler's mark looks like, set here by hand.
+async fn mark(bed: &Bed, name: &str) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), "batch");
+    let condition = json!({"status": {"conditions": [{"type": "DisruptionTarget", "status": "True",
+        "reason": "PreemptionByScheduler", "message": "kube-scheduler: preempting to accommodate a higher priority pod"}]}});
+    pods.patch_status(name, &PatchParams::default(), &Patch::Strategic(condition)).await?;
+    Ok(())
+}
+
+/// A user deletes one bare pod; the other is marked as kube-scheduler marks a victim, but
+/// the delete never comes and it succeeds; a third is marked and deleted only after it
+/// ended. None is copied.
+async fn not_preempted(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(&["node-1"], 8000).await?;
+    bed.bound((1..=3).map(|i| PodBuilder::new("batch", &format!("free-{i}"), "free", 1000).on("node-1")).collect())
+        .await?;
+    bed.until_running("batch", 3).await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), "batch");
+    pods.delete("free-1", &DeleteParams::default()).await?;
+    mark(&bed, "free-2").await?;
+    mark(&bed, "free-3").await?;
+    let done = json!({"status": {"phase": "Succeeded"}});
+    pods.patch_status("free-2", &PatchParams::default(), &Patch::Merge(done.clone())).await?;
+    pods.patch_status("free-3", &PatchParams::default(), &Patch::Merge(done)).await?;
+    pods.delete("free-3", &DeleteParams::default()).await?;
+    bed.until_pods("batch", MINUTE, "free-1 and free-3 gone", |pods| {
+        let names: Vec<&str> = pods.iter().map(cluster::name).collect();
+        (!names.contains(&"free-1") && !names.contains(&"free-3")).then_some(()).ok_or(format!("{names:?}"))
+    })
+    .await?;
+    // The controller reacts within a second; give it several.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let pods = cluster::pods(&bed.client, Some("batch")).await?;
+    let copies: Vec<&str> = pods.iter().filter(|p| is_replacement(p)).map(cluster::name).collect();
+    anyhow::ensure!(copies.is_empty(), "copies of pods nobody preempted: {copies:?}\n{}", bed.logs());
+    bed.finish()
+}
+
+const NODES: &[&str] = &["node-1", "node-2", "node-3", "node-4", "node-5", "node-6"];
+
+/// Two replicas behind one URL; one is SIGKILLed and restarted every second while
+/// twelve bare pods are preempted (victims' grace honoured, capped at 2 s): nothing lost,
+/// and no original has more than one live copy.
+async fn replica_killed_in_a_loop(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(NODES, 4000).await?;
+    let pods = NODES
+        .iter()
+        .enumerate()
+        .flat_map(|(i, n)| {
+            (1..=2).map(move |j| PodBuilder::new("batch", &format!("free-{}", 2 * i + j), "free", 1900).on(n))
+        })
+        .collect();
+    bed.bound(pods).await?;
+    bed.until_running("batch", 2 * NODES.len()).await?;
+    let originals = bare_pods(&bed, "batch").await?;
+    let a = bed.extender(&["--requeue"]).await?;
+    let b = bed.extender(&["--requeue"]).await?;
+    let proxy = Proxy::start(vec![bed.extenders[a].port, bed.extenders[b].port]).await?;
+    let mut entry = bed.entry(a);
+    entry.url_prefix = proxy.url();
+    entry.ignorable = true;
+    bed.schedule_with(&[entry]).await?;
+    cluster::create_all(
+        &bed.client,
+        (1..=NODES.len())
+            .map(|i| PodBuilder::new("online", &format!("web-{i}"), "online-prod", 3000).build())
+            .collect(),
+    )
+    .await?;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        bed.extenders[a].kill();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        bed.extenders[a].restart().await?;
+    }
+    bed.until_pods("online", MINUTE, "every online pod placed", |pods| {
+        let placed = placement(pods);
+        (placed.len() == NODES.len()).then_some(()).ok_or(format!("placed: {placed:?}"))
+    })
+    .await?;
+    nothing_lost(&bed, "batch", &originals).await?;
+    bed.finish()
+}
