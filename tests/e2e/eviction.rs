@@ -29,7 +29,62 @@ pub fn cases() -> Vec<Case> {
             name: "requeue_loses_nothing_with_one_of_two_replicas_killed_in_a_loop",
             run: |b, m| Box::pin(replica_killed_in_a_loop(b, m)),
         },
+        Case {
+            name: "requeue_adopts_at_start_what_was_preempted_while_no_replica_ran",
+            run: |b, m| Box::pin(adopted_at_start(b, m)),
+        },
+        Case {
+            name: "requeue_brings_back_the_victims_of_a_replica_serving_the_fallback_policy",
+            run: |b, m| Box::pin(fallback_loses_nothing(b, m)),
+        },
     ]
+}
+
+/// The only replica is down (killed) when kube-scheduler, registered `ignorable`,
+/// preempts on its own; the victims keep their 30 s grace period, and the replica is back
+/// within it: it adopts every preempted pod still terminating, and nothing is lost.
+async fn adopted_at_start(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up_honouring_grace(bins, mode).await?;
+    bed.one_node_two_free_pods().await?;
+    let originals = bare_pods(&bed, "batch").await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    let mut entry = bed.entry(e);
+    entry.ignorable = true;
+    entry.http_timeout = Duration::from_secs(1);
+    bed.schedule_with(&[entry]).await?;
+    bed.extenders[e].kill();
+    online(&bed, "web", 1500).await?;
+    bed.until_pods("batch", MINUTE, "a victim terminating", |pods| {
+        pods.iter().any(|p| p.metadata.deletion_timestamp.is_some()).then_some(()).ok_or("none yet".to_string())
+    })
+    .await?;
+    let copies = cluster::pods(&bed.client, Some("batch")).await?.iter().filter(|p| is_replacement(p)).count();
+    anyhow::ensure!(copies == 0, "a copy was stored while no replica ran");
+    bed.extenders[e].restart().await?;
+    online_placed(&bed, "web").await?;
+    nothing_lost(&bed, "batch", &originals).await?;
+    bed.finish()
+}
+
+/// The policy file is invalid when the replica starts: it serves the built-in default in
+/// shadow mode, so kube-scheduler's own victims are evicted, bare ones included; the
+/// requeue controller brings them back all the same.
+async fn fallback_loses_nothing(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.one_node_two_free_pods().await?;
+    let originals = bare_pods(&bed, "batch").await?;
+    let path = bed.plane.dir().join("policy.yaml");
+    std::fs::write(&path, "defaultClass: a\nclasses: [{name: a, preempts: [ghost]}]\n")?;
+    let e = bed.extender(&["--requeue", "--policy", &path.display().to_string()]).await?;
+    let ready = bed.extenders[e].get("/readyz").await?;
+    anyhow::ensure!(ready.contains("shadow"), "not serving the fallback in shadow mode: {ready}");
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    online(&bed, "web", 3000).await?;
+    online_placed(&bed, "web").await?;
+    nothing_lost(&bed, "batch", &originals).await?;
+    let copies = cluster::pods(&bed.client, Some("batch")).await?.iter().filter(|p| is_replacement(p)).count();
+    anyhow::ensure!(copies == 2, "{copies} copies for kube-scheduler's 2 bare victims");
+    bed.finish()
 }
 
 /// Copies of `uid`, live or not.

@@ -142,7 +142,12 @@ async fn apiserver_restarted(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 /// calls kube-scheduler made meanwhile timed out, parking their pods.
 async fn watches_expire(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let opts = Options { apiserver_args: vec!["--etcd-compaction-interval=1s".into()], ..Options::default() };
-    let mut bed = Bed::up_with(bins, mode, opts).await?;
+    // Victims keep their 30 s grace, as on real nodes: those preempted while the only
+    // replica is frozen are still terminating when it thaws, and are copied then (a victim
+    // gone before any replica sees it is the window docs/requeue.md states).
+    let kubelet =
+        coloc_testbed::kubelet::Options { grace: coloc_testbed::kubelet::Grace::Honour, ..Default::default() };
+    let mut bed = Bed::up_with_kubelet(bins, mode, opts, kubelet).await?;
     let originals = storm_cluster(&bed).await?;
     let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;

@@ -399,7 +399,9 @@ async fn replacements_wait(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         );
         // The replacements are released once b-1 and b-2 are gone; give them time to act.
         bed.until_pods("batch", MINUTE, "both replacements released", |pods| {
-            let released = pods.iter().filter(|p| is_replacement(p) && !gated(p)).count();
+            // b-1's and b-2's (with `keep`, a gang member a copy evicted comes back too).
+            let of_b = |p: &&Pod| cluster::name(p).starts_with("b-");
+            let released = pods.iter().filter(|p| is_replacement(p) && !gated(p)).filter(of_b).count();
             if released == 2 {
                 Ok(())
             } else {
