@@ -403,7 +403,8 @@ impl View {
     }
 
     /// Removes the pod `namespace/name` that a re-list no longer finds: it went while the
-    /// watch was down, and how it went is not known, so no departure is noted.
+    /// watch was down, and how it went is not known: no eviction is noted (a preempted pod
+    /// gone while no replica watched is requeue's one window).
     pub fn remove_unseen_pod(&mut self, key: &str, policy: &Policy) -> Option<PodRef> {
         let old = self.pods.get(key).cloned()?;
         self.note_gone(&old.uid);

@@ -44,7 +44,7 @@ fn protected<T>(code: Code, detail: String) -> Result<T, Protection> {
 pub enum Fate {
     /// Its controller recreates it.
     Recreated,
-    /// A gated replacement is stored before it is offered, and released once it is gone.
+    /// Copied once kube-scheduler evicts it, the copy released once it is gone.
     Requeued,
     /// Nothing brings it back (the class says `bare: lose`).
     Lost,

@@ -38,8 +38,8 @@ use crate::wire::{self, Candidates, PreemptArgs, PreemptionResult};
 pub struct PreemptOutcome {
     pub result: PreemptionResult,
     pub explanations: Vec<Explanation>,
-    /// Bare victims of `requeue` classes on the returned nodes: the replacements of those
-    /// not `guarded` must be stored before `result` may be answered.
+    /// Bare victims of `requeue` classes on the returned nodes: the requeue controller
+    /// copies them once kube-scheduler evicts them (explained, never stored here).
     pub requeues: Vec<RequeueIntent>,
     /// kube-scheduler proposed pods or nodes the view has not caught up with (unknown, or
     /// still unbound there): its cache is ahead, and a moment later the view may decide

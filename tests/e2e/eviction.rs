@@ -22,6 +22,10 @@ pub fn cases() -> Vec<Case> {
             run: |b, m| Box::pin(extender_unreachable(b, m)),
         },
         Case {
+            name: "requeue_brings_back_victims_with_grace_0_gone_at_the_delete",
+            run: |b, m| Box::pin(grace_zero(b, m)),
+        },
+        Case {
             name: "requeue_copies_no_pod_deleted_by_a_user_or_ended_after_a_mark",
             run: |b, m| Box::pin(not_preempted(b, m)),
         },
@@ -119,6 +123,29 @@ async fn extender_unreachable(bins: Binaries, mode: Mode) -> anyhow::Result<()> 
         let want = usize::from(evicted.iter().any(|(_, u)| u == uid));
         anyhow::ensure!(copies == want, "{name}: {copies} copies, {want} expected (evicted: {evicted:?})");
     }
+    bed.finish()
+}
+
+/// Victims with `terminationGracePeriodSeconds: 0` are gone from the API server at the
+/// delete: the copy is made from the bytes the watch kept since kube-scheduler's mark.
+async fn grace_zero(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(&["node-1"], 4000).await?;
+    let at_once = |name: &str| {
+        let mut pod = PodBuilder::new("batch", name, "free", 1900).on("node-1").build();
+        pod.spec.get_or_insert_with(Default::default).termination_grace_period_seconds = Some(0);
+        pod
+    };
+    cluster::create_all(&bed.client, vec![at_once("free-1"), at_once("free-2")]).await?;
+    bed.until_running("batch", 2).await?;
+    let originals = bare_pods(&bed, "batch").await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    online(&bed, "web", 3000).await?;
+    online_placed(&bed, "web").await?;
+    nothing_lost(&bed, "batch", &originals).await?;
+    let copies = cluster::pods(&bed.client, Some("batch")).await?.iter().filter(|p| is_replacement(p)).count();
+    anyhow::ensure!(copies == 2, "{copies} copies of 2 victims gone at once");
     bed.finish()
 }
 
