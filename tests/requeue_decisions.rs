@@ -316,6 +316,16 @@ fn room_already_free_in_the_view_is_not_freed_twice() {
     let out = s.preempt_with(preemptor.clone(), candidates, Some(&view));
     assert!(out.victims().is_empty(), "{}", out.explain());
     assert!(out.has("refused", "room_on_its_way"), "{}", out.explain());
+    // The proposed victim still in the view, and the pod fitting there all the same:
+    // kube-scheduler has a reason the view does not model (an anti-affinity, say); nothing
+    // is refused, and re-selection decides as before.
+    let roomy = Scenario::new(requeue_policy("requeue"))
+        .node(node("n1", 4000, 8))
+        .node(node("n2", 2000, 8))
+        .pods([pod("b-1", "batch", Some("n1"), 1000).bare(), pod("v-1", "batch", Some("n2"), 2000)]);
+    let out =
+        roomy.preempt_with(preemptor.clone(), roomy.meta_candidates(&preemptor, &["n1", "n2"]), Some(&roomy.view()));
+    assert!(!out.has("refused", "room_on_its_way"), "{}", out.explain());
     // Proposed victims the view never saw: the view is behind, and re-selects as before.
     let fresh = Scenario::new(requeue_policy("requeue"))
         .node(node("n1", 2000, 8))

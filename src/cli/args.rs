@@ -39,7 +39,7 @@ pub struct ServeArgs {
     #[arg(long, hide = true)]
     pub requeue_budget_ms: Option<u64>,
     /// Wake pods kube-scheduler parked while we could not answer a preempt well (restart,
-    /// view not ready, replacements not stored): once ready again, store and delete a
+    /// view not ready, a failed answer): once ready again, store and delete a
     /// placeholder pod bound to no real node, which kube-scheduler takes as a reason to
     /// retry them. Writes pods in --wake-namespace: needs the `manifests/wake` RBAC component.
     #[arg(long, requires = "kube")]

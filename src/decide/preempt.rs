@@ -366,18 +366,21 @@ fn room_on_its_way(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, 
         .map(str::to_string)
 }
 
-/// A candidate kube-scheduler proposed victims on where the pod fits as is, in a view that
-/// knows every victim kube-scheduler proposed: the victims of an earlier preemption are gone already (kube-scheduler's
-/// cache trails the view for a moment). With a proposed victim unknown to the view, the
-/// view is the one behind: the decision is made and the edge waits for it to catch up.
+/// A candidate where the view has seen some of kube-scheduler's proposed victims go and
+/// the pod fits as is: the victims of an earlier preemption are gone already, and
+/// kube-scheduler's cache trails the view for a moment. (Only then: where the view still
+/// holds every proposed victim and says the pod fits, kube-scheduler may have a reason the
+/// view does not model, an anti-affinity say, and re-selection decides as before.) With a
+/// proposed victim the view never saw, the view is the one behind: the decision is made
+/// and the edge waits for it to catch up.
 fn room_already_free(view: &View, preemptor: Preemptor, pod: &Pod, candidates: &[(&str, Proposed)]) -> Option<String> {
     if candidates.iter().any(|(n, victims)| view.node(n).is_some() && lags_behind(view, victims.uids())) {
         return None;
     }
-    // A candidate proposed without victims is kube-scheduler's own "fits as is": kept as is.
+    let some_gone = |uids: &[String]| uids.iter().any(|u| view.pod_by_uid(u).is_none() && view.saw_go(u));
     candidates
         .iter()
-        .filter(|(_, victims)| !victims.is_empty())
+        .filter(|(_, victims)| some_gone(victims.uids()))
         .map(|(n, _)| *n)
         .find(|n| {
             let Some(node) = view.node(n) else { return false };
