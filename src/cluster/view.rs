@@ -168,6 +168,9 @@ pub struct View {
     preemptions: PMap<String, Timestamp>,
     /// Preempted bare pods going, until their copy shows up: what requeue copies.
     evictions: Evictions,
+    /// Counts changes requeue reacts to (copies, pods marked or being deleted), so its
+    /// controller skips a pass where no such change came.
+    requeue_changes: u64,
 }
 
 /// Pods that left the view remembered at most; past that, the older half is forgotten.
@@ -233,6 +236,7 @@ impl View {
         view.gone = self.gone.clone();
         view.preemptions = self.preemptions.clone();
         view.evictions = self.evictions.clone();
+        view.requeue_changes = self.requeue_changes + 1;
         for pod in self.pods.values() {
             view.apply_pod(pod.clone(), policy);
         }
@@ -260,6 +264,17 @@ impl View {
         let class = policy.classify(pod, self.priority_of(pod));
         let class = policy.class(class);
         class.victim.allowed && class.victim.bare() == crate::policy::BareVictims::Requeue
+    }
+
+    /// Changes requeue reacts to, counted (`requeue_changes`).
+    pub fn requeue_changes(&self) -> u64 {
+        self.requeue_changes
+    }
+
+    fn note_requeue_change(&mut self, pod: &Pod) {
+        if pod.preempted || pod.deletion_time.is_some() || crate::model::marks::is_replacement(pod) {
+            self.requeue_changes += 1;
+        }
     }
 
     /// Is `pod`'s requeue copy in the view already? (A later event of a copied original,
@@ -324,6 +339,7 @@ impl View {
     fn place_pod(&mut self, pod: PodRef, key: String, policy: &Policy) {
         self.jobs.observe_pod(&pod);
         self.note_preemption(&pod);
+        self.note_requeue_change(&pod);
         if pod.preempted {
             let requeues = self.requeues(&pod, policy) && !self.copy_exists(&pod);
             self.evictions.observe(&pod, requeues);
@@ -408,6 +424,7 @@ impl View {
     pub fn remove_unseen_pod(&mut self, key: &str, policy: &Policy) -> Option<PodRef> {
         let old = self.pods.get(key).cloned()?;
         self.note_gone(&old.uid);
+        self.note_requeue_change(&old);
         self.jobs.forget_pod(&old);
         self.detach(&old, policy);
         Some(old)
@@ -417,8 +434,10 @@ impl View {
         let old = self.pods.get(key).cloned()?;
         if let Some(last) = last {
             self.note_preemption(last);
+            self.note_requeue_change(last);
         }
         self.note_gone(&old.uid);
+        self.note_requeue_change(&old);
         // The event's state if it is the same pod's, else the view's last.
         let gone = match last {
             Some(last) if last.uid == old.uid && last.last_state.is_some() => Arc::new(last.clone()),

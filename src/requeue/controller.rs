@@ -123,15 +123,24 @@ struct Pass {
 }
 
 impl Requeuer {
-    /// Runs until the process ends.
+    /// Runs until the process ends: a pass after each burst of changes requeue reacts to
+    /// (most view changes are not: a bind, a status), and every `TICK` for retries and bounds.
     pub async fn run(self: Arc<Self>, cell: Arc<ViewCell>, policy: Arc<ArcSwap<Policy>>, settings: Settings) {
         let mut changes = cell.subscribe();
+        let mut seen = None;
+        let mut last_pass = Instant::now();
         loop {
             tokio::select! {
                 _ = changes.changed() => tokio::time::sleep(BURST).await,
                 _ = tokio::time::sleep(TICK) => {}
             }
             changes.borrow_and_update();
+            let now_seen = cell.read_latest(|v| v.requeue_changes());
+            if now_seen == seen && last_pass.elapsed() < TICK {
+                continue;
+            }
+            seen = now_seen;
+            last_pass = Instant::now();
             self.reconcile_once(&cell, &policy.load(), settings).await;
         }
     }

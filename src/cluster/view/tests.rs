@@ -343,3 +343,20 @@ fn the_view_remembers_pods_that_left_and_a_re_index_keeps_them() {
         assert!(!view.saw_go("uid-never-seen"));
     }
 }
+
+#[test]
+fn only_what_requeue_reacts_to_counts_as_a_requeue_change() {
+    let p = policy();
+    let mut v = View::empty(&p);
+    v.apply_pod(Arc::new(pod("batch", "a", None)), &p);
+    v.apply_pod(Arc::new(pod("batch", "a", Some("n1"))), &p);
+    assert_eq!(v.requeue_changes(), 0, "a create and a bind are not");
+    v.apply_pod(Arc::new(Pod { preempted: true, ..pod("batch", "a", Some("n1")) }), &p);
+    assert_eq!(v.requeue_changes(), 1, "kube-scheduler's mark is");
+    v.remove_pod("batch/a", &p);
+    assert_eq!(v.requeue_changes(), 2, "the marked pod going is");
+    let mut copy = pod("batch", "a-rq-1", None);
+    copy.annotations.insert(crate::model::marks::FROM_UID.into(), "uid-batch-a".into());
+    v.apply_pod(Arc::new(copy), &p);
+    assert_eq!(v.requeue_changes(), 3, "a copy is");
+}
