@@ -148,7 +148,9 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
     if args.requeue_budget_ms.is_some() || args.requeue_evict_within.is_some() {
         tracing::warn!("--requeue-budget-ms and --requeue-evict-within are ignored: copies are stored at the eviction, never before the answer");
     }
-    let requeuer = Arc::new(crate::requeue::kube::Requeuer::new(client.clone(), instance, args.requeue));
+    let mut requeuer = crate::requeue::kube::Requeuer::new(client.clone(), instance, args.requeue);
+    requeuer.pace = state.pace.clone();
+    let requeuer = Arc::new(requeuer);
     state.requeue = requeuer.availability.clone();
     tokio::spawn(requeuer.clone().watch_access(crate::requeue::controller::ACCESS_EVERY));
     // Whatever the flags, what an earlier run left is finished: guards would hold their

@@ -101,6 +101,7 @@ async fn run(verb: Verb, state: &AppState, verbs: &Verbs, req: AdmittedRequest) 
     if verb != Verb::Preempt {
         return once().await;
     }
+    state.pace.preempt_seen();
     // A snapshot view is the whole truth: nothing will catch up.
     let watched = (state.view_source == ViewSource::Kubernetes).then_some(&*state.view);
     service::preempt(once, watched).await

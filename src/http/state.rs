@@ -65,6 +65,8 @@ pub struct AppState {
     /// Whether the requeue controller copies preempted bare pods (`serve --kube --requeue`)
     /// and may now; while it cannot, `requeue` classes protect their bare pods.
     pub requeue: Arc<crate::requeue::availability::Availability>,
+    /// Preempt calls as they come: requeue's writes wait for a pause in them.
+    pub pace: Arc<crate::requeue::pace::Pace>,
     /// Per-kind watch health, with `--kube` (for `/readyz` detail).
     pub freshness: Option<Arc<Freshness>>,
     /// Why the policy file could not be reloaded (the last good policy is in force).
@@ -87,6 +89,7 @@ impl AppState {
             limits: Limits::default(),
             clock: Arc::new(system_now),
             requeue: Arc::new(crate::requeue::availability::Availability::new(false)),
+            pace: Default::default(),
             freshness: None,
             policy_problem: Arc::new(ArcSwapOption::empty()),
             decisions: Arc::new(DecisionLog::default()),

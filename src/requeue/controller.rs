@@ -135,6 +135,9 @@ impl Requeuer {
                 _ = tokio::time::sleep(TICK) => {}
             }
             changes.borrow_and_update();
+            if !self.pace.may_go() {
+                continue; // kube-scheduler is preempting: its writes first
+            }
             let now_seen = cell.read_latest(|v| v.requeue_changes());
             if now_seen == seen && last_pass.elapsed() < TICK {
                 continue;

@@ -28,6 +28,8 @@ pub struct Requeuer {
     pub(super) retry: Retry,
     /// Whether copies can be stored now: what decisions count on.
     pub availability: Arc<Availability>,
+    /// Preempt calls seen by this replica: its writes make way for them.
+    pub pace: Arc<super::pace::Pace>,
 }
 
 /// Why a replacement was not stored: the API server's status code, if it answered.
@@ -122,7 +124,14 @@ impl Requeuer {
         register_metrics();
         let recorder = Recorder::new(client.clone(), crate::events::kube::reporter(instance));
         let availability = Arc::new(Availability::new(copies));
-        Requeuer { client, recorder, tries: Default::default(), retry: Default::default(), availability }
+        Requeuer {
+            client,
+            recorder,
+            tries: Default::default(),
+            retry: Default::default(),
+            availability,
+            pace: Default::default(),
+        }
     }
 
     /// Creates the replacement `manifest` of `intent`; one that exists already counts if it

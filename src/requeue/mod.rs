@@ -13,6 +13,7 @@ pub mod controller;
 pub mod guard;
 pub mod kube;
 pub mod leftovers;
+pub mod pace;
 pub mod plan;
 pub mod replacement;
 mod tries;

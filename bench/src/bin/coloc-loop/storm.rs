@@ -6,9 +6,11 @@
 //! runs. Reports time to place (from the start of their creation to bind), the
 //! evictions, the bare pods lost (gone with no replacement) and the extender's API writes
 //! per victim (replacements stored, released and cleaned up, requeue's and the
-//! preemptors' Events, wakes). Each bare victim's replacement is stored before the
-//! extender answers; what is left afterwards (pods still carrying a finalizer of ours,
-//! replacements still gated) is counted as residue.
+//! preemptors' Events, wakes), with copies and Events apart, and the extender's `preempt`
+//! quantiles. After the last bind it waits for every evicted bare pod's copy (stored
+//! before the answer, or, since the requeue controller, once the victim is being deleted)
+//! and for their release; what is left afterwards (pods still carrying a finalizer of
+//! ours, replacements still gated) is counted as residue.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -39,14 +41,31 @@ pub struct StormResult {
     pub placed: usize,
     pub place_p50_s: Option<f64>,
     pub place_p90_s: Option<f64>,
+    pub place_p99_s: Option<f64>,
     pub place_max_s: Option<f64>,
     pub evictions: usize,
     pub replacements: usize,
+    /// Copies (of evicted originals) no longer gated at the end.
+    pub replacements_released: usize,
     pub lost: usize,
+    /// Seconds from the storm's start until every evicted original had a copy (copies are
+    /// stored once the original is being deleted, so they may trail the binds), or `None`
+    /// if some never came within the wait.
+    pub all_copied_s: Option<f64>,
     /// The extender's writes to the API server: replacements created, released, cleaned
     /// up, Events posted, wakes.
     pub extender_api_writes: Option<f64>,
     pub extender_api_writes_per_victim: Option<f64>,
+    /// The extender's own counters: copies created (`coloc_requeue_replacements_total`
+    /// outcome created), failed, released, cleaned up; Events written (requeue's and preemptors').
+    pub copies_created: Option<f64>,
+    pub copies_failed: Option<f64>,
+    pub copies_released: Option<f64>,
+    pub copies_cleaned: Option<f64>,
+    pub extender_events: Option<f64>,
+    /// (created + released + cleaned) per eviction, and Events per eviction.
+    pub copy_writes_per_victim: Option<f64>,
+    pub events_per_victim: Option<f64>,
     /// Seconds from the storm's start until every replacement whose original is gone was
     /// released (requeue's background writes yield to kube-scheduler's preemptions).
     pub all_released_s: Option<f64>,
@@ -56,6 +75,10 @@ pub struct StormResult {
     pub residue_gated: usize,
     /// The extender's mean time to answer `preempt` (kube-scheduler's thread waits for it).
     pub extender_preempt_mean_ms: Option<f64>,
+    /// `coloc_request_duration_seconds{verb="preempt"}` quantiles (bucket-interpolated) and count.
+    pub extender_preempt_p50_ms: Option<f64>,
+    pub extender_preempt_p99_ms: Option<f64>,
+    pub extender_preempts: Option<f64>,
     pub extender_cpu_s: Option<f64>,
 }
 
@@ -157,9 +180,14 @@ pub async fn one(
     let times = binds.wait(pods, timeout).await;
     let cpu1 = ext_pid.and_then(|p| procstat::cpu_seconds(&p.to_string()));
     std::fs::write(dir.join("scheduler-config.yaml"), &scheduler.config)?;
-    let all_released_s = match &extender {
-        Some(_) if kind != Kind::Echo => Some(round3(all_released(&client).await?.duration_since(start).as_secs_f64())),
-        _ => None,
+    let before_uids: Vec<&str> = before.iter().map(|(_, uid)| uid.as_str()).collect();
+    let (all_copied_s, all_released_s) = match &extender {
+        Some(_) if kind != Kind::Echo => {
+            let (copied, released) = settled(&client, &before_uids).await?;
+            let secs = |t: Instant| round3(t.duration_since(start).as_secs_f64());
+            (copied.map(secs), Some(secs(released)))
+        }
+        _ => (None, None),
     };
 
     let mut waits: Vec<f64> = times.iter().map(|t| t.duration_since(start).as_secs_f64()).collect();
@@ -174,10 +202,17 @@ pub async fn one(
         after.iter().filter_map(|p| p.metadata.annotations.as_ref()?.get(FROM_UID).map(String::as_str)).collect();
     let evicted: Vec<&str> = before.iter().map(|(_, uid)| uid.as_str()).filter(|uid| !live.contains(uid)).collect();
     let lost = evicted.iter().filter(|uid| !replaced.contains(*uid)).count();
+    let replacements_released = after
+        .iter()
+        .filter(|p| p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(FROM_UID)))
+        .filter(|p| p.spec.as_ref().and_then(|s| s.scheduling_gates.as_ref()).is_none_or(|g| g.is_empty()))
+        .count();
     let residue_guarded = after.iter().filter(|p| p.metadata.finalizers.iter().flatten().any(|f| f == GUARD)).count();
     let residue_gated = gated_of_gone(&after);
     std::fs::write(dir.join("scheduler-metrics.txt"), scheduler.metrics().await.unwrap_or_default())?;
     let mut preempt_mean_ms = None;
+    let mut preempt_q = (None, None, None);
+    let mut counts = [None; 5];
     let writes = match &extender {
         Some(e) => {
             let text = e.admin_get("/metrics").await.unwrap_or_default();
@@ -189,6 +224,16 @@ pub async fn one(
                 sum("coloc_request_duration_seconds_count", preempt),
             );
             preempt_mean_ms = (count > 0.0).then(|| round3(seconds / count * 1000.0));
+            let q = crate::report::quantiles(&text, "coloc_request_duration_seconds", &[preempt]);
+            preempt_q = (q.p50, q.p99, Some(q.count));
+            counts = [
+                sum("coloc_requeue_replacements_total", "outcome=\"created\""),
+                sum("coloc_requeue_replacements_total", "outcome=\"failed\""),
+                sum("coloc_requeue_released_total", ""),
+                sum("coloc_requeue_cleaned_total", ""),
+                sum("coloc_requeue_events_total", "") + sum("coloc_events_total", "result=\"written\""),
+            ]
+            .map(Some);
             Some(
                 sum("coloc_requeue_guards_total", "")
                     + sum("coloc_requeue_replacements_total", "outcome=\"created\"")
@@ -203,6 +248,9 @@ pub async fn one(
     };
     drop(scheduler);
     drop(extender);
+    let per_victim = |x: Option<f64>| x.filter(|_| !evicted.is_empty()).map(|w| round3(w / evicted.len() as f64));
+    let [created, failed, released, cleaned, events] = counts;
+    let copy_writes = created.zip(released).zip(cleaned).map(|((c, r), d)| c + r + d);
     Ok(StormResult {
         run: kind.label().to_string(),
         round,
@@ -210,18 +258,31 @@ pub async fn one(
         placed: times.len(),
         place_p50_s: quantile(&waits, 0.5),
         place_p90_s: quantile(&waits, 0.9),
+        place_p99_s: quantile(&waits, 0.99),
         place_max_s: waits.last().copied().map(round3),
         evictions: evicted.len(),
         replacements: replaced.len(),
+        replacements_released,
         lost,
+        all_copied_s,
         extender_api_writes: writes,
         extender_api_writes_per_victim: writes
             .filter(|_| !evicted.is_empty())
             .map(|w| round3(w / evicted.len() as f64)),
+        copies_created: created,
+        copies_failed: failed,
+        copies_released: released,
+        copies_cleaned: cleaned,
+        extender_events: events,
+        copy_writes_per_victim: per_victim(copy_writes),
+        events_per_victim: per_victim(events),
         all_released_s,
         residue_guarded,
         residue_gated,
         extender_preempt_mean_ms: preempt_mean_ms,
+        extender_preempt_p50_ms: preempt_q.0,
+        extender_preempt_p99_ms: preempt_q.1,
+        extender_preempts: preempt_q.2,
         extender_cpu_s: cpu1.zip(cpu0).map(|(b, a)| round3(b - a)),
     })
 }
@@ -245,41 +306,68 @@ fn gated_of_gone(pods: &[k8s_openapi::api::core::v1::Pod]) -> usize {
         .count()
 }
 
-/// When no replacement whose original is gone is still gated (up to 5 minutes).
-async fn all_released(client: &kube::Client) -> anyhow::Result<Instant> {
-    wait::until(Duration::from_secs(300), "every replacement of a gone original released", || async {
-        let pods = cluster::pods(client, Some(OFFLINE)).await.map_err(|e| e.to_string())?;
-        let waiting = gated_of_gone(&pods);
-        if waiting == 0 {
-            Ok(Instant::now())
-        } else {
-            Err(format!("{waiting} still gated"))
+/// Waits (polling every 200 ms) until every evicted original of `before` has a copy and
+/// no copy whose original is gone is still gated. Copies are stored once an original is
+/// being deleted and released once it is gone, so both may trail the last bind. Returns
+/// when every evicted original had a copy (`None` if some still had none after 60 s) and
+/// when the last gated copy of a gone original was released (up to 5 minutes).
+async fn settled(client: &kube::Client, before: &[&str]) -> anyhow::Result<(Option<Instant>, Instant)> {
+    let begin = Instant::now();
+    let mut copied = None;
+    loop {
+        let pods = cluster::pods(client, Some(OFFLINE)).await?;
+        let live: BTreeSet<&str> = pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        let replaced: BTreeSet<&str> =
+            pods.iter().filter_map(|p| p.metadata.annotations.as_ref()?.get(FROM_UID).map(String::as_str)).collect();
+        let uncopied = before.iter().filter(|uid| !live.contains(*uid) && !replaced.contains(*uid)).count();
+        if uncopied == 0 && copied.is_none() {
+            copied = Some(Instant::now());
         }
-    })
-    .await
+        let waiting = gated_of_gone(&pods);
+        let copies_done = copied.is_some() || begin.elapsed() > Duration::from_secs(60);
+        if waiting == 0 && copies_done {
+            return Ok((copied, Instant::now()));
+        }
+        anyhow::ensure!(
+            begin.elapsed() < Duration::from_secs(300),
+            "after 300 s: {waiting} copies of gone originals still gated, {uncopied} evicted originals without a copy"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 pub fn table(results: &[StormResult]) -> String {
-    let mut s = String::from("| run | round | placed | time to place p50 / p90 / max s | evictions | replacements | bare pods lost | all released after s | residue: guarded, gated | extender API writes per victim | extender preempt mean ms | extender CPU s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    let mut s = String::from("| run | round | placed | time to place p50 / p90 / p99 / max s | evictions | replacements (released) | bare pods lost | all copied / released after s | residue: guarded, gated | extender API writes per victim (copies, Events) | extender preempt mean / p50 / p99 ms | extender CPU s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v}"));
     for r in results {
         s += &format!(
-            "| {} | {} | {}/{} | {} / {} / {} | {} | {} | {} | {} | {}, {} | {} | {} | {} |\n",
+            "| {} | {} | {}/{} | {} / {} / {} / {} | {} | {} ({}) | {} | {} / {} | {}, {} | {} ({}, {}) | {} / {} / {} | {} |\n",
             r.run,
             r.round,
             r.placed,
             r.pods,
             opt(r.place_p50_s),
             opt(r.place_p90_s),
+            opt(r.place_p99_s),
             opt(r.place_max_s),
             r.evictions,
             r.replacements,
+            r.replacements_released,
             r.lost,
+            opt(r.all_copied_s),
             opt(r.all_released_s),
             r.residue_guarded,
             r.residue_gated,
             opt(r.extender_api_writes_per_victim),
+            opt(r.copy_writes_per_victim),
+            opt(r.events_per_victim),
             opt(r.extender_preempt_mean_ms),
+            opt(r.extender_preempt_p50_ms),
+            opt(r.extender_preempt_p99_ms),
             opt(r.extender_cpu_s)
         );
     }
