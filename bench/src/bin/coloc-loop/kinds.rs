@@ -43,6 +43,11 @@ pub struct Programs<'a> {
 }
 
 impl Kind {
+    /// An echo extender: the protocol's floor, which decides nothing and writes nothing.
+    pub fn is_echo(self) -> bool {
+        matches!(self, Kind::Echo | Kind::EchoObjects | Kind::EchoPerPodVerbs)
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Kind::Stock => "stock",

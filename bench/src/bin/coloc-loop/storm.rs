@@ -150,7 +150,7 @@ pub async fn one(
     let extender = match kind.program(&s.programs) {
         Some((binary, args)) => {
             let mut all = args.to_vec();
-            if kind != Kind::Echo {
+            if !kind.is_echo() {
                 all.push("--requeue");
             }
             Some(Extender::start(&plane, &name, binary, &all).await?)
@@ -159,9 +159,13 @@ pub async fn one(
     };
     let ext_pid = extender.as_ref().and_then(|e| e.proc.pid());
     let cpu0 = ext_pid.and_then(|p| procstat::cpu_seconds(&p.to_string()));
-    // The echo floor preempts too: it answers kube-scheduler's own victims, and writes nothing.
+    // The echo floor preempts too: it answers kube-scheduler's own victims, and writes
+    // nothing; echo-objects is the floor of objects mode (full Nodes and victims).
     let entries: Vec<_> = match kind {
         Kind::Echo => extender.iter().map(|e| coloc_testbed::ExtenderEntry::all_verbs(&e.url(), true)).collect(),
+        Kind::EchoObjects => {
+            extender.iter().map(|e| coloc_testbed::ExtenderEntry::all_verbs(&e.url(), false)).collect()
+        }
         _ => extender.iter().flat_map(|e| kind.entries(&e.url())).collect(),
     };
     let scheduler =
@@ -182,7 +186,7 @@ pub async fn one(
     std::fs::write(dir.join("scheduler-config.yaml"), &scheduler.config)?;
     let before_uids: Vec<&str> = before.iter().map(|(_, uid)| uid.as_str()).collect();
     let (all_copied_s, all_released_s) = match &extender {
-        Some(_) if kind != Kind::Echo => {
+        Some(_) if !kind.is_echo() => {
             let (copied, released) = settled(&client, &before_uids).await?;
             let secs = |t: Instant| round3(t.duration_since(start).as_secs_f64());
             (copied.map(secs), Some(secs(released)))
