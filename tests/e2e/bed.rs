@@ -171,6 +171,22 @@ impl Bed {
         self.until_running("batch", 2).await
     }
 
+    /// `nodes` of 4 CPU, each full with two bare `free` pods of 1.9 CPU (free-1, free-2 on the
+    /// first, …), running; returns them as (name, uid).
+    pub async fn full_of_free_pods(&self, nodes: &[&str]) -> anyhow::Result<Vec<(String, String)>> {
+        self.nodes(nodes, 4000).await?;
+        let pods = nodes
+            .iter()
+            .enumerate()
+            .flat_map(|(i, n)| {
+                (1..=2).map(move |j| PodBuilder::new("batch", &format!("free-{}", 2 * i + j), "free", 1900).on(n))
+            })
+            .collect();
+        self.bound(pods).await?;
+        self.until_running("batch", 2 * nodes.len()).await?;
+        crate::invariants::bare_pods(self, "batch").await
+    }
+
     /// The tail of every component's log, for a failure message.
     pub fn logs(&self) -> String {
         let mut s = String::new();

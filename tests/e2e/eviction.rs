@@ -197,17 +197,7 @@ const NODES: &[&str] = &["node-1", "node-2", "node-3", "node-4", "node-5", "node
 /// and no original has more than one live copy.
 async fn replica_killed_in_a_loop(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
-    bed.nodes(NODES, 4000).await?;
-    let pods = NODES
-        .iter()
-        .enumerate()
-        .flat_map(|(i, n)| {
-            (1..=2).map(move |j| PodBuilder::new("batch", &format!("free-{}", 2 * i + j), "free", 1900).on(n))
-        })
-        .collect();
-    bed.bound(pods).await?;
-    bed.until_running("batch", 2 * NODES.len()).await?;
-    let originals = bare_pods(&bed, "batch").await?;
+    let originals = bed.full_of_free_pods(NODES).await?;
     let a = bed.extender(&["--requeue"]).await?;
     let b = bed.extender(&["--requeue"]).await?;
     let proxy = Proxy::start(vec![bed.extenders[a].port, bed.extenders[b].port]).await?;

@@ -34,17 +34,7 @@ const NODES: &[&str] = &["node-1", "node-2", "node-3", "node-4"];
 
 /// Four nodes, each full with two bare `free` pods; returns the originals.
 async fn storm_cluster(bed: &Bed) -> anyhow::Result<Vec<(String, String)>> {
-    bed.nodes(NODES, 4000).await?;
-    let pods = NODES
-        .iter()
-        .enumerate()
-        .flat_map(|(i, n)| {
-            (1..=2).map(move |j| PodBuilder::new("batch", &format!("free-{}", 2 * i + j), "free", 1900).on(n))
-        })
-        .collect();
-    bed.bound(pods).await?;
-    bed.until_running("batch", 8).await?;
-    bare_pods(bed, "batch").await
+    bed.full_of_free_pods(NODES).await
 }
 
 /// Four online pods at once, each needing a whole node.
