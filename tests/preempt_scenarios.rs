@@ -64,6 +64,21 @@ fn lower_classes_go_first_whatever_their_numbers() {
 }
 
 #[test]
+fn only_the_returned_nodes_victims_are_named_victims() {
+    // kube-scheduler evicts on the node it is given: a pod on an outranked candidate is
+    // not a victim, and no line (or requeue intent) says it is.
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 2000, 8))
+        .node(node("n2", 2000, 8))
+        .pods([pod("f", "free", Some("n1"), 2000), pod("b", "batch", Some("n2"), 2000)]);
+    let out = s.preempt(online(2000), &["n1", "n2"]);
+    let named: Vec<&str> =
+        out.explanations.iter().filter(|e| e.verdict == "victim").filter_map(|e| e.pod.as_deref()).collect();
+    assert_eq!(named, ["default/f"], "{}", out.explain());
+    assert!(out.has("dropped", "outranked"));
+}
+
+#[test]
 fn max_candidates_returns_the_best_k() {
     let s = Scenario::new(policy("strict", "maxCandidates: 2"))
         .node(node("n1", 2000, 8))

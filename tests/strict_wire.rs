@@ -14,7 +14,7 @@ use coloc_extender::http::{router, AppState, ViewSource};
 use coloc_extender::pipeline::{answer, Verb};
 use coloc_extender::policy::Policy;
 use coloc_extender::wire::request::{clip_message, DecodeError, MESSAGE_LIMIT};
-use coloc_extender::wire::{decode_extender_args, decode_preempt_args, Candidates};
+use coloc_extender::wire::{decode_extender_args, decode_preempt_args, decode_preempt_args_for, Candidates};
 use http_body_util::BodyExt;
 use proptest::prelude::*;
 use rstest::rstest;
@@ -328,6 +328,32 @@ async fn a_type_error_inside_an_item_names_the_item_and_its_position_in_it(#[cas
     let path = if body.get("Nodes").is_some() { "/filter" } else { "/preempt" };
     let error = err_json(&app(None), path, body.to_string(), 422, "invalid_field").await;
     assert_eq!(error, want);
+}
+
+/// Victims on a node the view holds are read for their UIDs in the first pass: the same
+/// UIDs as decoding every pod, and a bad one is named as precisely.
+#[rstest]
+fn victims_read_for_their_uids_only_give_the_same_uids_and_the_same_errors(#[values(false, true)] needs_pods: bool) {
+    let req = payload_json(R1, "0037-preempt.json");
+    let uids = |args: coloc_extender::wire::PreemptArgs| {
+        let Candidates::Full(map) = args.candidates else { panic!("not full") };
+        map.into_iter().map(|(n, v)| (n, v.uids, v.count)).collect::<Vec<_>>()
+    };
+    let all = uids(decode_preempt_args(req.to_string().as_bytes()).unwrap());
+    let some = uids(decode_preempt_args_for(req.to_string().as_bytes(), |_| needs_pods, &Default::default()).unwrap());
+    assert_eq!(some, all);
+
+    let body = json!({"Pod": pod_json(), "NodeNameToVictims": {"n1": {"Pods": [
+        victim_json("v1", "n1"),
+        {"metadata": {"name": "v2", "namespace": "ns", "uid": 2}, "spec": {"nodeName": "n1"}}]}}});
+    let error = decode_preempt_args_for(body.to_string().as_bytes(), |_| needs_pods, &Default::default())
+        .err()
+        .expect("rejected")
+        .to_string();
+    assert_eq!(
+        error,
+        "NodeNameToVictims[n1].Pods[1] (ns/v2): invalid type: integer `2`, expected a string at column 49 of the item"
+    );
 }
 
 #[test]

@@ -128,13 +128,12 @@ impl Victim<'_> {
 }
 
 /// A candidate node that survived, with its victims.
-struct Plan {
+struct Plan<'a> {
     node: String,
-    /// UIDs in answer order (descending priority).
-    uids: Vec<String>,
+    /// In answer order (descending priority).
+    victims: Vec<Victim<'a>>,
     pdb_violations: i64,
     cost: Cost,
-    requeues: Vec<RequeueIntent>,
 }
 
 /// One preemptor's request as every candidate node's re-selection reads it: the
@@ -325,7 +324,7 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     }
 
     // 5. Rank.
-    (out.result, out.requeues) = rank(plans, ctx.policy.max_candidates, ex);
+    (out.result, out.requeues) = rank(ctx, preemptor, plans, ex);
     out
 }
 
@@ -403,15 +402,9 @@ fn held_room<'v>(
     nominated.iter().map(|p| &**p).filter(move |p| p.uid != asking && view.priority_of(p) >= priority)
 }
 
-fn placeholder(node: &str, num_pdb_violations: i64, ex: &mut Vec<Explanation>) -> Plan {
+fn placeholder(node: &str, num_pdb_violations: i64, ex: &mut Vec<Explanation>) -> Plan<'static> {
     ex.push(Explanation::node(node, Verdict::Kept, Code::NoVictims, "candidate without victims: returned as is"));
-    Plan {
-        node: node.to_string(),
-        uids: Vec::new(),
-        pdb_violations: num_pdb_violations,
-        cost: Cost::default(),
-        requeues: Vec::new(),
-    }
+    Plan { node: node.to_string(), victims: Vec::new(), pdb_violations: num_pdb_violations, cost: Cost::default() }
 }
 
 /// Does kube-scheduler know proposed victims the view does not (and did not see go), or

@@ -54,6 +54,11 @@ impl<'a> Bounds<'a> {
         Bounds { caps, cancel, victims: Cell::new(0), stop: Cell::new(None) }
     }
 
+    /// The same caps and cancel flag, nothing counted yet: for a second pass over a body.
+    pub(crate) fn afresh(&self) -> Bounds<'a> {
+        Bounds::new(self.caps, self.cancel)
+    }
+
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_some_and(|c| c.load(Ordering::Relaxed))
     }

@@ -14,7 +14,7 @@ use serde_json::value::RawValue;
 
 use super::bounds::Bounds;
 use super::k8s;
-use super::seeds::{self, Entries, ExtenderArgsSeed, PreemptArgsSeed, FULL, META};
+use super::seeds::{self, Entries, ExtenderArgsSeed, FullPods, PreemptArgsSeed, UidOnly, FULL, META};
 use super::strict;
 use crate::model;
 
@@ -195,19 +195,6 @@ fn into_map<P, T>(
     }
     Ok(out)
 }
-/// A victim pod of which only the UID is read.
-#[derive(Deserialize)]
-struct UidOnly {
-    #[serde(default, deserialize_with = "k8s::nullable")]
-    metadata: UidMeta,
-}
-
-#[derive(Deserialize, Default)]
-struct UidMeta {
-    #[serde(default, deserialize_with = "k8s::nullable")]
-    uid: String,
-}
-
 fn check_violations(map: &'static str, node: &str, value: i64) -> Result<i64, DecodeError> {
     if value < 0 {
         return Err(DecodeError::NegativePdbViolations { map, node: node.to_string(), value });
@@ -280,7 +267,21 @@ pub fn decode_preempt_args_for(
     needs_pods: impl Fn(&str) -> bool,
     bounds: &Bounds,
 ) -> Result<PreemptArgs, DecodeError> {
-    let raw = seeds::parse(body, PreemptArgsSeed(bounds), bounds)?;
+    // One pass reads the UIDs of victims the view holds; a body that fails it is read
+    // again, every victim raw first, so that the error names the item (and its pod).
+    match decode_preempt(body, &needs_pods, bounds, true) {
+        Err(DecodeError::Json(_)) => decode_preempt(body, &needs_pods, &bounds.afresh(), false),
+        decoded => decoded,
+    }
+}
+
+fn decode_preempt(
+    body: &[u8],
+    needs_pods: &dyn Fn(&str) -> bool,
+    bounds: &Bounds,
+    uids_in_place: bool,
+) -> Result<PreemptArgs, DecodeError> {
+    let raw = seeds::parse(body, PreemptArgsSeed { bounds, needs_pods, uids_in_place }, bounds)?;
     let pod = raw.pod.ok_or(DecodeError::MissingPod)?.into_model().map_err(DecodeError::PodField)?;
     // Full victims win when both are present: they carry everything UIDs do.
     let candidates = match (raw.full, raw.meta) {
@@ -292,38 +293,48 @@ pub fn decode_preempt_args_for(
                 name: name_of(raw, true),
                 error,
             };
-            let victims = if !needs_pods(node) {
-                let mut uids = Vec::with_capacity(v.pods.len());
-                for (index, raw) in v.pods.into_iter().enumerate() {
-                    let uid =
-                        strict::from_str::<UidOnly>(raw.get()).map_err(|e| item_error(index, raw, e))?.metadata.uid;
-                    check_uid(FULL, node, index, &uid)?;
-                    uids.push(uid);
-                }
-                keep_first(FULL, node, &mut uids, |u| u);
-                Victims { pods: Vec::new(), count: uids.len(), uids, num_pdb_violations }
-            } else {
-                let mut pods = Vec::with_capacity(v.pods.len());
-                for (index, raw) in v.pods.into_iter().enumerate() {
-                    bounds.check()?;
-                    let pod = strict::from_str::<k8s::Pod>(raw.get())
-                        .map_err(|e| item_error(index, raw, e))?
-                        .into_model()
-                        .map_err(|error| DecodeError::VictimField { node: node.to_string(), index, error })?;
-                    if let Some(actual) = pod.node_name.as_ref().filter(|actual| *actual != node) {
-                        return Err(DecodeError::VictimElsewhere {
-                            node: node.to_string(),
-                            index,
-                            pod: pod.key(),
-                            actual: actual.clone(),
-                        });
+            let victims = match v.pods {
+                FullPods::Uids(mut uids) => {
+                    for (index, uid) in uids.iter().enumerate() {
+                        check_uid(FULL, node, index, uid)?;
                     }
-                    check_uid(FULL, node, index, &pod.uid)?;
-                    pods.push(pod);
+                    keep_first(FULL, node, &mut uids, |u| u);
+                    Victims { pods: Vec::new(), count: uids.len(), uids, num_pdb_violations }
                 }
-                keep_first(FULL, node, &mut pods, |p| &p.uid);
-                let uids: Vec<String> = pods.iter().map(|p| p.uid.clone()).collect();
-                Victims { pods, count: uids.len(), uids, num_pdb_violations }
+                FullPods::Raw(raws) if !needs_pods(node) => {
+                    let mut uids = Vec::with_capacity(raws.len());
+                    for (index, raw) in raws.into_iter().enumerate() {
+                        let uid =
+                            strict::from_str::<UidOnly>(raw.get()).map_err(|e| item_error(index, raw, e))?.metadata.uid;
+                        check_uid(FULL, node, index, &uid)?;
+                        uids.push(uid);
+                    }
+                    keep_first(FULL, node, &mut uids, |u| u);
+                    Victims { pods: Vec::new(), count: uids.len(), uids, num_pdb_violations }
+                }
+                FullPods::Raw(raws) => {
+                    let mut pods = Vec::with_capacity(raws.len());
+                    for (index, raw) in raws.into_iter().enumerate() {
+                        bounds.check()?;
+                        let pod = strict::from_str::<k8s::Pod>(raw.get())
+                            .map_err(|e| item_error(index, raw, e))?
+                            .into_model()
+                            .map_err(|error| DecodeError::VictimField { node: node.to_string(), index, error })?;
+                        if let Some(actual) = pod.node_name.as_ref().filter(|actual| *actual != node) {
+                            return Err(DecodeError::VictimElsewhere {
+                                node: node.to_string(),
+                                index,
+                                pod: pod.key(),
+                                actual: actual.clone(),
+                            });
+                        }
+                        check_uid(FULL, node, index, &pod.uid)?;
+                        pods.push(pod);
+                    }
+                    keep_first(FULL, node, &mut pods, |p| &p.uid);
+                    let uids: Vec<String> = pods.iter().map(|p| p.uid.clone()).collect();
+                    Victims { pods, count: uids.len(), uids, num_pdb_violations }
+                }
             };
             Ok(victims)
         })?),

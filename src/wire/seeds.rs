@@ -103,28 +103,28 @@ impl List<'_> {
     }
 }
 
-/// A JSON array of at most its list's cap of `T`.
-struct CappedSeq<'b, 'c, 'n, T> {
+/// A JSON array of at most its list's cap of what `E` reads (`PhantomData<T>`: a `T`).
+struct CappedSeq<'b, 'c, 'n, E> {
     bounds: &'b Bounds<'c>,
     list: List<'n>,
-    item: PhantomData<T>,
+    item: E,
 }
 
-impl<'b, 'c, 'n, T> CappedSeq<'b, 'c, 'n, T> {
+impl<'b, 'c, 'n, T> CappedSeq<'b, 'c, 'n, PhantomData<T>> {
     fn new(bounds: &'b Bounds<'c>, list: List<'n>) -> Self {
         CappedSeq { bounds, list, item: PhantomData }
     }
 }
 
-impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for CappedSeq<'_, '_, '_, T> {
-    type Value = Vec<T>;
+impl<'de, E: DeserializeSeed<'de> + Copy> DeserializeSeed<'de> for CappedSeq<'_, '_, '_, E> {
+    type Value = Vec<E::Value>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_seq(self)
     }
 }
 
-impl<'de, T: Deserialize<'de>> Visitor<'de> for CappedSeq<'_, '_, '_, T> {
-    type Value = Vec<T>;
+impl<'de, E: DeserializeSeed<'de> + Copy> Visitor<'de> for CappedSeq<'_, '_, '_, E> {
+    type Value = Vec<E::Value>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an array")
     }
@@ -132,7 +132,7 @@ impl<'de, T: Deserialize<'de>> Visitor<'de> for CappedSeq<'_, '_, '_, T> {
         let (cap, flag) = self.list.cap(self.bounds);
         let victims = matches!(self.list, List::Victims { .. });
         let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
-        while let Some(item) = seq.next_element::<T>()? {
+        while let Some(item) = seq.next_element_seed(self.item)? {
             if out.len() == cap {
                 return Err(stop(self.bounds, Stop::TooMany { what: self.list.name(), cap, flag }));
             }
@@ -239,9 +239,9 @@ impl<'de> Visitor<'de> for NodeListSeed<'_, '_> {
 
 // ---- preempt --------------------------------------------------------------------------
 
-/// One candidate node's victims as sent: `P` is a raw pod (full mode) or a `MetaPod`.
+/// One candidate node's victims as sent: `P` is `FullPods` or a list of `MetaPod`s.
 pub struct Listed<P> {
-    pub pods: Vec<P>,
+    pub pods: P,
     pub num_pdb_violations: i64,
 }
 
@@ -251,33 +251,51 @@ pub type Entries<P> = Vec<(String, Listed<P>)>;
 
 pub struct RawPreemptArgs<'a> {
     pub pod: Option<k8s::Pod>,
-    pub full: Option<Entries<&'a RawValue>>,
-    pub meta: Option<Entries<MetaPod>>,
+    pub full: Option<Entries<FullPods<'a>>>,
+    pub meta: Option<Entries<Vec<MetaPod>>>,
 }
 
-pub struct PreemptArgsSeed<'b, 'c>(pub &'b Bounds<'c>);
+/// A full-mode candidate's victims after the first pass: raw pods where decisions read
+/// them, or only their UIDs, read in the same pass (a preempt body is mostly victims, and
+/// the view holds the pods of every node it knows).
+pub enum FullPods<'a> {
+    Raw(Vec<&'a RawValue>),
+    Uids(Vec<String>),
+}
 
-impl<'de> DeserializeSeed<'de> for PreemptArgsSeed<'_, '_> {
+/// The first pass over a preempt body. `needs_pods(node)`: whether decisions read that
+/// candidate's full victims; where not, only their UIDs are read (`uids_in_place`), or
+/// they stay raw too (to name an item that fails, see `request::decode_preempt_args_for`).
+pub struct PreemptArgsSeed<'b, 'c, 'f> {
+    pub bounds: &'b Bounds<'c>,
+    pub needs_pods: &'f dyn Fn(&str) -> bool,
+    pub uids_in_place: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for PreemptArgsSeed<'_, '_, '_> {
     type Value = RawPreemptArgs<'de>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de> Visitor<'de> for PreemptArgsSeed<'_, '_> {
+impl<'de> Visitor<'de> for PreemptArgsSeed<'_, '_, '_> {
     type Value = RawPreemptArgs<'de>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an ExtenderPreemptionArgs object {Pod, NodeNameToVictims, NodeNameToMetaVictims}")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut out = RawPreemptArgs { pod: None, full: None, meta: None };
+        let full = Full { needs_pods: self.needs_pods, uids_in_place: self.uids_in_place };
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             if is(&key, "Pod") {
                 out.pod = next_pod(&mut map)?;
             } else if is(&key, FULL) {
-                out.full = map.next_value_seed(Nullable(CandidateMap::new(self.0, FULL)))?;
+                out.full =
+                    map.next_value_seed(Nullable(CandidateMap { bounds: self.bounds, map: FULL, form: &full }))?;
             } else if is(&key, META) {
-                out.meta = map.next_value_seed(Nullable(CandidateMap::new(self.0, META)))?;
+                out.meta =
+                    map.next_value_seed(Nullable(CandidateMap { bounds: self.bounds, map: META, form: &Meta }))?;
             } else {
                 skip(&mut map)?;
             }
@@ -286,28 +304,78 @@ impl<'de> Visitor<'de> for PreemptArgsSeed<'_, '_> {
     }
 }
 
-/// `{node: {Pods, NumPDBViolations}, …}`, at most `--max-nodes` nodes.
-struct CandidateMap<'b, 'c, P> {
-    bounds: &'b Bounds<'c>,
-    map: &'static str,
-    pod: PhantomData<P>,
+/// How one candidate's `Pods` list is read.
+trait VictimForm<'de> {
+    type Pods;
+    fn pods<A: MapAccess<'de>>(&self, map: &mut A, bounds: &Bounds, list: List) -> Result<Self::Pods, A::Error>;
+    /// No `Pods` key at all.
+    fn none(&self) -> Self::Pods;
 }
 
-impl<'b, 'c, P> CandidateMap<'b, 'c, P> {
-    fn new(bounds: &'b Bounds<'c>, map: &'static str) -> Self {
-        CandidateMap { bounds, map, pod: PhantomData }
+/// `NodeNameToMetaVictims`: UIDs.
+struct Meta;
+
+impl<'de> VictimForm<'de> for Meta {
+    type Pods = Vec<MetaPod>;
+    fn pods<A: MapAccess<'de>>(&self, map: &mut A, bounds: &Bounds, list: List) -> Result<Self::Pods, A::Error> {
+        Ok(map.next_value_seed(Nullable(CappedSeq::new(bounds, list)))?.unwrap_or_default())
+    }
+    fn none(&self) -> Self::Pods {
+        Vec::new()
     }
 }
 
-impl<'de, P: Deserialize<'de>> DeserializeSeed<'de> for CandidateMap<'_, '_, P> {
-    type Value = Entries<P>;
+/// `NodeNameToVictims`: full pods, raw or read for their UIDs only.
+struct Full<'f> {
+    needs_pods: &'f dyn Fn(&str) -> bool,
+    uids_in_place: bool,
+}
+
+impl<'de> VictimForm<'de> for Full<'_> {
+    type Pods = FullPods<'de>;
+    fn pods<A: MapAccess<'de>>(&self, map: &mut A, bounds: &Bounds, list: List) -> Result<Self::Pods, A::Error> {
+        let List::Victims { node, .. } = list else { unreachable!("victims are read only from a candidate map") };
+        if self.uids_in_place && !(self.needs_pods)(node) {
+            let seq = CappedSeq { bounds, list, item: strict::Of::<UidOnly>::new() };
+            let pods = map.next_value_seed(Nullable(seq))?.unwrap_or_default();
+            return Ok(FullPods::Uids(pods.into_iter().map(|p| p.metadata.uid).collect()));
+        }
+        Ok(FullPods::Raw(map.next_value_seed(Nullable(CappedSeq::new(bounds, list)))?.unwrap_or_default()))
+    }
+    fn none(&self) -> Self::Pods {
+        FullPods::Raw(Vec::new())
+    }
+}
+
+/// A victim pod of which only the UID is read.
+#[derive(Deserialize)]
+pub struct UidOnly {
+    #[serde(default, deserialize_with = "k8s::nullable")]
+    pub metadata: UidMeta,
+}
+
+#[derive(Deserialize, Default)]
+pub struct UidMeta {
+    #[serde(default, deserialize_with = "k8s::nullable")]
+    pub uid: String,
+}
+
+/// `{node: {Pods, NumPDBViolations}, …}`, at most `--max-nodes` nodes.
+struct CandidateMap<'b, 'c, 'f, F> {
+    bounds: &'b Bounds<'c>,
+    map: &'static str,
+    form: &'f F,
+}
+
+impl<'de, F: VictimForm<'de>> DeserializeSeed<'de> for CandidateMap<'_, '_, '_, F> {
+    type Value = Entries<F::Pods>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de, P: Deserialize<'de>> Visitor<'de> for CandidateMap<'_, '_, P> {
-    type Value = Entries<P>;
+impl<'de, F: VictimForm<'de>> Visitor<'de> for CandidateMap<'_, '_, '_, F> {
+    type Value = Entries<F::Pods>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a map of node name to victims")
     }
@@ -327,7 +395,7 @@ impl<'de, P: Deserialize<'de>> Visitor<'de> for CandidateMap<'_, '_, P> {
             let victims = map.next_value_seed(VictimsSeed {
                 bounds: self.bounds,
                 list: List::Victims { map: self.map, node: &node },
-                pod: PhantomData,
+                form: self.form,
             })?;
             out.push((node, victims));
         }
@@ -335,37 +403,38 @@ impl<'de, P: Deserialize<'de>> Visitor<'de> for CandidateMap<'_, '_, P> {
     }
 }
 
-/// `{Pods, NumPDBViolations}` with pods of type `P`, keys in any case.
-struct VictimsSeed<'b, 'c, 'n, P> {
+/// `{Pods, NumPDBViolations}` with pods read as `F` says, keys in any case.
+struct VictimsSeed<'b, 'c, 'n, 'f, F> {
     bounds: &'b Bounds<'c>,
     list: List<'n>,
-    pod: PhantomData<P>,
+    form: &'f F,
 }
 
-impl<'de, P: Deserialize<'de>> DeserializeSeed<'de> for VictimsSeed<'_, '_, '_, P> {
-    type Value = Listed<P>;
+impl<'de, F: VictimForm<'de>> DeserializeSeed<'de> for VictimsSeed<'_, '_, '_, '_, F> {
+    type Value = Listed<F::Pods>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de, P: Deserialize<'de>> Visitor<'de> for VictimsSeed<'_, '_, '_, P> {
-    type Value = Listed<P>;
+impl<'de, F: VictimForm<'de>> Visitor<'de> for VictimsSeed<'_, '_, '_, '_, F> {
+    type Value = Listed<F::Pods>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a victims object {Pods, NumPDBViolations}")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut out = Listed { pods: Vec::new(), num_pdb_violations: 0 };
+        let mut pods = None;
+        let mut num_pdb_violations = 0;
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             if is(&key, "Pods") {
-                out.pods = map.next_value_seed(Nullable(CappedSeq::new(self.bounds, self.list)))?.unwrap_or_default();
+                pods = Some(self.form.pods(&mut map, self.bounds, self.list)?);
             } else if is(&key, "NumPDBViolations") {
-                out.num_pdb_violations = map.next_value::<Option<i64>>()?.unwrap_or(0);
+                num_pdb_violations = map.next_value::<Option<i64>>()?.unwrap_or(0);
             } else {
                 skip(&mut map)?;
             }
         }
-        Ok(out)
+        Ok(Listed { pods: pods.unwrap_or_else(|| self.form.none()), num_pdb_violations })
     }
 }
 

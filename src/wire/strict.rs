@@ -18,6 +18,14 @@ struct Access<A>(A);
 /// `T` decoded strictly, as a seed.
 pub struct Of<T>(PhantomData<T>);
 
+// Not derived: a derive would ask `T: Clone`.
+impl<T> Clone for Of<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Of<T> {}
+
 impl<T> Of<T> {
     pub fn new() -> Self {
         Of(PhantomData)

@@ -1,13 +1,15 @@
-//! Step 5: rank the plans by cost and keep `maxCandidates`.
+//! Step 5: rank the plans by cost and keep `maxCandidates`, their victims explained.
 
 use super::*;
 
-/// Keeps the best `k` plans; never a gang-breaking plan while another avoids it.
+/// Keeps the best `maxCandidates` plans; never a gang-breaking plan while another avoids it.
 pub(super) fn rank(
+    ctx: &Context,
+    preemptor: Preemptor,
     mut plans: Vec<Plan>,
-    k: usize,
     ex: &mut Vec<Explanation>,
 ) -> (PreemptionResult, Vec<RequeueIntent>) {
+    let k = ctx.policy.max_candidates;
     if plans.iter().any(|p| p.cost.broken_gang_members == 0) {
         plans.retain(|p| {
             let keep = p.cost.broken_gang_members == 0;
@@ -37,11 +39,11 @@ pub(super) fn rank(
             continue;
         }
         ex.push(Explanation::node(&p.node, Verdict::Kept, Code::Selected, format!("rank {} of the candidates", i + 1)));
-        requeues.extend(p.requeues);
+        requeues.extend(reprieve::settle(ctx, preemptor, &p, ex));
         result.node_name_to_meta_victims.insert(
             p.node,
             wire::MetaVictims {
-                pods: p.uids.into_iter().map(|uid| wire::MetaPod { uid }).collect(),
+                pods: p.victims.iter().map(|v| wire::MetaPod { uid: v.pod.uid.clone() }).collect(),
                 num_pdb_violations: p.pdb_violations,
             },
         );

@@ -6,15 +6,15 @@ use super::*;
 /// Puts candidates back in `order`, keeping each whose return still lets the preemptor
 /// fit, then accounts PDBs and gangs exactly. `None`: a strict class's PDB would be
 /// exceeded.
-pub(super) fn reprieve(
-    asking: &Asking,
+pub(super) fn reprieve<'a>(
+    asking: &Asking<'a>,
     node: &crate::model::Node,
-    candidates: &[Victim],
+    candidates: &[Victim<'a>],
     order: &[usize],
     mut usage: NodeUsage,
     ex: &mut Vec<Explanation>,
-) -> Option<Plan> {
-    let Asking { ctx, view, aftermath, preemptor, pod } = *asking;
+) -> Option<Plan<'a>> {
+    let Asking { ctx, view, aftermath, pod, .. } = *asking;
     let node_name = node.name.as_str();
     let mut chosen = Vec::new();
     // A disruptionMode All gang comes back, or goes, as one.
@@ -94,7 +94,7 @@ pub(super) fn reprieve(
     cost.follow_on_evictions = follow_on.evictions;
     cost.lost_runtime += follow_on.runtime;
     cost.broken_gang_members = gangs::charge(node_name, &chosen, ex);
-    Some(finish(ctx, preemptor, node_name, chosen, cost, "re-selected under the policy", ex))
+    Some(finish(node_name, chosen, cost, "re-selected under the policy", ex))
 }
 
 /// Remaining disruptions per PDB while a victim set is built.
@@ -173,20 +173,38 @@ pub(super) fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
     cost
 }
 
-pub(super) fn finish(
-    ctx: &Context,
-    preemptor: Preemptor,
+/// A candidate's plan: the victims in answer order and what they cost. The line naming
+/// each victim (and its requeue intent) is written only for the plans kept (`settle`):
+/// kube-scheduler proposes up to a hundred candidates and evicts on one.
+pub(super) fn finish<'a>(
     node: &str,
-    mut victims: Vec<Victim>,
+    mut victims: Vec<Victim<'a>>,
     cost: Cost,
     how: &str,
     ex: &mut Vec<Explanation>,
-) -> Plan {
+) -> Plan<'a> {
     let pdb_violations = cost.pdb_violations;
     // kube-scheduler reads Pods[0] as the highest-priority victim.
     victims.sort_by(|a, b| b.pod_priority.cmp(&a.pod_priority).then(a.value_order(b)));
+    ex.push(Explanation::node(
+        node,
+        Verdict::Candidate,
+        Code::Candidate,
+        format!("{how}: {} victim(s), {pdb_violations} PDB violation(s), cost {cost:?}", victims.len()),
+    ));
+    Plan { node: node.to_string(), victims, pdb_violations, cost }
+}
+
+/// A kept plan's victims, each explained, and the requeue intents of its bare ones.
+pub(super) fn settle(
+    ctx: &Context,
+    preemptor: Preemptor,
+    plan: &Plan,
+    ex: &mut Vec<Explanation>,
+) -> Vec<RequeueIntent> {
+    let node = plan.node.as_str();
     let mut requeues = Vec::new();
-    for v in &victims {
+    for v in &plan.victims {
         let class = &ctx.policy.class(v.class).name;
         let why = match &v.gang {
             Some(g) if g.priority.is_some() => {
@@ -229,17 +247,5 @@ pub(super) fn finish(
         };
         ex.push(Explanation::pod(node, &v.pod.key(), Verdict::Victim, code, detail));
     }
-    ex.push(Explanation::node(
-        node,
-        Verdict::Candidate,
-        Code::Candidate,
-        format!("{how}: {} victim(s), {pdb_violations} PDB violation(s), cost {cost:?}", victims.len()),
-    ));
-    Plan {
-        node: node.to_string(),
-        uids: victims.iter().map(|v| v.pod.uid.clone()).collect(),
-        pdb_violations,
-        cost,
-        requeues,
-    }
+    requeues
 }

@@ -38,7 +38,7 @@ pub(super) fn judge_request_victims<'a>(
     node: &str,
     v: &'a Victims,
     ex: &mut Vec<Explanation>,
-) -> Option<Plan> {
+) -> Option<Plan<'a>> {
     let mut victims = Vec::new();
     for sent in &v.pods {
         let pod: &Pod = match ctx.view.and_then(|view| view.pod_by_uid(&sent.uid)) {
@@ -90,5 +90,5 @@ pub(super) fn judge_request_victims<'a>(
     jobs::charge(ctx, node, &mut victims, ex)?;
     let mut cost = cost_of(ctx, &victims);
     cost.pdb_violations = v.num_pdb_violations;
-    Some(finish(ctx, preemptor, node, victims, cost, "kube's victims, all allowed", ex))
+    Some(finish(node, victims, cost, "kube's victims, all allowed", ex))
 }

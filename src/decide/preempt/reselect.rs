@@ -7,12 +7,12 @@ use super::*;
 /// Re-selection on a node the view knows. If the view says the pod already fits, the
 /// view and kube-scheduler's cache disagree (one of them is stale): never answer an
 /// empty victim list for a candidate that had victims (v1.35 rejects it), drop the node.
-pub(super) fn reselect_or_drop(
-    asking: &Asking,
+pub(super) fn reselect_or_drop<'a>(
+    asking: &Asking<'a>,
     node: &str,
     proposed: &[String],
     ex: &mut Vec<Explanation>,
-) -> Option<Plan> {
+) -> Option<Plan<'a>> {
     match reselect(asking, node, proposed, ex) {
         Reselected::Plan(p) => Some(p),
         Reselected::Vetoed => None,
@@ -28,14 +28,19 @@ pub(super) fn reselect_or_drop(
     }
 }
 
-enum Reselected {
-    Plan(Plan),
+enum Reselected<'a> {
+    Plan(Plan<'a>),
     Vetoed,
     NoVictimsNeeded,
 }
 
 /// Full re-selection on a node the view knows.
-fn reselect(asking: &Asking, node_name: &str, proposed: &[String], ex: &mut Vec<Explanation>) -> Reselected {
+fn reselect<'a>(
+    asking: &Asking<'a>,
+    node_name: &str,
+    proposed: &[String],
+    ex: &mut Vec<Explanation>,
+) -> Reselected<'a> {
     let Asking { ctx, view, pod, preemptor, .. } = *asking;
     let node = view.node(node_name).expect("caller checked the node is in the view");
     let mut pods: Vec<&Pod> = view.pods_on(node_name).iter().map(|p| &**p).filter(|p| p.uid != pod.uid).collect();
