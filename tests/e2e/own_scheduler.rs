@@ -18,7 +18,7 @@ use crate::{Bed, Case, Mode};
 
 pub fn cases() -> Vec<Case> {
     vec![Case {
-        name: "own_scheduler_places_governed_pods_through_the_extender_and_leaves_the_rest_to_the_default",
+        name: "own_scheduler_places_governed_pods_through_the_extender_and_leaves_the_rest_to_the_default_whose_victims_come_back",
         run: |b, m| Box::pin(own_scheduler(b, m)),
     }]
 }
@@ -112,7 +112,9 @@ fn scheduler_name(p: &Pod) -> &str {
 /// node-1 is full of two bare `free` pods; node-2 has room only for small pods. An online
 /// pod of a labelled namespace, created with no schedulerName, is placed on node-1 by
 /// coloc-scheduler through the extender (which requeues the victim); a pod of an
-/// unlabelled namespace is placed by the default scheduler.
+/// unlabelled namespace is placed by the default scheduler. Then the default scheduler,
+/// which calls no extender, preempts the other bare pod on the shared node for a pod of
+/// the unlabelled namespace: that victim comes back too.
 async fn own_scheduler(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
     let objects = rendered(&bed)?;
@@ -179,6 +181,24 @@ async fn own_scheduler(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         "plain: {:?} on {:?}",
         scheduler_name(&plain),
         cluster::node_of(&plain)
+    );
+
+    // The default scheduler preempts on the node the two schedulers share (node-1 has
+    // 0.6 CPU free beside web and free-2): its victim is copied like any other.
+    cluster::create(&bed.client, PodBuilder::new("other", "urgent", "online-prod", 2000).build()).await?;
+    let urgent = bed
+        .until_pods("other", MINUTE, "other/urgent placed", |pods| {
+            pods.iter()
+                .find(|p| cluster::name(p) == "urgent" && cluster::node_of(p).is_some())
+                .cloned()
+                .ok_or("not placed".to_string())
+        })
+        .await?;
+    anyhow::ensure!(
+        scheduler_name(&urgent) == "default-scheduler" && cluster::node_of(&urgent) == Some("node-1"),
+        "urgent: {:?} on {:?}",
+        scheduler_name(&urgent),
+        cluster::node_of(&urgent)
     );
 
     // Through the extender: it answered coloc-scheduler's preempt call with one victim.
