@@ -41,7 +41,68 @@ pub fn cases() -> Vec<Case> {
             name: "requeue_brings_back_the_victims_of_a_replica_serving_the_fallback_policy",
             run: |b, m| Box::pin(fallback_loses_nothing(b, m)),
         },
+        Case {
+            name: "requeue_releases_a_gangs_copies_together_once_every_member_is_gone",
+            run: |b, m| Box::pin(gang_together(b, m)),
+        },
     ]
+}
+
+/// A gang of two bare pods fills node-1: g-1 stops 1 s after its delete, g-2 only after
+/// its 8 s grace. Both are copied at once, and neither copy is released while g-2 still
+/// runs (one member back alone could not run): they come back together.
+async fn gang_together(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up_honouring_grace(bins, mode).await?;
+    bed.nodes(&["node-1"], 4000).await?;
+    let member = |name: &str, grace: i64| {
+        let mut pod = PodBuilder::new("batch", name, "free", 1900)
+            .label("pod-group.scheduling.sigs.k8s.io/name", "train")
+            .annotate("pod-group.scheduling.sigs.k8s.io/min-available", "2")
+            .on("node-1")
+            .build();
+        pod.spec.get_or_insert_with(Default::default).termination_grace_period_seconds = Some(grace);
+        pod
+    };
+    cluster::create_all(&bed.client, vec![member("g-1", 1), member("g-2", 8)]).await?;
+    bed.until_running("batch", 2).await?;
+    let originals = bare_pods(&bed, "batch").await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    online(&bed, "web", 3000).await?;
+    let g2 = originals.iter().find(|(n, _)| n == "g-2").map(|(_, u)| u.clone()).unwrap_or_default();
+    let mut copied_while_g2_left = false;
+    loop {
+        let pods = cluster::pods(&bed.client, Some("batch")).await?;
+        // Stopped (a terminal phase) is gone as far as its work goes.
+        let g2_left = pods.iter().any(|p| {
+            p.metadata.uid.as_deref() == Some(g2.as_str()) && !matches!(cluster::phase(p), "Failed" | "Succeeded")
+        });
+        let copies: Vec<&Pod> = pods.iter().filter(|p| is_replacement(p)).collect();
+        if !g2_left {
+            break;
+        }
+        copied_while_g2_left |= copies.len() == 2;
+        if let Some(released) = copies.iter().find(|p| !crate::invariants::gated(p)) {
+            let state: Vec<_> = pods
+                .iter()
+                .map(|p| {
+                    (
+                        cluster::name(p),
+                        cluster::phase(p),
+                        p.metadata.deletion_timestamp.clone(),
+                        crate::invariants::gated(p),
+                        from_uid(p),
+                    )
+                })
+                .collect();
+            anyhow::bail!("{} released while g-2 still runs: {state:?}", cluster::name(released));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    anyhow::ensure!(copied_while_g2_left, "both members are copied once their deletes are seen, before they are gone");
+    online_placed(&bed, "web").await?;
+    nothing_lost(&bed, "batch", &originals).await?;
+    bed.finish()
 }
 
 /// The only replica is down (killed) when kube-scheduler, registered `ignorable`,
