@@ -129,6 +129,10 @@ pub struct Pod {
     /// kube-scheduler preempted it (condition `DisruptionTarget`, reason
     /// `PreemptionByScheduler`): once terminating, its room is on its way to a preemptor.
     pub preempted: bool,
+    /// Evicted through the Eviction API (condition `DisruptionTarget`, reason
+    /// `EvictionByEvictionAPI`): a drain. Requeued only where its class says
+    /// `requeue.afterEviction`.
+    pub evicted: bool,
     /// Its kubelet reports it not ready (condition `Ready` not `True`): the disruption
     /// controller does not count it healthy. A pod with no `Ready` condition yet is taken
     /// as ready, as snapshots of clusters without kubelets have it.

@@ -85,10 +85,12 @@ pub fn settle(original: Option<&Pod>, now: crate::model::Timestamp) -> Settle {
         Some(o) if o.phase == Some(Phase::Succeeded) => {
             Settle::Delete(format!("its original {} finished its work", o.key()))
         }
-        Some(o) if o.preempted && o.is_terminal() => Settle::Release(format!("its original {} stopped", o.key())),
+        Some(o) if (o.preempted || o.evicted) && o.is_terminal() => {
+            Settle::Release(format!("its original {} stopped", o.key()))
+        }
         Some(o) if o.is_terminal() => Settle::Delete(format!("its original {} ended on its own", o.key())),
-        Some(o) if o.deletion_time.is_some() && !o.preempted => {
-            Settle::Delete(format!("its original {} was deleted, not by preemption", o.key()))
+        Some(o) if o.deletion_time.is_some() && !(o.preempted || o.evicted) => {
+            Settle::Delete(format!("its original {} was deleted, not by preemption or eviction", o.key()))
         }
         Some(o) => match o.deletion_time {
             Some(at) if now - at > crate::requeue::plan::STUCK_AFTER => Settle::Release(format!(
@@ -239,7 +241,10 @@ async fn adopt(
     for object in &listed.items {
         let Some((json, pod)) = decoded(object) else { continue };
         let class = policy.class(policy.classify(&pod, pod.priority.unwrap_or(0)));
-        if !(pod.preempted && pod.deletion_time.is_some() && crate::requeue::would_requeue(&pod, class)) {
+        if !(crate::requeue::requeued_mark(&pod, class)
+            && pod.deletion_time.is_some()
+            && crate::requeue::would_requeue(&pod, class))
+        {
             continue;
         }
         if crate::requeue::is_replacement(&pod) && pod.scheduling_gates.iter().any(|g| g == GATE) {

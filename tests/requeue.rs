@@ -197,7 +197,7 @@ async fn a_pod_kube_scheduler_preempted_on_its_own_comes_back_released() {
     assert_eq!(api.count("create", "Pod"), 1, "one create");
     let notes: Vec<String> =
         api.list("Event").iter().map(|e| e["note"].as_str().unwrap_or_default().to_string()).collect();
-    assert_eq!(notes, [format!("requeued from batch/hostport-batch ({original}) after its preemption, attempt 1")]);
+    assert_eq!(notes, [format!("requeued from batch/hostport-batch ({original}) after its eviction, attempt 1")]);
 }
 
 #[tokio::test]

@@ -39,14 +39,15 @@ pub struct Evictions {
 
 /// A pod requeue may copy: bare, marked, and not a gated copy of ours (those never ran).
 fn is_candidate(pod: &Pod) -> bool {
-    pod.preempted
+    (pod.preempted || pod.evicted)
         && pod.is_bare()
         && pod.last_state.is_some()
         && !(marks::is_replacement(pod) && pod.scheduling_gates.iter().any(|g| g == marks::GATE))
 }
 
 impl Evictions {
-    /// A new state of a pod in the watch. `requeues`: its class requeues bare victims.
+    /// A new state of a pod in the watch. `requeues`: its class requeues it, marked as it is
+    /// (preempted; evicted through the API only where the class opts in).
     pub(super) fn observe(&mut self, pod: &PodRef, requeues: bool) {
         // A pod that finished its work while terminating is not brought back.
         if requeues && is_candidate(pod) && pod.phase != Some(Phase::Succeeded) {

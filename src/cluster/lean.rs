@@ -130,8 +130,9 @@ impl LeanKind for PodKind {
     fn into_model(json: k8s::Pod) -> Result<model::Pod, String> {
         json.into_model().map_err(|e| e.to_string())
     }
-    /// Keeps the bytes of a bare pod kube-scheduler marked preempted (`Pod::last_state`):
-    /// requeue copies it from them, whoever evicted it and however fast it went. (A watch
+    /// Keeps the bytes of a bare pod kube-scheduler marked preempted, or one marked evicted
+    /// through the Eviction API (`Pod::last_state`): requeue copies it from them, whoever
+    /// evicted it and however fast it went. (A watch
     /// event's object is read straight from the line because the API server writes `type`
     /// before `object`, as Go orders the struct's fields; a reordered event, which serde
     /// would buffer first, is refused and the watch starts again.)
@@ -140,7 +141,7 @@ impl LeanKind for PodKind {
         let json: k8s::Pod = serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?;
         let meta = Self::meta(&json);
         let model = Self::into_model(json).map(|mut pod| {
-            if pod.preempted && pod.is_bare() {
+            if (pod.preempted || pod.evicted) && pod.is_bare() {
                 pod.last_state = Some(Arc::from(raw.get()));
             }
             pod

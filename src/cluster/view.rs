@@ -259,11 +259,13 @@ impl View {
         self.gone.insert(uid.to_string(), self.generation);
     }
 
-    /// Does `pod`'s class bring its bare victims back (requeue)?
+    /// Does `pod`'s class bring it back (requeue), marked as it is?
     fn requeues(&self, pod: &Pod, policy: &Policy) -> bool {
         let class = policy.classify(pod, self.priority_of(pod));
         let class = policy.class(class);
-        class.victim.allowed && class.victim.bare() == crate::policy::BareVictims::Requeue
+        class.victim.allowed
+            && class.victim.bare() == crate::policy::BareVictims::Requeue
+            && crate::requeue::requeued_mark(pod, class)
     }
 
     /// Changes requeue reacts to, counted (`requeue_changes`).
@@ -272,7 +274,7 @@ impl View {
     }
 
     fn note_requeue_change(&mut self, pod: &Pod) {
-        if pod.preempted || pod.deletion_time.is_some() || crate::model::marks::is_replacement(pod) {
+        if pod.preempted || pod.evicted || pod.deletion_time.is_some() || crate::model::marks::is_replacement(pod) {
             self.requeue_changes += 1;
         }
     }
@@ -340,7 +342,7 @@ impl View {
         self.jobs.observe_pod(&pod);
         self.note_preemption(&pod);
         self.note_requeue_change(&pod);
-        if pod.preempted {
+        if pod.preempted || pod.evicted {
             let requeues = self.requeues(&pod, policy) && !self.copy_exists(&pod);
             self.evictions.observe(&pod, requeues);
         }
@@ -443,7 +445,7 @@ impl View {
             Some(last) if last.uid == old.uid && last.last_state.is_some() => Arc::new(last.clone()),
             _ => old.clone(),
         };
-        if gone.preempted {
+        if gone.preempted || gone.evicted {
             let requeues = self.requeues(&gone, policy) && !self.copy_exists(&gone);
             self.evictions.observe_gone(&gone, requeues);
         }

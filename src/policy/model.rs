@@ -74,6 +74,12 @@ pub struct RequeueRules {
     /// no longer a victim: protected, with reason `requeue_attempts`. Unset: no bound.
     #[serde(default)]
     pub max_attempts: Option<u32>,
+    /// Also bring back a bare pod of this class evicted through the Eviction API (a drain,
+    /// the descheduler, a cluster autoscaler's scale-down: condition `DisruptionTarget`,
+    /// reason `EvictionByEvictionAPI`), not only one kube-scheduler preempts. Off: whoever
+    /// evicts through the API decides what follows.
+    #[serde(default)]
+    pub after_eviction: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, schemars::JsonSchema)]

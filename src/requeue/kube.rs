@@ -210,7 +210,7 @@ impl Requeuer {
                     None => (
                         EventType::Normal,
                         format!(
-                            "requeued from {} ({}) after its preemption, attempt {}",
+                            "requeued from {} ({}) after its eviction, attempt {}",
                             r.from_pod, r.from_uid, r.attempt
                         ),
                     ),

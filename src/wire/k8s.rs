@@ -368,15 +368,18 @@ impl Pod {
             })
             .collect();
 
-        let preempted = self
-            .status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "DisruptionTarget" && c.status == "True" && c.reason == "PreemptionByScheduler");
+        let disrupted = |reason: &str| {
+            self.status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "DisruptionTarget" && c.status == "True" && c.reason == reason)
+        };
+        let (preempted, evicted) = (disrupted("PreemptionByScheduler"), disrupted("EvictionByEvictionAPI"));
         let unready = self.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status != "True");
         Ok(model::Pod {
             last_state: None,
             preempted,
+            evicted,
             unready,
             job_tracking: m.finalizers.iter().any(|f| f == model::TRACKING_FINALIZER),
             requeue_guarded: m.finalizers.iter().any(|f| f == crate::model::marks::GUARD),

@@ -7,7 +7,7 @@ use coloc_testbed::cluster::{self, PodBuilder};
 use coloc_testbed::proxy::Proxy;
 use coloc_testbed::Binaries;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams};
 use serde_json::json;
 
 use crate::bed::placement;
@@ -45,7 +45,55 @@ pub fn cases() -> Vec<Case> {
             name: "requeue_releases_a_gangs_copies_together_once_every_member_is_gone",
             run: |b, m| Box::pin(gang_together(b, m)),
         },
+        Case {
+            name: "requeue_brings_back_a_drained_bare_pod_only_where_its_class_opts_in",
+            run: |b, m| Box::pin(drained(b, m)),
+        },
     ]
+}
+
+/// A drain evicts through the Eviction API, which marks the pod (`DisruptionTarget`,
+/// `EvictionByEvictionAPI`) and deletes it. The shipped policy with `requeue.afterEviction`
+/// on for class free: the drained free pod comes back, the drained offline-batch pod
+/// (class batch, left off) does not.
+async fn drained(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(&["node-1"], 8000).await?;
+    bed.bound(vec![
+        PodBuilder::new("batch", "free-1", "free", 1000).on("node-1"),
+        PodBuilder::new("batch", "batch-1", "offline-batch", 1000).on("node-1"),
+    ])
+    .await?;
+    bed.until_running("batch", 2).await?;
+    let originals = bare_pods(&bed, "batch").await?;
+    let shipped = std::fs::read_to_string(crate::bed::repo("policy/default.yaml"))?;
+    let free = shipped.find("  - name: free").ok_or_else(|| anyhow::anyhow!("no class free in the shipped policy"))?;
+    let (head, tail) = shipped.split_at(free);
+    let opted = "requeue: {preemption: never, maxAttempts: 5, afterEviction: true}";
+    let tail = tail.replacen("requeue: {preemption: never, maxAttempts: 5}", opted, 1);
+    anyhow::ensure!(tail.contains(opted), "the shipped policy's free class changed: update this test");
+    let path = bed.plane.dir().join("policy.yaml");
+    std::fs::write(&path, format!("{head}{tail}"))?;
+    bed.extender(&["--requeue", "--policy", &path.display().to_string()]).await?;
+
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), "batch");
+    for name in ["free-1", "batch-1"] {
+        pods.evict(name, &EvictParams::default()).await?;
+    }
+    let free_1: Vec<(String, String)> = originals.iter().filter(|(n, _)| n == "free-1").cloned().collect();
+    nothing_lost(&bed, "batch", &free_1).await?;
+    let batch_1 = originals.iter().find(|(n, _)| n == "batch-1").map(|(_, u)| u.clone()).unwrap_or_default();
+    bed.until_pods("batch", MINUTE, "batch-1 gone", |pods| {
+        (!pods.iter().any(|p| p.metadata.uid.as_deref() == Some(batch_1.as_str())))
+            .then_some(())
+            .ok_or("still there".to_string())
+    })
+    .await?;
+    // The controller's pass follows every change it reacts to: give it a few.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let pods = cluster::pods(&bed.client, Some("batch")).await?;
+    anyhow::ensure!(copies_of(&pods, &batch_1).is_empty(), "batch-1 (class batch, afterEviction off) was copied");
+    bed.finish()
 }
 
 /// A gang of two bare pods fills node-1: g-1 stops 1 s after its delete, g-2 only after

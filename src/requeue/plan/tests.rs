@@ -86,6 +86,25 @@ fn released(actions: &[Action]) -> Vec<&str> {
         .collect()
 }
 
+/// Evicted through the Eviction API (a drain) rather than preempted.
+fn drained() -> Pod {
+    Pod { preempted: false, evicted: true, ..marked() }
+}
+
+#[test]
+fn a_drained_bare_pod_is_copied_only_where_its_class_opts_in() {
+    assert!(actions(&view_of(vec![drained(), deleting(drained())])).is_empty(), "requeue.afterEviction is off");
+
+    let mut p = policy();
+    p.classes.iter_mut().for_each(|c| c.requeue.after_eviction = true);
+    let mut v = View::empty(&p);
+    for pod in [drained(), deleting(drained())] {
+        v.apply_pod(Arc::new(pod), &p);
+    }
+    let a = reconcile(&v, &p, NOW, true, STUCK_AFTER);
+    assert_eq!(copies(&a), [("free-3", false)]);
+}
+
 #[test]
 fn a_preempted_bare_pod_is_copied_once_its_deletion_is_seen() {
     assert!(actions(&view_of(vec![marked()])).is_empty(), "the mark alone is not a preemption");
