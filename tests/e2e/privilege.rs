@@ -24,8 +24,14 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// The shipped policies and bindings, applied as they are.
-const POLICIES: [&str; 1] = [include_str!("../../manifests/validatingadmissionpolicy.yaml")];
-const BINDINGS: [&str; 1] = [include_str!("../../manifests/validatingadmissionpolicybinding.yaml")];
+const POLICIES: [&str; 2] = [
+    include_str!("../../manifests/validatingadmissionpolicy.yaml"),
+    include_str!("../../manifests/validatingadmissionpolicy-marks.yaml"),
+];
+const BINDINGS: [&str; 2] = [
+    include_str!("../../manifests/validatingadmissionpolicybinding.yaml"),
+    include_str!("../../manifests/validatingadmissionpolicybinding-marks.yaml"),
+];
 
 const CREATE: &str = "coloc-extender (or its uninstall) may create only a requeue replacement";
 const DELETE: &str = "coloc-extender (or its uninstall) may delete only its own pods";
@@ -35,6 +41,11 @@ const FINALIZERS: &str = "coloc-extender (or its uninstall) may not change a pod
 const GATE_OWNER: &str =
     "coloc-extender (or its uninstall) may remove the gate coloc-extender.io/requeue only from a requeue replacement";
 const GATES: &str = "coloc-extender (or its uninstall) may change spec.schedulingGates only by removing";
+
+const MARK_LABELS: &str = "only coloc-extender sets the labels coloc-extender.io/requeued and coloc-extender.io/wake";
+const MARK_ANNOTATIONS: &str = "only coloc-extender sets the annotations coloc-extender.io/requeued-from-uid";
+const MARK_GATE: &str = "only coloc-extender adds or removes the scheduling gate coloc-extender.io/requeue";
+const MARK_GUARD: &str = "only coloc-extender's earlier releases added coloc-extender.io/requeue-guard";
 
 /// Another controller's scheduling gate.
 const HOLD: &str = "example.com/hold";
@@ -218,6 +229,8 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("removing our gate beside another was refused: {e}"))?;
     refused("delete another pod", DELETE, pods.delete("stranger", &DeleteParams::default()).await)?;
 
+    tenant_marks(&bed, &admin, &pods, &copy).await?;
+
     // Control: without the bindings, RBAC alone lets the same write through.
     for b in ["coloc-extender"] {
         Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone()).delete(b, &DeleteParams::default()).await?;
@@ -230,6 +243,86 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 }
 
 /// A JSON patch as requeue sends it (kube-rs's `Patch::Json` needs a feature we do not use).
+/// A tenant (anyone but the extender and cluster admins), allowed to edit pods in batch by
+/// RBAC, may not forge or change the marks decisions trust: a copy's, a placeholder's, a
+/// guard. What else it changes on a copy is its own business.
+async fn tenant_marks(bed: &Bed, admin: &Client, ext_pods: &Api<Pod>, copy: &Value) -> anyhow::Result<()> {
+    use coloc_extender::requeue::{ATTEMPT, FROM_UID};
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "pod-editor", "namespace": "batch"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create", "patch", "update"]}],
+    }))?;
+    Api::<Role>::namespaced(admin.clone(), "batch").create(&PostParams::default(), &role).await?;
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "alice-edits-pods", "namespace": "batch"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-editor"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}],
+    }))?;
+    Api::<RoleBinding>::namespaced(admin.clone(), "batch").create(&PostParams::default(), &binding).await?;
+    let kc = kube::config::Kubeconfig::read_from(&bed.plane.admin_kubeconfig)?;
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    config.auth_info.impersonate = Some("alice".into());
+    let alice: Api<Pod> = Api::namespaced(Client::try_from(config)?, "batch");
+    let dry = PostParams { dry_run: true, ..Default::default() };
+
+    // A copy of the extender's, still gated, for her to try.
+    let mut gated_copy = copy.clone();
+    gated_copy["metadata"]["name"] = json!("free-1-rq-3");
+    ext_pods.create(&PostParams::default(), &serde_json::from_value(gated_copy)?).await?;
+
+    let plain = PodBuilder::new("batch", "plain", "free", 100).build();
+    coloc_testbed::wait::until(MINUTE, "alice may create a plain pod", || async {
+        alice.create(&dry, &plain).await.map(drop).map_err(|e| e.to_string())
+    })
+    .await?;
+    let claims_five = PodBuilder::new("batch", "forged", "free", 100).annotate(ATTEMPT, "5").build();
+    refused("a tenant's pod claiming 5 requeues", MARK_ANNOTATIONS, alice.create(&dry, &claims_five).await)?;
+    let claims_copy = PodBuilder::new("batch", "forged", "free", 100).label(LABEL, "true").build();
+    refused("a tenant's pod labelled a copy", MARK_LABELS, alice.create(&dry, &claims_copy).await)?;
+    let mut gated: Value = serde_json::to_value(PodBuilder::new("batch", "forged", "free", 100).build())?;
+    gated["spec"]["schedulingGates"] = json!([{"name": GATE}]);
+    refused(
+        "a tenant's pod with requeue's gate",
+        MARK_GATE,
+        alice.create(&dry, &serde_json::from_value(gated)?).await,
+    )?;
+    let guarded = PodBuilder::new("batch", "forged", "free", 100).label(GUARD, "true").build();
+    refused("a tenant's pod with the guard", MARK_GUARD, alice.create(&dry, &guarded).await)?;
+
+    let merge = |v: Value| Patch::Merge(v);
+    alice
+        .patch("free-1-rq-3", &PatchParams::default(), &merge(json!({"metadata": {"labels": {"team": "a"}}})))
+        .await
+        .map_err(|e| anyhow::anyhow!("a tenant's own label on a copy was refused: {e}"))?;
+    refused(
+        "a tenant changes a copy's attempt",
+        MARK_ANNOTATIONS,
+        alice
+            .patch("free-1-rq-3", &PatchParams::default(), &merge(json!({"metadata": {"annotations": {ATTEMPT: "9"}}})))
+            .await,
+    )?;
+    refused(
+        "a tenant removes a copy's origin",
+        MARK_ANNOTATIONS,
+        alice
+            .patch(
+                "free-1-rq-3",
+                &PatchParams::default(),
+                &merge(json!({"metadata": {"annotations": {FROM_UID: null}}})),
+            )
+            .await,
+    )?;
+    let release = json!([{"op": "replace", "path": "/spec/schedulingGates", "value": []}]);
+    refused(
+        "a tenant releases a copy",
+        MARK_GATE,
+        json_patch(&alice.clone().into_client(), "batch", "free-1-rq-3", release).await,
+    )?;
+    ext_pods.delete("free-1-rq-3", &DeleteParams::default()).await?;
+    Ok(())
+}
+
 async fn json_patch(client: &Client, namespace: &str, name: &str, patch: Value) -> Result<String, kube::Error> {
     let request = axum::http::Request::patch(format!("/api/v1/namespaces/{namespace}/pods/{name}"))
         .header("Content-Type", "application/json-patch+json")
