@@ -276,6 +276,47 @@ fn tenant_weights_scale_shares() {
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["b"]))]), "{}", out.explain());
 }
 
+/// Fair sharing on with queues as tenants: the victims are "rich" (5 CPU) and "poor" (1 CPU),
+/// each a queue of its own namespace; the preemptor's queue "mid" holds 1 CPU.
+fn queued_cluster(preemptor_queue: &str, weights: &str) -> (Scenario, coloc_extender::model::Pod) {
+    let q = "kueue.x-k8s.io/queue-name";
+    let extra = format!("tenants: {{fairSharing: true, label: {q}{weights}}}");
+    let s = Scenario::new(policy("strict", &extra)).node(node("n1", 1000, 8)).node(node("n2", 8000, 8)).pods([
+        pod("rich-big", "batch", Some("n2"), 4000).ns("team-r").label(q, "rich"),
+        pod("mid-1", "batch", Some("n2"), 1000).ns("team-m").label(q, "mid"),
+        pod("poor-1", "free", Some("n1"), 1000).ns("team-p").label(q, "poor"),
+    ]);
+    (s, pod("preemptor", "batch", None, 1000).ns("team-m").label(q, preemptor_queue))
+}
+
+#[test]
+fn a_queue_is_its_namespaces_own_so_a_tenant_cannot_claim_anothers() {
+    // The poor tenant's share is below the preemptor's: its pod is spared.
+    let (s, preemptor) = queued_cluster("mid", "");
+    let out = s.preempt(preemptor, &["n1"]);
+    assert!(out.victims().is_empty(), "{}", out.explain());
+    assert!(out.has("spared", "fair_share"));
+    // Labelling the preemptor with the victim's queue name does not make it that tenant:
+    // team-m/poor is not team-p/poor, and fair share still spares the victim.
+    let (s, preemptor) = queued_cluster("poor", "");
+    let out = s.preempt(preemptor, &["n1"]);
+    assert!(out.victims().is_empty(), "{}", out.explain());
+    assert!(out.has("spared", "fair_share"));
+}
+
+#[test]
+fn tenant_weights_are_keyed_namespace_slash_queue_and_a_bare_queue_name_still_weighs_every_namespace() {
+    // Weighted 0.1, the poor queue's share is 10× what it holds: above the preemptor's.
+    for weights in [", weights: {team-p/poor: 0.1}", ", weights: {poor: 0.1}"] {
+        let (s, preemptor) = queued_cluster("mid", weights);
+        let out = s.preempt(preemptor, &["n1"]);
+        assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["poor-1"]))]), "{weights}: {}", out.explain());
+    }
+    // Another namespace's queue of the same name is another tenant.
+    let (s, preemptor) = queued_cluster("mid", ", weights: {team-x/poor: 0.1}");
+    assert!(s.preempt(preemptor, &["n1"]).victims().is_empty());
+}
+
 #[test]
 fn host_port_conflicts_are_resolved_by_evicting_the_holder() {
     let s = Scenario::new(policy("strict", ""))

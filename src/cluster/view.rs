@@ -813,7 +813,7 @@ impl View {
 
     /// Weighted dominant share of the cluster that `tenant`'s evictable pods hold.
     pub fn tenant_share(&self, tenant: &str) -> f64 {
-        let weight = self.tenant_weights.get(tenant).copied().unwrap_or(1.0);
+        let weight = crate::policy::weight_in(&self.tenant_weights, tenant);
         self.tenant_usage.get(tenant).map_or(0.0, |u| dominant_share(u, &self.capacity) / weight)
     }
 

@@ -5,8 +5,8 @@ mod model;
 use std::path::Path;
 
 pub use model::{
-    parse_duration, BareVictims, Class, GangConfig, GangSources, JobVictims, Mode, PdbMode, Placement, Policy,
-    ReplacementPreemption, RequeueRules, Scoring, Selector, TenantConfig, VictimRules, WithoutView,
+    parse_duration, weight_in, BareVictims, Class, GangConfig, GangSources, JobVictims, Mode, PdbMode, Placement,
+    Policy, ReplacementPreemption, RequeueRules, Scoring, Selector, TenantConfig, VictimRules, WithoutView,
 };
 
 use crate::model::Pod;

@@ -408,23 +408,37 @@ pub struct TenantConfig {
     /// between its tenant and the victims' tenants.
     #[serde(default)]
     pub fair_sharing: bool,
-    /// Label naming a pod's tenant (e.g. `kueue.x-k8s.io/queue-name`); the namespace if unset
-    /// or absent on the pod.
+    /// Label naming a pod's queue (e.g. `kueue.x-k8s.io/queue-name`): its tenant is
+    /// `namespace/queue`; the namespace if unset or absent on the pod.
     #[serde(default)]
     pub label: Option<String>,
     /// Weight per tenant (default 1): a tenant's share is its usage divided by its weight.
+    /// Keys are tenants (`namespace/queue`, or a namespace); a key without `/` written
+    /// for a queue before tenants were namespaced weighs that queue in every namespace.
     #[serde(default)]
     pub weights: BTreeMap<String, f64>,
 }
 
 impl TenantConfig {
+    /// A pod's tenant. A queue is its namespace's own (like a Kueue LocalQueue): a pod
+    /// labelled with another namespace's queue name is still of its own namespace, and
+    /// same-named queues in two namespaces are two tenants.
     pub fn tenant_of(&self, pod: &Pod) -> String {
-        self.label.as_ref().and_then(|l| pod.labels.get(l)).map(str::to_owned).unwrap_or_else(|| pod.namespace.clone())
+        match self.label.as_ref().and_then(|l| pod.labels.get(l)) {
+            Some(queue) => format!("{}/{queue}", pod.namespace),
+            None => pod.namespace.clone(),
+        }
     }
 
     pub fn weight(&self, tenant: &str) -> f64 {
-        self.weights.get(tenant).copied().unwrap_or(1.0)
+        weight_in(&self.weights, tenant)
     }
+}
+
+/// `tenant`'s weight in `weights`: its own key, else its queue's name alone (a key written
+/// before tenants were `namespace/queue`), else 1.
+pub fn weight_in(weights: &BTreeMap<String, f64>, tenant: &str) -> f64 {
+    weights.get(tenant).or_else(|| weights.get(tenant.split_once('/')?.1)).copied().unwrap_or(1.0)
 }
 
 /// Durations as "90s", "10m", "1h30m", "0".
