@@ -241,7 +241,7 @@ async fn adopt(
     for object in &listed.items {
         let Some((json, pod)) = decoded(object) else { continue };
         let class = policy.class(policy.classify(&pod, pod.priority.unwrap_or(0)));
-        if !(crate::requeue::requeued_mark(&pod, class)
+        if !(class.requeue.brings_back(&pod)
             && pod.deletion_time.is_some()
             && crate::requeue::would_requeue(&pod, class))
         {

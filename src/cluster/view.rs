@@ -265,7 +265,7 @@ impl View {
         let class = policy.class(class);
         class.victim.allowed
             && class.victim.bare() == crate::policy::BareVictims::Requeue
-            && crate::requeue::requeued_mark(pod, class)
+            && class.requeue.brings_back(pod)
     }
 
     /// Changes requeue reacts to, counted (`requeue_changes`).

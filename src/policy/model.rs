@@ -82,6 +82,14 @@ pub struct RequeueRules {
     pub after_eviction: bool,
 }
 
+impl RequeueRules {
+    /// Is `pod` marked as this class brings back: preempted by a kube-scheduler, or evicted
+    /// through the Eviction API where `afterEviction` says so?
+    pub fn brings_back(&self, pod: &Pod) -> bool {
+        pod.preempted || (pod.evicted && self.after_eviction)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ReplacementPreemption {

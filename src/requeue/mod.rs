@@ -38,12 +38,6 @@ pub fn would_requeue(pod: &Pod, class: &Class) -> bool {
         && class.requeue.max_attempts.is_none_or(|max| attempt_of(pod) < max)
 }
 
-/// Is `pod` marked as its class brings back: preempted by a kube-scheduler, or evicted
-/// through the Eviction API where the class says `requeue.afterEviction`?
-pub fn requeued_mark(pod: &Pod, class: &Class) -> bool {
-    pod.preempted || (pod.evicted && class.requeue.after_eviction)
-}
-
 /// A bare victim requeue brings back: what a preempt decision explains for it, and what
 /// the controller copies once it is evicted.
 #[derive(Debug, Clone, PartialEq, Eq)]
