@@ -132,10 +132,10 @@ impl LeanKind for PodKind {
     }
     /// Keeps the bytes of a bare pod kube-scheduler marked preempted, or one marked evicted
     /// through the Eviction API (`Pod::last_state`): requeue copies it from them, whoever
-    /// evicted it and however fast it went. (A watch
-    /// event's object is read straight from the line because the API server writes `type`
-    /// before `object`, as Go orders the struct's fields; a reordered event, which serde
-    /// would buffer first, is refused and the watch starts again.)
+    /// evicted it and however fast it went. (A watch event's object is read straight from
+    /// the line because the API server writes `type` before `object`, as Go orders the
+    /// struct's fields; a reordered event, which serde would buffer first, is refused and
+    /// the watch starts again.)
     fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<Decoded<Self>, D::Error> {
         let raw = Box::<RawValue>::deserialize(d)?;
         let json: k8s::Pod = serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?;

@@ -334,8 +334,11 @@ struct Full<'f> {
 impl<'de> VictimForm<'de> for Full<'_> {
     type Pods = FullPods<'de>;
     fn pods<A: MapAccess<'de>>(&self, map: &mut A, bounds: &Bounds, list: List) -> Result<Self::Pods, A::Error> {
-        let List::Victims { node, .. } = list else { unreachable!("victims are read only from a candidate map") };
-        if self.uids_in_place && !(self.needs_pods)(node) {
+        let in_place = match list {
+            List::Victims { node, .. } => self.uids_in_place && !(self.needs_pods)(node),
+            _ => false,
+        };
+        if in_place {
             let seq = CappedSeq { bounds, list, item: strict::Of::<UidOnly>::new() };
             let pods = map.next_value_seed(Nullable(seq))?.unwrap_or_default();
             return Ok(FullPods::Uids(pods.into_iter().map(|p| p.metadata.uid).collect()));
