@@ -42,6 +42,7 @@ const GATE_OWNER: &str =
     "coloc-extender (or its uninstall) may remove the gate coloc-extender.io/requeue only from a requeue replacement";
 const GATES: &str = "coloc-extender (or its uninstall) may change spec.schedulingGates only by removing";
 
+const PLACEHOLDER: &str = "coloc-extender's wake placeholder is what wake builds, in the extender's own namespace";
 const MARK_LABELS: &str = "only coloc-extender sets the labels coloc-extender.io/requeued and coloc-extender.io/wake";
 const MARK_ANNOTATIONS: &str = "only coloc-extender sets the annotations coloc-extender.io/requeued-from-uid";
 const MARK_GATE: &str = "only coloc-extender adds or removes the scheduling gate coloc-extender.io/requeue";
@@ -177,6 +178,31 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         "create a wake-labelled pod on a real node",
         CREATE,
         system.create(&PostParams::default(), &serde_json::from_value(bound)?).await,
+    )?;
+    // A placeholder of any other shape, or outside the extender's own namespace.
+    let shapes: [(&str, fn(&mut Value)); 5] = [
+        ("with a command", |p| p["spec"]["containers"][0]["command"] = json!(["sh", "-c", "id"])),
+        ("with a hostPath volume", |p| {
+            p["spec"]["volumes"] = json!([{"name": "root", "hostPath": {"path": "/"}}]);
+        }),
+        ("with a ServiceAccount token", |p| p["spec"]["automountServiceAccountToken"] = json!(true)),
+        ("on the host network", |p| p["spec"]["hostNetwork"] = json!(true)),
+        ("privileged", |p| p["spec"]["containers"][0]["securityContext"] = json!({"privileged": true})),
+    ];
+    for (how, change) in shapes {
+        let mut p = wake::placeholder("kube-system");
+        change(&mut p);
+        refused(
+            &format!("create a placeholder {how}"),
+            PLACEHOLDER,
+            system.create(&PostParams::default(), &serde_json::from_value(p)?).await,
+        )?;
+    }
+    let elsewhere: Api<Pod> = Api::namespaced(ext.clone(), "batch");
+    refused(
+        "create a placeholder outside the extender's namespace",
+        PLACEHOLDER,
+        elsewhere.create(&PostParams::default(), &serde_json::from_value(wake::placeholder("batch"))?).await,
     )?;
     let image = json!({"spec": {"containers": [{"name": "main", "image": "registry.example/other:2"}]}});
     refused(
