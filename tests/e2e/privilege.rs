@@ -42,7 +42,8 @@ const GATE_OWNER: &str =
     "coloc-extender (or its uninstall) may remove the gate coloc-extender.io/requeue only from a requeue replacement";
 const GATES: &str = "coloc-extender (or its uninstall) may change spec.schedulingGates only by removing";
 
-const PLACEHOLDER: &str = "coloc-extender's wake placeholder is what wake builds, in the extender's own namespace";
+const PLACEHOLDER: &str =
+    "coloc-extender (or its uninstall) may create a wake placeholder only as wake builds it, in its own namespace";
 const MARK_LABELS: &str = "only coloc-extender sets the labels coloc-extender.io/requeued and coloc-extender.io/wake";
 const MARK_ANNOTATIONS: &str = "only coloc-extender sets the annotations coloc-extender.io/requeued-from-uid";
 const MARK_GATE: &str = "only coloc-extender adds or removes the scheduling gate coloc-extender.io/requeue";
@@ -180,7 +181,8 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         system.create(&PostParams::default(), &serde_json::from_value(bound)?).await,
     )?;
     // A placeholder of any other shape, or outside the extender's own namespace.
-    let shapes: [(&str, fn(&mut Value)); 5] = [
+    type Change = fn(&mut Value);
+    let shapes: [(&str, Change); 5] = [
         ("with a command", |p| p["spec"]["containers"][0]["command"] = json!(["sh", "-c", "id"])),
         ("with a hostPath volume", |p| {
             p["spec"]["volumes"] = json!([{"name": "root", "hostPath": {"path": "/"}}]);
