@@ -200,16 +200,7 @@ async fn uninstall_mid_storm(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up_honouring_grace(bins, mode).await?;
     bed.plane.apply(&repo("manifests/uninstall/clusterrole.yaml"))?;
     bed.plane.apply(&repo("manifests/uninstall/clusterrolebinding.yaml"))?;
-    let nodes = ["node-1", "node-2", "node-3", "node-4"];
-    bed.nodes(&nodes, 4000).await?;
-    let pods = nodes
-        .iter()
-        .enumerate()
-        .flat_map(|(i, n)| {
-            (1..=2).map(move |j| PodBuilder::new("batch", &format!("free-{}", 2 * i + j), "free", 1900).on(n))
-        })
-        .collect();
-    bed.bound(pods).await?;
+    bed.full_of_free_pods(&["node-1", "node-2", "node-3", "node-4"]).await?;
     // Out of the storm's way (no online pod may preempt it): the pod an earlier release
     // guarded, which kube-scheduler preempts once the extender is gone.
     bed.nodes(&["node-5"], 4000).await?;
