@@ -1,14 +1,25 @@
 //! coloc-demo: a scenario run on a local control plane (the release binaries in
-//! KUBE_BIN_DIR): behind kube-scheduler alone, then behind coloc-extender
-//! (`serve --kube --requeue --events --wake`, the default policy) in each
-//! `nodeCacheCapable` mode asked for. Prints side by side what each placed, evicted (and
-//! how many evictions were made for offline pods: recreated or requeued ones), requeued,
-//! lost, the PDB violations, gangs broken, Jobs failed and the run time discarded, and
+//! KUBE_BIN_DIR), once per run asked for (`--runs`, all four by default, in this order):
+//! - `stock`: kube-scheduler alone;
+//! - `requeue-only`: behind coloc-extender in shadow mode (`serve --kube --requeue --events
+//!   --wake --mode shadow`, names): its answers are kube-scheduler's own while its requeue
+//!   controller still brings preempted bare pods back, which isolates what the decisions do;
+//! - `names`, `objects`: behind coloc-extender (`serve --kube --requeue --events --wake`) in
+//!   that `nodeCacheCapable` mode.
+//!
+//! Every extender run takes the `--policy` file (default: the shipped default policy).
+//! Prints side by side what each placed, evicted (of original pods, requeued copies and
+//! pods their controller recreated), requeued, lost, the PDB violations, gangs broken,
+//! Jobs failed, the work thrown away (evicted pods' run, broken gangs' survivors' run,
+//! failed Jobs' other pods' run), the offline work executed, the copies still pending, and
 //! the extender's Events. Online pods arrive in their waves, `--wave-interval` apart.
 //!
 //!   cargo build --release && cargo run --release -p coloc-testbed --bin coloc-demo
-//!   coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs]] [--modes names,objects]
+//!   coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs]]
+//!              [--runs stock,requeue-only,names,objects | --modes names,objects] [--policy FILE]
 //!              [--wave-interval SECS] [--json FILE] [--extender PATH] [--hold]
+//!
+//! `--modes X` is `--runs stock,X`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -20,6 +31,7 @@ use coloc_testbed::control_plane::Options;
 use coloc_testbed::scenario::Scenario;
 use coloc_testbed::{kubelet, wait, Binaries, ControlPlane, Extender, ExtenderEntry, Kubelet, Scheduler};
 use futures::StreamExt;
+use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -39,14 +51,68 @@ struct Args {
     wave_interval: Duration,
     /// Where to write each run's figures as JSON.
     json: Option<PathBuf>,
-    /// nodeCacheCapable per extender run: true for names, false for objects.
-    modes: Vec<bool>,
+    /// The runs to make, in order (stock first when listed).
+    runs: Vec<RunKind>,
+    /// Policy file of every extender run, absolute (the extender runs in its own directory).
+    policy: Option<String>,
     extender: PathBuf,
     hold: bool,
 }
 
-const USAGE: &str =
-    "usage: coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs]] [--modes names,objects] [--wave-interval SECS] [--json FILE] [--extender PATH] [--hold]";
+const USAGE: &str = "usage: coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs]] [--runs stock,requeue-only,names,objects | --modes names,objects] [--policy FILE] [--wave-interval SECS] [--json FILE] [--extender PATH] [--hold]";
+
+/// One run of the comparison.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RunKind {
+    Stock,
+    RequeueOnly,
+    Names,
+    Objects,
+}
+
+impl RunKind {
+    const ALL: [RunKind; 4] = [RunKind::Stock, RunKind::RequeueOnly, RunKind::Names, RunKind::Objects];
+
+    fn parse(s: &str) -> Option<RunKind> {
+        RunKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            RunKind::Stock => "stock",
+            RunKind::RequeueOnly => "requeue-only",
+            RunKind::Names => "names",
+            RunKind::Objects => "objects",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            RunKind::Stock => "kube-scheduler alone",
+            RunKind::RequeueOnly => "requeue only (shadow)",
+            RunKind::Names => "coloc-extender, names",
+            RunKind::Objects => "coloc-extender, objects",
+        }
+    }
+
+    /// The extender's nodeCacheCapable and whether it answers in shadow mode; none for stock.
+    fn extender(self) -> Option<(bool, bool)> {
+        match self {
+            RunKind::Stock => None,
+            RunKind::RequeueOnly => Some((true, true)),
+            RunKind::Names => Some((true, false)),
+            RunKind::Objects => Some((false, false)),
+        }
+    }
+}
+
+/// How an extender run starts it.
+struct ExtenderSetup<'a> {
+    binary: &'a Path,
+    names: bool,
+    shadow: bool,
+    policy: Option<&'a str>,
+}
 
 fn args() -> Result<Args, String> {
     let mut a = Args {
@@ -56,10 +122,13 @@ fn args() -> Result<Args, String> {
         no_gangs: false,
         wave_interval: Duration::from_secs(3),
         json: None,
-        modes: vec![true],
+        runs: RunKind::ALL.to_vec(),
+        policy: None,
         extender: Path::new(REPO).join("target/release/coloc-extender"),
         hold: false,
     };
+    let mut runs_given = None;
+    let mut policy = None;
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         match flag.as_str() {
@@ -90,15 +159,35 @@ fn args() -> Result<Args, String> {
             "--json" => a.json = Some(it.next().ok_or("--json needs a file")?.into()),
             "--modes" => {
                 let m = it.next().ok_or("--modes needs names, objects or both")?;
-                a.modes = m
+                let modes = m
                     .split(',')
                     .map(|x| match x {
-                        "names" => Ok(true),
-                        "objects" => Ok(false),
+                        "names" => Ok(RunKind::Names),
+                        "objects" => Ok(RunKind::Objects),
                         other => Err(format!("--modes: {other:?} is neither names nor objects")),
                     })
-                    .collect::<Result<_, _>>()?;
+                    .collect::<Result<Vec<_>, _>>()?;
+                if runs_given.replace("--modes").is_some() {
+                    return Err("give --runs or --modes, once".into());
+                }
+                a.runs = [RunKind::Stock].into_iter().chain(modes).collect();
             }
+            "--runs" => {
+                let m = it.next().ok_or("--runs needs a list of stock, requeue-only, names, objects")?;
+                let mut runs = m
+                    .split(',')
+                    .map(|x| {
+                        RunKind::parse(x).ok_or(format!("--runs: {x:?} is none of stock, requeue-only, names, objects"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                if runs_given.replace("--runs").is_some() {
+                    return Err("give --runs or --modes, once".into());
+                }
+                // The others are read against kube-scheduler alone: it comes first.
+                runs.sort_by_key(|k| *k != RunKind::Stock);
+                a.runs = runs;
+            }
+            "--policy" => policy = Some(PathBuf::from(it.next().ok_or("--policy needs a file")?)),
             "--extender" => a.extender = it.next().ok_or("--extender needs a path")?.into(),
             "--hold" => a.hold = true,
             "-h" | "--help" => return Err(USAGE.into()),
@@ -110,6 +199,20 @@ fn args() -> Result<Args, String> {
             "no extender binary at {} (build it: cargo build --release, or pass --extender)",
             a.extender.display()
         ));
+    }
+    if let Some(p) = policy {
+        let abs = std::fs::canonicalize(&p).map_err(|e| format!("--policy {}: {e}", p.display()))?;
+        let text = abs.to_str().ok_or(format!("--policy {}: not a UTF-8 path", abs.display()))?.to_string();
+        // An invalid file would be served as the default policy in shadow mode: every
+        // extender run would silently be a requeue-only one.
+        let check = std::process::Command::new(&a.extender)
+            .args(["check-policy", &text])
+            .output()
+            .map_err(|e| format!("cannot run {} check-policy: {e}", a.extender.display()))?;
+        if !check.status.success() {
+            return Err(format!("--policy {text}: {}", String::from_utf8_lossy(&check.stderr).trim()));
+        }
+        a.policy = Some(text);
     }
     Ok(a)
 }
@@ -124,6 +227,10 @@ struct Outcome {
     evictions: usize,
     /// Of those, made for an offline preemptor (a recreated or requeued pod).
     evictions_for_offline: usize,
+    /// Of those, whose victim was a requeued copy.
+    evictions_of_copies: usize,
+    /// Of those, whose victim a ReplicaSet or Job created during the run (a replacement).
+    evictions_of_recreated: usize,
     /// Covered pods disrupted while their PDB was at its floor (rises in
     /// desiredHealthy - currentHealthy, as the disruption controller reports them).
     pdb_violations: i64,
@@ -139,8 +246,36 @@ struct Outcome {
     /// Run time × CPU of the members a broken gang still has running: a gang runs as one,
     /// so their progress is lost with the evicted member's.
     broken_gang_survivors_cpu_s: f64,
+    /// How many members broken gangs still have running.
+    gang_survivors: usize,
     jobs_failed: BTreeSet<String>,
+    /// Run time × CPU of a failed Job's pods not evicted themselves: the Job's progress is gone.
+    failed_jobs_cpu_s: f64,
+    /// CPU-seconds of offline work run from the start of the online phase to the end.
+    offline_cpu_s_executed: f64,
+    /// Seconds from creation to the end, per requeued copy no node took by the end.
+    copies_pending_s: Vec<f64>,
     events: String,
+}
+
+impl Outcome {
+    /// The three parts as shown, whole CPU-seconds, so that they add up to it.
+    fn work_thrown_away_cpu_s(&self) -> f64 {
+        self.discarded_cpu_s.round() + self.broken_gang_survivors_cpu_s.round() + self.failed_jobs_cpu_s.round()
+    }
+
+    /// Pods whose progress was lost: the evicted ones, and the survivors of broken gangs.
+    fn pods_interrupted(&self) -> usize {
+        self.evictions + self.gang_survivors
+    }
+
+    fn evictions_of_originals(&self) -> usize {
+        self.evictions.saturating_sub(self.evictions_of_copies + self.evictions_of_recreated)
+    }
+
+    fn copies_pending_s_max(&self) -> Option<f64> {
+        self.copies_pending_s.iter().copied().reduce(f64::max)
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -185,27 +320,37 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
         "control plane: {} (kube-scheduler, kube-apiserver, kube-controller-manager; a kubelet stand-in)\n",
         bins.dir.display()
     );
-    println!("run 1: kube-scheduler alone ...");
-    let (stock, _) = run(bins, &scenario, None, args.wave_interval, false).await?;
-    let mut runs = vec![("kube-scheduler alone".to_string(), stock)];
+    if let Some(p) = &args.policy {
+        println!("policy of every extender run: {p}\n");
+    }
+    let mut runs = Vec::new();
     let mut held = None;
-    for (i, &names) in args.modes.iter().enumerate() {
-        let label = format!("coloc-extender, {}", if names { "names" } else { "objects" });
-        println!("run {}: kube-scheduler + {label} ...", i + 2);
-        let last = i + 1 == args.modes.len();
-        let (ours, plane) =
-            run(bins, &scenario, Some((&args.extender, names)), args.wave_interval, args.hold && last).await?;
+    for (i, &kind) in args.runs.iter().enumerate() {
+        match kind {
+            RunKind::Stock => println!("run {}: {} ...", i + 1, kind.label()),
+            _ => println!("run {}: kube-scheduler + {} ...", i + 1, kind.label()),
+        }
+        let setup = kind.extender().map(|(names, shadow)| ExtenderSetup {
+            binary: &args.extender,
+            names,
+            shadow,
+            policy: args.policy.as_deref(),
+        });
+        let last = i + 1 == args.runs.len();
+        let (outcome, plane) = run(bins, &scenario, setup.as_ref(), args.wave_interval, args.hold && last).await?;
         held = plane;
-        runs.push((label, ours));
+        runs.push((kind, outcome));
     }
     if let Some(path) = &args.json {
-        let figures: Vec<_> = runs.iter().map(|(label, o)| figures(label, o, &scenario)).collect();
+        let figures: Vec<_> = runs.iter().map(|(kind, o)| figures(*kind, o, &scenario)).collect();
         std::fs::write(
             path,
-            serde_json::to_string_pretty(&serde_json::json!({"scenario": scenario.about, "runs": figures}))?,
+            serde_json::to_string_pretty(
+                &serde_json::json!({"scenario": scenario.about, "policy": args.policy, "runs": figures}),
+            )?,
         )?;
     }
-    let rows: [Row; 13] = [
+    let rows: Vec<Row> = vec![
         ("online pods placed", Box::new(|o| format!("{}/{}", o.placed.len(), scenario.online.len()))),
         (
             "time to place, max",
@@ -219,23 +364,52 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
         ),
         ("evictions", Box::new(|o| o.evictions.to_string())),
         ("  made for offline pods", Box::new(|o| o.evictions_for_offline.to_string())),
+        (
+            "  of originals/copies/recreated",
+            Box::new(|o| {
+                format!("{}/{}/{}", o.evictions_of_originals(), o.evictions_of_copies, o.evictions_of_recreated)
+            }),
+        ),
         ("original pods evicted", Box::new(|o| list(&o.evicted))),
         ("requeued (back in the queue)", Box::new(|o| list(&o.requeued))),
         ("  copies bound by the end", Box::new(|o| o.copies_bound.to_string())),
         ("lost (bare pods gone for good)", Box::new(|o| list(&o.lost))),
         ("PDB violations", Box::new(|o| o.pdb_violations.to_string())),
         ("gangs broken", Box::new(|o| list(&o.gangs_broken))),
-        ("  their survivors' run, CPU-s", Box::new(|o| format!("{:.0}", o.broken_gang_survivors_cpu_s))),
         ("Jobs failed", Box::new(|o| list(&o.jobs_failed))),
-        ("run time discarded, CPU-s", Box::new(|o| format!("{:.0}", o.discarded_cpu_s))),
+        ("work thrown away, CPU-s", Box::new(|o| format!("{:.0}", o.work_thrown_away_cpu_s()))),
+        ("  evicted pods' run", Box::new(|o| format!("{:.0}", o.discarded_cpu_s))),
+        ("  broken gangs' survivors' run", Box::new(|o| format!("{:.0}", o.broken_gang_survivors_cpu_s))),
+        ("  failed Jobs' other pods' run", Box::new(|o| format!("{:.0}", o.failed_jobs_cpu_s))),
+        // Survivors of broken gangs are original bare pods: counted with the originals.
+        (
+            "pods interrupted (orig/copy/recr)",
+            Box::new(|o| {
+                format!(
+                    "{} ({}/{}/{})",
+                    o.pods_interrupted(),
+                    o.evictions_of_originals() + o.gang_survivors,
+                    o.evictions_of_copies,
+                    o.evictions_of_recreated
+                )
+            }),
+        ),
+        ("offline work executed, CPU-s", Box::new(|o| format!("{:.0}", o.offline_cpu_s_executed))),
+        (
+            "copies pending at end (max)",
+            Box::new(|o| match o.copies_pending_s_max() {
+                None => "none".into(),
+                Some(max) => format!("{} (max {max:.0} s)", o.copies_pending_s.len()),
+            }),
+        ),
     ];
-    print!("\n{:<32}", "");
-    for (label, _) in &runs {
-        print!(" {label:<28}");
+    print!("\n{:<34}", "");
+    for (kind, _) in &runs {
+        print!(" {:<28}", kind.label());
     }
     println!();
     for (label, f) in &rows {
-        print!("{label:<32}");
+        print!("{label:<34}");
         for (_, o) in &runs {
             print!(" {:<28}", f(o));
         }
@@ -243,31 +417,37 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
     }
     println!("\nwhere each online pod went:");
     for o in &scenario.online {
-        print!("  online/{:<23}", o.name);
+        print!("  online/{:<25}", o.name);
         for (_, x) in &runs {
             print!(" {:<28}", x.placed.get(&o.name).map_or("pending".to_string(), |(n, _)| n.clone()));
         }
         println!();
     }
-    if let Some((_, last)) = runs.last().filter(|_| runs.len() > 1) {
-        println!("\nthe extender's Events (what `kubectl describe pod -n online <name>` shows):\n{}", last.events);
+    // In shadow mode the extender writes no Events: those of the last run that enforced.
+    if let Some((kind, last)) = runs.iter().rev().find(|(k, _)| k.extender().is_some_and(|(_, shadow)| !shadow)) {
+        println!(
+            "\nthe extender's Events, run {} (what `kubectl describe pod -n online <name>` shows):\n{}",
+            kind.label(),
+            last.events
+        );
     }
     if let Some(plane) = held {
         println!(
-            "\nthe second control plane is still up (--hold): kubectl --kubeconfig {} describe pod -n online web-1\npress Ctrl-C to stop it",
+            "\nthe last run's control plane is still up (--hold): kubectl --kubeconfig {} describe pod -n online web-1\npress Ctrl-C to stop it",
             plane.admin_kubeconfig.display()
         );
         let _ = tokio::signal::ctrl_c().await;
     } else {
-        println!("(run with --hold to keep the second control plane up for kubectl)");
+        println!("(run with --hold to keep the last run's control plane up for kubectl)");
     }
     Ok(())
 }
 
 /// One run's figures, as `--json` writes them.
-fn figures(label: &str, o: &Outcome, sc: &Scenario) -> serde_json::Value {
+fn figures(kind: RunKind, o: &Outcome, sc: &Scenario) -> serde_json::Value {
     serde_json::json!({
-        "run": label,
+        "run": kind.label(),
+        "kind": kind.name(),
         "online_placed": o.placed.len(),
         "online": sc.online.len(),
         "evictions": o.evictions,
@@ -282,6 +462,19 @@ fn figures(label: &str, o: &Outcome, sc: &Scenario) -> serde_json::Value {
         "requeued_copies_bound": o.copies_bound,
         "cpu_seconds_discarded": o.discarded_cpu_s.round(),
         "discarded_by_pod": o.discarded_by_pod,
+        "work_evicted_cpu_s": o.discarded_cpu_s.round(),
+        "work_gang_survivors_cpu_s": o.broken_gang_survivors_cpu_s.round(),
+        "work_failed_jobs_cpu_s": o.failed_jobs_cpu_s.round(),
+        "work_thrown_away_cpu_s": o.work_thrown_away_cpu_s(),
+        "pods_interrupted": o.pods_interrupted(),
+        "gang_survivors_interrupted": o.gang_survivors,
+        "evictions_of_originals": o.evictions_of_originals(),
+        "evictions_of_copies": o.evictions_of_copies,
+        "evictions_of_recreated": o.evictions_of_recreated,
+        "offline_cpu_s_executed": o.offline_cpu_s_executed.round(),
+        "copies_pending_at_end": o.copies_pending_s.len(),
+        "copies_pending_seconds_total": total(o.copies_pending_s.iter().copied()).round(),
+        "copies_pending_seconds_max": o.copies_pending_s_max().unwrap_or(0.0).round(),
     })
 }
 
@@ -356,23 +549,65 @@ fn cpu_cores(p: &Pod) -> f64 {
 
 /// Seconds a preempted pod had run: from its start to kube-scheduler's DisruptionTarget.
 fn run_seconds_discarded(p: &Pod) -> Option<f64> {
+    let started = p.status.as_ref()?.start_time.as_ref()?.0;
+    Some(seconds(started, condition_since(p, "DisruptionTarget", "True")?))
+}
+
+/// A sum that is 0, not -0 (which prints as "-0"), when there is nothing to add.
+fn total(xs: impl Iterator<Item = f64>) -> f64 {
+    xs.fold(0.0, |a, b| a + b)
+}
+
+fn seconds(from: Timestamp, to: Timestamp) -> f64 {
+    to.duration_since(from).as_secs_f64().max(0.0)
+}
+
+/// When the pod's condition `type_` last became `status`.
+fn condition_since(p: &Pod, type_: &str, status: &str) -> Option<Timestamp> {
+    let c = p.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_ && c.status == status)?;
+    Some(c.last_transition_time.as_ref()?.0)
+}
+
+/// When a pod in a terminal phase finished: the kubelet stand-in's stop sets its
+/// containers' finishedAt, its completion only the Ready condition.
+fn finished(p: &Pod) -> Option<Timestamp> {
     let st = p.status.as_ref()?;
-    let started = st.start_time.as_ref()?.0;
-    let at = st
-        .conditions
-        .as_ref()?
+    if !matches!(st.phase.as_deref(), Some("Succeeded" | "Failed")) {
+        return None;
+    }
+    st.container_statuses
         .iter()
-        .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")?
-        .last_transition_time
-        .as_ref()?
-        .0;
-    Some(at.duration_since(started).as_secs_f64().max(0.0))
+        .flatten()
+        .filter_map(|c| Some(c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref()?.0))
+        .max()
+        .or_else(|| condition_since(p, "Ready", "False"))
+}
+
+/// When a pod stopped making progress: the first of its DisruptionTarget, its
+/// deletionTimestamp (the end of its grace) and its finish, else `end`.
+fn run_end(p: &Pod, end: Timestamp) -> Timestamp {
+    let deleted = p.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+    [condition_since(p, "DisruptionTarget", "True"), deleted, finished(p)]
+        .into_iter()
+        .flatten()
+        .fold(end, Timestamp::min)
+}
+
+/// The Job a pod belongs to: its `job-name` label, else its owner of kind Job.
+fn job_of(p: &Pod) -> Option<&str> {
+    let label = p.metadata.labels.as_ref().and_then(|l| l.get("job-name")).map(String::as_str);
+    label.or_else(|| owner_of_kind(p, &["Job"]))
+}
+
+fn owner_of_kind<'p>(p: &'p Pod, kinds: &[&str]) -> Option<&'p str> {
+    let owners = p.metadata.owner_references.as_ref()?;
+    owners.iter().find(|o| kinds.contains(&o.kind.as_str())).map(|o| o.name.as_str())
 }
 
 async fn run(
     bins: &Binaries,
     sc: &Scenario,
-    extender: Option<(&Path, bool)>,
+    extender: Option<&ExtenderSetup<'_>>,
     wave_interval: Duration,
     hold: bool,
 ) -> anyhow::Result<(Outcome, Option<ControlPlane>)> {
@@ -430,13 +665,23 @@ async fn run(
 
     let (record, recording) = record(client.clone());
     let ext = match extender {
-        Some((path, _)) => {
-            Some(Extender::start(&plane, "coloc-extender", path, &["--kube", "--requeue", "--events", "--wake"]).await?)
+        Some(e) => {
+            let mut flags = vec!["--kube", "--requeue", "--events", "--wake"];
+            if e.shadow {
+                flags.extend(["--mode", "shadow"]);
+            }
+            if let Some(policy) = e.policy {
+                flags.extend(["--policy", policy]);
+            }
+            Some(Extender::start(&plane, "coloc-extender", e.binary, &flags).await?)
         }
         None => None,
     };
-    let names = extender.is_none_or(|(_, names)| names);
+    let names = extender.is_none_or(|e| e.names);
     let entries: Vec<ExtenderEntry> = ext.iter().map(|e| ExtenderEntry::all_verbs(&e.url(), names)).collect();
+    // The online phase: the offline work executed is counted from here (the offline pods'
+    // start times were moved back, before it).
+    let t0 = Timestamp::now();
     let _scheduler = Scheduler::start(&plane, "kube-scheduler", &entries, 1000).await?;
     let mut out = Outcome::default();
     let mut arrived: BTreeMap<String, Instant> = BTreeMap::new();
@@ -465,6 +710,7 @@ async fn run(
     // it), and the Job and disruption controllers count.
     tokio::time::sleep(Duration::from_secs(15)).await;
 
+    let end = Timestamp::now();
     let after = cluster::pods(&client, Some("batch")).await?;
     let alive = |uid: &str| {
         after.iter().any(|p| p.metadata.uid.as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none())
@@ -475,6 +721,12 @@ async fn run(
     let stands_in = |name: &str| after.iter().any(|p| base_name(p).is_some_and(|b| b == name));
     let bare: BTreeSet<&str> = sc.bare.iter().map(|b| b.name.as_str()).collect();
     out.copies_bound = after.iter().filter(|p| base_name(p).is_some() && cluster::node_of(p).is_some()).count();
+    // Creation, not the gate's removal (not visible): the original is gone within seconds.
+    out.copies_pending_s = after
+        .iter()
+        .filter(|p| base_name(p).is_some() && cluster::node_of(p).is_none() && p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| Some(seconds(p.metadata.creation_timestamp.as_ref()?.0, end)))
+        .collect();
     for (name, uid) in &before {
         if alive(uid) {
             continue;
@@ -492,35 +744,15 @@ async fn run(
         let gone = members.iter().filter(|m| out.evicted.contains(**m)).count();
         if gone > 0 && gone < members.len() {
             out.gangs_broken.insert(gang.to_string());
-            let now = jiff::Timestamp::now();
-            for p in
-                after.iter().filter(|p| members.contains(&cluster::name(p)) && p.metadata.deletion_timestamp.is_none())
-            {
+            for p in after.iter().filter(|p| {
+                let name = cluster::name(p);
+                members.contains(&name) && !out.evicted.contains(name) && p.metadata.deletion_timestamp.is_none()
+            }) {
                 let started = p.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
-                let ran = started.map_or(0.0, |t| now.duration_since(t).as_secs_f64().max(0.0));
-                out.broken_gang_survivors_cpu_s += ran * cpu_cores(p);
+                out.broken_gang_survivors_cpu_s += started.map_or(0.0, |t| seconds(t, end)) * cpu_cores(p);
+                out.gang_survivors += 1;
             }
         }
-    }
-    let preempted = Api::<Event>::namespaced(client.clone(), "batch").list(&Default::default()).await?;
-    for e in preempted.items.iter().filter(|e| e.reason.as_deref() == Some("Preempted")) {
-        out.evictions += 1;
-        if e.related.as_ref().and_then(|r| r.namespace.as_deref()) == Some("batch") {
-            out.evictions_for_offline += 1;
-        }
-    }
-    for task in recording {
-        task.abort();
-    }
-    {
-        let r = record.lock().unwrap();
-        out.pdb_violations = r.pdb_violations;
-        out.discarded_by_pod = r
-            .pods
-            .values()
-            .filter_map(|p| Some((cluster::name(p).to_string(), (run_seconds_discarded(p)? * cpu_cores(p)).round())))
-            .collect();
-        out.discarded_cpu_s = out.discarded_by_pod.values().sum();
     }
     let jobs: Api<Job> = Api::namespaced(client.clone(), "batch");
     for j in &sc.jobs {
@@ -534,7 +766,58 @@ async fn run(
             out.jobs_failed.insert(j.name.clone());
         }
     }
-    if ext.is_some() {
+    let events = Api::<Event>::namespaced(client.clone(), "batch").list(&Default::default()).await?;
+    for task in recording {
+        task.abort();
+    }
+    {
+        let r = record.lock().unwrap();
+        out.pdb_violations = r.pdb_violations;
+        out.discarded_by_pod = r
+            .pods
+            .values()
+            .filter_map(|p| Some((cluster::name(p).to_string(), (run_seconds_discarded(p)? * cpu_cores(p)).round())))
+            .collect();
+        out.discarded_cpu_s = total(out.discarded_by_pod.values().copied());
+        // The evicted ones are counted above: their run once, as evicted pods'.
+        out.failed_jobs_cpu_s = total(
+            r.pods
+                .values()
+                .filter(|p| {
+                    job_of(p).is_some_and(|j| out.jobs_failed.contains(j)) && run_seconds_discarded(p).is_none()
+                })
+                .filter_map(|p| {
+                    Some(seconds(p.status.as_ref()?.start_time.as_ref()?.0, run_end(p, end)) * cpu_cores(p))
+                }),
+        );
+        out.offline_cpu_s_executed = total(r.pods.values().filter_map(|p| {
+            let started = p.status.as_ref()?.start_time.as_ref()?.0;
+            Some(seconds(started.max(t0), run_end(p, end)) * cpu_cores(p))
+        }));
+        let initial: BTreeSet<&str> = before.iter().map(|(_, uid)| uid.as_str()).collect();
+        let by_name: BTreeMap<&str, &Pod> = r.pods.values().map(|p| (cluster::name(p), p)).collect();
+        for e in events.items.iter().filter(|e| e.reason.as_deref() == Some("Preempted")) {
+            out.evictions += 1;
+            if e.related.as_ref().and_then(|r| r.namespace.as_deref()) == Some("batch") {
+                out.evictions_for_offline += 1;
+            }
+            let victim = e.regarding.as_ref();
+            let name = victim.and_then(|v| v.name.as_deref()).unwrap_or_default();
+            let pod = victim
+                .and_then(|v| r.pods.get(v.uid.as_deref().unwrap_or_default()))
+                .or_else(|| by_name.get(name).copied());
+            if name.contains("-rq-") || pod.is_some_and(|p| base_name(p).is_some()) {
+                out.evictions_of_copies += 1;
+            } else if pod.is_some_and(|p| {
+                // Not one of the pods the run started with: its controller made it since.
+                owner_of_kind(p, &["ReplicaSet", "Job"]).is_some()
+                    && !initial.contains(p.metadata.uid.as_deref().unwrap_or_default())
+            }) {
+                out.evictions_of_recreated += 1;
+            }
+        }
+    }
+    if extender.is_some_and(|e| !e.shadow) {
         out.events = plane
             .kubectl(&[
                 "get",
