@@ -14,6 +14,8 @@ use crate::wire::{PreemptArgs, PreemptionResult};
 pub struct Discarded {
     pub node: String,
     pub cpu_seconds: BTreeMap<String, f64>,
+    /// Pods evicted there.
+    pub victims: usize,
     /// Victims neither the view nor the request describes (UIDs only): not counted.
     pub unknown: usize,
 }
@@ -23,11 +25,17 @@ impl Discarded {
         self.cpu_seconds.values().sum()
     }
 
-    /// "node-2: 5400 CPU-seconds (batch 3600, free 1800)".
+    /// "node-2: 2 victim(s), 5400 CPU-seconds (batch 3600, free 1800)".
     pub fn describe(&self) -> String {
         let parts: Vec<String> = self.cpu_seconds.iter().map(|(c, s)| format!("{c} {s:.0}")).collect();
         let unknown = if self.unknown > 0 { format!(", {} victim(s) unknown", self.unknown) } else { String::new() };
-        format!("{}: {:.0} CPU-seconds ({}){unknown}", self.node, self.total(), parts.join(", "))
+        format!(
+            "{}: {} victim(s), {:.0} CPU-seconds ({}){unknown}",
+            self.node,
+            self.victims,
+            self.total(),
+            parts.join(", ")
+        )
     }
 }
 
@@ -35,8 +43,9 @@ impl Discarded {
 pub fn of(args: &PreemptArgs, result: &PreemptionResult, ctx: &Context) -> Option<Discarded> {
     let pods = Resolver::new(args, ctx);
     let node = pick(result, &pods, ctx)?;
-    let mut out = Discarded { node: node.clone(), ..Discarded::default() };
-    for v in &result.node_name_to_meta_victims[node].pods {
+    let victims = &result.node_name_to_meta_victims[node].pods;
+    let mut out = Discarded { node: node.clone(), victims: victims.len(), ..Discarded::default() };
+    for v in victims {
         let Some(pod) = pods.pod(&v.uid) else {
             out.unknown += 1;
             continue;

@@ -50,7 +50,7 @@ fn an_enforced_answer_counts_what_its_victims_had_run_by_class() {
     assert_eq!((d.node.as_str(), d.cpu_seconds.get("free")), ("n2", Some(&60.0)));
     assert!(a.would_discard().is_none());
     let line = a.explanations.iter().find(|e| e.code == "discarded_work").expect("explained");
-    assert_eq!(line.detail, "evicting on n2: 60 CPU-seconds (free 60)");
+    assert_eq!(line.detail, "evicting on n2: 1 victim(s), 60 CPU-seconds (free 60)");
 }
 
 #[test]
@@ -63,7 +63,11 @@ fn shadow_mode_counts_kube_schedulers_choice_beside_the_policys() {
     );
     assert_eq!(a.would_discard().map(|d| (d.node.as_str(), d.total())), Some(("n2", 60.0)), "the policy's");
     let line = a.explanations.iter().find(|e| e.code == "discarded_work").expect("explained");
-    assert!(line.detail.contains("n1: 3600") && line.detail.contains("n2: 60"), "{}", line.detail);
+    assert!(
+        line.detail.contains("n1: 1 victim(s), 3600") && line.detail.contains("n2: 1 victim(s), 60"),
+        "{}",
+        line.detail
+    );
 }
 
 #[test]

@@ -126,10 +126,11 @@ fn a_pod_that_may_not_preempt_waits_and_evicts_nobody() {
 }
 
 #[test]
-fn a_pod_recreated_a_moment_ago_is_not_evicted_again_while_another_choice_exists() {
+fn a_pod_recreated_a_moment_ago_costs_its_run_since_its_return_and_one_more_restart() {
     // rs-a lost a pod to preemption 40 s ago and recreated it on n1 30 s ago; rs-b's pod
-    // on n2 has run an hour. Both would come back to the empty n3. Evicting the fresh one
-    // would lose less run time, but disrupt rs-a twice.
+    // on n2 has run an hour. Both would come back to the empty n3 and both evictions are
+    // one restart: the fresh one throws away 30 s, the other an hour. The earlier
+    // eviction's loss is spent either way; it is said beside the victim.
     let owned_by = |mut p: Pod, rs: &str| {
         p.controller = Some(OwnerRef { kind: "ReplicaSet".into(), name: rs.into() });
         p
@@ -148,7 +149,9 @@ fn a_pod_recreated_a_moment_ago_is_not_evicted_again_while_another_choice_exists
             preempted,
         ]);
     let out = s.preempt(online(2000), &["n1", "n2"]);
-    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["b"]))]), "{}", out.explain());
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["a-new"]))]), "{}", out.explain());
+    let said = out.explanations.iter().find(|e| e.pod.as_deref() == Some("default/a-new") && e.verdict == "victim");
+    assert!(said.is_some_and(|e| e.detail.contains("recreated by ReplicaSet rs-a 30s ago")), "{}", out.explain());
 }
 
 #[test]

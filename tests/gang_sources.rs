@@ -35,7 +35,7 @@ fn one_member_on_n1_under(gangs: &str, members: [Pod; 4], extra: impl FnOnce(Sce
         .node(node("n2", 1000, 8))
         .node(node("n3", 3000, 8))
         .pods(members)
-        .pods([batch("plain", "n2").started(99_999)]);
+        .pods([batch("plain", "n2").started(9_000)]);
     extra(s).preempt(online(1000), &["n1", "n2"])
 }
 

@@ -217,10 +217,9 @@ fn gang_surplus_members_may_go() {
     assert!(out.has("charged", "gang_surplus"));
 }
 
-#[test]
-fn a_gang_is_not_broken_when_another_node_avoids_it() {
-    // Gang of 3 needing all 3; n1 holds a member, n2 a plain batch pod that costs more
-    // by the usual measures (it ran longer) but breaks nothing.
+/// Gang of 3 needing all 3: n1 holds a member that ran 700 s, n3 the other two (an hour
+/// each); n2 a plain batch pod that ran `plain_ran` seconds. All take 1 CPU.
+fn gang_member_or_plain(plain_ran: i64) -> Outcome {
     let s = Scenario::new(policy("strict", ""))
         .node(node("n1", 1000, 8))
         .node(node("n2", 1000, 8))
@@ -229,11 +228,30 @@ fn a_gang_is_not_broken_when_another_node_avoids_it() {
             member("m-1", "n1", "3").started(700),
             member("m-2", "n3", "3"),
             member("m-3", "n3", "3"),
-            pod("plain", "batch", Some("n2"), 1000).started(99_999),
+            pod("plain", "batch", Some("n2"), 1000).started(plain_ran),
         ]);
-    let out = s.preempt(online(1000), &["n1", "n2"]);
+    s.preempt(online(1000), &["n1", "n2"])
+}
+
+#[test]
+fn a_gang_is_not_broken_where_that_throws_away_more_than_another_node() {
+    // Breaking the gang throws away its survivors' two hours too (and restarts three
+    // pods): more than the plain pod's 2.5 hours and one restart.
+    let out = gang_member_or_plain(9_000);
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["plain"]))]), "{}", out.explain());
     assert!(out.has("charged", "gang_broken"));
+}
+
+#[test]
+fn a_gang_is_broken_where_keeping_it_whole_throws_away_more() {
+    // The plain pod ran 28 hours: more than the whole gang has run.
+    let out = gang_member_or_plain(99_999);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["m-1"]))]), "{}", out.explain());
+    let charged = out.explanations.iter().find(|e| e.code == "gang_broken").expect("gang charged");
+    assert!(charged.detail.contains("the 2 left elsewhere cannot progress: their 7200 CPU-s"), "{}", charged.detail);
+    let chosen =
+        out.explanations.iter().find(|e| e.code == "candidate" && e.node.as_deref() == Some("n1")).expect("n1 costed");
+    assert!(chosen.detail.contains("3 pod(s) interrupted (1 evicted, 2 gang survivor(s))"), "{}", chosen.detail);
 }
 
 #[test]
@@ -571,10 +589,11 @@ fn between_offline_tenants_fair_share_decides_who_may_be_preempted() {
 }
 
 #[test]
-fn on_one_node_a_pdb_violation_is_preferred_to_breaking_a_gang() {
+fn on_one_node_breaking_a_gang_is_preferred_to_a_pdb_violation() {
     // n1 (3 CPU): two workers whose PDB allows one disruption, and one member of a
     // two-member gang (the other runs on n2). The preemptor needs 2 CPU: either both
-    // workers (one PDB violation) or a worker and the gang member (gang broken).
+    // workers (one PDB violation) or a worker and the gang member (gang broken). A PDB
+    // is ahead of any cost; the broken gang is charged its survivor.
     let gang = |p: coloc_extender::model::Pod| {
         p.label("scheduling.x-k8s.io/pod-group", "g").annotate("pod-group.scheduling.sigs.k8s.io/min-available", "2")
     };
@@ -589,7 +608,49 @@ fn on_one_node_a_pdb_violation_is_preferred_to_breaking_a_gang() {
         ])
         .pdb(pdb("w", "w", 1));
     let out = s.preempt(online(2000), &["n1"]);
-    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["w-1", "w-2"]))]), "{}", out.explain());
-    assert_eq!(out.violations("n1"), 1);
-    assert!(!out.has("charged", "gang_broken"));
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["g-1", "w-1"]))]), "{}", out.explain());
+    assert_eq!(out.violations("n1"), 0);
+    assert!(out.has("charged", "gang_broken"));
+}
+
+/// n1: one free pod of 1 CPU that ran 30 minutes; n2: two of half a CPU that ran 20
+/// minutes each. The preemptor needs the whole of either node.
+fn one_older_or_two_younger(restart_cost: &str) -> Outcome {
+    let policy = coloc_extender::policy::Policy::from_yaml(&format!(
+        r#"
+defaultClass: unclassified
+classes:
+  - name: online
+    match: [{{priorityClassNames: [online]}}]
+    preempts: [free]
+  - name: free
+    match: [{{priorityClassNames: [free]}}]
+    victim: {{allowed: true, pdb: prefer, recreatableOnly: true{restart_cost}}}
+  - name: unclassified
+"#
+    ))
+    .expect("test policy is valid");
+    let s = Scenario::new(policy).node(node("n1", 1000, 8)).node(node("n2", 1000, 8)).pods([
+        pod("older", "free", Some("n1"), 1000).started(1800),
+        pod("young-1", "free", Some("n2"), 500).started(1200),
+        pod("young-2", "free", Some("n2"), 500).started(1200),
+    ]);
+    s.preempt(online(1000), &["n1", "n2"])
+}
+
+#[test]
+fn each_pod_interrupted_costs_a_restart_so_fewer_older_pods_go_before_more_younger_ones() {
+    // 1,800 CPU-s + one 20-minute restart (3,000) against 1,200 + two (3,600): a restart
+    // is priced at the pod's CPU, but at least one CPU's.
+    let out = one_older_or_two_younger("");
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["older"]))]), "{}", out.explain());
+    let n1 = out.explanations.iter().find(|e| e.code == "candidate" && e.node.as_deref() == Some("n1")).unwrap();
+    assert!(
+        n1.detail.contains("owners lose 3000 CPU-s: 1800 run thrown away + 1200 for 1 pod(s) interrupted"),
+        "{}",
+        n1.detail
+    );
+    // A restart the policy prices at nothing leaves run time alone to decide.
+    let out = one_older_or_two_younger(", restartCost: 0");
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["young-1", "young-2"]))]), "{}", out.explain());
 }

@@ -116,13 +116,13 @@ fn expect(node: &str, pods: &[&str], violations: i64) -> BTreeMap<String, (Vec<S
 /// kube-scheduler placed is placed, on the node stock chose, and every bare victim is
 /// requeued instead of lost. For online-3 (0039) the worker PDB has one disruption left
 /// (its status still says 2, but worker-3 was evicted for online-2 since the disruption
-/// controller counted): three workers on node-c1 would be two violations, and node-a2
-/// would break gang-a. node-a1 keeps gang-a-2 and takes train-1 (one violation, like
-/// stock), worker-7 and the bare free-2, which is requeued.
+/// controller counted): three workers on node-c1 would be two violations. node-a1 without
+/// a violation (stock took one) breaks gang-a: a PDB ranks ahead of any cost, and the
+/// gang's survivor is charged; free-1, free-2 and gang-a-2 are requeued.
 fn default_with_view(seq: &str) -> BTreeMap<String, (Vec<String>, i64)> {
     match seq {
         "0037" => expect("node-gpu1", &["free-3", "gpu-batch-1", "worker-3"], 0),
-        "0039" => expect("node-a1", &["free-2", "train-1", "worker-7"], 1),
+        "0039" => expect("node-a1", &["free-1", "free-2", "gang-a-2", "worker-7"], 0),
         "0041" => expect("node-gpu1", &["gpu-batch-2"], 0),
         _ => expect("node-gpu1", &["hostport-batch"], 0),
     }

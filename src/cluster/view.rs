@@ -125,6 +125,43 @@ fn slot(pod: &Pod) -> Slot<'_> {
     }
 }
 
+/// A gang's bound members, summed so that its work is read in O(1) at any time.
+#[derive(Debug, Clone, Copy, Default)]
+struct GangTally {
+    members: usize,
+    milli_cpu: i64,
+    /// Σ CPU of started members, and Σ CPU × start time: work by `now` is
+    /// `now × started_cpu − started_cpu_time`.
+    started_cpu: i64,
+    started_cpu_time: i128,
+}
+
+impl GangTally {
+    fn count(&mut self, pod: &Pod, delta: i32) {
+        let cpu = pod.requests.milli_cpu.max(1) * delta as i64;
+        self.members = self.members.saturating_add_signed(delta as isize);
+        self.milli_cpu += cpu;
+        if let Some(start) = pod.start_time {
+            self.started_cpu += cpu;
+            self.started_cpu_time += cpu as i128 * start as i128;
+        }
+    }
+
+    fn work(&self, now: Timestamp) -> GangWork {
+        let run = (now as i128 * self.started_cpu as i128 - self.started_cpu_time).max(0);
+        GangWork { milli_cpu: self.milli_cpu, run: run.min(i64::MAX as i128) as i64 }
+    }
+}
+
+/// What a gang's bound members request and have run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GangWork {
+    /// CPU they request, in milli-CPU.
+    pub milli_cpu: i64,
+    /// Milli-CPU-seconds they have run (each member's run time × its CPU request).
+    pub run: i64,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct View {
     nodes: PMap<String, Arc<NodeInfo>>,
@@ -139,8 +176,8 @@ pub struct View {
     /// on every pod event so a decision reads a budget in O(1).
     pdb_present: PMap<String, i32>,
     priority_classes: PMap<String, i32>,
-    /// Bound members per gang, as the policy's gang sources declare them.
-    gang_sizes: PMap<GangRef, usize>,
+    /// Bound members per gang, as the policy's gang sources declare them, and their work.
+    gang_sizes: PMap<GangRef, GangTally>,
     /// PodGroup objects of every source, by gang. Members may come before their group
     /// (or outlive it): a gang without one falls back to what its members declare.
     pod_groups: PMap<GangRef, Arc<PodGroup>>,
@@ -524,9 +561,9 @@ impl View {
             }
         }
         if let Some(group) = self.gangs.gang_of(pod) {
-            let n = self.gang_sizes.entry(group.clone()).or_default();
-            *n = n.saturating_add_signed(delta as isize);
-            if *n == 0 {
+            let tally = self.gang_sizes.entry(group.clone()).or_default();
+            tally.count(pod, delta);
+            if tally.members == 0 {
                 self.gang_sizes.remove(&group);
             }
         }
@@ -774,7 +811,14 @@ impl View {
 
     /// Bound members of `gang`.
     pub fn gang_size(&self, gang: &GangRef) -> usize {
-        self.gang_sizes.get(gang).copied().unwrap_or(0)
+        self.gang_sizes.get(gang).map_or(0, |t| t.members)
+    }
+
+    /// What `gang`'s bound members have run by `now`, and the CPU they request: the work
+    /// and the restarts breaking it throws away (an all-or-nothing group cannot go on
+    /// once a member is gone).
+    pub fn gang_work(&self, gang: &GangRef, now: Timestamp) -> GangWork {
+        self.gang_sizes.get(gang).map_or(GangWork::default(), |t| t.work(now))
     }
 
     /// `gang` as decisions see it; `member` is one of its pods (what it declares counts

@@ -48,38 +48,80 @@ pub struct PreemptOutcome {
 }
 
 /// What evicting a victim set costs; compared field by field, lower is better.
+///
+/// Ahead of everything: PDB violations, then work nothing brings back (a failed Job, a
+/// bare pod of a `lose` class), then the policy's class order, then budgets a later
+/// arrival would have to break (a PDB's or a Job's last). Within them, what the owners
+/// lose: the work thrown away plus a restart for every pod interrupted. A broken gang is
+/// no tier of its own: its survivors' run and restarts are in that figure, so a gang is
+/// broken only where keeping it whole throws away more.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Cost {
-    /// Members of gangs left below their minimum (the whole gang is charged).
-    pub broken_gang_members: i64,
     pub pdb_violations: i64,
-    /// Victims that nothing recreates (allowed only where the policy says so).
+    /// Victims that nothing brings back (allowed only where the policy says so).
     pub lost_pods: i64,
+    /// How valuable the most valuable victim's class is (0: no victims).
+    pub top_class_value: i64,
     /// Budgets this eviction uses up: a PDB's last allowed disruption, a Job's last
     /// allowed failure. Nothing is lost now, but a later arrival whose only room is
     /// behind that budget would have to violate it (budgets are shared over time).
     pub budgets_spent: i64,
-    /// Victims that came back a moment ago (recreated after a preemption, or requeued):
-    /// evicted again, their disruption would be counted twice.
-    pub re_evicted: i64,
-    /// Pods the returning victims are expected to preempt, where they would find no room.
-    pub follow_on_evictions: i64,
-    /// How valuable the most valuable victim's class is (0: no victims).
-    pub top_class_value: i64,
+    /// `work_thrown_away + restarts`, milli-CPU-seconds.
+    pub owners_loss: i64,
     pub max_priority: i64,
     pub priority_sum: i64,
     pub victims: i64,
-    /// Run time thrown away in milli-CPU-seconds (seconds run × CPU requested), the
-    /// expected follow-on evictions' included: a big pod's hour is more work than a small one's.
-    pub lost_runtime: i64,
     /// Prefer taking from tenants with a high weighted share: minus the lowest share
     /// among victims' tenants, in millionths.
     pub tenant_penalty: i64,
     /// Bare victims that go back to the pending queue through a copy: nothing is lost
     /// either way, so only the copies' API writes tell it from a recreated victim, last.
-    /// (Ranked before class and run time, it made owned pods look free: their controllers
-    /// recreate them into a full cluster, where they evict in turn.)
     pub requeued: i64,
+    /// Run time thrown away in milli-CPU-seconds (seconds run × CPU requested): the
+    /// victims', a broken gang's survivors' and the expected follow-on evictions'.
+    pub work_thrown_away: i64,
+    /// Each interrupted pod's `victim.restartCost` at its CPU request, milli-CPU-seconds.
+    pub restarts: i64,
+    /// Pods interrupted: victims, survivors of the gangs they break, follow-on evictions.
+    pub interrupted: i64,
+    /// Members a broken gang keeps elsewhere: they run on but cannot progress.
+    pub gang_survivors: i64,
+    /// Pods the returning victims are expected to preempt, where they would find no room.
+    pub follow_on_evictions: i64,
+    /// Victims that came back a moment ago (recreated after a preemption, or requeued).
+    pub re_evicted: i64,
+}
+
+impl Cost {
+    /// Adds `work` thrown away and `pods` interrupted whose restarts cost `restarts`.
+    fn interrupt(&mut self, work: i64, pods: i64, restarts: i64) {
+        self.work_thrown_away = self.work_thrown_away.saturating_add(work);
+        self.restarts = self.restarts.saturating_add(restarts);
+        self.interrupted += pods;
+        self.owners_loss = self.work_thrown_away.saturating_add(self.restarts);
+    }
+
+    /// The figure owners lose and what it is made of, for explanations.
+    pub fn describe(&self) -> String {
+        let cpu_s = |m: i64| m / 1000;
+        let mut parts = vec![format!("{} evicted", self.victims)];
+        if self.gang_survivors > 0 {
+            parts.push(format!("{} gang survivor(s)", self.gang_survivors));
+        }
+        if self.follow_on_evictions > 0 {
+            parts.push(format!("{} follow-on eviction(s)", self.follow_on_evictions));
+        }
+        format!(
+            "owners lose {} CPU-s: {} run thrown away + {} for {} pod(s) interrupted ({}); {} PDB violation(s), {} lost",
+            cpu_s(self.owners_loss),
+            cpu_s(self.work_thrown_away),
+            cpu_s(self.restarts),
+            self.interrupted,
+            parts.join(", "),
+            self.pdb_violations,
+            self.lost_pods,
+        )
+    }
 }
 
 /// One victim as decisions rank it.

@@ -100,6 +100,9 @@ impl Policy {
             if c.victim.min_runtime < 0 {
                 return Err(invalid(field(".victim.minRuntime"), "must not be negative".into(), None));
             }
+            if c.victim.restart_cost < 0 {
+                return Err(invalid(field(".victim.restartCost"), "must not be negative".into(), None));
+            }
             if c.requeue.max_attempts == Some(0) {
                 return Err(invalid(
                     field(".requeue.maxAttempts"),

@@ -233,6 +233,21 @@ pub struct VictimRules {
     /// Job pods whose preemption would fail their Job: `count` (default) or `protect`.
     #[serde(default)]
     pub jobs: JobVictims,
+    /// What one interruption costs its owner beyond the work it throws away, as run time
+    /// at the pod's CPU request, counted as at least one CPU (a restart is never free:
+    /// scheduled and started again, a cold cache), e.g. "20m". Victim sets are compared by
+    /// work thrown away plus this per pod interrupted, so fewer, older pods are not traded
+    /// for more, younger ones.
+    #[serde(default = "default_restart_cost", deserialize_with = "duration::deserialize")]
+    #[schemars(with = "String", regex(pattern = r"^\s*(0|([0-9]+[smhd])+)\s*$"))]
+    pub restart_cost: i64,
+}
+
+/// `victim.restartCost` by default, in seconds.
+pub const DEFAULT_RESTART_COST_S: i64 = 20 * 60;
+
+fn default_restart_cost() -> i64 {
+    DEFAULT_RESTART_COST_S
 }
 
 impl VictimRules {
@@ -255,6 +270,7 @@ impl Default for VictimRules {
             bare: None,
             recreatable_only: None,
             min_runtime: 0,
+            restart_cost: DEFAULT_RESTART_COST_S,
             jobs: JobVictims::Count,
         }
     }

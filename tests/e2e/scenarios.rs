@@ -22,6 +22,10 @@ pub fn cases() -> Vec<Case> {
             run: |b, m| Box::pin(bare_requeued(b, m)),
         },
         Case { name: "a_gang_is_kept_whole_where_stock_breaks_it", run: |b, m| Box::pin(gang_kept_whole(b, m)) },
+        Case {
+            name: "a_gang_is_broken_where_keeping_it_whole_throws_away_more",
+            run: |b, m| Box::pin(gang_broken_cheaper(b, m)),
+        },
         Case { name: "shadow_mode_places_and_evicts_as_stock_does", run: |b, m| Box::pin(shadow_as_stock(b, m)) },
         Case {
             name: "released_replacements_wait_for_room_and_evict_nobody",
@@ -268,6 +272,58 @@ async fn gang_kept_whole(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         node == "node-2" && evicted == ["b-1", "b-2"],
         "web placed on {node}, evicting {evicted:?}; the gang-free choice was node-2, evicting b-1 and b-2\n{}",
         bed.logs()
+    );
+    crate::invariants::nothing_lost(&bed, "batch", &before).await?;
+    bed.finish()
+}
+
+/// node-1: gang member g-1, node-3: g-2 (a gang of 2 that needs both, a minute old);
+/// node-2: bare b-1, b-2 that have run ten hours; all of class free, 1.9 CPU. Keeping the
+/// gang whole would throw away twenty CPU-hours of b-1 and b-2; breaking it, g-1's and its
+/// survivor's minute. g-2 is left running (its owner's to restart) and g-1 comes back.
+async fn gang_broken_cheaper(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(&["node-1", "node-2", "node-3"], 4000).await?;
+    let member = |name: &str, node: &str| {
+        PodBuilder::new("batch", name, "free", 1900).label(GANG_NAME, "train").annotate(GANG_MIN, "2").on(node)
+    };
+    bed.bound(vec![
+        member("g-1", "node-1"),
+        member("g-2", "node-3"),
+        PodBuilder::new("batch", "b-1", "free", 1900).on("node-2"),
+        PodBuilder::new("batch", "b-2", "free", 1900).on("node-2"),
+    ])
+    .await?;
+    bed.until_running("batch", 4).await?;
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), "batch");
+    let ten_hours_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(10);
+    for name in ["b-1", "b-2"] {
+        let patch = serde_json::json!({"status": {"startTime": ten_hours_ago.to_string()}});
+        pods.patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await?;
+    }
+    let before = crate::invariants::bare_pods(&bed, "batch").await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    let (node, evicted) = gang_outcome(&bed, &before).await?;
+    anyhow::ensure!(
+        node == "node-1" && evicted == ["g-1"],
+        "web placed on {node}, evicting {evicted:?}; breaking the gang on node-1 throws away least\n{}",
+        bed.logs()
+    );
+    let g2 = before.iter().find(|(n, _)| n == "g-2").map(|(_, u)| u.clone()).unwrap_or_default();
+    bed.until_pods("batch", MINUTE, "g-2 running on and g-1's copy bound beside it", |pods| {
+        let g2_runs = pods.iter().any(|p| uid(p) == g2 && cluster::phase(p) == "Running");
+        let copy = pods.iter().find(|p| is_replacement(p)).map(|p| (cluster::node_of(p).map(str::to_string), gated(p)));
+        match copy {
+            Some((Some(node), false)) if g2_runs => Ok(node),
+            other => Err(format!("g-2 running: {g2_runs}; g-1's copy (node, gated): {other:?}")),
+        }
+    })
+    .await?;
+    let charged = bed.extenders[e].admin_get("/decisions?pod=online/web").await?;
+    anyhow::ensure!(
+        charged.contains("the 1 left elsewhere cannot progress"),
+        "the decision does not say what breaking the gang costs: {charged}"
     );
     crate::invariants::nothing_lost(&bed, "batch", &before).await?;
     bed.finish()

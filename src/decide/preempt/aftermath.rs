@@ -35,8 +35,10 @@ const DISPLACE_NODES_TRIED: usize = 8;
 pub(super) struct FollowOn {
     /// Pods the returning victims are expected to preempt.
     pub evictions: i64,
-    /// Work those pods have done (milli-CPU-seconds, as `Cost::lost_runtime`).
+    /// Work those pods have done (milli-CPU-seconds, as `Cost::work_thrown_away`).
     pub runtime: i64,
+    /// Their restarts (milli-CPU-seconds, as `Cost::restarts`).
+    pub restarts: i64,
 }
 
 /// Per preempt request: the room each shape of returning pod finds, looked up once.
@@ -106,6 +108,8 @@ struct Displaced {
     evictions: i64,
     /// Milli-CPU-seconds those pods have run.
     runtime: i64,
+    /// Their restarts, milli-CPU-seconds.
+    restarts: i64,
     /// The first pod it would evict, to name in explanations.
     first: String,
 }
@@ -150,6 +154,7 @@ impl<'a> Aftermath<'a> {
             };
             out.evictions += d.evictions;
             out.runtime += d.runtime;
+            out.restarts += d.restarts;
             returning += 1;
             v.follow_on = true;
             if example.is_none() {
@@ -278,19 +283,20 @@ impl<'a> Aftermath<'a> {
                     std::cmp::Reverse(p.running_since().unwrap_or(Timestamp::MAX)),
                 )
             });
-            let (mut evictions, mut runtime, mut first) = (0, 0, None);
-            for (_, p) in victims {
+            let (mut evictions, mut runtime, mut restarts, mut first) = (0, 0, 0, None);
+            for (c, p) in victims {
                 if fits(pod, node, &usage).is_ok() {
                     break;
                 }
                 usage.remove(p);
                 evictions += 1;
                 runtime += super::cpu_seconds(ctx.now, p);
+                restarts += super::reprieve::restart_cost(ctx, c, p.requests.milli_cpu);
                 first.get_or_insert_with(|| p.key());
             }
             let (Ok(()), Some(first)) = (fits(pod, node, &usage), first) else { continue };
             if best.as_ref().is_none_or(|b| (evictions, runtime) < (b.evictions, b.runtime)) {
-                best = Some(Displaced { node: node.name.clone(), evictions, runtime, first });
+                best = Some(Displaced { node: node.name.clone(), evictions, runtime, restarts, first });
             }
             if evictions == 1 {
                 break; // none evicts fewer

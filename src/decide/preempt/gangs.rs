@@ -3,8 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use super::Victim;
-use crate::decide::Explanation;
+use super::reprieve::restart_cost;
+use super::{cpu_seconds, Victim};
+use crate::cluster::View;
+use crate::decide::{Context, Explanation};
 use crate::explanation::{Code, Verdict};
 use crate::model::{DisruptionMode, GangInfo, GangRef};
 
@@ -63,14 +65,36 @@ pub(super) fn reprieve_units(candidates: &[Victim], order: &[usize]) -> Vec<Vec<
     units
 }
 
-/// Members of gangs `chosen` leaves below their minimum (each such gang counts whole).
-pub(super) fn charge(node: &str, chosen: &[Victim], ex: &mut Vec<Explanation>) -> i64 {
-    let mut evicted: BTreeMap<&GangRef, (usize, &GangInfo)> = BTreeMap::new();
-    for g in chosen.iter().filter_map(|c| c.gang.as_ref()) {
-        evicted.entry(&g.gang).or_insert((0, g)).0 += 1;
+/// What breaking gangs costs beyond the victims themselves: the members they keep on
+/// other nodes run on but cannot progress, so their run is thrown away too and each of
+/// them is interrupted (left to their owner: a preempt answer names victims on one node).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Survivors {
+    pub pods: i64,
+    /// Milli-CPU-seconds they have run.
+    pub work: i64,
+    /// Their restarts, as `victim.restartCost` prices them.
+    pub restarts: i64,
+}
+
+/// Charges the gangs `chosen` leaves below their minimum with their survivors, and
+/// explains each gang it touches.
+pub(super) fn charge(
+    ctx: &Context,
+    view: &View,
+    node: &str,
+    chosen: &[Victim],
+    ex: &mut Vec<Explanation>,
+) -> Survivors {
+    let mut evicted: BTreeMap<&GangRef, (Vec<&Victim>, &GangInfo)> = BTreeMap::new();
+    for c in chosen {
+        if let Some(g) = &c.gang {
+            evicted.entry(&g.gang).or_insert((Vec::new(), g)).0.push(c);
+        }
     }
-    let mut broken = 0;
-    for (n, g) in evicted.into_values() {
+    let mut out = Survivors::default();
+    for (members, g) in evicted.into_values() {
+        let n = members.len();
         let remaining = g.size.saturating_sub(n);
         if remaining >= g.min {
             ex.push(
@@ -84,13 +108,30 @@ pub(super) fn charge(node: &str, chosen: &[Victim], ex: &mut Vec<Explanation>) -
             );
             continue;
         }
-        broken += g.size as i64;
+        let whole = view.gang_work(&g.gang, ctx.now);
+        let run: i64 = members.iter().map(|m| cpu_seconds(ctx.now, m.pod)).sum();
+        let cpu: i64 = members.iter().map(|m| m.pod.requests.milli_cpu.max(1)).sum();
+        // Each survivor's restart at their average CPU (the view sums the gang, not each).
+        let each = (whole.milli_cpu - cpu).max(0) / (remaining as i64).max(1);
+        let survivors = Survivors {
+            pods: remaining as i64,
+            work: (whole.run - run).max(0),
+            restarts: restart_cost(ctx, members[0].class, each) * remaining as i64,
+        };
+        out.pods += survivors.pods;
+        out.work += survivors.work;
+        out.restarts += survivors.restarts;
         let detail = if g.disruption == DisruptionMode::All {
-            format!("evicts {} whole (disruptionMode All): the whole gang is charged", g.describe(remaining))
+            format!("evicts {} whole (disruptionMode All)", g.describe(remaining))
         } else {
-            format!("breaks {}: evicting {n} of {} member(s), the whole gang is charged", g.describe(remaining), g.size)
+            format!(
+                "breaks {}: evicting {n} of {} member(s); the {remaining} left elsewhere cannot progress: their {} CPU-s of run and their restarts are charged",
+                g.describe(remaining),
+                g.size,
+                survivors.work / 1000
+            )
         };
         ex.push(Explanation::node(node, Verdict::Charged, Code::GangBroken, detail).for_gang(g.gang.source));
     }
-    broken
+    out
 }

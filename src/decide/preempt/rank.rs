@@ -2,7 +2,8 @@
 
 use super::*;
 
-/// Keeps the best `maxCandidates` plans; never a gang-breaking plan while another avoids it.
+/// Keeps the best `maxCandidates` plans, cheapest first (`Cost`: a broken gang is
+/// charged its survivors, no tier of its own).
 pub(super) fn rank(
     ctx: &Context,
     preemptor: Preemptor,
@@ -10,20 +11,6 @@ pub(super) fn rank(
     ex: &mut Vec<Explanation>,
 ) -> (PreemptionResult, Vec<RequeueIntent>) {
     let k = ctx.policy.max_candidates;
-    if plans.iter().any(|p| p.cost.broken_gang_members == 0) {
-        plans.retain(|p| {
-            let keep = p.cost.broken_gang_members == 0;
-            if !keep {
-                ex.push(Explanation::node(
-                    &p.node,
-                    Verdict::Dropped,
-                    Code::GangBroken,
-                    "breaks a gang while another candidate does not",
-                ));
-            }
-            keep
-        });
-    }
     plans.sort_by(|a, b| a.cost.cmp(&b.cost).then_with(|| a.node.cmp(&b.node)));
     let mut result = PreemptionResult::default();
     let mut requeues = Vec::new();

@@ -92,8 +92,10 @@ pub(super) fn reprieve<'a>(
     cost.budgets_spent += spent;
     cost.re_evicted = chosen.iter().filter(|c| c.recently_back.is_some()).count() as i64;
     cost.follow_on_evictions = follow_on.evictions;
-    cost.lost_runtime += follow_on.runtime;
-    cost.broken_gang_members = gangs::charge(node_name, &chosen, ex);
+    cost.interrupt(follow_on.runtime, follow_on.evictions, follow_on.restarts);
+    let survivors = gangs::charge(ctx, view, node_name, &chosen, ex);
+    cost.gang_survivors = survivors.pods;
+    cost.interrupt(survivors.work, survivors.pods, survivors.restarts);
     Some(finish(node_name, chosen, cost, "re-selected under the policy", ex))
 }
 
@@ -156,7 +158,7 @@ pub(super) fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
         cost.top_class_value = cost.top_class_value.max(classes - v.class as i64);
         cost.max_priority = cost.max_priority.max(v.priority as i64);
         cost.priority_sum += v.priority as i64;
-        cost.lost_runtime += cpu_seconds(ctx.now, v.pod);
+        cost.interrupt(cpu_seconds(ctx.now, v.pod), 1, restart_cost(ctx, v.class, v.pod.requests.milli_cpu));
         match v.fate {
             Fate::Lost => cost.lost_pods += 1,
             Fate::Requeued => cost.requeued += 1,
@@ -171,6 +173,13 @@ pub(super) fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
         cost.tenant_penalty = -(min_share * 1e6) as i64;
     }
     cost
+}
+
+/// What restarting a pod of `class` requesting `milli_cpu` costs its owner, in
+/// milli-CPU-seconds: `victim.restartCost` at its CPU, but at least one CPU's (a small
+/// pod's restart takes as long: an eviction is never cheap because the pod is small).
+pub(super) fn restart_cost(ctx: &Context, class: crate::policy::ClassId, milli_cpu: i64) -> i64 {
+    ctx.policy.class(class).victim.restart_cost.saturating_mul(milli_cpu.max(1000))
 }
 
 /// A candidate's plan: the victims in answer order and what they cost. The line naming
@@ -190,7 +199,7 @@ pub(super) fn finish<'a>(
         node,
         Verdict::Candidate,
         Code::Candidate,
-        format!("{how}: {} victim(s), {pdb_violations} PDB violation(s), cost {cost:?}", victims.len()),
+        format!("{how}: {} victim(s); {}", victims.len(), cost.describe()),
     ));
     Plan { node: node.to_string(), victims, pdb_violations, cost }
 }

@@ -96,10 +96,10 @@ fn reselect<'a>(
     }
 
     // Like kube-scheduler: find which candidates would violate a PDB if all were evicted
-    // (most valuable consume the budget first), and try to reprieve those first. Gang
-    // members are tried next; where both kinds compete for the same room, the opposite
-    // order is tried too and the cheaper victim set kept (a broken gang costs more than
-    // a PDB violation).
+    // (most valuable consume the budget first), and try to reprieve those first, then
+    // the rest most valuable first. Two more orders, where they differ, and the cheaper
+    // victim set is kept: gang members first (a broken gang throws away its survivors'
+    // run too), and smaller pods first (fewer, bigger victims: each restart costs).
     let mut candidates = candidates;
     candidates.sort_by(|a, b| a.value_order(b));
     let mut budgets = Budgets::new(view);
@@ -109,13 +109,18 @@ fn reselect<'a>(
     // the PDB-violating ones; then those that would spend a last budget.
     let jobs = jobs::effects(ctx, &candidates);
     let spends = |i: usize| taken[i].spent_last.is_some() || jobs[i].last;
-    let mut pdb_first: Vec<usize> = (0..candidates.len()).collect();
-    pdb_first.sort_by_key(|&i| (!violating(i), !jobs[i].fails, !spends(i), candidates[i].gang.is_none(), i));
-    let mut gang_first = pdb_first.clone();
+    let mut value_first: Vec<usize> = (0..candidates.len()).collect();
+    value_first.sort_by_key(|&i| (!violating(i), !jobs[i].fails, !spends(i), i));
+    let mut gang_first = value_first.clone();
     gang_first.sort_by_key(|&i| (candidates[i].gang.is_none(), !violating(i), !jobs[i].fails, !spends(i), i));
-    let mut orders = vec![pdb_first];
-    if gang_first != orders[0] {
-        orders.push(gang_first);
+    let mut small_first = value_first.clone();
+    let cpu = |i: usize| candidates[i].pod.requests.milli_cpu;
+    small_first.sort_by_key(|&i| (!violating(i), !jobs[i].fails, !spends(i), candidates[i].class, cpu(i), i));
+    let mut orders = vec![value_first];
+    for order in [gang_first, small_first] {
+        if !orders.contains(&order) {
+            orders.push(order);
+        }
     }
     let mut best: Option<(Plan, Vec<Explanation>)> = None;
     let mut vetoed: Option<Vec<Explanation>> = None;
