@@ -20,6 +20,8 @@ pub struct ExtenderEntry {
     /// pods that request one of them.
     pub managed_resources: Vec<String>,
     pub http_timeout: Duration,
+    /// The prioritize `weight`: kube-scheduler adds score × 10 × weight to its plugins'.
+    pub weight: u32,
 }
 
 impl ExtenderEntry {
@@ -34,6 +36,7 @@ impl ExtenderEntry {
             ignorable: false,
             managed_resources: Vec::new(),
             http_timeout: Duration::from_secs(5),
+            weight: 1,
         }
     }
 
@@ -43,7 +46,7 @@ impl ExtenderEntry {
             s += "  filterVerb: filter\n";
         }
         if self.prioritize {
-            s += "  prioritizeVerb: prioritize\n  weight: 1\n";
+            s += &format!("  prioritizeVerb: prioritize\n  weight: {}\n", self.weight);
         }
         if self.preempt {
             s += "  preemptVerb: preempt\n";

@@ -401,11 +401,9 @@ async fn two_policies(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     bed.until_running("batch", 4).await?;
     let originals = bare_pods(&bed, "batch").await?;
     let default = std::fs::read_to_string(repo("policy/default.yaml"))?;
-    let protecting = default.replacen(
-        "      bare: requeue\n      jobs: count\n      minRuntime: 0s\n    # Free pods",
-        "      bare: protect\n      jobs: count\n      minRuntime: 0s\n    # Free pods",
-        1,
-    );
+    // The free class's `bare:` line, the first after its name.
+    let free = default.find("  - name: free\n").unwrap_or(default.len());
+    let protecting = format!("{}{}", &default[..free], default[free..].replacen("bare: requeue", "bare: protect", 1));
     anyhow::ensure!(protecting != default, "the default policy's free class changed shape: update this case");
     let path = bed.plane.dir().join("protecting-policy.yaml");
     std::fs::write(&path, protecting)?;

@@ -244,7 +244,16 @@ async fn gang_cluster_with(bed: &Bed, b_class: &str) -> anyhow::Result<()> {
 
 /// Where the online pod went, and which batch pods were evicted (by name).
 async fn gang_outcome(bed: &Bed, before: &[(String, String)]) -> anyhow::Result<(String, Vec<String>)> {
-    online(bed, "web", 3000).await?;
+    gang_outcome_of(bed, before, PodBuilder::new("online", "web", "online-prod", 3000)).await
+}
+
+/// The same for the online pod `web`.
+async fn gang_outcome_of(
+    bed: &Bed,
+    before: &[(String, String)],
+    web: PodBuilder,
+) -> anyhow::Result<(String, Vec<String>)> {
+    cluster::create(&bed.client, web.build()).await?;
     let node = online_placed(bed, "web").await?;
     let evicted = bed
         .until_pods("batch", MINUTE, "the victims gone", |pods| {
@@ -427,7 +436,9 @@ async fn strict_pdb(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 }
 
 /// The gang cluster with b-1, b-2 of class batch, which may preempt free pods (the gang
-/// members). Once the online pod has taken node-2, b-1 and b-2's replacements come back:
+/// members); the online pod may go only to node-2 (elsewhere the policy would take the
+/// free gang members first: class order). Once it has taken node-2, b-1 and b-2's
+/// replacements come back:
 /// with the shipped policy (`requeue.preemption: never`) they wait for room; with `keep`
 /// one of them evicts a gang member (counted, printed, not asserted: it depends on timing).
 async fn replacements_wait(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
@@ -443,7 +454,8 @@ async fn replacements_wait(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         let path = path.display().to_string();
         let e = bed.extender(&["--requeue", "--policy", &path]).await?;
         bed.schedule_with(&[bed.entry(e)]).await?;
-        let (node, evicted) = gang_outcome(&bed, &before).await?;
+        let web = PodBuilder::new("online", "web", "online-prod", 3000).only_on("node-2");
+        let (node, evicted) = gang_outcome_of(&bed, &before, web).await?;
         // The online pod's own choice. With `keep`, a replacement may already have evicted a
         // gang member by the time the evictions are read: that is what this case counts.
         let online_choice = ["b-1", "b-2"].iter().all(|b| evicted.iter().any(|e| e == b));

@@ -7,7 +7,8 @@
 //! - `names`, `objects`: behind coloc-extender (`serve --kube --requeue --events --wake`) in
 //!   that `nodeCacheCapable` mode.
 //!
-//! Every extender run takes the `--policy` file (default: the shipped default policy).
+//! Every extender run takes the `--policy` file (default: the shipped default policy) and
+//! is registered with prioritize `--weight` (default 1).
 //! Prints side by side what each placed, evicted (of original pods, requeued copies and
 //! pods their controller recreated), requeued, lost, the PDB violations, gangs broken,
 //! Jobs failed, the work thrown away (evicted pods' run, broken gangs' survivors' run,
@@ -17,7 +18,7 @@
 //!   cargo build --release && cargo run --release -p coloc-testbed --bin coloc-demo
 //!   coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs]]
 //!              [--runs stock,requeue-only,names,objects | --modes names,objects] [--policy FILE]
-//!              [--wave-interval SECS] [--json FILE] [--extender PATH] [--hold]
+//!              [--wave-interval SECS] [--json FILE] [--extender PATH] [--weight N] [--hold]
 //!
 //! `--modes X` is `--runs stock,X`.
 
@@ -57,9 +58,11 @@ struct Args {
     policy: Option<String>,
     extender: PathBuf,
     hold: bool,
+    /// The registration's prioritize weight (the shipped configurations' by default).
+    weight: u32,
 }
 
-const USAGE: &str = "usage: coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs]] [--runs stock,requeue-only,names,objects | --modes names,objects] [--policy FILE] [--wave-interval SECS] [--json FILE] [--extender PATH] [--hold]";
+const USAGE: &str = "usage: coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs]] [--runs stock,requeue-only,names,objects | --modes names,objects] [--policy FILE] [--wave-interval SECS] [--json FILE] [--extender PATH] [--weight N] [--hold]";
 
 /// One run of the comparison.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -112,6 +115,7 @@ struct ExtenderSetup<'a> {
     names: bool,
     shadow: bool,
     policy: Option<&'a str>,
+    weight: u32,
 }
 
 fn args() -> Result<Args, String> {
@@ -126,6 +130,7 @@ fn args() -> Result<Args, String> {
         policy: None,
         extender: Path::new(REPO).join("target/release/coloc-extender"),
         hold: false,
+        weight: 1,
     };
     let mut runs_given = None;
     let mut policy = None;
@@ -189,6 +194,11 @@ fn args() -> Result<Args, String> {
             }
             "--policy" => policy = Some(PathBuf::from(it.next().ok_or("--policy needs a file")?)),
             "--extender" => a.extender = it.next().ok_or("--extender needs a path")?.into(),
+            "--weight" => {
+                let n = it.next().ok_or("--weight needs a number")?;
+                a.weight =
+                    n.parse().ok().filter(|w| *w > 0).ok_or(format!("--weight needs a positive number, not {n:?}"))?;
+            }
             "--hold" => a.hold = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}; {USAGE}")),
@@ -335,6 +345,7 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
             names,
             shadow,
             policy: args.policy.as_deref(),
+            weight: args.weight,
         });
         let last = i + 1 == args.runs.len();
         let (outcome, plane) = run(bins, &scenario, setup.as_ref(), args.wave_interval, args.hold && last).await?;
@@ -678,7 +689,9 @@ async fn run(
         None => None,
     };
     let names = extender.is_none_or(|e| e.names);
-    let entries: Vec<ExtenderEntry> = ext.iter().map(|e| ExtenderEntry::all_verbs(&e.url(), names)).collect();
+    let weight = extender.map_or(1, |x| x.weight);
+    let entries: Vec<ExtenderEntry> =
+        ext.iter().map(|e| ExtenderEntry { weight, ..ExtenderEntry::all_verbs(&e.url(), names) }).collect();
     // The online phase: the offline work executed is counted from here (the offline pods'
     // start times were moved back, before it).
     let t0 = Timestamp::now();
