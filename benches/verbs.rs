@@ -144,6 +144,24 @@ mod prioritize {
     fn names_view(bencher: Bencher, nodes: usize) {
         run(bencher, Verb::Prioritize, filter_body(nodes, "names"), Some(view(nodes)));
     }
+
+    /// The same nodes for an offline pod (class batch, 1 cpu): the scores the policy
+    /// gives offline pods (placement, packing, headroom), an online pod being left to
+    /// kube-scheduler's own.
+    #[divan::bench(args = VIEW_SIZES, sample_count = 1000, sample_size = 1, max_time = 10)]
+    fn names_view_offline(bencher: Bencher, nodes: usize) {
+        run(bencher, Verb::Prioritize, offline_body(filter_body(nodes, "names")), Some(view(nodes)));
+    }
+}
+
+/// `body` with its pod made an offline one (offline-batch, 1 cpu).
+fn offline_body(body: &[u8]) -> &'static [u8] {
+    let mut v: serde_json::Value = serde_json::from_slice(body).expect("generated payload parses");
+    let spec = &mut v["Pod"]["spec"];
+    spec["priorityClassName"] = "offline-batch".into();
+    spec["priority"] = 6000.into();
+    spec["containers"][0]["resources"]["requests"]["cpu"] = "1".into();
+    Box::leak(serde_json::to_vec(&v).expect("serializes").into_boxed_slice())
 }
 
 /// Candidate nodes × 30 victims each.

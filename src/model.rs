@@ -151,6 +151,12 @@ impl Pod {
         format!("{}/{}", self.namespace, self.name)
     }
 
+    /// A DaemonSet's pod or a static pod (its mirror is owned by the Node): it runs where
+    /// it is, and never needs room on another node.
+    pub fn is_node_agent(&self) -> bool {
+        self.controller.as_ref().is_some_and(|c| c.kind == "DaemonSet" || c.kind == "Node")
+    }
+
     /// When the pod began to run (or was created, if it never started).
     pub fn running_since(&self) -> Option<Timestamp> {
         self.start_time.or(self.creation_time)

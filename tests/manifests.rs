@@ -361,3 +361,21 @@ fn every_shipped_registration_is_names_mode_and_ignorable() {
         }
     }
 }
+
+#[test]
+fn every_shipped_registration_weighs_the_policys_scores_as_the_test_bed_does() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    let mut checked = 0;
+    for dir in ["scheduler", "scheduler-of-its-own"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            for (i, _) in text.match_indices("prioritizeVerb: prioritize") {
+                let weight = text[i..].lines().find_map(|l| l.trim().strip_prefix("weight: "));
+                let weight = weight.and_then(|w| w.split_whitespace().next()).and_then(|w| w.parse::<u32>().ok());
+                assert_eq!(weight, Some(coloc_testbed::scheduler::SHIPPED_WEIGHT), "{dir}: {}", &text[i..]);
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 4, "{checked} registrations with prioritize");
+}

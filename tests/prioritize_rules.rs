@@ -106,3 +106,25 @@ fn scores_stay_within_0_and_10() {
     let s = scores(&request("batch", 1000, &["tiny", "big", "unknown"]), Some(&view(nodes, Vec::new())));
     assert!(s.values().all(|v| (0..=10).contains(v)), "{s:?}");
 }
+
+/// hole: 8 CPU with 7 of free pods (1 free); snug: 4 CPU with 2.4 of free pods (1.6
+/// free); `online` pods of 1 CPU run on a third node. A 0.5 CPU free pod packs best on
+/// hole (94 % full after, against 73 %).
+fn hole_or_snug(online: usize) -> BTreeMap<String, i64> {
+    let small = of_class(pod("snug-small", "free", Some("snug"), 400), "free");
+    let nodes = vec![node("hole", 8000, 64), node("snug", 4000, 64), node("web", 8000, 64)];
+    let web = (0..online).map(|i| of_class(pod(&format!("web-{i}"), "online", Some("web"), 1000), "online"));
+    let pods = [filled("hole", 7, "free"), filled("snug", 2, "free"), vec![small], web.collect()].concat();
+    scores(&request("free", 500, &["hole", "snug"]), Some(&view(nodes, pods)))
+}
+
+#[test]
+fn an_offline_pod_keeps_off_the_room_an_online_pod_would_fit_in_as_is() {
+    let alone = hole_or_snug(0);
+    assert!(alone["hole"] > alone["snug"], "packing alone fills the hole: {alone:?}");
+    // With online pods of 1 CPU about, hole's 1 CPU is room the next one fits in without
+    // a preemption; snug keeps 1.1 after.
+    let s = hole_or_snug(2);
+    assert_eq!(s["hole"], 0, "{s:?}");
+    assert!(s["snug"] > s["hole"], "{s:?}");
+}

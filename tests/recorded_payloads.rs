@@ -428,3 +428,35 @@ fn prioritize_scores_stay_in_range_and_prefer_colocation_nodes_for_batch(
     }
     assert!(checked >= 10);
 }
+
+/// Per recorded request, the victims of kube-scheduler's own choice against the policy's
+/// (shadow mode counts both where kube-scheduler would evict): the same count, except for
+/// online-3 (0039), where kube's node-a2 pushes the workers' PDB past its budget (kube
+/// counts none: the PDB's status was written before worker-3 was evicted) and breaks
+/// gang-a; the policy's node-a1 takes one pod more, the bare free-1, requeued, and
+/// violates nothing. (No recorded pod had a startTime: no
+/// kubelet ran, so both discard 0 CPU-seconds.)
+#[rstest]
+fn per_request_the_policy_evicts_no_more_than_kube_scheduler_unless_kubes_choice_violates_a_pdb(
+    #[values("r1-nodecache-false", "r2-nodecache-true")] round: &str,
+    #[values("0037", "0039", "0041", "0043")] seq: &str,
+) {
+    let rec = preempt_request(round, seq);
+    let mut policy = policy("default");
+    policy.mode = coloc_extender::policy::Mode::Shadow;
+    let view = View::build(snapshot::load(&rec.snapshot).unwrap(), &policy);
+    let a = answer(Verb::Preempt, &rec.request, &policy, Some(&view), now()).unwrap();
+    let (kube, ours) = (a.discarded().expect("kube's choice"), a.would_discard().expect("the policy's"));
+    let count = |d: &coloc_extender::discarded::Discarded| (d.node.clone(), d.victims);
+    let want = match seq {
+        "0037" => (("node-gpu1", 3), ("node-gpu1", 3)),
+        "0039" => (("node-a2", 3), ("node-a1", 4)),
+        _ => (("node-gpu1", 1), ("node-gpu1", 1)),
+    };
+    let want = ((want.0 .0.to_string(), want.0 .1), (want.1 .0.to_string(), want.1 .1));
+    assert_eq!((count(kube), count(ours)), want, "kube-scheduler's choice, then the policy's");
+    if seq == "0039" {
+        let a2 = a.explanations.iter().find(|e| e.code == "candidate" && e.node.as_deref() == Some("node-a2")).unwrap();
+        assert!(a2.detail.contains("1 PDB violation(s)"), "{}", a2.detail);
+    }
+}

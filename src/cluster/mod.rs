@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwapOption;
 
 pub use evictions::{Eviction, Evictions};
-pub use view::{GangWork, NodeInfo, Objects, View};
+pub use view::{GangWork, NodeInfo, Objects, OnlineRoom, View};
 
 /// The view's persistent hash map: cheap to clone per publication, and hashed with
 /// foldhash (node names are looked up per node on every filter and prioritize call).

@@ -153,6 +153,31 @@ impl GangTally {
     }
 }
 
+/// The online pods' CPU requests, cumulated by size: what room an arriving online pod is
+/// likely to need.
+#[derive(Debug, Clone, Default)]
+pub struct OnlineRoom {
+    /// (milli-CPU, how many online pods request at most that), ascending.
+    at_most: Vec<(i64, usize)>,
+}
+
+impl OnlineRoom {
+    /// The share of online pods whose request is more than `after` and at most `before`
+    /// milli-CPU: those that fit in a node's free room before an offline pod takes some of
+    /// it, and not after. 0 without online pods.
+    pub fn share_between(&self, after: i64, before: i64) -> f64 {
+        let total = self.at_most.last().map_or(0, |(_, n)| *n);
+        if total == 0 || before <= after {
+            return 0.0;
+        }
+        let upto = |cpu: i64| match self.at_most.partition_point(|(s, _)| *s <= cpu) {
+            0 => 0,
+            i => self.at_most[i - 1].1,
+        };
+        (upto(before) - upto(after)) as f64 / total as f64
+    }
+}
+
 /// What a gang's bound members request and have run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GangWork {
@@ -186,6 +211,10 @@ pub struct View {
     /// Requests held by evictable classes, per tenant (fair sharing).
     tenant_usage: PMap<String, Resources>,
     tenant_weights: Arc<BTreeMap<String, f64>>,
+    /// CPU requests of the online pods bound now (classes that preempt and are never
+    /// victims; DaemonSet and static pods aside: they never need room elsewhere), by size:
+    /// the room an arriving online pod is likely to need.
+    online_sizes: OrdMap<i64, usize>,
     /// Jobs and their pods' failures not counted yet (`cluster::jobs`).
     jobs: Jobs,
     /// Sum of node allocatable: the denominator of shares.
@@ -567,6 +596,13 @@ impl View {
                 self.gang_sizes.remove(&group);
             }
         }
+        if policy.is_online(class) && !pod.is_node_agent() {
+            let n = self.online_sizes.entry(pod.requests.milli_cpu).or_default();
+            *n = n.saturating_add_signed(delta as isize);
+            if *n == 0 {
+                self.online_sizes.remove(&pod.requests.milli_cpu);
+            }
+        }
         if let Some(tenant) = policy.class(class).victim.allowed.then(|| policy.tenants.tenant_of(pod)) {
             let usage = self.tenant_usage.entry(tenant).or_default();
             if delta > 0 {
@@ -853,6 +889,17 @@ impl View {
                 g.priority.or_else(|| self.priority_classes.get(g.priority_class_name.as_ref()?).copied())
             }),
         }
+    }
+
+    /// The CPU requests of the online pods bound now, read once per request.
+    pub fn online_room(&self) -> OnlineRoom {
+        let mut at_most = Vec::with_capacity(self.online_sizes.len());
+        let mut total = 0;
+        for (size, n) in &self.online_sizes {
+            total += n;
+            at_most.push((*size, total));
+        }
+        OnlineRoom { at_most }
     }
 
     /// Weighted dominant share of the cluster that `tenant`'s evictable pods hold.

@@ -9,13 +9,19 @@
 //! scores at all: kube-scheduler's own scoring (NodeResourcesFit's LeastAllocated) already
 //! spreads its pods, and repeating it would cost a view lookup per node on every call.
 //!
-//! score = placement (0 or 4) + packing (0..=6)
+//! score = (placement (0 or 4) + packing (0..=6)) × (1 − headroom)
 //! - placement: 4 if the class prefers node labels (`scoring.preferNodeLabels`) and the
 //!   node has them all, else 0 (a class that prefers nothing scores 0 everywhere); 2 when
 //!   the node's labels are unknown.
 //! - packing: 6 × utilisation once the pod is placed (mean of cpu and memory) for
 //!   `scoring.pack` classes (fuller is better), 6 × (1 − utilisation) for the others;
 //!   3 when unknown (no cluster view).
+//! - headroom, for offline classes (their pods may be victims): the share of the online
+//!   pods bound now (`View::online_room`) whose CPU request fits in the node's free room
+//!   before this pod and no longer after. Room an arriving online pod can use as is
+//!   spares it a preemption; an offline pod (a released copy, a recreated worker) that
+//!   fills it is evicted again, and more with it. Nothing is held back: a node that
+//!   scores 0 is still one kube-scheduler may choose.
 //!
 //! Where the view disagrees with kube-scheduler and says the pod does not fit as is (one
 //! of them is stale), the node scores 1 if evicting every pod its class rules let this pod
@@ -27,7 +33,7 @@
 use super::fit::{fits, Misfit};
 use super::{Context, Detail, Explanation};
 use crate::cluster::usage::{Aggregates, NodeUsage};
-use crate::cluster::NodeInfo;
+use crate::cluster::{NodeInfo, OnlineRoom};
 use crate::explanation::{Code, Verdict};
 use crate::model::{Node, Pod};
 use crate::policy::{ClassId, Scoring};
@@ -58,6 +64,10 @@ pub fn prioritize<'a>(args: &'a ExtenderArgs, ctx: &Context) -> PrioritizeOutcom
         };
     }
     let names = args.nodes.names();
+    let online = match ctx.view {
+        Some(v) if ctx.policy.class(class).victim.allowed => v.online_room(),
+        _ => OnlineRoom::default(),
+    };
     let mut out = PrioritizeOutcome { scores: Vec::with_capacity(names.len()), explanations: Vec::new() };
     for (i, name) in names.into_iter().enumerate() {
         let info = ctx.view.and_then(|v| v.node_info(name));
@@ -67,7 +77,7 @@ pub fn prioritize<'a>(args: &'a ExtenderArgs, ctx: &Context) -> PrioritizeOutcom
         };
         // The aggregates describe the node only once the view has its Node object.
         let usage = info.filter(|i| i.node().is_some()).map(NodeInfo::usage);
-        let parts = Parts::of(ctx, class, scoring, &args.pod, node, usage);
+        let parts = Parts::of(ctx, class, scoring, &args.pod, node, usage, &online);
         if ctx.detail == Detail::Routine {
             out.explanations.push(Explanation::node(
                 name,
@@ -97,6 +107,8 @@ struct Parts {
     fit: Fit,
     placement: i64,
     packing: i64,
+    /// The share of online pods this pod would leave no room for here (0..=1).
+    headroom: f64,
 }
 
 impl Parts {
@@ -107,6 +119,7 @@ impl Parts {
         pod: &Pod,
         node: Option<&Node>,
         usage: Option<&Aggregates>,
+        online: &OnlineRoom,
     ) -> Parts {
         let prefer = &scoring.prefer_node_labels;
         let placement = match node {
@@ -114,6 +127,13 @@ impl Parts {
             Some(n) if prefer.iter().all(|(k, v)| n.labels.get(k) == Some(v)) => PLACEMENT,
             Some(_) => 0,
             None => PLACEMENT / 2,
+        };
+        let headroom = match (node, usage) {
+            (Some(node), Some(usage)) => {
+                let before = node.allocatable.milli_cpu - usage.all.requested.milli_cpu;
+                online.share_between(before - pod.requests.milli_cpu, before)
+            }
+            _ => 0.0,
         };
         let (fit, packing) = match (node, usage) {
             (Some(node), Some(usage)) => {
@@ -130,12 +150,14 @@ impl Parts {
             }
             _ => (Fit::AsIs, PACKING / 2),
         };
-        Parts { fit, placement, packing }
+        Parts { fit, placement, packing, headroom }
     }
 
     fn score(&self) -> i64 {
         match self.fit {
-            Fit::AsIs => (self.placement + self.packing).clamp(0, MAX_SCORE),
+            Fit::AsIs => (((self.placement + self.packing) as f64) * (1.0 - self.headroom))
+                .round()
+                .clamp(0.0, MAX_SCORE as f64) as i64,
             Fit::AfterEviction => 1,
             Fit::Not => 0,
         }
@@ -146,6 +168,14 @@ impl Parts {
         let misfit = || -> Option<Misfit> { fits(pod, node?, &usage?.all).err() };
         let known = if usage.is_some() { "" } else { " (usage unknown without the view)" };
         match (self.fit, misfit()) {
+            (Fit::AsIs, _) if self.headroom > 0.0 => format!(
+                "{} = (placement {} + packing {}) × (1 − {:.2}: the room {:.0} % of the online pods would fit in as is)",
+                self.score(),
+                self.placement,
+                self.packing,
+                self.headroom,
+                self.headroom * 100.0
+            ),
             (Fit::AsIs, _) => {
                 format!("{} = placement {} + packing {}{known}", self.score(), self.placement, self.packing)
             }

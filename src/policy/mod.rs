@@ -180,6 +180,11 @@ impl Policy {
     pub fn preempts_anything(&self, preemptor: ClassId) -> bool {
         self.may_preempt[preemptor].iter().any(|b| *b)
     }
+
+    /// Online: a class that may preempt and is never a victim itself.
+    pub fn is_online(&self, class: ClassId) -> bool {
+        !self.class(class).victim.allowed && self.preempts_anything(class)
+    }
 }
 
 /// Far above any real policy; the YAML parser's cost grows with depth, so hostile files

@@ -7,6 +7,9 @@ use crate::ports::free_port;
 use crate::process::Proc;
 use crate::ControlPlane;
 
+/// The prioritize weight of the shipped registrations (manifests/scheduler*).
+pub const SHIPPED_WEIGHT: u32 = 5;
+
 /// One `extenders:` entry of a KubeSchedulerConfiguration.
 #[derive(Debug, Clone)]
 pub struct ExtenderEntry {
@@ -36,7 +39,7 @@ impl ExtenderEntry {
             ignorable: false,
             managed_resources: Vec::new(),
             http_timeout: Duration::from_secs(5),
-            weight: 1,
+            weight: SHIPPED_WEIGHT,
         }
     }
 

@@ -26,6 +26,10 @@ pub fn cases() -> Vec<Case> {
             name: "a_gang_is_broken_where_keeping_it_whole_throws_away_more",
             run: |b, m| Box::pin(gang_broken_cheaper(b, m)),
         },
+        Case {
+            name: "a_released_copy_keeps_off_the_room_the_next_online_pod_fits_in",
+            run: |b, m| Box::pin(copy_keeps_headroom(b, m)),
+        },
         Case { name: "shadow_mode_places_and_evicts_as_stock_does", run: |b, m| Box::pin(shadow_as_stock(b, m)) },
         Case {
             name: "released_replacements_wait_for_room_and_evict_nobody",
@@ -333,6 +337,55 @@ async fn gang_broken_cheaper(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     anyhow::ensure!(
         charged.contains("the 1 left elsewhere cannot progress"),
         "the decision does not say what breaking the gang costs: {charged}"
+    );
+    crate::invariants::nothing_lost(&bed, "batch", &before).await?;
+    bed.finish()
+}
+
+/// node-1 (8 CPU, 7 of them used): room for one online pod of 1 CPU; node-2 (1 CPU, 0.2
+/// used): room for no online pod; node-3 (1 CPU) holds the bare free-1 (0.6). web-0 (1
+/// CPU) may go only to node-3 and preempts free-1. Its copy packs best on node-1 (95 %
+/// full after, against 80 %), which is the room web-1 (1 CPU) then fits in as is: the
+/// copy goes to node-2, and web-1 takes node-1 without evicting anyone.
+async fn copy_keeps_headroom(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(&["node-1"], 8000).await?;
+    bed.nodes(&["node-2", "node-3"], 1000).await?;
+    bed.bound(vec![
+        PodBuilder::new("batch", "a", "free", 7000).on("node-1"),
+        PodBuilder::new("batch", "b", "free", 200).on("node-2"),
+        PodBuilder::new("batch", "free-1", "free", 600).on("node-3"),
+    ])
+    .await?;
+    bed.until_running("batch", 3).await?;
+    let before = crate::invariants::bare_pods(&bed, "batch").await?;
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    cluster::create(&bed.client, PodBuilder::new("online", "web-0", "online-prod", 1000).only_on("node-3").build())
+        .await?;
+    online_placed(&bed, "web-0").await?;
+    let copy_on = bed
+        .until_pods("batch", MINUTE, "free-1's copy bound", |pods| {
+            let copy = pods.iter().find(|p| is_replacement(p));
+            copy.and_then(|c| cluster::node_of(c).map(str::to_string)).ok_or_else(|| format!("copy: {copy:?}"))
+        })
+        .await?;
+    online(&bed, "web-1", 1000).await?;
+    let web_1 = online_placed(&bed, "web-1").await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let events = Api::<k8s_openapi::api::core::v1::Event>::namespaced(bed.client.clone(), "batch")
+        .list(&Default::default())
+        .await?;
+    let preempted: Vec<String> = events
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Preempted"))
+        .filter_map(|e| e.involved_object.name.clone())
+        .collect();
+    anyhow::ensure!(
+        copy_on == "node-2" && web_1 == "node-1" && preempted == ["free-1"],
+        "free-1's copy on {copy_on}, web-1 on {web_1}, preempted {preempted:?}: the copy should keep off node-1's room\n{}",
+        bed.logs()
     );
     crate::invariants::nothing_lost(&bed, "batch", &before).await?;
     bed.finish()

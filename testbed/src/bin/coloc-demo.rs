@@ -8,7 +8,7 @@
 //!   that `nodeCacheCapable` mode.
 //!
 //! Every extender run takes the `--policy` file (default: the shipped default policy) and
-//! is registered with prioritize `--weight` (default 1).
+//! is registered with prioritize `--weight` (default: the shipped registrations' 5).
 //! Prints side by side what each placed, evicted (of original pods, requeued copies and
 //! pods their controller recreated), requeued, lost, the PDB violations, gangs broken,
 //! Jobs failed, the work thrown away (evicted pods' run, broken gangs' survivors' run,
@@ -130,7 +130,7 @@ fn args() -> Result<Args, String> {
         policy: None,
         extender: Path::new(REPO).join("target/release/coloc-extender"),
         hold: false,
-        weight: 1,
+        weight: coloc_testbed::scheduler::SHIPPED_WEIGHT,
     };
     let mut runs_given = None;
     let mut policy = None;
@@ -460,6 +460,8 @@ fn figures(kind: RunKind, o: &Outcome, sc: &Scenario) -> serde_json::Value {
         "run": kind.label(),
         "kind": kind.name(),
         "online_placed": o.placed.len(),
+        "time_to_place_max_s": o.placed.values().map(|(_, s)| *s).fold(0.0, f64::max),
+        "time_to_place_p50_s": median(o.placed.values().map(|(_, s)| *s).collect()),
         "online": sc.online.len(),
         "evictions": o.evictions,
         "evictions_by_online_pods": o.evictions - o.evictions_for_offline,
@@ -487,6 +489,16 @@ fn figures(kind: RunKind, o: &Outcome, sc: &Scenario) -> serde_json::Value {
         "copies_pending_seconds_total": total(o.copies_pending_s.iter().copied()).round(),
         "copies_pending_seconds_max": o.copies_pending_s_max().unwrap_or(0.0).round(),
     })
+}
+
+/// The middle value (the mean of the two middle ones for an even count); 0 for none.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
 }
 
 /// A line of the comparison: its label, and what it shows of one run.
