@@ -642,7 +642,7 @@ classes:
 fn each_pod_interrupted_costs_a_restart_so_fewer_older_pods_go_before_more_younger_ones() {
     // 1,800 CPU-s + one 20-minute restart (3,000) against 1,200 + two (3,600): a restart
     // is priced at the pod's CPU, but at least one CPU's.
-    let out = one_older_or_two_younger("");
+    let out = one_older_or_two_younger(", restartCost: 20m");
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["older"]))]), "{}", out.explain());
     let n1 = out.explanations.iter().find(|e| e.code == "candidate" && e.node.as_deref() == Some("n1")).unwrap();
     assert!(

@@ -235,16 +235,16 @@ pub struct VictimRules {
     pub jobs: JobVictims,
     /// What one interruption costs its owner beyond the work it throws away, as run time
     /// at the pod's CPU request, counted as at least one CPU (a restart is never free:
-    /// scheduled and started again, a cold cache), e.g. "20m". Victim sets are compared by
-    /// work thrown away plus this per pod interrupted, so fewer, older pods are not traded
-    /// for more, younger ones.
+    /// scheduled and started again, a cold cache), e.g. "30m"; 2h by default. Victim sets
+    /// are compared by work thrown away plus this per pod interrupted, so fewer, older pods
+    /// are not traded for more, younger ones.
     #[serde(default = "default_restart_cost", deserialize_with = "duration::deserialize")]
     #[schemars(with = "String", regex(pattern = r"^\s*(0|([0-9]+[smhd])+)\s*$"))]
     pub restart_cost: i64,
 }
 
 /// `victim.restartCost` by default, in seconds.
-pub const DEFAULT_RESTART_COST_S: i64 = 20 * 60;
+pub const DEFAULT_RESTART_COST_S: i64 = 2 * 60 * 60;
 
 fn default_restart_cost() -> i64 {
     DEFAULT_RESTART_COST_S
