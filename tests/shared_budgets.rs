@@ -53,11 +53,15 @@ fn a_node_that_spends_a_pdbs_last_disruption_loses_to_one_that_spends_none() {
         .pdb(pdb("v-pdb", "v", 2));
     let out = s.preempt(online(1000), &["n1", "n2"]);
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["v-1"]))]), "{}", out.explain());
+    // n1's cost says why; only the returned node's victims get victim lines.
     assert!(
-        out.explanations.iter().any(|e| e.code == "last_disruption" && e.node.as_deref() == Some("n1")),
+        out.explanations.iter().any(|e| e.code == "candidate"
+            && e.node.as_deref() == Some("n1")
+            && e.detail.contains("1 last budget(s) spent")),
         "{}",
         out.explain()
     );
+    assert!(!out.explanations.iter().any(|e| e.code == "last_disruption" && e.node.as_deref() == Some("n1")));
 }
 
 #[test]

@@ -111,8 +111,12 @@ impl Cost {
         if self.follow_on_evictions > 0 {
             parts.push(format!("{} follow-on eviction(s)", self.follow_on_evictions));
         }
+        let budgets = match self.budgets_spent {
+            0 => String::new(),
+            n => format!(", {n} last budget(s) spent (a PDB's last disruption, a Job's last failure)"),
+        };
         format!(
-            "owners lose {} CPU-s: {} run thrown away + {} for {} pod(s) interrupted ({}); {} PDB violation(s), {} lost",
+            "owners lose {} CPU-s: {} run thrown away + {} for {} pod(s) interrupted ({}); {} PDB violation(s), {} lost{budgets}",
             cpu_s(self.owners_loss),
             cpu_s(self.work_thrown_away),
             cpu_s(self.restarts),
@@ -150,6 +154,9 @@ struct Victim<'a> {
     follow_on: bool,
     /// It came back a moment ago (`aftermath`).
     recently_back: Option<String>,
+    /// What its eviction does to the PDBs covering it (`reprieve`), said only where the
+    /// plan is kept: a pod on an outranked candidate is not a victim.
+    pdb_notes: Vec<(Code, String)>,
 }
 
 impl Victim<'_> {
@@ -483,6 +490,7 @@ fn victim<'a>(
         last_job_failure: false,
         follow_on: false,
         recently_back: None,
+        pdb_notes: Vec::new(),
     }
 }
 

@@ -42,13 +42,10 @@ pub(super) fn reprieve<'a>(
     let mut budgets = Budgets::new(view);
     let mut violations = 0;
     let mut spent = 0;
-    for c in &chosen {
+    for c in chosen.iter_mut() {
         let taken = budgets.take(c.pod);
         if let Some(pdb) = taken.spent_last {
-            ex.push(Explanation::pod(
-                node_name,
-                &c.pod.key(),
-                Verdict::Victim,
+            c.pdb_notes.push((
                 Code::LastDisruption,
                 format!("spends the last disruption PDB {pdb} allows: a later preemption there would violate it"),
             ));
@@ -69,13 +66,7 @@ pub(super) fn reprieve<'a>(
                 ));
                 return None;
             }
-            ex.push(Explanation::pod(
-                node_name,
-                &c.pod.key(),
-                Verdict::Victim,
-                Code::PdbViolation,
-                format!("violates PDB {pdb} (class {} is best-effort)", class.name),
-            ));
+            c.pdb_notes.push((Code::PdbViolation, format!("violates PDB {pdb} (class {} is best-effort)", class.name)));
             violations += 1;
         }
     }
@@ -214,6 +205,9 @@ pub(super) fn settle(
     let node = plan.node.as_str();
     let mut requeues = Vec::new();
     for v in &plan.victims {
+        for (code, detail) in &v.pdb_notes {
+            ex.push(Explanation::pod(node, &v.pod.key(), Verdict::Victim, *code, detail.clone()));
+        }
         let class = &ctx.policy.class(v.class).name;
         let why = match &v.gang {
             Some(g) if g.priority.is_some() => {
