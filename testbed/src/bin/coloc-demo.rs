@@ -462,6 +462,7 @@ fn figures(kind: RunKind, o: &Outcome, sc: &Scenario) -> serde_json::Value {
         "online_placed": o.placed.len(),
         "time_to_place_max_s": o.placed.values().map(|(_, s)| *s).fold(0.0, f64::max),
         "time_to_place_p50_s": median(o.placed.values().map(|(_, s)| *s).collect()),
+        "time_to_place_by_pod_s": o.placed.iter().map(|(p, (_, s))| (p.clone(), *s)).collect::<BTreeMap<_, _>>(),
         "online": sc.online.len(),
         "evictions": o.evictions,
         "evictions_by_online_pods": o.evictions - o.evictions_for_offline,
