@@ -22,8 +22,9 @@ const KUEUE: &str = "kueue.x-k8s.io/pod-group-name";
 const KUEUE_TOTAL: &str = "kueue.x-k8s.io/pod-group-total-count";
 
 /// n1 holds one member of a 4-member gang (the other three on n3), n2 a plain batch pod
-/// that costs more by the usual measures (it ran longer). Whether n1 may be chosen depends
-/// only on the gang's minimum.
+/// that costs more than the member alone (it ran longer) and less than the gang whole
+/// (the survivors' run and restarts are charged too). Whether n1 is chosen depends only
+/// on the gang's minimum.
 fn one_member_on_n1(members: [Pod; 4], extra: impl FnOnce(Scenario) -> Scenario) -> Outcome {
     one_member_on_n1_under("", members, extra)
 }
