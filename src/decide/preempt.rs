@@ -500,3 +500,10 @@ pub(super) fn cpu_seconds(now: crate::model::Timestamp, pod: &Pod) -> i64 {
     let ran = pod.start_time.map_or(0, |t| (now - t).max(0));
     ran.saturating_mul(pod.requests.milli_cpu.max(1))
 }
+
+/// What restarting a pod of `class` requesting `milli_cpu` costs its owner, in
+/// milli-CPU-seconds: `victim.restartCost` at its CPU, but at least one CPU's (a small
+/// pod's restart takes as long: an eviction is never cheap because the pod is small).
+fn restart_cost(ctx: &Context, class: ClassId, milli_cpu: i64) -> i64 {
+    ctx.policy.class(class).victim.restart_cost.saturating_mul(milli_cpu.max(1000))
+}

@@ -229,12 +229,15 @@ async fn gang_cluster(bed: &Bed) -> anyhow::Result<()> {
     gang_cluster_with(bed, "free").await
 }
 
+/// A member of gang "train" (class free, 1.9 CPU) that needs `min` members, bound to `node`.
+fn gang_member(name: &str, node: &str, min: &str) -> PodBuilder {
+    PodBuilder::new("batch", name, "free", 1900).label(GANG_NAME, "train").annotate(GANG_MIN, min).on(node)
+}
+
 /// The gang cluster with b-1, b-2 of `b_class`.
 async fn gang_cluster_with(bed: &Bed, b_class: &str) -> anyhow::Result<()> {
     bed.nodes(&["node-1", "node-2", "node-3"], 4000).await?;
-    let member = |name: &str, node: &str| {
-        PodBuilder::new("batch", name, "free", 1900).label(GANG_NAME, "train").annotate(GANG_MIN, "3").on(node)
-    };
+    let member = |name: &str, node: &str| gang_member(name, node, "3");
     bed.bound(vec![
         member("g-1", "node-1"),
         member("g-2", "node-1"),
@@ -297,9 +300,7 @@ async fn gang_kept_whole(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 async fn gang_broken_cheaper(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
     bed.nodes(&["node-1", "node-2", "node-3"], 4000).await?;
-    let member = |name: &str, node: &str| {
-        PodBuilder::new("batch", name, "free", 1900).label(GANG_NAME, "train").annotate(GANG_MIN, "2").on(node)
-    };
+    let member = |name: &str, node: &str| gang_member(name, node, "2");
     bed.bound(vec![
         member("g-1", "node-1"),
         member("g-2", "node-3"),

@@ -291,7 +291,7 @@ impl<'a> Aftermath<'a> {
                 usage.remove(p);
                 evictions += 1;
                 runtime += super::cpu_seconds(ctx.now, p);
-                restarts += super::reprieve::restart_cost(ctx, c, p.requests.milli_cpu);
+                restarts += super::restart_cost(ctx, c, p.requests.milli_cpu);
                 first.get_or_insert_with(|| p.key());
             }
             let (Ok(()), Some(first)) = (fits(pod, node, &usage), first) else { continue };

@@ -3,8 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::reprieve::restart_cost;
-use super::{cpu_seconds, Victim};
+use super::{cpu_seconds, restart_cost, Victim};
 use crate::cluster::View;
 use crate::decide::{Context, Explanation};
 use crate::explanation::{Code, Verdict};

@@ -166,13 +166,6 @@ pub(super) fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
     cost
 }
 
-/// What restarting a pod of `class` requesting `milli_cpu` costs its owner, in
-/// milli-CPU-seconds: `victim.restartCost` at its CPU, but at least one CPU's (a small
-/// pod's restart takes as long: an eviction is never cheap because the pod is small).
-pub(super) fn restart_cost(ctx: &Context, class: crate::policy::ClassId, milli_cpu: i64) -> i64 {
-    ctx.policy.class(class).victim.restart_cost.saturating_mul(milli_cpu.max(1000))
-}
-
 /// A candidate's plan: the victims in answer order and what they cost. The line naming
 /// each victim (and its requeue intent) is written only for the plans kept (`settle`):
 /// kube-scheduler proposes up to a hundred candidates and evicts on one.
