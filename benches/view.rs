@@ -137,6 +137,7 @@ fn objects(nodes: usize) -> Objects {
         pods: (0..nodes * PER_NODE).map(|p| pod(p, 0)).collect(),
         pdbs,
         priority_classes,
+        namespaces: None,
         pod_groups: Vec::new(),
         jobs: Vec::new(),
     }

@@ -112,6 +112,7 @@ catalogue! {
         Reprieved => "reprieved",
         RequeueAttempts => "requeue_attempts",
         RequeueDisabled => "requeue_disabled",
+        RequeueNotOptedIn => "requeue_not_opted_in",
         RoomOnItsWay => "room_on_its_way",
         Score => "score",
         Selected => "selected",
@@ -172,6 +173,9 @@ impl Code {
             Code::RequeueAttempts => "a bare pod requeued as often as its class allows: no longer a victim",
             Code::RequeueDisabled => {
                 "a bare pod of a requeue class while requeue is off or cannot store copies: protected"
+            }
+            Code::RequeueNotOptedIn => {
+                "a bare pod of a requeue class in a namespace not labelled to take copies: protected"
             }
             Code::RoomOnItsWay => {
                 "room freed by earlier evictions is on its way (or already free) where the pod fits: no new evictions"

@@ -284,6 +284,14 @@ pub struct PriorityClass {
     pub value: i32,
 }
 
+/// A namespace, as far as decisions care: may requeue store copies in it?
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Namespace {
+    pub name: String,
+    /// Labelled to opt in (`marks::namespace_opts_in`).
+    pub requeue: bool,
+}
+
 pub type PodRef = Arc<Pod>;
 
 /// Where a gang is declared. Ordered by precedence: when a pod declares several, the

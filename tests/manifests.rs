@@ -42,6 +42,7 @@ fn the_cluster_role_reads_what_the_view_watches_and_writes_only_events_and_what_
     let granted = grants(&load("clusterrole.yaml"));
     let read = |r: &str| ["get", "list", "watch"].map(|v| format!("{r}:{v}"));
     let mut expected: Vec<String> = [
+        "/namespaces",
         "/nodes",
         "/pods",
         "batch/jobs",
@@ -169,26 +170,58 @@ fn a_rolling_update_keeps_serving_until_the_endpoint_is_gone_and_drains_within_t
 fn requeue_writes_are_an_opt_in_component_with_only_the_writes_it_needs() {
     let role = load("requeue/clusterrole.yaml");
     // Events are in the base role already (serve --events).
-    assert_eq!(grants(&role), ["/pods:create", "/pods:delete", "/pods:patch"]);
+    // Copies only: their release and clean-up are the replicas' own (base role).
+    assert_eq!(grants(&role), ["/pods:create"]);
     let component = load("requeue/kustomization.yaml");
     assert_eq!(component["kind"], Value::from("Component"));
     assert!(serde_yaml_ng::to_string(&component["patches"]).unwrap().contains("--requeue"));
     assert_eq!(base_components(), ["scheduler-of-its-own"], "off unless an operator opts in");
     let binding = load("requeue/clusterrolebinding.yaml");
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"][0]["name"],
+        Value::from("coloc-extender-requeue"),
+        "granted to the requeue identity alone"
+    );
+    acted_as_by_the_replicas_alone("requeue", "coloc-extender-requeue");
 }
 
 #[test]
 fn wake_writes_are_an_opt_in_component_limited_to_pods_in_the_extenders_namespace() {
     let role = load("wake/role.yaml");
     assert_eq!(role["kind"], Value::from("Role"), "namespaced, not cluster-wide");
-    assert_eq!(grants(&role), ["/pods:create", "/pods:delete"]);
+    assert_eq!(grants(&role), ["/pods:create", "/pods:delete", "/pods:list", "/podtemplates:get"]);
     let component = load("wake/kustomization.yaml");
     assert_eq!(component["kind"], Value::from("Component"));
     assert!(serde_yaml_ng::to_string(&component["patches"]).unwrap().contains("--wake"));
     let binding = load("wake/rolebinding.yaml");
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     assert_eq!(binding["metadata"]["namespace"], role["metadata"]["namespace"]);
+    assert_eq!(
+        binding["subjects"][0]["name"],
+        Value::from("coloc-extender-wake"),
+        "granted to the wake identity alone"
+    );
+    acted_as_by_the_replicas_alone("wake", "coloc-extender-wake");
+}
+
+/// A component's identity: a ServiceAccount no pod mounts, which the extender's replicas
+/// (and nobody else the component names) may impersonate.
+fn acted_as_by_the_replicas_alone(component: &str, identity: &str) {
+    let account = load(&format!("{component}/serviceaccount.yaml"));
+    assert_eq!(account["metadata"]["name"], identity);
+    assert_eq!(account["automountServiceAccountToken"], false);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests").join(component).join("impersonate.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let docs: Vec<Value> =
+        serde_yaml_ng::Deserializer::from_str(&text).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
+    let (role, binding) = (&docs[0], &docs[1]);
+    assert_eq!(grants(role), ["/serviceaccounts:impersonate"]);
+    assert_eq!(role["rules"][0]["resourceNames"].as_sequence().map(Vec::len), Some(1));
+    assert_eq!(role["rules"][0]["resourceNames"][0], Value::from(identity));
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(binding["subjects"].as_sequence().map(Vec::len), Some(1));
+    assert_eq!(binding["subjects"][0]["name"], Value::from("coloc-extender"));
 }
 
 /// Every pod write RBAC grants (the base's guard clean-up, the requeue and wake
@@ -228,25 +261,28 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
     let conditions = spec["matchConditions"].as_sequence().unwrap();
     assert_eq!(conditions.len(), 1);
     let matched = conditions[0]["expression"].as_str().unwrap();
-    // Both accounts, in whatever namespace kustomization.yaml installs them.
+    // Every identity, in whatever namespace kustomization.yaml installs it, and the users
+    // of the same names a static-pod install runs as.
     assert_eq!(
-        (account(""), account("uninstall/")),
-        ("coloc-extender".to_string(), "coloc-extender-uninstall".to_string())
+        [account(""), account("uninstall/"), account("requeue/"), account("wake/")],
+        ["coloc-extender", "coloc-extender-uninstall", "coloc-extender-requeue", "coloc-extender-wake"]
     );
-    assert!(matched.contains("matches('^system:serviceaccount:[^:]+:coloc-extender(-uninstall)?$')"), "{matched}");
+    assert!(
+        matched.contains("matches('^(system:serviceaccount:[^:]+:)?coloc-extender(-uninstall|-requeue|-wake)?$')"),
+        "{matched}"
+    );
     for v in spec["validations"].as_sequence().unwrap() {
         let message = v["message"].as_str().unwrap();
-        assert!(message.starts_with("coloc-extender (or its uninstall) may "), "{message}");
+        assert!(message.contains("coloc-extender"), "{message}");
         assert_eq!(v["reason"], Value::from("Forbidden"));
     }
-    for component in ["requeue", "wake"] {
-        let k = load(&format!("{component}/kustomization.yaml"));
-        let files = serde_yaml_ng::to_string(&k["resources"]).unwrap();
-        assert!(
-            !files.contains("admissionpolicy"),
-            "{component} ships a policy of its own: every policy must pass, so one bounds all"
-        );
-    }
+    // One policy bounds every component (every policy must pass); wake adds only the check
+    // of its image, whose parameter (its PodTemplate) exists only with it.
+    let requeue_files = serde_yaml_ng::to_string(&load("requeue/kustomization.yaml")["resources"]).unwrap();
+    assert!(!requeue_files.contains("admissionpolicy"), "requeue ships a policy of its own");
+    let wake_image = load("wake/validatingadmissionpolicy.yaml");
+    assert_eq!(wake_image["spec"]["paramKind"]["kind"], Value::from("PodTemplate"));
+    assert_eq!(wake_image["spec"]["matchConstraints"]["resourceRules"][0]["operations"], Value::from(vec!["CREATE"]));
     use coloc_extender::{requeue, wake};
     let text = serde_yaml_ng::to_string(spec).unwrap();
     for name in [requeue::LABEL, requeue::FROM_UID, requeue::GATE, requeue::GUARD, wake::LABEL, wake::NODE] {

@@ -323,6 +323,35 @@ fn a_queue_is_its_namespaces_own_so_a_tenant_cannot_claim_anothers() {
 }
 
 #[test]
+fn a_tenants_labels_and_annotations_on_its_own_pods_change_nothing_about_anothers() {
+    // team-a's and team-b's pods are alike but that team-b's ran longer: team-a's is the
+    // cheaper to lose. Whatever team-a writes on its own pod (team-b's queue name, a claim
+    // of requeues, an opt-out of requeue, an annotation near the size limit), team-b's
+    // pod is not taken instead. (The marks of a copy are refused by admission.)
+    let q = "kueue.x-k8s.io/queue-name";
+    let victim_with = |a: coloc_extender::model::Pod| {
+        let s = Scenario::new(policy("strict", &format!("tenants: {{fairSharing: true, label: {q}}}")))
+            .node(node("n1", 2000, 8))
+            .pods([a, pod("b-1", "batch", Some("n1"), 1000).ns("team-b").label(q, "b").started(3000)]);
+        s.preempt(online(1000), &["n1"])
+    };
+    let plain = || pod("a-1", "batch", Some("n1"), 1000).ns("team-a").label(q, "a").started(1000);
+    let padded = "x".repeat(200 * 1024);
+    let forged = [
+        ("team-b's queue name", plain().label(q, "b")),
+        ("a claim of 9 requeues", plain().annotate(coloc_extender::requeue::ATTEMPT, "9")),
+        ("an opt-out of requeue", plain().annotate(coloc_extender::requeue::OPT_OUT, "never")),
+        ("a 200 KiB annotation", plain().annotate("example.com/padding", &padded)),
+    ];
+    let out = victim_with(plain());
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["a-1"]))]), "{}", out.explain());
+    for (what, a) in forged {
+        let out = victim_with(a);
+        assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["a-1"]))]), "{what}: {}", out.explain());
+    }
+}
+
+#[test]
 fn tenant_weights_are_keyed_namespace_slash_queue_and_a_bare_queue_name_still_weighs_every_namespace() {
     // Weighted 0.1, the poor queue's share is 10× what it holds: above the preemptor's.
     for weights in [", weights: {team-p/poor: 0.1}", ", weights: {poor: 0.1}"] {

@@ -37,7 +37,14 @@ async fn cluster() -> FakeApi {
     let api = FakeApi::start().await;
     let snap: Value = serde_json::from_slice(&fixture("0043-preempt.snapshot.json")).unwrap();
     api.seed(snap["items"].as_array().unwrap());
+    api.seed(&[opted_in("batch"), opted_in("online")]);
     api
+}
+
+/// A namespace labelled to take requeue copies.
+fn opted_in(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"coloc-extender.io/requeue": "enabled"}}})
 }
 
 /// One extender replica: its own view from the fake API server's watches, and requeue on.

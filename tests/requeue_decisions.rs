@@ -103,6 +103,40 @@ fn with_requeue_off_a_bare_victim_of_a_requeue_class_is_protected_and_says_why()
 }
 
 #[test]
+fn a_bare_pod_is_requeued_only_in_a_namespace_that_opts_in_and_never_in_kube_system() {
+    // The same bare pod, in namespaces labelled one way or another: where admission would
+    // refuse its copy, it is protected and the online pod takes the recreatable one.
+    let cluster = |ns: &str, labels: &[(&str, &str)]| {
+        Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).namespace(ns, labels).pods([
+            pod("bare", "batch", Some("n1"), 1000).bare().ns(ns),
+            pod("owned", "batch", Some("n1"), 1000).ns(ns),
+        ])
+    };
+    for (ns, labels) in [
+        ("batch", &[("coloc-extender.io/requeue", "enabled")][..]),
+        ("batch", &[("coloc-extender.io/scheduler", "coloc-scheduler")][..]),
+    ] {
+        let out = cluster(ns, labels).preempt(online(2000), &["n1"]);
+        assert_eq!(out.requeues.len(), 1, "{labels:?}: {}", out.explain());
+    }
+    for (ns, labels) in [
+        ("batch", &[][..]),
+        ("batch", &[("coloc-extender.io/requeue", "yes")][..]),
+        ("kube-system", &[("coloc-extender.io/requeue", "enabled")][..]),
+    ] {
+        let out = cluster(ns, labels).preempt(online(1000), &["n1"]);
+        assert_eq!(
+            out.victims(),
+            BTreeMap::from([("n1".into(), uids(&["owned"]))]),
+            "{ns} {labels:?}: {}",
+            out.explain()
+        );
+        assert!(out.requeues.is_empty());
+        assert!(out.has("spared", "requeue_not_opted_in"), "{}", out.explain());
+    }
+}
+
+#[test]
 fn a_requeue_costs_more_than_a_recreated_victim_and_less_than_a_pdb_violation() {
     let s = Scenario::new(requeue_policy("requeue"))
         .node(node("n1", 1000, 8))
@@ -256,14 +290,21 @@ fn with_requeue_preemption_keep_a_returning_replacement_preempts_as_its_original
 
 #[test]
 fn after_max_attempts_requeues_a_pod_is_no_longer_a_victim() {
-    let twice = pod("work-rq-2", "batch", Some("n1"), 2000).bare().annotate(coloc_extender::requeue::ATTEMPT, "2");
+    use coloc_extender::requeue::{ATTEMPT, FROM_UID};
+    let twice =
+        pod("work-rq-2", "batch", Some("n1"), 2000).bare().annotate(FROM_UID, "uid-work-1").annotate(ATTEMPT, "2");
     let s = Scenario::new(requeue_policy_with("requeue", "{maxAttempts: 2}")).node(node("n1", 2000, 8)).pods([twice]);
     let out = s.preempt(online(2000), &["n1"]);
     assert!(out.victims().is_empty(), "{}", out.explain());
     assert!(out.has("spared", "requeue_attempts"), "{}", out.explain());
-    let once = pod("work-rq-1", "batch", Some("n1"), 2000).bare().annotate(coloc_extender::requeue::ATTEMPT, "1");
+    let once = pod("work-rq-1", "batch", Some("n1"), 2000).bare().annotate(FROM_UID, "uid-work").annotate(ATTEMPT, "1");
     let s = Scenario::new(requeue_policy_with("requeue", "{maxAttempts: 2}")).node(node("n1", 2000, 8)).pods([once]);
     assert_eq!(s.preempt(online(2000), &["n1"]).victims(), BTreeMap::from([("n1".into(), uids(&["work-rq-1"]))]));
+    // An original claiming requeues it never had is an original: only copies, which the
+    // extender alone writes, count them.
+    let claims = pod("work", "batch", Some("n1"), 2000).bare().annotate(ATTEMPT, "9");
+    let s = Scenario::new(requeue_policy_with("requeue", "{maxAttempts: 2}")).node(node("n1", 2000, 8)).pods([claims]);
+    assert_eq!(s.preempt(online(2000), &["n1"]).victims(), BTreeMap::from([("n1".into(), uids(&["work"]))]));
 }
 
 #[test]

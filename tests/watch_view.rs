@@ -25,7 +25,18 @@ fn items_of(kind: &str) -> Vec<Value> {
         &std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join("0037-preempt.snapshot.json")).unwrap(),
     )
     .unwrap();
-    snap["items"].as_array().unwrap().iter().filter(|i| i["kind"] == kind).cloned().collect()
+    let items = snap["items"].as_array().unwrap();
+    if kind == "Namespace" {
+        // The snapshot has none: its pods' namespaces, opted in to requeue as a snapshot
+        // without namespaces takes every one to be.
+        let names: std::collections::BTreeSet<&str> =
+            items.iter().filter_map(|i| i["metadata"]["namespace"].as_str()).collect();
+        return names
+            .into_iter()
+            .map(|n| json!({"kind": "Namespace", "metadata": {"name": n, "labels": {"coloc-extender.io/requeue": "enabled"}}}))
+            .collect();
+    }
+    items.iter().filter(|i| i["kind"] == kind).cloned().collect()
 }
 
 async fn list_or_watch(
@@ -56,7 +67,8 @@ async fn fake_apiserver_with_pods(pods: axum::routing::MethodRouter) -> SocketAd
         .route("/api/v1/pods", pods)
         .route("/apis/policy/v1/poddisruptionbudgets", get(list_or_watch).with_state("PodDisruptionBudget"))
         .route("/apis/scheduling.k8s.io/v1/priorityclasses", get(list_or_watch).with_state("PriorityClass"))
-        .route("/apis/batch/v1/jobs", get(list_or_watch).with_state("Job"));
+        .route("/apis/batch/v1/jobs", get(list_or_watch).with_state("Job"))
+        .route("/api/v1/namespaces", get(list_or_watch).with_state("Namespace"));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

@@ -47,6 +47,15 @@ pub struct ServeArgs {
     /// Namespace of the wake placeholders (default: $POD_NAMESPACE, else kube-system).
     #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
     pub wake_namespace: String,
+    /// The identity copies are created as (impersonated; the `requeue` component grants
+    /// it pod create and this replica the right to impersonate it). Default:
+    /// system:serviceaccount:<--wake-namespace>:coloc-extender-requeue.
+    #[arg(long)]
+    pub requeue_as: Option<String>,
+    /// The identity placeholders are written as (impersonated; the `wake` component).
+    /// Default: system:serviceaccount:<--wake-namespace>:coloc-extender-wake.
+    #[arg(long)]
+    pub wake_as: Option<String>,
     /// Least time between two wakes, e.g. 10s.
     #[arg(long, default_value = "10s", value_parser = parse_secs)]
     pub wake_min_interval: Duration,
@@ -217,5 +226,21 @@ fn parse_count(s: &str, max: usize, zero: &str) -> Result<usize, String> {
         Ok(n) if n > max => Err(format!("{n} is more than {max}")),
         Ok(n) => Ok(n),
         Err(e) => Err(format!("{s:?}: {e}")),
+    }
+}
+
+impl ServeArgs {
+    /// Who copies are created as.
+    pub fn requeue_identity(&self) -> String {
+        self.requeue_as
+            .clone()
+            .unwrap_or_else(|| format!("system:serviceaccount:{}:coloc-extender-requeue", self.wake_namespace))
+    }
+
+    /// Who placeholders are written as.
+    pub fn wake_identity(&self) -> String {
+        self.wake_as
+            .clone()
+            .unwrap_or_else(|| format!("system:serviceaccount:{}:coloc-extender-wake", self.wake_namespace))
     }
 }

@@ -149,6 +149,9 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
         tracing::warn!("--requeue-budget-ms and --requeue-evict-within are ignored: copies are stored at the eviction, never before the answer");
     }
     let mut requeuer = crate::requeue::kube::Requeuer::new(client.clone(), instance, args.requeue);
+    if args.requeue {
+        requeuer = requeuer.with_copier(acting_as(&config, &args.requeue_identity())?);
+    }
     requeuer.pace = state.pace.clone();
     let requeuer = Arc::new(requeuer);
     state.requeue = requeuer.availability.clone();
@@ -167,17 +170,27 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
     if args.requeue {
         tracing::info!(
             stuck_after_s = settings.stuck_after,
+            copies_as = %args.requeue_identity(),
             "requeue is on: preempted bare pods are copied at the eviction, whoever evicts"
         );
     }
     if args.wake {
-        let waker = crate::wake::kube::Waker::new(client.clone(), args.wake_namespace.clone());
+        let waker =
+            crate::wake::kube::Waker::new(acting_as(&config, &args.wake_identity())?, args.wake_namespace.clone());
         tokio::spawn(waker.clone().run(view.clone(), args.wake_min_interval));
         state.waker = Some(waker);
-        tracing::info!(namespace = %args.wake_namespace, min_interval_s = args.wake_min_interval.as_secs(), "waking parked pods is on");
+        tracing::info!(namespace = %args.wake_namespace, wakes_as = %args.wake_identity(), min_interval_s = args.wake_min_interval.as_secs(), "waking parked pods is on");
     }
     watch_apart(config, view.clone(), state.policy.clone(), fresh)?;
     Ok(())
+}
+
+/// A client that acts as `user` (impersonation): each kind of write the extender makes is
+/// its own identity, which admission holds to that write alone.
+fn acting_as(config: &kube::Config, user: &str) -> anyhow::Result<kube::Client> {
+    let mut config = config.clone();
+    config.auth_info.impersonate = Some(user.to_string());
+    kube::Client::try_from(config).with_context(|| format!("cannot build a Kubernetes client acting as {user}"))
 }
 
 /// The verb listener (TLS, certificate reload), the health and admin ports, until a

@@ -222,6 +222,24 @@ impl LeanKind for PriorityClassKind {
     }
 }
 
+#[derive(Clone, Debug)]
+pub struct NamespaceKind;
+impl LeanKind for NamespaceKind {
+    const KIND: &'static str = "Namespace";
+    const GROUP: &'static str = "";
+    const VERSION: &'static str = "v1";
+    const PLURAL: &'static str = "namespaces";
+    type Scope = k8s_openapi::ClusterResourceScope;
+    type Json = k8s::NamespaceJson;
+    type Model = model::Namespace;
+    fn meta(json: &k8s::NamespaceJson) -> (String, String, String) {
+        (json.metadata.name.clone(), String::new(), json.metadata.resource_version.clone())
+    }
+    fn into_model(json: k8s::NamespaceJson) -> Result<model::Namespace, String> {
+        Ok(json.into_model())
+    }
+}
+
 /// One PodGroup API: its group, version and the gang source it describes.
 pub trait PodGroupApi: Clone + Debug + Send + Sync + 'static {
     const GROUP: &'static str;

@@ -69,6 +69,12 @@ pub fn parse(bytes: &[u8]) -> Result<Objects, SnapshotError> {
                 let name = format!("{}/{}", j.metadata.namespace, j.metadata.name);
                 objects.jobs.push(j.into_model().map_err(|e| item_err(name, e.to_string()))?);
             }
+            // A snapshot with namespaces copies only into those that opt in, as a
+            // cluster does; one without them (recorded before they were) into any.
+            "Namespace" => {
+                let n: k8s::NamespaceJson = serde_json::from_str(raw.get())?;
+                objects.namespaces.get_or_insert_with(Vec::new).push(n.into_model());
+            }
             "PriorityClass" => {
                 let p: k8s::PriorityClassJson = serde_json::from_str(raw.get())?;
                 objects.priority_classes.push(PriorityClass { name: p.metadata.name, value: p.value });

@@ -18,8 +18,8 @@ use super::jobs::Jobs;
 use super::uid_index::UidIndex;
 use super::usage::{Aggregates, Counted};
 use crate::model::{
-    DisruptionMode, GangInfo, GangRef, GangSource, Job, Node, Pdb, Pod, PodGroup, PodRef, PriorityClass, Resources,
-    Timestamp,
+    DisruptionMode, GangInfo, GangRef, GangSource, Job, Namespace, Node, Pdb, Pod, PodGroup, PodRef, PriorityClass,
+    Resources, Timestamp,
 };
 use crate::policy::{ClassId, GangConfig, Policy};
 
@@ -30,6 +30,8 @@ pub struct Objects {
     pub pods: Vec<Pod>,
     pub pdbs: Vec<Pdb>,
     pub priority_classes: Vec<PriorityClass>,
+    /// `None`: the source has no namespaces (a snapshot recorded without them).
+    pub namespaces: Option<Vec<Namespace>>,
     pub pod_groups: Vec<PodGroup>,
     pub jobs: Vec<Job>,
 }
@@ -201,6 +203,9 @@ pub struct View {
     /// on every pod event so a decision reads a budget in O(1).
     pdb_present: PMap<String, i32>,
     priority_classes: PMap<String, i32>,
+    /// Per namespace, whether it opts in to requeue. `None` where the source has no
+    /// namespaces (a snapshot recorded without them): then every namespace does.
+    namespaces: Option<PMap<String, bool>>,
     /// Bound members per gang, as the policy's gang sources declare them, and their work.
     gang_sizes: PMap<GangRef, GangTally>,
     /// PodGroup objects of every source, by gang. Members may come before their group
@@ -268,6 +273,12 @@ impl View {
         for pc in objects.priority_classes {
             view.apply_priority_class(pc);
         }
+        if let Some(namespaces) = objects.namespaces {
+            view.namespaces = Some(PMap::default());
+            for ns in namespaces {
+                view.apply_namespace(ns);
+            }
+        }
         for node in objects.nodes {
             view.apply_node(node);
         }
@@ -290,6 +301,7 @@ impl View {
     pub fn rebuild(&self, policy: &Policy) -> View {
         let mut view = View::empty(policy);
         view.priority_classes = self.priority_classes.clone();
+        view.namespaces = self.namespaces.clone();
         view.pdbs_by_namespace = self.pdbs_by_namespace.clone();
         view.pod_groups = self.pod_groups.clone();
         view.jobs = self.jobs.clone();
@@ -727,6 +739,35 @@ impl View {
     /// Jobs and the failures of their pods not counted yet.
     pub fn jobs(&self) -> &Jobs {
         &self.jobs
+    }
+
+    /// From now on only namespaces seen (and labelled to opt in) take copies: the view
+    /// follows a source that has namespaces.
+    pub fn watch_namespaces(&mut self) {
+        self.namespaces.get_or_insert_with(PMap::default);
+    }
+
+    pub fn apply_namespace(&mut self, ns: Namespace) {
+        self.watch_namespaces();
+        self.bump();
+        // An opt-in that changes may let an eviction be copied, or no longer.
+        self.requeue_changes += 1;
+        self.namespaces.get_or_insert_with(PMap::default).insert(ns.name, ns.requeue);
+    }
+
+    pub fn remove_namespace(&mut self, name: &str) -> bool {
+        self.bump();
+        self.namespaces.as_mut().is_some_and(|m| m.remove(name).is_some())
+    }
+
+    pub fn namespace_names(&self) -> impl Iterator<Item = &str> {
+        self.namespaces.iter().flat_map(|m| m.keys().map(String::as_str))
+    }
+
+    /// May requeue store copies in `namespace`? Yes where the source has no namespaces;
+    /// otherwise only in one seen labelled to opt in (`marks::namespace_opts_in`).
+    pub fn requeue_allowed_in(&self, namespace: &str) -> bool {
+        self.namespaces.as_ref().is_none_or(|m| m.get(namespace).copied().unwrap_or(false))
     }
 
     pub fn apply_priority_class(&mut self, pc: PriorityClass) {

@@ -17,7 +17,9 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 
-use super::lean::{JobKind, Lean, LeanKind, NodeKind, PdbKind, PodGroupApi, PodGroupKind, PodKind, PriorityClassKind};
+use super::lean::{
+    JobKind, Lean, LeanKind, NamespaceKind, NodeKind, PdbKind, PodGroupApi, PodGroupKind, PodKind, PriorityClassKind,
+};
 use super::{View, ViewCell};
 use crate::policy::Policy;
 
@@ -34,7 +36,8 @@ pub const DISCOVERY_EVERY: Duration = Duration::from_secs(180);
 
 /// The kinds the view is built from; it is published once every one has synced (and the
 /// gang kinds served at start-up).
-pub const KINDS: [&str; 5] = [PodKind::KIND, NodeKind::KIND, PdbKind::KIND, PriorityClassKind::KIND, JobKind::KIND];
+pub const KINDS: [&str; 6] =
+    [PodKind::KIND, NodeKind::KIND, PdbKind::KIND, PriorityClassKind::KIND, JobKind::KIND, NamespaceKind::KIND];
 
 #[derive(Debug, Default, Clone, Copy)]
 struct KindHealth {
@@ -261,6 +264,20 @@ impl Applies for PriorityClassKind {
     }
 }
 
+// Namespaces are required: a view without them would copy into namespaces that never
+// opted in, or (admission refusing those copies) lose their pods.
+impl Applies for NamespaceKind {
+    fn apply(view: &mut View, model: Self::Model, _: &Policy) {
+        view.apply_namespace(model);
+    }
+    fn remove(view: &mut View, key: &str, _: &Policy) {
+        view.remove_namespace(split(key).1);
+    }
+    fn keys(view: &View) -> Vec<String> {
+        view.namespace_names().map(|n| format!("/{n}")).collect()
+    }
+}
+
 impl<A: PodGroupApi> Applies for PodGroupKind<A> {
     fn apply(view: &mut View, model: Self::Model, _: &Policy) {
         view.apply_pod_group(model);
@@ -382,6 +399,7 @@ async fn probe_failing(client: &Client, fresh: &Freshness) {
             k if k == PdbKind::KIND => probe_path::<PdbKind>(),
             k if k == PriorityClassKind::KIND => probe_path::<PriorityClassKind>(),
             k if k == JobKind::KIND => probe_path::<JobKind>(),
+            k if k == NamespaceKind::KIND => probe_path::<NamespaceKind>(),
             k => match optional::probe_path_of(k) {
                 Some(path) => path,
                 None => continue,
@@ -425,7 +443,10 @@ pub async fn run_with(
     discovery_every: Duration,
 ) {
     let mut policy_seen = policy.load_full();
-    cell.change(|view| *view = View::empty(&policy_seen));
+    cell.change(|view| {
+        *view = View::empty(&policy_seen);
+        view.watch_namespaces();
+    });
     let shared = Arc::new(Shared {
         master: Mutex::new(Master { policy: policy_seen.clone(), relisting: BTreeMap::new(), published: false }),
         cell: cell.clone(),
@@ -443,6 +464,7 @@ pub async fn run_with(
     tokio::spawn(follow(watcher_of::<PdbKind>(client.clone()), shared.clone()));
     tokio::spawn(follow(watcher_of::<PriorityClassKind>(client.clone()), shared.clone()));
     tokio::spawn(follow(watcher_of::<JobKind>(client.clone()), shared.clone()));
+    tokio::spawn(follow(watcher_of::<NamespaceKind>(client.clone()), shared.clone()));
 
     loop {
         tokio::time::sleep(tick).await;

@@ -31,6 +31,21 @@ pub const BASE_NAME: &str = "coloc-extender.io/base-name";
 /// brings it back under a name of its own, so a copy would run twice.
 pub const OPT_OUT: &str = "coloc-extender.io/requeue";
 
+/// A namespace opts in to requeue with this label (value `enabled`): copies of its bare
+/// pods may be stored there. Admission (`manifests/validatingadmissionpolicy.yaml`)
+/// refuses a copy anywhere else.
+pub const NAMESPACE_OPT_IN: (&str, &str) = ("coloc-extender.io/requeue", "enabled");
+/// The routing label of the scheduler-of-its-own install: a namespace whose pods go to
+/// coloc-scheduler has opted in to the extender, requeue included.
+pub const NAMESPACE_ROUTED: (&str, &str) = ("coloc-extender.io/scheduler", "coloc-scheduler");
+/// Never a home for copies, whatever its labels: it is usually exempt from Pod Security.
+pub const NEVER_REQUEUED_IN: &str = "kube-system";
+
+/// Does a namespace of this name and these labels opt in to requeue?
+pub fn namespace_opts_in(name: &str, labels: &crate::model::Labels) -> bool {
+    name != NEVER_REQUEUED_IN && [NAMESPACE_OPT_IN, NAMESPACE_ROUTED].iter().any(|(k, v)| labels.get(k) == Some(*v))
+}
+
 /// Has `pod` opted out of requeue?
 pub fn opted_out(pod: &Pod) -> bool {
     pod.annotations.get(OPT_OUT).is_some_and(|v| v.eq_ignore_ascii_case("never"))
@@ -41,8 +56,13 @@ pub fn is_replacement(pod: &Pod) -> bool {
     pod.annotations.contains_key(FROM_UID)
 }
 
-/// Requeues so far of the workload `pod` belongs to (0 for an original).
+/// Requeues so far of the workload `pod` belongs to (0 for an original). Read only from a
+/// copy, which the extender alone writes: an original's owner cannot claim requeues (and
+/// with them a pod that is never a victim) by annotating it.
 pub fn attempt_of(pod: &Pod) -> u32 {
+    if !is_replacement(pod) {
+        return 0;
+    }
     pod.annotations.get(ATTEMPT).and_then(|a| a.parse().ok()).unwrap_or(0)
 }
 

@@ -118,8 +118,8 @@ struct Pass {
     actions: Vec<Action>,
     /// Gated copies in the view.
     waiting: usize,
-    /// Preempted pods the policy does not bring back any more (uid, key, why).
-    uncopied: Vec<(String, String, String)>,
+    /// Preempted pods the policy does not bring back any more (uid, key, reason, why).
+    uncopied: Vec<(String, String, &'static str, String)>,
 }
 
 impl Requeuer {
@@ -129,6 +129,7 @@ impl Requeuer {
         let mut changes = cell.subscribe();
         let mut seen = None;
         let mut last_pass = Instant::now();
+        let mut namespaces_said = !settings.copies;
         loop {
             tokio::select! {
                 _ = changes.changed() => tokio::time::sleep(BURST).await,
@@ -144,6 +145,9 @@ impl Requeuer {
             }
             seen = now_seen;
             last_pass = Instant::now();
+            if !namespaces_said {
+                namespaces_said = self.say_protected_namespaces(&cell, &policy.load()).await;
+            }
             self.reconcile_once(&cell, &policy.load(), settings).await;
         }
     }
@@ -178,14 +182,15 @@ impl Requeuer {
         }
     }
 
-    /// `None` if the API server lets this replica create and patch pods (cluster-wide, as
-    /// the requeue component grants), else why not.
+    /// `None` if the API server lets the requeue identity create pods and this replica
+    /// patch them (cluster-wide, as the requeue component and the base grant), else why not.
     async fn may_write_copies(&self) -> Result<Option<String>, kube::Error> {
         use k8s_openapi::api::authorization::v1::{
             ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
         };
-        let reviews: kube::Api<SelfSubjectAccessReview> = kube::Api::all(self.client.clone());
-        for verb in ["create", "patch"] {
+        // Copies are created as the requeue identity and released as this replica's own.
+        for (verb, client) in [("create", &self.copier), ("patch", &self.client)] {
+            let reviews: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
             let review = SelfSubjectAccessReview {
                 spec: SelfSubjectAccessReviewSpec {
                     resource_attributes: Some(ResourceAttributes {
@@ -198,7 +203,15 @@ impl Requeuer {
                 },
                 ..Default::default()
             };
-            let answer = reviews.create(&kube::api::PostParams::default(), &review).await?;
+            let answer = match reviews.create(&kube::api::PostParams::default(), &review).await {
+                // The review itself is refused: this replica may not act as that identity.
+                Err(e) if super::kube::api_code(&e) == Some(403) => {
+                    let e = e.to_string();
+                    let e = crate::wire::request::clip(&e, 200);
+                    return Ok(Some(format!("this replica may not act as the identity that must {verb} pods ({e})")));
+                }
+                answer => answer?,
+            };
             let status = answer.status.unwrap_or_default();
             if !status.allowed {
                 let reason = status.reason.filter(|r| !r.is_empty()).unwrap_or_else(|| "no RBAC rule allows it".into());
@@ -219,7 +232,10 @@ impl Requeuer {
                 true => view
                     .evictions()
                     .iter()
-                    .filter_map(|e| Some((e.pod.uid.clone(), e.pod.key(), plan::uncopied(view, policy, e)?)))
+                    .filter_map(|e| {
+                        let (reason, why) = plan::uncopied(view, policy, e)?;
+                        Some((e.pod.uid.clone(), e.pod.key(), reason, why))
+                    })
                     .collect(),
                 false => Vec::new(),
             },
@@ -230,8 +246,8 @@ impl Requeuer {
         let mut keys: std::collections::HashSet<String> = pass.actions.iter().map(action_key).collect();
         keys.extend(pass.uncopied.iter().map(|(uid, ..)| format!("uncopied/{uid}")));
         self.retry.keep_only(&keys);
-        for (uid, key, why) in pass.uncopied {
-            self.say_uncopied(&uid, &key, &why).await;
+        for (uid, key, reason, why) in pass.uncopied {
+            self.say_uncopied(&uid, &key, reason, &why).await;
         }
         let at = Instant::now();
         let due: Vec<Action> = pass.actions.into_iter().filter(|a| self.retry.due(&action_key(a), at)).collect();
@@ -319,14 +335,42 @@ impl Requeuer {
         self.event(pod_ref(&i.namespace, &i.name, &i.uid), EventType::Warning, "RequeueGivenUp", note).await;
     }
 
+    /// Once the view is synced: the namespaces whose bare pods of requeue classes are
+    /// protected because the namespace has not opted in, in one log line and an Event on
+    /// each namespace. False while the view is not synced.
+    async fn say_protected_namespaces(&self, cell: &ViewCell, policy: &Policy) -> bool {
+        let Some(found) = cell.read_latest(|view| plan::protected_for_namespace(view, policy)) else {
+            return false;
+        };
+        if found.is_empty() {
+            return true;
+        }
+        let listed: Vec<String> = found.iter().map(|(ns, n, _)| format!("{ns} ({n})")).collect();
+        tracing::warn!(namespaces = %listed.join(", "),
+            "requeue: bare pods of requeue classes in namespaces that have not opted in are protected, not copied");
+        for (namespace, pods, why) in found {
+            let note = format!(
+                "{pods} bare pod(s) of requeue classes here are protected from preemption, not requeued: {why}"
+            );
+            let regarding = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Namespace".into()),
+                name: Some(namespace),
+                ..Default::default()
+            };
+            self.event(regarding, EventType::Warning, "RequeueNotOptedIn", note).await;
+        }
+        true
+    }
+
     /// A preempted pod the policy does not bring back: said once.
-    async fn say_uncopied(&self, uid: &str, key: &str, why: &str) {
+    async fn say_uncopied(&self, uid: &str, key: &str, reason: &'static str, why: &str) {
         let said = format!("uncopied/{uid}");
         if !self.retry.due(&said, Instant::now()) {
             return;
         }
         self.retry.settle(&said);
-        metrics::counter!("coloc_requeue_given_up_total", "reason" => "max_attempts").increment(1);
+        metrics::counter!("coloc_requeue_given_up_total", "reason" => reason).increment(1);
         tracing::warn!(original = %key, why, "requeue: a preempted pod is not copied");
         let (namespace, name) = key.split_once('/').unwrap_or(("", key));
         let note = format!("preempted and not requeued: {why}");

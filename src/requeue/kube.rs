@@ -20,7 +20,11 @@ use super::{RequeueIntent, FROM_UID, GATE};
 pub use crate::events::kube::REPORTER;
 
 pub struct Requeuer {
+    /// Reads, releases, deletes, Events: the replica's own identity.
     pub(super) client: Client,
+    /// Creates copies: the requeue identity (`serve --requeue-as`), which admission lets
+    /// create copies and nothing else; the replica's own where none is set.
+    pub(super) copier: Client,
     recorder: Recorder,
     /// Failed tries to store the replacement of a guarded pod an earlier release left.
     pub(super) tries: Tries,
@@ -92,9 +96,10 @@ pub fn api_code(e: &kube::Error) -> Option<u16> {
     }
 }
 
-/// Every reason `guard::give_up_after` may give, and `max_attempts`.
+/// Every reason `guard::give_up_after` may give, and `plan::uncopied`'s.
 const GIVEN_UP_REASONS: &[&str] = &[
     "max_attempts",
+    "namespace_not_opted_in",
     "namespace_terminating",
     "service_account_missing",
     "priority_class_missing",
@@ -125,6 +130,7 @@ impl Requeuer {
         let recorder = Recorder::new(client.clone(), crate::events::kube::reporter(instance));
         let availability = Arc::new(Availability::new(copies));
         Requeuer {
+            copier: client.clone(),
             client,
             recorder,
             tries: Default::default(),
@@ -134,6 +140,12 @@ impl Requeuer {
         }
     }
 
+    /// Copies are created as `copier`'s identity.
+    pub fn with_copier(mut self, copier: Client) -> Requeuer {
+        self.copier = copier;
+        self
+    }
+
     /// Creates the replacement `manifest` of `intent`; one that exists already counts if it
     /// is the live replacement of the same original (a retry, the other replica).
     pub(super) async fn create_replacement(
@@ -141,13 +153,12 @@ impl Requeuer {
         intent: &RequeueIntent,
         manifest: Value,
     ) -> Result<Stored, StoreError> {
-        let api = pod_api(&self.client, &intent.namespace);
         let object: DynamicObject = serde_json::from_value(manifest).map_err(|e| StoreError::new(e.to_string()))?;
-        match api.create(&PostParams::default(), &object).await {
+        match pod_api(&self.copier, &intent.namespace).create(&PostParams::default(), &object).await {
             Ok(_) => Ok(Stored::Created),
             Err(e) if api_code(&e) == Some(409) => {
                 // Ours (a retry, the other replica) or a stranger's pod of the same name?
-                let existing = api
+                let existing = pod_api(&self.client, &intent.namespace)
                     .get(&intent.replacement)
                     .await
                     .map_err(|e| StoreError::api(format!("{} exists but cannot be read", intent.replacement), &e))?;

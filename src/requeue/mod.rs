@@ -94,6 +94,7 @@ mod tests {
         let mut second = pod("free-3-rq-0123456789", "uid-2");
         second.annotations.insert(BASE_NAME.into(), "free-3".into());
         second.annotations.insert(ATTEMPT.into(), "1".into());
+        second.annotations.insert(FROM_UID.into(), "uid-1".into());
         assert!(replacement_name(&second).starts_with("free-3-rq-"));
         assert_eq!(replacement_name(&second).len(), "free-3-rq-".len() + 10);
         assert_eq!(attempt_of(&second), 1);

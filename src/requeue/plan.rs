@@ -11,7 +11,7 @@
 //! - **Delete** a gated copy whose original is not being deleted: an earlier release stored
 //!   it before an eviction that never came, or someone else made it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::cluster::{Eviction, View};
@@ -110,7 +110,7 @@ fn key(a: &Action) -> (u8, &str, &str) {
 fn copy(view: &View, policy: &Policy, e: &Eviction) -> Option<Action> {
     let pod = &e.pod;
     let class = policy.class(policy.classify(pod, view.priority_of(pod)));
-    if !would_requeue(pod, class) {
+    if !would_requeue(pod, class) || !view.requeue_allowed_in(&pod.namespace) {
         return None;
     }
     let name = replacement_name(pod);
@@ -127,22 +127,45 @@ fn copy(view: &View, policy: &Policy, e: &Eviction) -> Option<Action> {
 }
 
 /// Why a pod kube-scheduler preempted is not copied, if the policy says so: for the
-/// operator (an Event, a metric), since such a pod is gone for good.
-pub fn uncopied(view: &View, policy: &Policy, e: &Eviction) -> Option<String> {
+/// operator (an Event, a metric labelled by the first), since such a pod is gone for good.
+pub fn uncopied(view: &View, policy: &Policy, e: &Eviction) -> Option<(&'static str, String)> {
     let pod = &e.pod;
     let class = policy.class(policy.classify(pod, view.priority_of(pod)));
+    if would_requeue(pod, class) && !view.requeue_allowed_in(&pod.namespace) {
+        return Some(("namespace_not_opted_in", not_opted_in(&pod.namespace)));
+    }
     match class.requeue.max_attempts {
         Some(max)
             if marks::attempt_of(pod) >= max && class.victim.allowed && class.victim.bare() == BareVictims::Requeue =>
         {
-            Some(format!(
+            let why = format!(
                 "requeued {} time(s) already; class {} allows requeue.maxAttempts {max}",
                 marks::attempt_of(pod),
                 class.name
-            ))
+            );
+            Some(("max_attempts", why))
         }
         _ => None,
     }
+}
+
+fn not_opted_in(namespace: &str) -> String {
+    let (label, value) = marks::NAMESPACE_OPT_IN;
+    let (routed, to) = marks::NAMESPACE_ROUTED;
+    format!("namespace {namespace} has not opted in to copies (label {label}={value} or {routed}={to}; never kube-system), and admission refuses one there")
+}
+
+/// Namespaces holding bare pods that requeue would bring back were they in a namespace
+/// that opts in, with how many: such pods are protected, which a replica says at start
+/// so that an upgrade never silently stops requeue there.
+pub fn protected_for_namespace(view: &View, policy: &Policy) -> Vec<(String, usize, String)> {
+    let mut found: BTreeMap<&str, usize> = BTreeMap::new();
+    for pod in view.all_pods().filter(|p| !view.requeue_allowed_in(&p.namespace) && !marks::is_replacement(p)) {
+        if would_requeue(pod, policy.class(policy.classify(pod, view.priority_of(pod)))) {
+            *found.entry(&pod.namespace).or_default() += 1;
+        }
+    }
+    found.into_iter().map(|(ns, n)| (ns.to_string(), n, not_opted_in(ns))).collect()
 }
 
 fn is_gated(r: &Pod) -> bool {
@@ -171,6 +194,7 @@ fn gangs_held_back(view: &View, policy: &Policy, now: Timestamp, stuck_after: i6
         .evictions()
         .iter()
         .filter(|e| would_requeue(&e.pod, policy.class(policy.classify(&e.pod, view.priority_of(&e.pod)))))
+        .filter(|e| view.requeue_allowed_in(&e.pod.namespace))
         .filter_map(|e| view.gang_of(&e.pod));
     copies_waiting.chain(not_copied_yet).collect()
 }

@@ -19,6 +19,11 @@ use serde_json::{json, Value};
 pub const NODE: &str = "coloc-extender-wake.invalid";
 /// Label on every placeholder, to find leftovers.
 pub const LABEL: &str = "coloc-extender.io/wake";
+/// The PodTemplate in the install namespace naming the placeholder's image (the `wake`
+/// component ships it; `images:` rewrites it, and admission admits only that image).
+pub const TEMPLATE: &str = "coloc-extender-wake";
+/// The image where the namespace has no such PodTemplate.
+pub const DEFAULT_IMAGE: &str = "registry.k8s.io/pause:3.10";
 
 /// Why a wake was asked for (a metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,8 +46,13 @@ impl Reason {
     }
 }
 
+/// The image a PodTemplate names (its first container's), if any.
+pub fn template_image(template: &Value) -> Option<&str> {
+    template["template"]["spec"]["containers"][0]["image"].as_str().filter(|i| !i.is_empty())
+}
+
 /// The placeholder pod: bound to [`NODE`], no requests, no token, never run.
-pub fn placeholder(namespace: &str) -> Value {
+pub fn placeholder(namespace: &str, image: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -56,7 +66,7 @@ pub fn placeholder(namespace: &str) -> Value {
             "nodeName": NODE,
             "automountServiceAccountToken": false,
             "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "wake", "image": "registry.k8s.io/pause:3.10"}],
+            "containers": [{"name": "wake", "image": image}],
         }
     })
 }
@@ -67,12 +77,25 @@ mod tests {
 
     #[test]
     fn a_placeholder_is_bound_to_a_node_that_cannot_exist_and_requests_nothing() {
-        let p = placeholder("kube-system");
+        let p = placeholder("kube-system", DEFAULT_IMAGE);
         assert_eq!(p["spec"]["nodeName"], NODE);
         assert!(NODE.ends_with(".invalid"));
         assert!(p["spec"]["containers"][0].get("resources").is_none());
         assert_eq!(p["spec"]["automountServiceAccountToken"], false);
         assert_eq!(p["metadata"]["labels"][LABEL], "true");
         assert_eq!(p["metadata"]["namespace"], "kube-system");
+    }
+
+    #[test]
+    fn the_image_is_the_one_the_shipped_pod_template_names() {
+        let shipped: serde_json::Value =
+            serde_yaml_ng::from_str(include_str!("../../manifests/wake/podtemplate.yaml")).unwrap();
+        assert_eq!(shipped["metadata"]["name"], TEMPLATE);
+        assert_eq!(template_image(&shipped), Some(DEFAULT_IMAGE));
+        assert_eq!(
+            placeholder("ns", "mirror.example/pause:3.10")["spec"]["containers"][0]["image"],
+            "mirror.example/pause:3.10"
+        );
+        assert_eq!(template_image(&json!({"template": {"spec": {"containers": []}}})), None);
     }
 }

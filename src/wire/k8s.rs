@@ -205,7 +205,8 @@ pub struct NodeStatus {
     pub allocatable: BTreeMap<String, String>,
 }
 
-/// Node metadata: only what placement reads (nodes carry large annotations we skip).
+/// Metadata of a cluster-scoped object whose labels are read (nodes, namespaces): its
+/// annotations, often large, are skipped.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeMeta {
@@ -271,6 +272,20 @@ pub struct Pdb {
     pub spec: PdbSpec,
     #[serde(default, deserialize_with = "nullable")]
     pub status: PdbStatus,
+}
+
+/// A namespace: its name and labels (whether it opts in to requeue).
+#[derive(Deserialize, Default)]
+pub struct NamespaceJson {
+    #[serde(default, deserialize_with = "nullable")]
+    pub metadata: NodeMeta,
+}
+
+impl NamespaceJson {
+    pub fn into_model(self) -> model::Namespace {
+        let requeue = model::marks::namespace_opts_in(&self.metadata.name, &self.metadata.labels);
+        model::Namespace { name: self.metadata.name, requeue }
+    }
 }
 
 #[derive(Deserialize, Default)]

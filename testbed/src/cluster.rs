@@ -67,6 +67,12 @@ pub fn namespace(name: &str) -> Namespace {
     from(json!({"metadata": {"name": name}}))
 }
 
+/// A namespace labelled to take requeue copies of its preempted bare pods (the label the
+/// extender documents: the test bed depends on nothing of the extender's).
+pub fn requeue_namespace(name: &str) -> Namespace {
+    from(json!({"metadata": {"name": name, "labels": {"coloc-extender.io/requeue": "enabled"}}}))
+}
+
 /// A pod template's spec: one container requesting `milli_cpu` and 64 MiB.
 pub fn pod_spec(priority_class: &str, milli_cpu: i64) -> Value {
     json!({

@@ -1,5 +1,5 @@
 //! A control plane prepared as every end-to-end case and every loop-benchmark run needs
-//! it: the namespaces `online` and `batch`, the default policy's PriorityClasses (admitted),
+//! it: the namespaces `online` and `batch` (opted in to requeue copies), the default policy's PriorityClasses (admitted),
 //! and the extender's shipped RBAC.
 
 use std::path::{Path, PathBuf};
@@ -17,7 +17,20 @@ pub const BATCH: &str = "batch";
 /// What `serve --kube` needs.
 pub const BASE_RBAC: [&str; 2] = ["manifests/clusterrole.yaml", "manifests/clusterrolebinding.yaml"];
 /// What `--requeue` needs on top.
-pub const REQUEUE_RBAC: [&str; 2] = ["manifests/requeue/clusterrole.yaml", "manifests/requeue/clusterrolebinding.yaml"];
+pub const REQUEUE_RBAC: [&str; 4] = [
+    "manifests/requeue/serviceaccount.yaml",
+    "manifests/requeue/impersonate.yaml",
+    "manifests/requeue/clusterrole.yaml",
+    "manifests/requeue/clusterrolebinding.yaml",
+];
+/// What `--wake` needs on top.
+pub const WAKE_RBAC: [&str; 5] = [
+    "manifests/wake/serviceaccount.yaml",
+    "manifests/wake/impersonate.yaml",
+    "manifests/wake/role.yaml",
+    "manifests/wake/rolebinding.yaml",
+    "manifests/wake/podtemplate.yaml",
+];
 
 /// A file of this repository (manifests, policies), from whichever crate asks.
 pub fn repo(rel: &str) -> PathBuf {
@@ -30,7 +43,7 @@ pub fn repo(rel: &str) -> PathBuf {
 pub async fn start(bins: &Binaries, opts: Options, manifests: &[&str]) -> anyhow::Result<(ControlPlane, Client)> {
     let plane = ControlPlane::start(bins, opts).await?;
     let client = plane.client().await?;
-    cluster::create_all(&client, vec![cluster::namespace(ONLINE), cluster::namespace(BATCH)]).await?;
+    cluster::create_all(&client, vec![cluster::namespace(ONLINE), cluster::requeue_namespace(BATCH)]).await?;
     cluster::create_all(&client, cluster::default_priority_classes()).await?;
     cluster::until_admitted(&client, BATCH, &["online-prod", "offline-batch", "free"]).await?;
     for f in manifests {

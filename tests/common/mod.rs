@@ -212,6 +212,18 @@ impl Scenario {
         self
     }
 
+    /// A namespace of the cluster; once one is given, only those labelled to opt in take
+    /// requeue copies (as a watched cluster's).
+    pub fn namespace(mut self, name: &str, labels: &[(&str, &str)]) -> Self {
+        let labels: Labels = labels.iter().copied().collect();
+        let requeue = coloc_extender::model::marks::namespace_opts_in(name, &labels);
+        self.objects
+            .namespaces
+            .get_or_insert_with(Vec::new)
+            .push(coloc_extender::model::Namespace { name: name.into(), requeue });
+        self
+    }
+
     pub fn pdb(mut self, p: Pdb) -> Self {
         self.objects.pdbs.push(p);
         self

@@ -74,12 +74,7 @@ impl Bed {
         opts: Options,
         kubelet_opts: kubelet::Options,
     ) -> anyhow::Result<Bed> {
-        let rbac = [
-            prepared::BASE_RBAC,
-            prepared::REQUEUE_RBAC,
-            ["manifests/wake/role.yaml", "manifests/wake/rolebinding.yaml"],
-        ]
-        .concat();
+        let rbac = [&prepared::BASE_RBAC[..], &prepared::REQUEUE_RBAC[..], &prepared::WAKE_RBAC[..]].concat();
         let (plane, client) = prepared::start(&bins, opts, &rbac).await?;
         let kubelet = Kubelet::start(client.clone(), kubelet_opts);
         Ok(Bed { mode, scheduler: None, extenders: Vec::new(), kubelet, client, plane })

@@ -33,17 +33,27 @@ const BINDINGS: [&str; 2] = [
     include_str!("../../manifests/validatingadmissionpolicybinding-marks.yaml"),
 ];
 
-const CREATE: &str = "coloc-extender (or its uninstall) may create only a requeue replacement";
-const DELETE: &str = "coloc-extender (or its uninstall) may delete only its own pods";
-const SPEC: &str = "coloc-extender (or its uninstall) may not change a pod's spec";
-const LABELS: &str = "coloc-extender (or its uninstall) may not change a pod's labels";
-const FINALIZERS: &str = "coloc-extender (or its uninstall) may not change a pod's finalizers";
-const GATE_OWNER: &str =
-    "coloc-extender (or its uninstall) may remove the gate coloc-extender.io/requeue only from a requeue replacement";
-const GATES: &str = "coloc-extender (or its uninstall) may change spec.schedulingGates only by removing";
+const WAKE_IMAGE_POLICY: &str = include_str!("../../manifests/wake/validatingadmissionpolicy.yaml");
+const WAKE_IMAGE_BINDING: &str = include_str!("../../manifests/wake/validatingadmissionpolicybinding.yaml");
 
-const PLACEHOLDER: &str =
-    "coloc-extender (or its uninstall) may create a wake placeholder only as wake builds it, in its own namespace";
+const CREATE: &str = "only coloc-extender-requeue (and the uninstall Job) may create a pod";
+const COPY_HOME: &str = "coloc-extender may create a requeue copy only in a namespace that opted in";
+const DELETE: &str = "coloc-extender may delete only its own pods";
+const SPEC: &str = "coloc-extender may not change a pod's spec";
+const LABELS: &str = "coloc-extender may not change a pod's labels";
+const FINALIZERS: &str = "coloc-extender may not change a pod's finalizers";
+const GATE_OWNER: &str = "coloc-extender may remove the gate coloc-extender.io/requeue only from a requeue replacement";
+const GATES: &str = "coloc-extender may change spec.schedulingGates only by removing";
+const PLACEHOLDER: &str = "coloc-extender may create a wake placeholder only as wake builds it, in its own namespace";
+const WAKE_IMAGE: &str = "coloc-extender-wake may create a placeholder only of the image its PodTemplate coloc-extender-wake names (registry.k8s.io/pause:3.10)";
+/// RBAC's refusal of a create the identity holds no grant for.
+const NO_GRANT: &str = "cannot create resource \"pods\"";
+/// Pod Security admission's refusal.
+const POD_SECURITY: &str = "violates PodSecurity \"restricted:latest\"";
+
+/// The identities the extender's replicas act as (the requeue and wake components).
+const REQUEUE_USER: &str = "system:serviceaccount:kube-system:coloc-extender-requeue";
+const WAKE_USER: &str = "system:serviceaccount:kube-system:coloc-extender-wake";
 const MARK_LABELS: &str = "only coloc-extender sets the labels coloc-extender.io/requeued and coloc-extender.io/wake";
 const MARK_ANNOTATIONS: &str = "only coloc-extender sets the annotations coloc-extender.io/requeued-from-uid";
 const MARK_GATE: &str = "only coloc-extender adds or removes the scheduling gate coloc-extender.io/requeue";
@@ -64,6 +74,11 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         let b: ValidatingAdmissionPolicyBinding = serde_yaml_ng::from_str(text)?;
         Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone()).create(&PostParams::default(), &b).await?;
     }
+    // The wake component's: a placeholder's image is its PodTemplate's (applied with its RBAC).
+    let policy: ValidatingAdmissionPolicy = serde_yaml_ng::from_str(WAKE_IMAGE_POLICY)?;
+    Api::<ValidatingAdmissionPolicy>::all(admin.clone()).create(&PostParams::default(), &policy).await?;
+    let binding: ValidatingAdmissionPolicyBinding = serde_yaml_ng::from_str(WAKE_IMAGE_BINDING)?;
+    Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone()).create(&PostParams::default(), &binding).await?;
     // The pods it acts on: a bare pod an earlier release guarded, a stranger, and a
     // stranger's pod held by the requeue gate without being a replacement.
     let guarded = PodBuilder::new("batch", "free-1", "free", 100).label(GUARD, "true").build();
@@ -77,9 +92,13 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     admin_pods.create(&PostParams::default(), &stranger).await?;
     admin_pods.create(&PostParams::default(), &serde_json::from_value(gated)?).await?;
 
-    // As the extender: the user its kubeconfig names is its ServiceAccount.
+    // As the extender's replicas (the user its kubeconfig names is its ServiceAccount),
+    // and as the identities they act as for copies and wakes, as `serve` does.
     let ext = client_from(&bed.plane.extender_kubeconfig).await?;
+    let as_requeue = acting_as(&bed.plane.extender_kubeconfig, REQUEUE_USER).await?;
+    let as_wake = acting_as(&bed.plane.extender_kubeconfig, WAKE_USER).await?;
     let pods: Api<Pod> = Api::namespaced(ext.clone(), "batch");
+    let copies: Api<Pod> = Api::namespaced(as_requeue.clone(), "batch");
     let original = serde_json::to_value(&guarded)?;
     let uid = guarded.metadata.uid.clone().unwrap_or_default();
     let intent = RequeueIntent {
@@ -112,16 +131,17 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     // Enforcement starts a moment after the policies are stored.
     let dry = PostParams { dry_run: true, ..Default::default() };
     coloc_testbed::wait::until(MINUTE, "the policies enforced", || async {
-        match pods.create(&dry, &ungated).await {
+        match copies.create(&dry, &ungated).await {
             Err(e) if e.to_string().contains(CREATE) => Ok(()),
             other => Err(format!("{:?}", other.map(|p| p.metadata.name))),
         }
     })
     .await?;
 
-    // Allowed: requeue's replacement, made by the extender's own builder; its release (the
-    // JSON patch requeue sends); its deletion; the guard's removal; a wake.
-    let made = pods.create(&PostParams::default(), &serde_json::from_value(copy.clone())?).await?;
+    // Allowed: requeue's replacement, made by the extender's own builder as the requeue
+    // identity; its release (the JSON patch requeue sends) and its deletion, as the
+    // replicas'; the guard's removal; a wake, as the wake identity.
+    let made = copies.create(&PostParams::default(), &serde_json::from_value(copy.clone())?).await?;
     let made_uid = made.metadata.uid.clone().unwrap_or_default();
     let gates = json!([{"name": GATE}]);
     json_patch(
@@ -158,8 +178,8 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
             && !unguarded.metadata.labels.unwrap_or_default().contains_key(GUARD),
         "the guard is gone"
     );
-    let system: Api<Pod> = Api::namespaced(ext.clone(), "kube-system");
-    let placeholder: Pod = serde_json::from_value(wake::placeholder("kube-system"))?;
+    let system: Api<Pod> = Api::namespaced(as_wake.clone(), "kube-system");
+    let placeholder: Pod = serde_json::from_value(wake::placeholder("kube-system", wake::DEFAULT_IMAGE))?;
     let woke = system
         .create(&PostParams::default(), &placeholder)
         .await
@@ -171,9 +191,36 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("deleting a placeholder was refused: {e}"))?;
 
     // Refused, each with its policy's message.
-    refused("create an ungated replacement", CREATE, pods.create(&PostParams::default(), &ungated).await)?;
-    refused("create an unlabelled gated pod", CREATE, pods.create(&PostParams::default(), &unlabelled).await)?;
-    let mut bound = wake::placeholder("kube-system");
+    refused("create an ungated replacement", CREATE, copies.create(&PostParams::default(), &ungated).await)?;
+    refused("create an unlabelled gated pod", CREATE, copies.create(&PostParams::default(), &unlabelled).await)?;
+    copies_stay_home(&bed, &admin, &as_requeue, &copy).await?;
+    // Each identity writes only its own kind of pod.
+    let plain = PodBuilder::new("batch", "plain-by-requeue", "free", 100).build();
+    refused("a plain pod as the requeue identity", CREATE, copies.create(&PostParams::default(), &plain).await)?;
+    let requeue_system: Api<Pod> = Api::namespaced(as_requeue.clone(), "kube-system");
+    refused(
+        "a placeholder as the requeue identity",
+        CREATE,
+        requeue_system
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(wake::placeholder("kube-system", wake::DEFAULT_IMAGE))?,
+            )
+            .await,
+    )?;
+    let mut copy_in_system = copy.clone();
+    copy_in_system["metadata"]["namespace"] = json!("kube-system");
+    refused(
+        "a copy as the wake identity",
+        CREATE,
+        system.create(&PostParams::default(), &serde_json::from_value(copy_in_system)?).await,
+    )?;
+    refused(
+        "a copy as the replicas' own identity (no create granted)",
+        NO_GRANT,
+        pods.create(&PostParams::default(), &serde_json::from_value(copy.clone())?).await,
+    )?;
+    let mut bound = wake::placeholder("kube-system", wake::DEFAULT_IMAGE);
     bound["spec"]["nodeName"] = json!("node-1");
     refused(
         "create a wake-labelled pod on a real node",
@@ -191,8 +238,18 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         ("on the host network", |p| p["spec"]["hostNetwork"] = json!(true)),
         ("privileged", |p| p["spec"]["containers"][0]["securityContext"] = json!({"privileged": true})),
     ];
+    let mut other_image = wake::placeholder("kube-system", "registry.example/anything:1");
+    other_image["spec"]["containers"][0]["name"] = json!("wake");
+    let other_image: Pod = serde_json::from_value(other_image)?;
+    coloc_testbed::wait::until(MINUTE, "a placeholder of another image refused", || async {
+        match system.create(&dry, &other_image).await {
+            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(WAKE_IMAGE) => Ok(()),
+            other => Err(format!("{:?}", other.map(|p| p.metadata.name))),
+        }
+    })
+    .await?;
     for (how, change) in shapes {
-        let mut p = wake::placeholder("kube-system");
+        let mut p = wake::placeholder("kube-system", wake::DEFAULT_IMAGE);
         change(&mut p);
         refused(
             &format!("create a placeholder {how}"),
@@ -200,11 +257,13 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
             system.create(&PostParams::default(), &serde_json::from_value(p)?).await,
         )?;
     }
-    let elsewhere: Api<Pod> = Api::namespaced(ext.clone(), "batch");
+    let elsewhere: Api<Pod> = Api::namespaced(as_wake.clone(), "batch");
     refused(
-        "create a placeholder outside the extender's namespace",
-        PLACEHOLDER,
-        elsewhere.create(&PostParams::default(), &serde_json::from_value(wake::placeholder("batch"))?).await,
+        "create a placeholder outside the extender's namespace, as the wake identity",
+        NO_GRANT,
+        elsewhere
+            .create(&PostParams::default(), &serde_json::from_value(wake::placeholder("batch", wake::DEFAULT_IMAGE))?)
+            .await,
     )?;
     let image = json!({"spec": {"containers": [{"name": "main", "image": "registry.example/other:2"}]}});
     refused(
@@ -237,7 +296,8 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         json_patch(&ext, "batch", "gated", release).await,
     )?;
     // A replacement held by another gate too: only ours may go, and nothing else with it.
-    pods.create(&PostParams::default(), &two_gates)
+    copies
+        .create(&PostParams::default(), &two_gates)
         .await
         .map_err(|e| anyhow::anyhow!("a replacement with two gates was refused: {e}"))?;
     let theirs = json!([{"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": GATE}]}]);
@@ -257,24 +317,110 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("removing our gate beside another was refused: {e}"))?;
     refused("delete another pod", DELETE, pods.delete("stranger", &DeleteParams::default()).await)?;
 
-    tenant_marks(&bed, &admin, &pods, &copy).await?;
+    tenant_marks(&bed, &admin, &copies, &pods, &copy).await?;
 
     // Control: without the bindings, RBAC alone lets the same write through.
     for b in ["coloc-extender"] {
         Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone()).delete(b, &DeleteParams::default()).await?;
     }
     coloc_testbed::wait::until(MINUTE, "the ungated create admitted without the policies", || async {
-        pods.create(&dry, &ungated).await.map(drop).map_err(|e| e.to_string())
+        copies.create(&dry, &ungated).await.map(drop).map_err(|e| e.to_string())
     })
     .await?;
     bed.finish()
+}
+
+/// A client from `kubeconfig` acting as `user`, as `serve` acts as its requeue and wake
+/// identities (the shipped impersonation Roles allow exactly these).
+async fn acting_as(kubeconfig: &std::path::Path, user: &str) -> anyhow::Result<Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    config.auth_info.impersonate = Some(user.into());
+    Ok(Client::try_from(config)?)
+}
+
+/// Copies go only to namespaces that opted in, never to kube-system or the install
+/// namespace, and Pod Security holds them as any pod.
+async fn copies_stay_home(bed: &Bed, admin: &Client, as_requeue: &Client, copy: &Value) -> anyhow::Result<()> {
+    use coloc_testbed::cluster;
+    use k8s_openapi::api::core::v1::Namespace;
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    let in_namespace = |ns: &str, f: &dyn Fn(&mut Value)| -> anyhow::Result<Pod> {
+        let mut v = copy.clone();
+        v["metadata"]["namespace"] = json!(ns);
+        f(&mut v);
+        Ok(serde_json::from_value(v)?)
+    };
+    let (opt_in, enabled) = coloc_extender::model::marks::NAMESPACE_OPT_IN;
+    let namespace = |name: &str, labels: Value| -> anyhow::Result<Namespace> {
+        Ok(serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}}))?)
+    };
+    let restricted = json!({opt_in: enabled, "pod-security.kubernetes.io/enforce": "restricted"});
+    let all = [
+        cluster::namespace("plain"),
+        namespace("locked", restricted)?,
+        namespace("coloc-system", json!({opt_in: enabled}))?,
+        namespace("labelled-system", json!({opt_in: enabled}))?,
+    ];
+    cluster::create_all(admin, all.into()).await?;
+    Api::<Namespace>::all(admin.clone())
+        .patch(
+            "kube-system",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {opt_in: enabled}}})),
+        )
+        .await?;
+    let create = |ns: &str, pod: Pod| {
+        let api: Api<Pod> = Api::namespaced(as_requeue.clone(), ns);
+        async move { api.create(&PostParams::default(), &pod).await }
+    };
+    let keep = |_: &mut Value| {};
+    refused(
+        "a copy in kube-system, labelled or not",
+        COPY_HOME,
+        create("kube-system", in_namespace("kube-system", &keep)?).await,
+    )?;
+    refused("a copy in a namespace not opted in", COPY_HOME, create("plain", in_namespace("plain", &keep)?).await)?;
+    let privileged =
+        in_namespace("locked", &|v| v["spec"]["containers"][0]["securityContext"] = json!({"privileged": true}))?;
+    refused("a privileged copy in a restricted namespace", POD_SECURITY, create("locked", privileged).await)?;
+    // Another install's requeue identity, in coloc-system: its own namespace is no home for
+    // copies either, opted in or not.
+    let grant: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "other-install-requeue"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "coloc-extender-requeue"},
+        "subjects": [{"kind": "ServiceAccount", "name": "coloc-extender-requeue", "namespace": "coloc-system"}],
+    }))?;
+    Api::<ClusterRoleBinding>::all(admin.clone()).create(&PostParams::default(), &grant).await?;
+    let other =
+        acting_as(&bed.plane.admin_kubeconfig, "system:serviceaccount:coloc-system:coloc-extender-requeue").await?;
+    let theirs: Api<Pod> = Api::namespaced(other, "coloc-system");
+    let home_copy = in_namespace("coloc-system", &keep)?;
+    coloc_testbed::wait::until(MINUTE, "the other install's identity refused at home by the policy", || async {
+        match theirs.create(&PostParams { dry_run: true, ..Default::default() }, &home_copy).await {
+            Err(kube::Error::Api(s)) if s.message.contains(COPY_HOME) => Ok(()),
+            other => Err(format!("{:?}", other.map(|p| p.metadata.name))),
+        }
+    })
+    .await?;
+    let labelled = in_namespace("labelled-system", &keep)?;
+    create("labelled-system", labelled)
+        .await
+        .map_err(|e| anyhow::anyhow!("a copy in a namespace that opted in was refused: {e}"))?;
+    Ok(())
 }
 
 /// A JSON patch as requeue sends it (kube-rs's `Patch::Json` needs a feature we do not use).
 /// A tenant (anyone but the extender and cluster admins), allowed to edit pods in batch by
 /// RBAC, may not forge or change the marks decisions trust: a copy's, a placeholder's, a
 /// guard. What else it changes on a copy is its own business.
-async fn tenant_marks(bed: &Bed, admin: &Client, ext_pods: &Api<Pod>, copy: &Value) -> anyhow::Result<()> {
+async fn tenant_marks(
+    bed: &Bed,
+    admin: &Client,
+    copies: &Api<Pod>,
+    ext_pods: &Api<Pod>,
+    copy: &Value,
+) -> anyhow::Result<()> {
     use coloc_extender::requeue::{ATTEMPT, FROM_UID};
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
     let role: Role = serde_json::from_value(json!({
@@ -297,7 +443,7 @@ async fn tenant_marks(bed: &Bed, admin: &Client, ext_pods: &Api<Pod>, copy: &Val
     // A copy of the extender's, still gated, for her to try.
     let mut gated_copy = copy.clone();
     gated_copy["metadata"]["name"] = json!("free-1-rq-3");
-    ext_pods.create(&PostParams::default(), &serde_json::from_value(gated_copy)?).await?;
+    copies.create(&PostParams::default(), &serde_json::from_value(gated_copy)?).await?;
 
     let plain = PodBuilder::new("batch", "plain", "free", 100).build();
     coloc_testbed::wait::until(MINUTE, "alice may create a plain pod", || async {

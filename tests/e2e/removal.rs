@@ -283,7 +283,7 @@ async fn uninstall_mid_storm(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 async fn namespace_deleted(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
     bed.nodes(&["node-1"], 4000).await?;
-    cluster::create(&bed.client, cluster::namespace("doomed")).await?;
+    cluster::create(&bed.client, cluster::requeue_namespace("doomed")).await?;
     bed.bound(vec![PodBuilder::new("doomed", "free-1", "free", 1900).on("node-1")]).await?;
     bed.until_running("doomed", 1).await?;
     plant_guard(&bed, "doomed", "free-1").await?;

@@ -163,10 +163,51 @@ fn owned_pods_and_classes_that_do_not_requeue_are_not_copied() {
 fn a_pod_requeued_max_attempts_times_is_not_copied_and_says_why() {
     let mut tired = deleting(marked());
     tired.annotations.insert(ATTEMPT.into(), "5".into());
+    tired.annotations.insert(FROM_UID.into(), "u-0".into());
     let v = view_of(vec![tired]);
     assert!(actions(&v).is_empty());
     let e = v.evictions().iter().next().expect("the eviction is seen");
-    assert!(uncopied(&v, &policy(), e).is_some_and(|why| why.contains("maxAttempts 5")));
+    assert!(uncopied(&v, &policy(), e).is_some_and(|(_, why)| why.contains("maxAttempts 5")));
+}
+
+fn namespace(name: &str, requeue: bool) -> crate::model::Namespace {
+    crate::model::Namespace { name: name.into(), requeue }
+}
+
+#[test]
+fn a_pod_in_a_namespace_that_has_not_opted_in_is_not_copied_and_says_why() {
+    let mut v = view_of(vec![marked(), deleting(marked())]);
+    v.watch_namespaces();
+    assert!(actions(&v).is_empty(), "a namespace not seen yet takes no copy");
+    v.apply_namespace(namespace("batch", false));
+    assert!(actions(&v).is_empty());
+    let e = v.evictions().iter().next().expect("the eviction is seen");
+    let (reason, why) = uncopied(&v, &policy(), e).expect("said");
+    assert_eq!(reason, "namespace_not_opted_in");
+    assert!(
+        why.contains("namespace batch has not opted in") && why.contains("coloc-extender.io/requeue=enabled"),
+        "{why}"
+    );
+
+    v.apply_namespace(namespace("batch", true));
+    assert_eq!(copies(&actions(&v)), [("free-3", false)]);
+    assert!(uncopied(&v, &policy(), v.evictions().iter().next().expect("seen")).is_none());
+}
+
+#[test]
+fn a_replica_names_the_namespaces_whose_bare_pods_it_protects_for_want_of_an_opt_in() {
+    let owned = Pod {
+        name: "owned".into(),
+        uid: "u-2".into(),
+        controller: Some(crate::model::OwnerRef { kind: "Job".into(), name: "j".into() }),
+        ..original()
+    };
+    let mut v = view_of(vec![original(), owned, Pod { namespace: "other".into(), uid: "u-3".into(), ..original() }]);
+    v.watch_namespaces();
+    v.apply_namespace(namespace("batch", false));
+    v.apply_namespace(namespace("other", true));
+    let found = protected_for_namespace(&v, &policy());
+    assert_eq!(found.iter().map(|(ns, n, _)| (ns.as_str(), *n)).collect::<Vec<_>>(), [("batch", 1)]);
 }
 
 #[test]
@@ -202,6 +243,7 @@ fn an_original_seen_again_after_its_copy_is_not_an_eviction_again() {
 fn a_gang_is_not_held_by_a_member_requeue_will_never_copy() {
     let (a, mut b) = (member("a", "u-a"), member("b", "u-b"));
     b.annotations.insert(ATTEMPT.into(), "5".into());
+    b.annotations.insert(FROM_UID.into(), "u-b0".into());
     let p = policy();
     let mut v = view_of(vec![copy_of(&a, true), deleting(b.clone())]);
     v.remove_deleted_pod("batch/b", &deleting(b), &p);

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use coloc_testbed::cluster::{self};
 use coloc_testbed::control_plane::Options;
 use coloc_testbed::scenario::Scenario;
-use coloc_testbed::{kubelet, wait, Binaries, ControlPlane, Extender, ExtenderEntry, Kubelet, Scheduler};
+use coloc_testbed::{kubelet, prepared, wait, Binaries, ControlPlane, Extender, ExtenderEntry, Kubelet, Scheduler};
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
@@ -637,20 +637,13 @@ async fn run(
 ) -> anyhow::Result<(Outcome, Option<ControlPlane>)> {
     let plane = ControlPlane::start(bins, Options::default()).await?;
     let client = plane.client().await?;
-    cluster::create_all(&client, vec![cluster::namespace("online"), cluster::namespace("batch")]).await?;
+    cluster::create_all(&client, vec![cluster::namespace("online"), cluster::requeue_namespace("batch")]).await?;
     let classes = cluster::default_priority_classes();
     let names: Vec<String> = classes.iter().filter_map(|c| c.metadata.name.clone()).collect();
     cluster::create_all(&client, classes).await?;
     cluster::until_admitted(&client, "batch", &names.iter().map(String::as_str).collect::<Vec<_>>()).await?;
-    for f in [
-        "clusterrole.yaml",
-        "clusterrolebinding.yaml",
-        "requeue/clusterrole.yaml",
-        "requeue/clusterrolebinding.yaml",
-        "wake/role.yaml",
-        "wake/rolebinding.yaml",
-    ] {
-        plane.apply(&Path::new(REPO).join("manifests").join(f))?;
+    for f in [&prepared::BASE_RBAC[..], &prepared::REQUEUE_RBAC[..], &prepared::WAKE_RBAC[..]].concat() {
+        plane.apply(&Path::new(REPO).join(f))?;
     }
     let _kubelet = Kubelet::start(client.clone(), kubelet::Options::default());
     cluster::create_all(&client, sc.node_objects()).await?;

@@ -89,7 +89,8 @@ fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
 
 /// The cluster before the storm: `pods` full nodes, their victims running.
 async fn build(bins: &Binaries, pods: usize) -> anyhow::Result<(ControlPlane, kube::Client, Kubelet)> {
-    let (plane, client) = world::control_plane(bins, &[prepared::BASE_RBAC, prepared::REQUEUE_RBAC].concat()).await?;
+    let (plane, client) =
+        world::control_plane(bins, &[&prepared::BASE_RBAC[..], &prepared::REQUEUE_RBAC[..]].concat()).await?;
     let stand_in = Kubelet::start(client.clone(), kubelet::Options::default());
     let node = |i: usize| format!("storm-{i:05}");
     cluster::create_all(
