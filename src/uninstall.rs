@@ -1,13 +1,17 @@
 //! `coloc-extender uninstall`: takes out what the extender wrote, in a safe order, so that
 //! removing it leaves the cluster as it was.
 //!
-//! 1. Refuse while it could still be needed: an extender pod still runs, or kube-scheduler
-//!    reported a failing call to it within `--quiet-for` (it is still registered).
+//! 1. Refuse while it could still be needed: an extender pod or the scheduler of its own
+//!    still runs, kube-scheduler reported a failing call to it within `--quiet-for` (it is
+//!    still registered), or pods that are not its copies wait for coloc-scheduler (nothing
+//!    would place them once it is gone).
 //! 2. Finish every guard an earlier release left (`requeue::leftovers`): a preempted pod
 //!    is requeued first, any other let go. Then copy every preempted bare pod still
 //!    terminating whose copy no replica stored (`adopt`): what the extender's replicas
 //!    would have done, had one run until it was gone.
-//! 3. Settle every gated replacement (`settle`): released once its original is gone,
+//! 3. Move every copy that names coloc-scheduler to `--scheduler-after` (a twin created,
+//!    then the copy deleted: a pod's scheduler cannot change), then settle every gated
+//!    replacement (`settle`): released once its original is gone,
 //!    deleted where the original runs on or ended on its own. A copy whose original still
 //!    terminates is waited for (`--wait-for-originals`), never released beside it, unless
 //!    the original is stuck past its deletionTimestamp as the requeue controller bounds it.
@@ -45,6 +49,16 @@ pub struct UninstallArgs {
     /// terminates after that are left gated and named (run uninstall again), e.g. 60s.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub wait_for_originals: Duration,
+    /// Label selector of the scheduler of its own's pods (in --namespace): none may still run.
+    #[arg(long, default_value = "app.kubernetes.io/name=coloc-scheduler")]
+    pub scheduler_selector: String,
+    /// The schedulerName the scheduler of its own serves: no pending pod may still name it,
+    /// and copies naming it are moved to --scheduler-after.
+    #[arg(long, default_value = "coloc-scheduler")]
+    pub scheduler_name: String,
+    /// The scheduler copies that named --scheduler-name are moved to.
+    #[arg(long, default_value = "default-scheduler")]
+    pub scheduler_after: String,
     /// Skip the checks of step 1 (the extender may still be in use: pods it answered for
     /// may be preempted without a replacement).
     #[arg(long)]
@@ -153,7 +167,12 @@ async fn uninstall(args: UninstallArgs) -> anyhow::Result<()> {
     println!("   {copied} copied");
     left += failed;
 
-    println!("3. gated replacements");
+    println!("3. copies naming {}", args.scheduler_name);
+    let (moved, failed) = move_copies(&requeuer, &pods, &args).await?;
+    println!("   {moved} moved to {}", args.scheduler_after);
+    left += failed;
+
+    println!("   gated replacements");
     let deadline = tokio::time::Instant::now() + args.wait_for_originals;
     let (mut released, mut deleted) = (0, 0);
     loop {
@@ -268,6 +287,75 @@ async fn adopt(
     Ok((copied, failed))
 }
 
+/// The name of the twin a copy is moved to: the copy's, `-d` added (cut to 253).
+pub fn twin_name(name: &str) -> String {
+    let mut cut = name.len().min(251);
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}-d", &name[..cut])
+}
+
+/// The twin of the copy `json` under `scheduler`: the same labels, annotations, gates and
+/// spec, another name; what the API server set (uid, status, ...) left out. Admission
+/// admits it as a copy; its scheduling gate is the requeue one whether or not the copy
+/// was released (a copy is created gated).
+pub fn twin(json: &serde_json::Value, scheduler: &str) -> serde_json::Value {
+    let mut t = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": twin_name(json["metadata"]["name"].as_str().unwrap_or_default()),
+            "namespace": json["metadata"]["namespace"],
+            "labels": json["metadata"]["labels"],
+            "annotations": json["metadata"]["annotations"],
+        },
+        "spec": json["spec"],
+    });
+    t["spec"]["schedulerName"] = serde_json::json!(scheduler);
+    let mut gates: Vec<serde_json::Value> = t["spec"]["schedulingGates"].as_array().cloned().unwrap_or_default();
+    if !gates.iter().any(|g| g["name"] == GATE) {
+        gates.push(serde_json::json!({"name": GATE}));
+    }
+    t["spec"]["schedulingGates"] = serde_json::Value::Array(gates);
+    t
+}
+
+/// Moves every unbound copy naming `--scheduler-name` to `--scheduler-after`: its twin is
+/// stored (gated; released where the copy was), then the copy deleted. A second run finds
+/// the twin (409) and finishes the delete. Returns (moved, failed).
+async fn move_copies(
+    requeuer: &Requeuer,
+    pods: &kube::Api<DynamicObject>,
+    args: &UninstallArgs,
+) -> anyhow::Result<(usize, usize)> {
+    let listed =
+        pods.list(&ListParams::default().labels(&format!("{LABEL}=true"))).await.context("cannot list replacements")?;
+    let (mut moved, mut failed) = (0, 0);
+    for object in listed.items {
+        let Some((json, copy)) = decoded(&object) else { continue };
+        if copy.node_name.is_some() || copy.deletion_time.is_some() || copy.is_terminal() {
+            continue;
+        }
+        if json["spec"]["schedulerName"].as_str() != Some(args.scheduler_name.as_str()) {
+            continue;
+        }
+        let twin = twin(&json, &args.scheduler_after);
+        let released = !copy.scheduling_gates.iter().any(|g| g == GATE);
+        match requeuer.store_twin(&copy, twin, released).await {
+            Ok(name) => {
+                println!("   moved {} to {}/{name} ({})", copy.key(), copy.namespace, args.scheduler_after);
+                moved += 1;
+            }
+            Err(e) => {
+                println!("   could not move {}: {e}", copy.key());
+                failed += 1;
+            }
+        }
+    }
+    Ok((moved, failed))
+}
+
 /// Refuses while the extender could still be asked to decide.
 async fn still_in_use(client: &kube::Client, args: &UninstallArgs) -> anyhow::Result<()> {
     let own = std::env::var("POD_NAME").ok();
@@ -287,6 +375,31 @@ async fn still_in_use(client: &kube::Client, args: &UninstallArgs) -> anyhow::Re
         "the extender still runs ({}): unregister it from kube-scheduler's configuration, scale it to 0 (kubectl -n {} scale deploy/coloc-extender --replicas=0), then run uninstall again",
         running.join(", "),
         args.namespace
+    );
+    let scheduler: Vec<String> = pods
+        .list(&ListParams::default().labels(&args.scheduler_selector))
+        .await
+        .with_context(|| format!("cannot list the scheduler of its own's pods in {}", args.namespace))?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| !matches!(p.data["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    anyhow::ensure!(
+        scheduler.is_empty(),
+        "the scheduler of its own still runs ({}): turn the routing off (kubectl delete mutatingadmissionpolicybinding {name}, or unlabel the namespaces), let it place the pods waiting for it, scale it to 0 (kubectl -n {} scale deploy/{name} --replicas=0), then run uninstall again",
+        scheduler.join(", "),
+        args.namespace,
+        name = args.scheduler_name,
+    );
+    let waiting = waiting_for(client, &args.scheduler_name).await?;
+    anyhow::ensure!(
+        waiting.is_empty(),
+        "{} pending pod(s) that are not its copies still name {}, which nothing serves once it is gone: {}. Let it place them (run it again) or delete them for their controllers to recreate them under another scheduler, then run uninstall again",
+        waiting.len(),
+        args.scheduler_name,
+        waiting.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
     );
     let events = kube::Api::<k8s_openapi::api::core::v1::Event>::all(client.clone());
     let failed = events
@@ -323,6 +436,22 @@ async fn still_in_use(client: &kube::Client, args: &UninstallArgs) -> anyhow::Re
         }
     }
     Ok(())
+}
+
+/// Unbound pods, not copies and not ending, that name `scheduler`.
+async fn waiting_for(client: &kube::Client, scheduler: &str) -> anyhow::Result<Vec<String>> {
+    let pods = kube::Api::<DynamicObject>::all_with(client.clone(), &crate::requeue::kube::pod_resource());
+    let listed = pods
+        .list(&ListParams::default().fields(&format!("spec.schedulerName={scheduler},spec.nodeName=")))
+        .await
+        .context("cannot list pending pods")?;
+    Ok(listed
+        .items
+        .iter()
+        .filter_map(decoded)
+        .filter(|(_, p)| !crate::requeue::is_replacement(p) && p.deletion_time.is_none() && !p.is_terminal())
+        .map(|(_, p)| p.key())
+        .collect())
 }
 
 /// The pod a replacement's annotations name, if it still exists with that UID.
@@ -383,6 +512,24 @@ mod tests {
         assert!(matches!(settle(Some(&done_while_going), NOW), Settle::Delete(_)));
         let deleted = Pod { deletion_time: Some(NOW), ..original() };
         assert!(matches!(settle(Some(&deleted), NOW), Settle::Delete(why) if why.contains("not by preemption")));
+    }
+
+    #[test]
+    fn a_copys_twin_names_the_other_scheduler_and_keeps_the_rest() {
+        let copy = serde_json::json!({
+            "metadata": {"name": "free-1-rq-0123456789", "namespace": "batch", "uid": "c", "resourceVersion": "9",
+                "labels": {LABEL: "true"}, "annotations": {FROM_UID: "u"}},
+            "spec": {"schedulerName": "coloc-scheduler", "containers": [{"name": "main", "image": "w"}]},
+            "status": {"phase": "Pending"},
+        });
+        let t = twin(&copy, "default-scheduler");
+        assert_eq!(t["metadata"]["name"], "free-1-rq-0123456789-d");
+        assert_eq!(t["spec"]["schedulerName"], "default-scheduler");
+        assert_eq!(t["spec"]["schedulingGates"], serde_json::json!([{"name": GATE}]), "created gated, as a copy is");
+        assert_eq!(t["metadata"]["labels"][LABEL], "true");
+        assert_eq!(t["metadata"]["annotations"][FROM_UID], "u");
+        assert!(t["metadata"].get("uid").is_none() && t.get("status").is_none());
+        assert_eq!(twin_name(&"a".repeat(253)).len(), 253);
     }
 
     #[test]

@@ -184,6 +184,33 @@ impl Requeuer {
         self.create_replacement(intent, manifest).await.map(|_| ()).map_err(|e| e.message)
     }
 
+    /// Stores `twin` (a copy of `copy` under another scheduler, gated), released where
+    /// `released`, then deletes `copy`: `uninstall`. A twin stored by an earlier run is
+    /// taken as stored. Returns the twin's name.
+    pub async fn store_twin(&self, copy: &crate::model::Pod, twin: Value, released: bool) -> Result<String, String> {
+        let name = twin["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let object: DynamicObject = serde_json::from_value(twin).map_err(|e| e.to_string())?;
+        let api = pod_api(&self.copier, &copy.namespace);
+        let stored = match api.create(&PostParams::default(), &object).await {
+            Ok(o) => o,
+            Err(e) if api_code(&e) == Some(409) => {
+                let o = pod_api(&self.client, &copy.namespace).get(&name).await.map_err(|e| e.to_string())?;
+                let from = |p: &DynamicObject| p.metadata.annotations.as_ref().and_then(|a| a.get(FROM_UID)).cloned();
+                if from(&o) != copy.annotations.get(FROM_UID).map(str::to_string) {
+                    return Err(format!("a pod named {name} exists and is not this copy's twin"));
+                }
+                o
+            }
+            Err(e) => return Err(format!("cannot create {name}: {e}")),
+        };
+        if released {
+            let (_, model) = super::leftovers::decoded(&stored).ok_or_else(|| format!("cannot read {name}"))?;
+            self.release_now(&model).await?;
+        }
+        self.delete(&copy.namespace, &copy.name, &copy.uid, "moved to another scheduler").await?;
+        Ok(name)
+    }
+
     /// Releases `replacement` now, whatever its original: `uninstall`.
     pub async fn release_now(&self, replacement: &crate::model::Pod) -> Result<(), String> {
         self.release(&Release::of(replacement)).await

@@ -43,7 +43,70 @@ pub fn cases() -> Vec<Case> {
             name: "removal_a_replica_without_requeue_finishes_the_copies_an_earlier_run_left",
             run: |b, m| Box::pin(requeue_off_finishes_copies(b, m)),
         },
+        Case {
+            name: "removal_uninstall_waits_for_coloc_scheduler_and_moves_the_copies_naming_it",
+            run: |b, m| Box::pin(scheduler_of_its_own_goes(b, m)),
+        },
     ]
+}
+
+/// uninstall refuses while the scheduler of its own runs, and while a pod that is not a
+/// copy waits for it (nothing would place it once it is gone); a copy naming it, its
+/// original gone, is moved to the default scheduler and released there.
+async fn scheduler_of_its_own_goes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    use coloc_extender::requeue::{replacement, RequeueIntent, GATE};
+    let bed = Bed::up(bins, mode).await?;
+    bed.plane.apply(&repo("manifests/uninstall/clusterrole.yaml"))?;
+    bed.plane.apply(&repo("manifests/uninstall/clusterrolebinding.yaml"))?;
+    bed.nodes(&["node-1"], 4000).await?;
+    let scheduler = PodBuilder::new("kube-system", "coloc-scheduler-0", "online-prod", 100)
+        .label("app.kubernetes.io/name", "coloc-scheduler")
+        .on("node-1");
+    bed.bound(vec![scheduler]).await?;
+    bed.until_running("kube-system", 1).await?;
+    let (ok, out) = uninstall(&bed, &[])?;
+    anyhow::ensure!(!ok && out.contains("the scheduler of its own still runs (coloc-scheduler-0)"), "{out}");
+    let now = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+    Api::<Pod>::namespaced(bed.client.clone(), "kube-system").delete("coloc-scheduler-0", &now).await?;
+
+    let batch: Api<Pod> = Api::namespaced(bed.client.clone(), "batch");
+    let mut waiting = serde_json::to_value(PodBuilder::new("batch", "waiting", "free", 100).build())?;
+    waiting["spec"]["schedulerName"] = json!("coloc-scheduler");
+    let waiting = batch.create(&Default::default(), &serde_json::from_value(waiting)?).await?;
+    let (ok, out) = uninstall(&bed, &[])?;
+    anyhow::ensure!(
+        !ok && out.contains("still name coloc-scheduler, which nothing serves once it is gone: batch/waiting"),
+        "{out}"
+    );
+
+    // The same pod, preempted and gone: its gated copy names coloc-scheduler too.
+    let original = serde_json::to_value(&waiting)?;
+    batch.delete("waiting", &now).await?;
+    let intent = RequeueIntent {
+        namespace: "batch".into(),
+        name: "waiting".into(),
+        uid: waiting.metadata.uid.clone().unwrap_or_default(),
+        node: "node-1".into(),
+        replacement: "waiting-rq-1".into(),
+        attempt: 1,
+        preemptor: String::new(),
+    };
+    batch.create(&Default::default(), &serde_json::from_value(replacement::build(&original, &intent)?)?).await?;
+    let (ok, out) = uninstall(&bed, &[])?;
+    anyhow::ensure!(
+        ok && out.contains("moved batch/waiting-rq-1 to batch/waiting-rq-1-d (default-scheduler)"),
+        "{out}"
+    );
+    anyhow::ensure!(batch.get_opt("waiting-rq-1").await?.is_none(), "the copy naming coloc-scheduler is gone");
+    let twin = batch.get("waiting-rq-1-d").await?;
+    let spec = twin.spec.unwrap_or_default();
+    anyhow::ensure!(spec.scheduler_name.as_deref() == Some("default-scheduler"), "{:?}", spec.scheduler_name);
+    let gates = spec.scheduling_gates.unwrap_or_default();
+    anyhow::ensure!(!gates.iter().any(|g| g.name == GATE), "released, its original gone: {gates:?}");
+    // A second run finds nothing to move.
+    let (ok, out) = uninstall(&bed, &[])?;
+    anyhow::ensure!(ok && out.contains("0 moved"), "{out}");
+    bed.finish()
 }
 
 /// Puts the guard an earlier release added on `namespace/name`, as the admin.
