@@ -30,6 +30,22 @@ fn rendered(bins: &Binaries) -> String {
     format!("{HEADER}{}", String::from_utf8(out.stdout).unwrap())
 }
 
+/// `kubectl apply --server-side --dry-run=server` of `file`: what the API server says of
+/// each object. --validate=false skips only kubectl's client-side schema check
+/// (ControlPlane::apply says why); the API server validates and admits each in full.
+fn server_dry_run(plane: &ControlPlane, file: &Path) -> anyhow::Result<String> {
+    let file = file.display().to_string();
+    plane.kubectl(&[
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "--validate=false",
+        "--field-manager=coloc-install-check",
+        "-f",
+        &file,
+    ])
+}
+
 #[test]
 fn the_install_file_is_the_rendered_manifests() {
     let bins = match Binaries::find() {
@@ -52,25 +68,165 @@ async fn a_real_api_server_accepts_the_install_file() {
         Err(why) => return println!("install_manifest: skipped: {why}"),
     };
     let plane = ControlPlane::start(&bins, Options { controllers: false, ..Default::default() }).await.unwrap();
-    let file = repo("deploy/coloc-extender.yaml").display().to_string();
-    // --validate=false skips only kubectl's client-side schema check (ControlPlane::apply
-    // says why); the API server validates and admits each object in full.
-    let out = plane.kubectl(&[
-        "apply",
-        "--server-side",
-        "--dry-run=server",
-        "--validate=false",
-        "--field-manager=coloc-install-check",
-        "-f",
-        &file,
-    ]);
-    let out = out.unwrap_or_else(|e| panic!("server-side dry run refused the install file: {e:#}"));
+    let out = server_dry_run(&plane, &repo("deploy/coloc-extender.yaml"))
+        .unwrap_or_else(|e| panic!("server-side dry run refused the install file: {e:#}"));
     // Every object, the cluster-scoped admission policies included, is named in the answer.
     for kind in [
         "deployment.apps/coloc-extender",
         "deployment.apps/coloc-scheduler",
         "mutatingadmissionpolicy.admissionregistration.k8s.io/coloc-scheduler",
         "validatingadmissionpolicy.admissionregistration.k8s.io/coloc-extender",
+    ] {
+        assert!(out.contains(&format!("{kind} serverside-applied (server dry run)")), "{kind} missing from:\n{out}");
+    }
+}
+
+/// The kinds a v1.33 API server serves, of those the install file holds (the oldest minor
+/// the README supports). MutatingAdmissionPolicy is served as v1 from v1.36 only.
+const SERVED_BY_V1_33: &[(&str, &[&str])] = &[
+    ("v1", &["ConfigMap", "Namespace", "Service", "ServiceAccount", "Secret", "PodTemplate"]),
+    ("apps/v1", &["Deployment"]),
+    ("policy/v1", &["PodDisruptionBudget"]),
+    ("networking.k8s.io/v1", &["NetworkPolicy"]),
+    ("rbac.authorization.k8s.io/v1", &["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]),
+    ("admissionregistration.k8s.io/v1", &["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]),
+    ("scheduling.k8s.io/v1", &["PriorityClass"]),
+];
+
+/// Every object of the install file a v1.33-1.35 cluster serves, but those of the routing
+/// component, which such an install leaves out in one line (manifests/kustomization.yaml).
+#[test]
+fn the_base_install_asks_only_for_what_v1_33_serves_but_the_routing_it_leaves_out() {
+    let text = std::fs::read_to_string(repo("deploy/coloc-extender.yaml")).unwrap();
+    let routing: Vec<(String, String)> = ["mutatingadmissionpolicy.yaml", "mutatingadmissionpolicybinding.yaml"]
+        .iter()
+        .map(|f| {
+            let v: serde_yaml_ng::Value =
+                serde_yaml_ng::from_str(&std::fs::read_to_string(repo("manifests/routing").join(f)).unwrap()).unwrap();
+            (v["kind"].as_str().unwrap().to_string(), v["metadata"]["name"].as_str().unwrap().to_string())
+        })
+        .collect();
+    let mut left_out = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v: serde_yaml_ng::Value = serde::Deserialize::deserialize(doc).unwrap();
+        let (api, kind) = (v["apiVersion"].as_str().unwrap_or(""), v["kind"].as_str().unwrap_or(""));
+        let name = v["metadata"]["name"].as_str().unwrap_or("").to_string();
+        if SERVED_BY_V1_33.iter().any(|(a, kinds)| *a == api && kinds.contains(&kind)) {
+            continue;
+        }
+        assert!(routing.contains(&(kind.to_string(), name.clone())), "{api} {kind} {name}: not served by v1.33");
+        left_out.push((kind.to_string(), name));
+    }
+    assert_eq!(left_out, routing, "the routing component is all a v1.33 install leaves out");
+}
+
+const OVERLAY_NAMESPACE: &str = "coloc-system";
+
+fn render(bins: &Binaries, dir: &str) -> Vec<serde_yaml_ng::Value> {
+    let out = std::process::Command::new(&bins.kubectl)
+        .args(["kustomize", &repo(dir).display().to_string()])
+        .output()
+        .expect("kubectl runs");
+    assert!(out.status.success(), "kubectl kustomize {dir}: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &serde_yaml_ng::Value| !v.is_null())
+        .collect()
+}
+
+/// Kinds that have no namespace.
+const CLUSTER_SCOPED: &[&str] = &[
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "PriorityClass",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+];
+
+/// The example overlay (another namespace, every component on) puts every object where
+/// it belongs and names the install namespace wherever it names one: no `kube-system`
+/// where the install's is meant, no placeholder left; and a real API server, with the
+/// CRDs of cert-manager and the Prometheus Operator loaded, accepts every object.
+#[tokio::test]
+async fn an_overlay_in_another_namespace_with_every_component_renders_right_and_is_accepted() {
+    let bins = match Binaries::find() {
+        Ok(b) => b,
+        Err(why) => return println!("install_manifest: skipped: {why}"),
+    };
+    let objects = render(&bins, "deploy/overlay-example");
+    let kinds: std::collections::BTreeSet<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+    for kind in ["Certificate", "Issuer", "PodMonitor", "PrometheusRule", "PodTemplate", "PriorityClass", "Deployment"]
+    {
+        assert!(kinds.contains(kind), "every component is on: no {kind} in {kinds:?}");
+    }
+    for o in &objects {
+        let (kind, name) = (o["kind"].as_str().unwrap(), o["metadata"]["name"].as_str().unwrap());
+        let namespace = o["metadata"]["namespace"].as_str();
+        if CLUSTER_SCOPED.contains(&kind) {
+            assert_eq!(namespace, None, "{kind} {name} is cluster-scoped");
+        } else {
+            assert_eq!(namespace, Some(OVERLAY_NAMESPACE), "{kind} {name}");
+        }
+        for s in o["subjects"].as_sequence().into_iter().flatten() {
+            assert_eq!(s["namespace"].as_str(), Some(OVERLAY_NAMESPACE), "{kind} {name}: subject {s:?}");
+        }
+        let text = serde_yaml_ng::to_string(o).unwrap();
+        // The admission policy names kube-system on purpose: never a home for copies, and
+        // the install namespace of a static-pod install.
+        if !(kind == "ValidatingAdmissionPolicy" && name == "coloc-extender") {
+            assert!(!text.contains("kube-system"), "{kind} {name} names kube-system:\n{text}");
+        }
+        assert!(!text.replace("POD_NAMESPACE", "").contains("NAMESPACE"), "{kind} {name} keeps a placeholder:\n{text}");
+        if kind == "Certificate" && name == "coloc-extender-serving" {
+            let dns: Vec<&str> =
+                o["spec"]["dnsNames"].as_sequence().unwrap().iter().filter_map(|d| d.as_str()).collect();
+            assert!(dns.contains(&"coloc-extender.coloc-system.svc"), "{dns:?}");
+        }
+        for c in o["spec"]["template"]["spec"]["containers"].as_sequence().into_iter().flatten() {
+            let image = c["image"].as_str().unwrap_or("");
+            if image.contains("coloc-extender") {
+                assert_eq!(image, "registry.example/coloc-extender:0.1.0", "{kind} {name} follows images:");
+            }
+        }
+    }
+    let template = objects.iter().find(|o| o["kind"] == "PodTemplate").unwrap();
+    assert_eq!(
+        template["template"]["spec"]["containers"][0]["image"].as_str(),
+        Some("registry.example/pause:3.10"),
+        "the placeholder's image follows images:"
+    );
+    // The uninstall Job of the same install: its namespace and image.
+    let uninstall = render(&bins, "deploy/overlay-example/uninstall");
+    let job = uninstall.iter().find(|o| o["kind"] == "Job").unwrap();
+    assert_eq!(job["metadata"]["namespace"].as_str(), Some(OVERLAY_NAMESPACE));
+    assert_eq!(
+        job["spec"]["template"]["spec"]["containers"][0]["image"].as_str(),
+        Some("registry.example/coloc-extender:0.1.0")
+    );
+
+    let plane = ControlPlane::start(&bins, Options { controllers: false, ..Default::default() }).await.unwrap();
+    for crd in std::fs::read_dir(repo("tests/data/crds")).unwrap() {
+        let path = crd.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            plane.kubectl(&["apply", "--server-side", "--validate=false", "-f", &path.display().to_string()]).unwrap();
+        }
+    }
+    plane.kubectl(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]).unwrap();
+    plane.kubectl(&["create", "namespace", OVERLAY_NAMESPACE]).unwrap();
+    let file = std::env::temp_dir().join(format!("coloc-overlay-{}.yaml", std::process::id()));
+    let all: Vec<String> = objects.iter().chain(&uninstall).map(|o| serde_yaml_ng::to_string(o).unwrap()).collect();
+    std::fs::write(&file, all.join("---\n")).unwrap();
+    let out = server_dry_run(&plane, &file).unwrap_or_else(|e| panic!("the API server refused the overlay: {e:#}"));
+    let _ = std::fs::remove_file(&file);
+    for kind in [
+        "certificate.cert-manager.io/coloc-extender-serving",
+        "podmonitor.monitoring.coreos.com/coloc-scheduler",
+        "prometheusrule.monitoring.coreos.com/coloc-extender",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/coloc-extender-wake-image",
+        "job.batch/coloc-extender-uninstall",
     ] {
         assert!(out.contains(&format!("{kind} serverside-applied (server dry run)")), "{kind} missing from:\n{out}");
     }

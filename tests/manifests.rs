@@ -175,7 +175,7 @@ fn requeue_writes_are_an_opt_in_component_with_only_the_writes_it_needs() {
     let component = load("requeue/kustomization.yaml");
     assert_eq!(component["kind"], Value::from("Component"));
     assert!(serde_yaml_ng::to_string(&component["patches"]).unwrap().contains("--requeue"));
-    assert_eq!(base_components(), ["scheduler-of-its-own"], "off unless an operator opts in");
+    assert_eq!(base_components(), ["scheduler-of-its-own", "routing"], "off unless an operator opts in");
     let binding = load("requeue/clusterrolebinding.yaml");
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     assert_eq!(
@@ -353,7 +353,7 @@ fn the_marker_policy_is_an_opt_in_component_that_marks_the_classes_needing_filte
     assert_eq!(component["kind"], Value::from("Component"));
     let files: Vec<&str> = component["resources"].as_sequence().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
     assert_eq!(files, ["mutatingadmissionpolicy.yaml", "mutatingadmissionpolicybinding.yaml"]);
-    assert_eq!(base_components(), ["scheduler-of-its-own"], "off unless an operator opts in");
+    assert_eq!(base_components(), ["scheduler-of-its-own", "routing"], "off unless an operator opts in");
 
     let policy = load("per-pod-verbs/mutatingadmissionpolicy.yaml");
     assert_eq!(policy["apiVersion"], Value::from("admissionregistration.k8s.io/v1"));
@@ -414,4 +414,44 @@ fn every_shipped_registration_weighs_the_policys_scores_as_the_test_bed_does() {
         }
     }
     assert!(checked >= 4, "{checked} registrations with prioritize");
+}
+
+/// The example PriorityClasses (opt-in component) each fall in the default policy's class
+/// their description names, and the routing sends their pods to coloc-scheduler.
+#[test]
+fn the_example_priority_classes_are_the_default_policys_and_routed() {
+    use coloc_extender::model::Pod;
+    let policy = coloc_extender::policy::Policy::builtin_default();
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/priorityclasses/priorityclasses.yaml"),
+    )
+    .unwrap();
+    let routing =
+        serde_yaml_ng::to_string(&load("routing/mutatingadmissionpolicy.yaml")["spec"]["matchConditions"]).unwrap();
+    let component = load("priorityclasses/kustomization.yaml");
+    assert_eq!(component["kind"], Value::from("Component"));
+    let mut seen = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let pc: Value = serde::Deserialize::deserialize(doc).unwrap();
+        let name = pc["metadata"]["name"].as_str().unwrap().to_string();
+        let value = pc["value"].as_i64().unwrap() as i32;
+        let pod = Pod { priority_class_name: Some(name.clone()), priority: Some(value), ..Default::default() };
+        let class = &policy.class(policy.classify(&pod, value)).name;
+        // By name and by value alike (the Priority admission plugin resolves the value).
+        let by_value = Pod { priority: Some(value), ..Default::default() };
+        assert_eq!(
+            &policy.class(policy.classify(&by_value, value)).name,
+            class,
+            "{name}: its value is another class's"
+        );
+        let description = pc["description"].as_str().unwrap();
+        assert!(
+            description.contains(&format!("coloc-extender class {class})")),
+            "{name} is class {class}: {description}"
+        );
+        assert!(routing.contains(&format!("'{name}'")), "the routing does not send {name} pods to coloc-scheduler");
+        seen.push((name, class.clone()));
+    }
+    let classes: Vec<&str> = seen.iter().map(|(_, c)| c.as_str()).collect();
+    assert_eq!(classes, ["online", "online", "batch", "free"]);
 }

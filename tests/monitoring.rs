@@ -52,7 +52,25 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     // What a replica with --kube registers at start, once the recorder is installed
     // (requeue's and the old guards' series).
     coloc_extender::requeue::kube::register_metrics();
+    coloc_extender::http::metrics::record_policy(&Policy::builtin_default());
     let _requeue_on = coloc_extender::requeue::availability::Availability::new(true);
+    // ... and with TLS (--tls-cert, --client-ca): the certificates loaded, one client's
+    // handshake.
+    coloc_extender::tls::register_metrics();
+    let dir = std::env::temp_dir().join(format!("coloc-monitoring-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = rcgen::generate_simple_self_signed(vec!["coloc-ca".into()]).unwrap();
+    let serving = rcgen::generate_simple_self_signed(vec!["coloc-extender".into()]).unwrap();
+    std::fs::write(dir.join("ca.crt"), ca.cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.crt"), serving.cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), serving.signing_key.serialize_pem()).unwrap();
+    let files = coloc_extender::tls::TlsFiles {
+        cert: dir.join("tls.crt"),
+        key: dir.join("tls.key"),
+        client_ca: Some(dir.join("ca.crt")),
+    };
+    files.load().expect("the test certificates load");
+    coloc_extender::tls::record_client_certificate(ca.cert.der());
     for (verb, file) in
         [("filter", "0001-filter.json"), ("prioritize", "0002-prioritize.json"), ("preempt", "0037-preempt.json")]
     {
@@ -90,7 +108,10 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
             "ColocExtenderRequeueUnavailable",
             "ColocExtenderGuardsLeft",
             "ColocExtenderNoReadyReplica",
-            "ColocExtenderFailingClosed"
+            "ColocExtenderFailingClosed",
+            "ColocSchedulerNoReadyReplica",
+            "ColocExtenderTLSHandshakesFailing",
+            "ColocExtenderCertificateExpiresSoon"
         ]
     );
 

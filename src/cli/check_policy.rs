@@ -7,7 +7,14 @@ use crate::policy::Policy;
 
 pub fn run(file: &Path) -> anyhow::Result<()> {
     let policy = Policy::load(file)?;
-    println!("{}: valid, {} classes (default class: {})", file.display(), policy.classes.len(), policy.default_class);
+    println!(
+        "{}: valid, {} classes (default class: {}), mode {}, fingerprint {} (coloc_policy_info's hash)",
+        file.display(),
+        policy.classes.len(),
+        policy.default_class,
+        policy.mode.as_str(),
+        policy.fingerprint()
+    );
     for c in &policy.classes {
         println!(
             "  {:<14} preempts [{}]; victim: {}",

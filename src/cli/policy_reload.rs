@@ -96,10 +96,12 @@ pub async fn reload_policy(reloading: PolicyReload, reload: tokio::sync::watch::
                         view.publish(v);
                     }
                 }
+                http::metrics::record_policy(&p);
+                let (mode, fingerprint) = (p.mode.as_str(), p.fingerprint());
                 policy.store(Arc::new(p));
                 problem.store(None);
                 http::metrics::record_policy_reload("ok");
-                tracing::info!(policy = %path.display(), "policy reloaded");
+                tracing::info!(policy = %path.display(), mode, fingerprint, "policy reloaded");
             }
             Ok(Err(e)) => {
                 let error = format!("{e:#}");

@@ -63,6 +63,7 @@ fn starting_policy(args: &ServeArgs) -> (Policy, Option<String>) {
             (fallback, Some(why))
         }
     };
+    http::metrics::record_policy(&policy);
     if policy.mode == Mode::Shadow && startup_problem.is_none() {
         tracing::warn!("shadow mode: answers are kube-scheduler's own; the policy's decisions are only logged, counted (coloc_shadow_diffs_total) and kept for /decisions");
     }
@@ -204,6 +205,7 @@ async fn listen(
     let app = http::router(state.clone(), &args.path_prefix);
     let mut opts = http::server::ServeOptions::default();
     if let (Some(cert), Some(key)) = (args.tls_cert, args.tls_key) {
+        tls::register_metrics();
         let files = TlsFiles { cert, key, client_ca: args.client_ca };
         let cell = Arc::new(TlsAcceptorCell::new(files.load()?));
         tokio::spawn(tls::watch(files, cell.clone(), Duration::from_secs(5), reload.clone()));

@@ -54,6 +54,26 @@ fn describe() {
     metrics::describe_counter!("coloc_gang_decisions_total", "Decisions about gangs by verb, verdict, reason code and where the gang is declared (native, coscheduling, volcano, kueue, labels)");
     metrics::describe_counter!("coloc_pdb_violations_total", "PDB violations in preempt answers");
     metrics::describe_counter!("coloc_policy_reloads_total", "Policy reloads by result");
+    metrics::describe_gauge!(
+        "coloc_policy_info",
+        "1 for the policy in force, labelled with its mode and fingerprint (check-policy prints it); 0 for those it replaced"
+    );
+    metrics::describe_counter!(
+        "coloc_tls_handshake_failures_total",
+        "Failed TLS handshakes on the verb port, by reason"
+    );
+    metrics::describe_gauge!(
+        "coloc_tls_serving_cert_expiry_timestamp_seconds",
+        "notAfter of the serving certificate loaded, Unix seconds"
+    );
+    metrics::describe_gauge!(
+        "coloc_tls_client_ca_expiry_timestamp_seconds",
+        "notAfter of the first client CA to expire, Unix seconds"
+    );
+    metrics::describe_gauge!(
+        "coloc_tls_client_cert_expiry_timestamp_seconds",
+        "notAfter of the certificate each client (by subject CN) presented at its last handshake, Unix seconds"
+    );
     metrics::describe_gauge!("coloc_policy_fallback", "1 while the replica serves the built-in default policy in shadow mode because its policy file was invalid at start");
     metrics::describe_gauge!("coloc_view_ready", "1 when the cluster view has synced");
     metrics::describe_gauge!("coloc_view_age_seconds", "Seconds since the cluster view was last rebuilt");
@@ -159,6 +179,19 @@ pub fn record_decisions(verb: &'static str, explanations: &[Explanation]) {
 /// `result`: ok, error (invalid file), unreadable (missing, a directory, no permission).
 pub fn record_policy_reload(result: &'static str) {
     metrics::counter!("coloc_policy_reloads_total", "result" => result).increment(1);
+}
+
+/// The policy in force: `coloc_policy_info{mode, hash}` is 1 for it, and 0 for the one it
+/// replaced (a series cannot be removed).
+pub fn record_policy(policy: &crate::policy::Policy) {
+    static LAST: std::sync::Mutex<Option<(&'static str, String)>> = std::sync::Mutex::new(None);
+    let now = (policy.mode.as_str(), policy.fingerprint());
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((mode, hash)) = last.take().filter(|l| *l != now) {
+        metrics::gauge!("coloc_policy_info", "mode" => mode, "hash" => hash).set(0.0);
+    }
+    metrics::gauge!("coloc_policy_info", "mode" => now.0, "hash" => now.1.clone()).set(1.0);
+    *last = Some(now);
 }
 
 /// Whether the replica serves the built-in default policy in shadow mode because its

@@ -68,14 +68,20 @@ pub async fn serve(listener: TcpListener, app: Router, opts: ServeOptions, shutd
                     let stream = match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
                         Ok(Ok(s)) => s,
                         Ok(Err(e)) => {
-                            tracing::warn!(%peer, error = %e, "TLS handshake failed");
+                            let reason = crate::tls::handshake_failure(&e);
+                            crate::tls::record_handshake_failure(reason);
+                            tracing::warn!(%peer, reason, error = %e, "TLS handshake failed");
                             return;
                         }
                         Err(_) => {
+                            crate::tls::record_handshake_failure("timeout");
                             tracing::warn!(%peer, "TLS handshake timed out");
                             return;
                         }
                     };
+                    if let Some(cert) = stream.get_ref().1.peer_certificates().and_then(|c| c.first()) {
+                        crate::tls::record_client_certificate(cert);
+                    }
                     let conn = builder.serve_connection(TokioIo::new(stream), service);
                     if let Err(e) = watcher.watch(conn).await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");

@@ -80,7 +80,8 @@ pub fn replacement_name(pod: &Pod) -> String {
     format!("{base}{suffix}")
 }
 
-/// FNV-1a, 64 bits: fully specified, so every replica and release derives the same name.
-fn fnv1a(bytes: &[u8]) -> u64 {
+/// FNV-1a, 64 bits: fully specified, so every replica and release derives the same name
+/// (and the same policy fingerprint).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }

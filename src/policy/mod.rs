@@ -51,6 +51,15 @@ impl Policy {
     }
 
     /// The shipped default policy, compiled in so `serve` works with no files.
+    /// What the policy decides by, as 16 hex digits: equal for the same rules whatever
+    /// the file's layout or comments, and whatever the mode (reported apart). The `hash`
+    /// of `coloc_policy_info`, and what `check-policy` prints, so an operator can tell
+    /// which file a replica runs.
+    pub fn fingerprint(&self) -> String {
+        let rules = Policy { mode: Mode::Enforce, ..self.clone() };
+        format!("{:016x}", crate::model::marks::fnv1a(format!("{rules:?}").as_bytes()))
+    }
+
     pub fn builtin_default() -> Policy {
         Policy::from_yaml(include_str!("../../policy/default.yaml")).expect("shipped default policy is valid")
     }

@@ -215,3 +215,17 @@ fn deeply_nested_or_huge_files_are_refused_before_parsing() {
         check_shape(&text).unwrap();
     }
 }
+
+#[test]
+fn the_fingerprint_names_the_rules_not_the_layout_or_the_mode() {
+    let text = include_str!("../../policy/default.yaml");
+    let base = Policy::from_yaml(text).unwrap().fingerprint();
+    assert_eq!(base.len(), 16);
+    let relaid = Policy::from_yaml(&format!("# a comment of the operator's\n{text}\n\n")).unwrap();
+    assert_eq!(relaid.fingerprint(), base, "comments and blank lines change nothing");
+    let mut shadow = Policy::from_yaml(text).unwrap();
+    shadow.mode = Mode::Shadow;
+    assert_eq!(shadow.fingerprint(), base, "the mode is reported apart");
+    let changed = Policy::from_yaml(&text.replace("maxCandidates: 1", "maxCandidates: 2")).unwrap();
+    assert_ne!(changed.fingerprint(), base, "a rule that differs");
+}

@@ -17,10 +17,25 @@ use crate::scenarios::MINUTE;
 use crate::{Bed, Case, Mode};
 
 pub fn cases() -> Vec<Case> {
-    vec![Case {
-        name: "own_scheduler_places_governed_pods_through_the_extender_and_leaves_the_rest_to_the_default_whose_victims_come_back",
-        run: |b, m| Box::pin(own_scheduler(b, m)),
-    }]
+    vec![
+        Case {
+            name: "own_scheduler_places_governed_pods_through_the_extender_and_leaves_the_rest_to_the_default_whose_victims_come_back",
+            run: |b, m| Box::pin(own_scheduler(b, m, Routing::AdmissionPolicy)),
+        },
+        Case {
+            name: "own_scheduler_without_the_routing_policy_governs_the_pods_that_name_it_as_before_v1_36",
+            run: |b, m| Box::pin(own_scheduler(b, m, Routing::SchedulerName)),
+        },
+    ]
+}
+
+/// How governed pods reach coloc-scheduler.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Routing {
+    /// The routing component (v1.36+): labelled namespaces' pods of governed classes.
+    AdmissionPolicy,
+    /// Without it (v1.33-1.35): the workload sets `schedulerName` itself.
+    SchedulerName,
 }
 
 /// The label that hands a namespace's pods to coloc-scheduler.
@@ -84,19 +99,23 @@ fn scheduler_flags(objects: &[Value]) -> anyhow::Result<Vec<String>> {
         .collect())
 }
 
-/// The component's cluster objects: RBAC and the admission policy with its binding.
-fn apply_component(objects: &[Value], bed: &Bed) -> anyhow::Result<()> {
-    let wanted =
-        ["ClusterRoleBinding", "Role", "RoleBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"];
+/// The component's cluster objects: RBAC, and with the routing component the admission
+/// policy with its binding.
+fn apply_component(objects: &[Value], bed: &Bed, routing: Routing) -> anyhow::Result<()> {
+    let mut wanted = vec!["ClusterRoleBinding", "Role", "RoleBinding"];
+    if routing == Routing::AdmissionPolicy {
+        wanted.extend(["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]);
+    }
     let docs: Vec<String> = objects
         .iter()
         .filter(|o| o["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("coloc-scheduler")))
         .filter(|o| wanted.iter().any(|k| o["kind"] == *k))
         .map(serde_yaml_ng::to_string)
         .collect::<Result<_, _>>()?;
+    let expected = if routing == Routing::AdmissionPolicy { 6 } else { 4 };
     anyhow::ensure!(
-        docs.len() == 6,
-        "expected 3 bindings, a role and the policy with its binding; found {}",
+        docs.len() == expected,
+        "expected 3 bindings and a role (and with routing the policy with its binding); found {}",
         docs.len()
     );
     let path = bed.plane.dir().join("scheduler-of-its-own.yaml");
@@ -115,12 +134,12 @@ fn scheduler_name(p: &Pod) -> &str {
 /// unlabelled namespace is placed by the default scheduler. Then the default scheduler,
 /// which calls no extender, preempts the other bare pod on the shared node for a pod of
 /// the unlabelled namespace: that victim comes back too.
-async fn own_scheduler(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+async fn own_scheduler(bins: Binaries, mode: Mode, routing: Routing) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
     let objects = rendered(&bed)?;
-    apply_component(&objects, &bed)?;
+    apply_component(&objects, &bed, routing)?;
     let namespaces: Api<Namespace> = Api::all(bed.client.clone());
-    for ns in ["online", "batch"] {
+    for ns in ["online", "batch"].into_iter().filter(|_| routing == Routing::AdmissionPolicy) {
         let label = json!({"metadata": {"labels": {GOVERNED.0: GOVERNED.1}}});
         namespaces.patch(ns, &PatchParams::default(), &Patch::Merge(&label)).await?;
     }
@@ -131,13 +150,18 @@ async fn own_scheduler(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let dry = PostParams { dry_run: true, ..Default::default() };
     let online_api: Api<Pod> = Api::namespaced(bed.client.clone(), "online");
     let probe = PodBuilder::new("online", "probe", "online-prod", 100).build();
-    coloc_testbed::wait::until(MINUTE, "the routing policy active", || async {
-        let made = online_api.create(&dry, &probe).await.map_err(|e| e.to_string())?;
-        (scheduler_name(&made) == "coloc-scheduler")
-            .then_some(())
-            .ok_or(format!("schedulerName {:?}", scheduler_name(&made)))
-    })
-    .await?;
+    if routing == Routing::AdmissionPolicy {
+        coloc_testbed::wait::until(MINUTE, "the routing policy active", || async {
+            let made = online_api.create(&dry, &probe).await.map_err(|e| e.to_string())?;
+            (scheduler_name(&made) == "coloc-scheduler")
+                .then_some(())
+                .ok_or(format!("schedulerName {:?}", scheduler_name(&made)))
+        })
+        .await?;
+    } else {
+        let made = online_api.create(&dry, &probe).await?;
+        anyhow::ensure!(scheduler_name(&made) == "default-scheduler", "no routing: a pod keeps the default scheduler");
+    }
     let other: Api<Pod> = Api::namespaced(bed.client.clone(), "other");
     let made = other.create(&dry, &PodBuilder::new("other", "probe", "online-prod", 100).build()).await?;
     anyhow::ensure!(
@@ -155,7 +179,12 @@ async fn own_scheduler(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let coloc = Scheduler::start_configured(&bed.plane, "coloc-scheduler", config, &flags).await?;
 
-    cluster::create(&bed.client, PodBuilder::new("online", "web", "online-prod", 1500).build()).await?;
+    let mut web = PodBuilder::new("online", "web", "online-prod", 1500).build();
+    if routing == Routing::SchedulerName {
+        // What a workload sets in its pod template where no admission policy routes it.
+        web.spec.get_or_insert_with(Default::default).scheduler_name = Some("coloc-scheduler".into());
+    }
+    cluster::create(&bed.client, web).await?;
     cluster::create(&bed.client, PodBuilder::new("other", "plain", "online-prod", 100).build()).await?;
     let web = bed
         .until_pods("online", MINUTE, "online/web placed", |pods| {
