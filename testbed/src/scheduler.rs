@@ -25,6 +25,18 @@ pub struct ExtenderEntry {
     pub http_timeout: Duration,
     /// The prioritize `weight`: kube-scheduler adds score × 10 × weight to its plugins'.
     pub weight: u32,
+    /// HTTPS with a client certificate (`enableHTTPS`, `tlsConfig`); plain HTTP if `None`.
+    pub tls: Option<ClientTls>,
+}
+
+/// kube-scheduler's side of mTLS to an extender, as files (it re-reads the certificate and
+/// key at new handshakes, the CA only at start).
+#[derive(Debug, Clone)]
+pub struct ClientTls {
+    pub cert_file: std::path::PathBuf,
+    pub key_file: std::path::PathBuf,
+    pub ca_file: std::path::PathBuf,
+    pub server_name: String,
 }
 
 impl ExtenderEntry {
@@ -40,6 +52,7 @@ impl ExtenderEntry {
             managed_resources: Vec::new(),
             http_timeout: Duration::from_secs(5),
             weight: SHIPPED_WEIGHT,
+            tls: None,
         }
     }
 
@@ -55,11 +68,21 @@ impl ExtenderEntry {
             s += "  preemptVerb: preempt\n";
         }
         s += &format!(
-            "  nodeCacheCapable: {}\n  ignorable: {}\n  httpTimeout: {}ms\n  enableHTTPS: false\n",
+            "  nodeCacheCapable: {}\n  ignorable: {}\n  httpTimeout: {}ms\n  enableHTTPS: {}\n",
             self.node_cache_capable,
             self.ignorable,
-            self.http_timeout.as_millis()
+            self.http_timeout.as_millis(),
+            self.tls.is_some()
         );
+        if let Some(t) = &self.tls {
+            s += &format!(
+                "  tlsConfig:\n    certFile: {}\n    keyFile: {}\n    caFile: {}\n    serverName: {}\n",
+                t.cert_file.display(),
+                t.key_file.display(),
+                t.ca_file.display(),
+                t.server_name
+            );
+        }
         if !self.managed_resources.is_empty() {
             s += "  managedResources:\n";
             for r in &self.managed_resources {

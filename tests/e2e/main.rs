@@ -18,6 +18,7 @@ mod privilege;
 mod profiles;
 mod removal;
 mod scenarios;
+mod tls;
 
 use std::time::{Duration, Instant};
 
@@ -43,6 +44,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(removal::cases());
     v.extend(privilege::cases());
     v.extend(own_scheduler::cases());
+    v.extend(tls::cases());
     v
 }
 
