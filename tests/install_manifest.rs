@@ -123,11 +123,15 @@ fn the_base_install_asks_only_for_what_v1_33_serves_but_the_routing_it_leaves_ou
 const OVERLAY_NAMESPACE: &str = "coloc-system";
 
 fn render(bins: &Binaries, dir: &str) -> Vec<serde_yaml_ng::Value> {
+    render_path(bins, &repo(dir))
+}
+
+fn render_path(bins: &Binaries, dir: &Path) -> Vec<serde_yaml_ng::Value> {
     let out = std::process::Command::new(&bins.kubectl)
-        .args(["kustomize", &repo(dir).display().to_string()])
+        .args(["kustomize", &dir.display().to_string()])
         .output()
         .expect("kubectl runs");
-    assert!(out.status.success(), "kubectl kustomize {dir}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "kubectl kustomize {}: {}", dir.display(), String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     serde_yaml_ng::Deserializer::from_str(&text)
         .map(|d| serde::Deserialize::deserialize(d).unwrap())
@@ -146,6 +150,43 @@ const CLUSTER_SCOPED: &[&str] = &[
     "MutatingAdmissionPolicyBinding",
 ];
 
+/// Every object where it belongs and naming `namespace_of_install` wherever it names the
+/// install's: cluster-scoped kinds with none, every binding's ServiceAccount there, no
+/// `kube-system` where the install's is meant, no placeholder left, the serving
+/// certificate's DNS names, images as `images:` set them.
+fn every_object_in(objects: &[serde_yaml_ng::Value], namespace_of_install: &str) {
+    for o in objects {
+        let (kind, name) = (o["kind"].as_str().unwrap(), o["metadata"]["name"].as_str().unwrap());
+        let namespace = o["metadata"]["namespace"].as_str();
+        if CLUSTER_SCOPED.contains(&kind) {
+            assert_eq!(namespace, None, "{kind} {name} is cluster-scoped");
+        } else {
+            assert_eq!(namespace, Some(namespace_of_install), "{kind} {name}");
+        }
+        for s in o["subjects"].as_sequence().into_iter().flatten() {
+            assert_eq!(s["namespace"].as_str(), Some(namespace_of_install), "{kind} {name}: subject {s:?}");
+        }
+        let text = serde_yaml_ng::to_string(o).unwrap();
+        // The admission policy names kube-system on purpose: never a home for copies, and
+        // the install namespace of a static-pod install.
+        if !(kind == "ValidatingAdmissionPolicy" && name == "coloc-extender") {
+            assert!(!text.contains("kube-system"), "{kind} {name} names kube-system:\n{text}");
+        }
+        assert!(!text.replace("POD_NAMESPACE", "").contains("NAMESPACE"), "{kind} {name} keeps a placeholder:\n{text}");
+        if kind == "Certificate" && name == "coloc-extender-serving" {
+            let dns: Vec<&str> =
+                o["spec"]["dnsNames"].as_sequence().unwrap().iter().filter_map(|d| d.as_str()).collect();
+            assert!(dns.contains(&format!("coloc-extender.{namespace_of_install}.svc").as_str()), "{dns:?}");
+        }
+        for c in o["spec"]["template"]["spec"]["containers"].as_sequence().into_iter().flatten() {
+            let image = c["image"].as_str().unwrap_or("");
+            if image.contains("coloc-extender") {
+                assert_eq!(image, "registry.example/coloc-extender:0.1.0", "{kind} {name} follows images:");
+            }
+        }
+    }
+}
+
 /// The example overlay (another namespace, every component on) puts every object where
 /// it belongs and names the install namespace wherever it names one: no `kube-system`
 /// where the install's is meant, no placeholder left; and a real API server, with the
@@ -162,36 +203,7 @@ async fn an_overlay_in_another_namespace_with_every_component_renders_right_and_
     {
         assert!(kinds.contains(kind), "every component is on: no {kind} in {kinds:?}");
     }
-    for o in &objects {
-        let (kind, name) = (o["kind"].as_str().unwrap(), o["metadata"]["name"].as_str().unwrap());
-        let namespace = o["metadata"]["namespace"].as_str();
-        if CLUSTER_SCOPED.contains(&kind) {
-            assert_eq!(namespace, None, "{kind} {name} is cluster-scoped");
-        } else {
-            assert_eq!(namespace, Some(OVERLAY_NAMESPACE), "{kind} {name}");
-        }
-        for s in o["subjects"].as_sequence().into_iter().flatten() {
-            assert_eq!(s["namespace"].as_str(), Some(OVERLAY_NAMESPACE), "{kind} {name}: subject {s:?}");
-        }
-        let text = serde_yaml_ng::to_string(o).unwrap();
-        // The admission policy names kube-system on purpose: never a home for copies, and
-        // the install namespace of a static-pod install.
-        if !(kind == "ValidatingAdmissionPolicy" && name == "coloc-extender") {
-            assert!(!text.contains("kube-system"), "{kind} {name} names kube-system:\n{text}");
-        }
-        assert!(!text.replace("POD_NAMESPACE", "").contains("NAMESPACE"), "{kind} {name} keeps a placeholder:\n{text}");
-        if kind == "Certificate" && name == "coloc-extender-serving" {
-            let dns: Vec<&str> =
-                o["spec"]["dnsNames"].as_sequence().unwrap().iter().filter_map(|d| d.as_str()).collect();
-            assert!(dns.contains(&"coloc-extender.coloc-system.svc"), "{dns:?}");
-        }
-        for c in o["spec"]["template"]["spec"]["containers"].as_sequence().into_iter().flatten() {
-            let image = c["image"].as_str().unwrap_or("");
-            if image.contains("coloc-extender") {
-                assert_eq!(image, "registry.example/coloc-extender:0.1.0", "{kind} {name} follows images:");
-            }
-        }
-    }
+    every_object_in(&objects, OVERLAY_NAMESPACE);
     let template = objects.iter().find(|o| o["kind"] == "PodTemplate").unwrap();
     assert_eq!(
         template["template"]["spec"]["containers"][0]["image"].as_str(),
@@ -230,4 +242,45 @@ async fn an_overlay_in_another_namespace_with_every_component_renders_right_and_
     ] {
         assert!(out.contains(&format!("{kind} serverside-applied (server dry run)")), "{kind} missing from:\n{out}");
     }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).unwrap();
+        }
+    }
+}
+
+/// The other documented way: the namespace set in the base (its NamespaceTransformer, in
+/// a copy of manifests/), every component enabled from an overlay that sets none.
+#[test]
+fn a_namespace_set_in_the_base_with_components_from_an_overlay_reaches_every_object() {
+    let bins = match Binaries::find() {
+        Ok(b) => b,
+        Err(why) => return println!("install_manifest: skipped: {why}"),
+    };
+    let root = std::env::temp_dir().join(format!("coloc-base-namespace-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    copy_dir(&repo("manifests"), &root.join("manifests"));
+    let base = root.join("manifests/kustomization.yaml");
+    let text = std::fs::read_to_string(&base).unwrap();
+    let set = "      name: install-namespace\n      namespace: ";
+    let edited = text.replacen(&format!("{set}kube-system"), &format!("{set}team-infra"), 1);
+    assert_ne!(edited, text, "the base sets its namespace in one place");
+    std::fs::write(&base, edited).unwrap();
+    let overlay = std::fs::read_to_string(repo("deploy/overlay-example/kustomization.yaml"))
+        .unwrap()
+        .replace("namespace: coloc-system\n", "")
+        .replace("../../manifests", "../manifests");
+    std::fs::create_dir_all(root.join("overlay")).unwrap();
+    std::fs::write(root.join("overlay/kustomization.yaml"), overlay).unwrap();
+    let objects = render_path(&bins, &root.join("overlay"));
+    let _ = std::fs::remove_dir_all(&root);
+    every_object_in(&objects, "team-infra");
 }

@@ -100,7 +100,8 @@ pub fn for_preempt(pod: &str, pod_uid: &str, ex: &[Explanation]) -> Option<PodEv
             )
         })
         .collect();
-    let why = "the cheapest choice under the policy (no broken gang, then fewest PDB violations, then fewest budgets spent to the last, further evictions, requeues and lost work)";
+    // The order of `Cost` (decide/preempt/rank.rs), in words.
+    let why = "the cheapest choice under the policy (fewest PDB violations, then no lost work, the least valuable class, fewest budgets spent to the last, then the least the owners lose: work thrown away, a broken gang's included, and restarts)";
     Some(event(false, "PreemptionVictims", format!("coloc-extender: victims {}; {why}", nodes.join("; "))))
 }
 
