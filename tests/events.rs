@@ -86,6 +86,17 @@ fn vetoes_are_grouped_by_reason_most_frequent_first() {
     );
 }
 
+#[test]
+fn a_node_blocked_by_a_namespace_not_opted_in_says_what_to_label() {
+    use coloc_extender::decide::{Code, Explanation, Verdict};
+    let ex = vec![
+        Explanation::pod("a", "team-a/x", Verdict::Spared, Code::RequeueNotOptedIn, ""),
+        Explanation::node("a", Verdict::Dropped, Code::DoesNotFit, ""),
+    ];
+    let said = coloc_extender::events::vetoes(&ex);
+    assert!(said.contains("has not opted in") && said.contains("coloc-extender.io/requeue=enabled"), "{said}");
+}
+
 fn event(note: &str) -> PodEvent {
     PodEvent {
         namespace: "online".into(),

@@ -162,8 +162,9 @@ fn veto_phrase(dropped: &Explanation, ex: &[Explanation]) -> String {
 }
 
 /// Protection codes, the one an operator can act on first.
-const PROTECTION_ORDER: [&str; 7] = [
+const PROTECTION_ORDER: [&str; 8] = [
     "requeue_disabled",
+    "requeue_not_opted_in",
     "not_recreatable",
     "min_runtime",
     "class_protected",
@@ -175,6 +176,9 @@ const PROTECTION_ORDER: [&str; 7] = [
 fn phrase(code: &str) -> &str {
     match code {
         "requeue_disabled" => "only bare pods could make room (requeue disabled)",
+        "requeue_not_opted_in" => {
+            "only bare pods could make room (their namespace has not opted in to requeue: label it coloc-extender.io/requeue=enabled)"
+        }
         "not_recreatable" => "only bare pods could make room (their class protects them)",
         "min_runtime" => "only pods younger than their class's minRuntime could make room",
         "class_protected" => "only pods of never-evicted classes could make room",
