@@ -272,10 +272,15 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
         "{matched}"
     );
     for v in spec["validations"].as_sequence().unwrap() {
-        let message = v["message"].as_str().unwrap();
+        let message = v["message"].as_str().or(v["messageExpression"].as_str()).unwrap();
         assert!(message.contains("coloc-extender"), "{message}");
         assert_eq!(v["reason"], Value::from("Forbidden"));
     }
+    // Its parameter is the install's Service: only that namespace's ServiceAccounts count.
+    assert_eq!(spec["paramKind"]["kind"], Value::from("Service"));
+    assert_eq!(binding["spec"]["paramRef"]["name"], Value::from("coloc-extender"));
+    assert_eq!(binding["spec"]["paramRef"]["parameterNotFoundAction"], Value::from("Deny"));
+    assert_eq!(load("service.yaml")["metadata"]["name"], Value::from("coloc-extender"));
     // One policy bounds every component (every policy must pass); wake adds only the check
     // of its image, whose parameter (its PodTemplate) exists only with it.
     let requeue_files = serde_yaml_ng::to_string(&load("requeue/kustomization.yaml")["resources"]).unwrap();

@@ -23,6 +23,9 @@ pub fn cases() -> Vec<Case> {
     }]
 }
 
+/// The shipped Service (the install namespace is kube-system here).
+const SERVICE: &str = include_str!("../../manifests/service.yaml");
+
 /// The shipped policies and bindings, applied as they are.
 const POLICIES: [&str; 2] = [
     include_str!("../../manifests/validatingadmissionpolicy.yaml"),
@@ -38,6 +41,8 @@ const WAKE_IMAGE_BINDING: &str = include_str!("../../manifests/wake/validatingad
 
 const CREATE: &str = "only coloc-extender-requeue (and the uninstall Job) may create a pod";
 const COPY_HOME: &str = "coloc-extender may create a requeue copy only in a namespace that opted in";
+const NOT_AN_IDENTITY: &str =
+    "only the ServiceAccounts of coloc-extender's install namespace (kube-system, where its Service is) are its identities";
 const DELETE: &str = "coloc-extender may delete only its own pods";
 const SPEC: &str = "coloc-extender may not change a pod's spec";
 const LABELS: &str = "coloc-extender may not change a pod's labels";
@@ -66,6 +71,9 @@ const HOLD: &str = "example.com/hold";
 async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let bed = Bed::up_with(bins, mode, Options { controllers: false, ..Default::default() }).await?;
     let admin = bed.client.clone();
+    // The install's Service, the policy's parameter: its namespace is the install's.
+    let service: k8s_openapi::api::core::v1::Service = serde_yaml_ng::from_str(SERVICE)?;
+    Api::namespaced(admin.clone(), "kube-system").create(&PostParams::default(), &service).await?;
     for text in POLICIES {
         let p: ValidatingAdmissionPolicy = serde_yaml_ng::from_str(text)?;
         Api::<ValidatingAdmissionPolicy>::all(admin.clone()).create(&PostParams::default(), &p).await?;
@@ -384,8 +392,9 @@ async fn copies_stay_home(bed: &Bed, admin: &Client, as_requeue: &Client, copy: 
     let privileged =
         in_namespace("locked", &|v| v["spec"]["containers"][0]["securityContext"] = json!({"privileged": true}))?;
     refused("a privileged copy in a restricted namespace", POD_SECURITY, create("locked", privileged).await)?;
-    // Another install's requeue identity, in coloc-system: its own namespace is no home for
-    // copies either, opted in or not.
+    // A ServiceAccount of the same name in another namespace (a tenant's, say), granted pod
+    // create everywhere: not an identity of this install, it writes nothing, not even a
+    // copy in an opted-in namespace.
     let grant: ClusterRoleBinding = serde_json::from_value(json!({
         "metadata": {"name": "other-install-requeue"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "coloc-extender-requeue"},
@@ -394,11 +403,11 @@ async fn copies_stay_home(bed: &Bed, admin: &Client, as_requeue: &Client, copy: 
     Api::<ClusterRoleBinding>::all(admin.clone()).create(&PostParams::default(), &grant).await?;
     let other =
         acting_as(&bed.plane.admin_kubeconfig, "system:serviceaccount:coloc-system:coloc-extender-requeue").await?;
-    let theirs: Api<Pod> = Api::namespaced(other, "coloc-system");
-    let home_copy = in_namespace("coloc-system", &keep)?;
-    coloc_testbed::wait::until(MINUTE, "the other install's identity refused at home by the policy", || async {
-        match theirs.create(&PostParams { dry_run: true, ..Default::default() }, &home_copy).await {
-            Err(kube::Error::Api(s)) if s.message.contains(COPY_HOME) => Ok(()),
+    let theirs: Api<Pod> = Api::namespaced(other, "labelled-system");
+    let elsewhere_copy = in_namespace("labelled-system", &keep)?;
+    coloc_testbed::wait::until(MINUTE, "a same-named ServiceAccount elsewhere refused by the policy", || async {
+        match theirs.create(&PostParams { dry_run: true, ..Default::default() }, &elsewhere_copy).await {
+            Err(kube::Error::Api(s)) if s.message.contains(NOT_AN_IDENTITY) => Ok(()),
             other => Err(format!("{:?}", other.map(|p| p.metadata.name))),
         }
     })
