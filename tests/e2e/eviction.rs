@@ -26,6 +26,10 @@ pub fn cases() -> Vec<Case> {
             run: |b, m| Box::pin(grace_zero(b, m)),
         },
         Case {
+            name: "requeue_protects_bare_pods_of_a_namespace_not_opted_in_says_so_and_requeues_them_once_it_is",
+            run: |b, m| Box::pin(namespace_opt_in(b, m)),
+        },
+        Case {
             name: "requeue_copies_no_pod_deleted_by_a_user_or_ended_after_a_mark",
             run: |b, m| Box::pin(not_preempted(b, m)),
         },
@@ -338,5 +342,50 @@ async fn replica_killed_in_a_loop(bins: Binaries, mode: Mode) -> anyhow::Result<
     })
     .await?;
     nothing_lost(&bed, "batch", &originals).await?;
+    bed.finish()
+}
+
+/// Bare pods in a namespace that has not opted in to requeue: the replica names it at
+/// start (a Warning Event on the namespace), the online pod that needs their room waits
+/// and its Event says what to label, they are never evicted; once the namespace is
+/// labelled, the same online pod is placed and they come back.
+async fn namespace_opt_in(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    cluster::create(&bed.client, cluster::namespace("plain")).await?;
+    bed.nodes(&["node-1"], 4000).await?;
+    bed.bound(vec![
+        PodBuilder::new("plain", "free-1", "free", 1900).on("node-1"),
+        PodBuilder::new("plain", "free-2", "free", 1900).on("node-1"),
+    ])
+    .await?;
+    bed.until_running("plain", 2).await?;
+    let originals = bare_pods(&bed, "plain").await?;
+    let e = bed.extender(&["--requeue", "--events"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    coloc_testbed::wait::until(MINUTE, "a RequeueNotOptedIn Event on namespace plain", || async {
+        let out = bed.plane.kubectl(&["get", "events", "-A", "-o", "wide"]).map_err(|e| e.to_string())?;
+        out.lines()
+            .any(|l| l.contains("RequeueNotOptedIn") && l.contains("namespace/plain"))
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await?;
+    online(&bed, "web", 3000).await?;
+    coloc_testbed::wait::until(MINUTE, "web's Event to say what to label", || async {
+        let out = bed.plane.kubectl(&["describe", "pod", "-n", "online", "web"]).map_err(|e| e.to_string())?;
+        let events = out.split("Events:").nth(1).unwrap_or("").to_string();
+        out.contains("has not opted in to requeue").then_some(()).ok_or(events)
+    })
+    .await?;
+    let pods = cluster::pods(&bed.client, Some("plain")).await?;
+    anyhow::ensure!(
+        pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).count() == 2,
+        "a bare pod of a namespace not opted in was evicted"
+    );
+    let label = json!({"metadata": {"labels": {"coloc-extender.io/requeue": "enabled"}}});
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(bed.client.clone());
+    namespaces.patch("plain", &PatchParams::default(), &Patch::Merge(&label)).await?;
+    online_placed(&bed, "web").await?;
+    nothing_lost(&bed, "plain", &originals).await?;
     bed.finish()
 }
