@@ -312,6 +312,9 @@ pub fn twin(json: &serde_json::Value, scheduler: &str) -> serde_json::Value {
         },
         "spec": json["spec"],
     });
+    if let Some(spec) = t["spec"].as_object_mut() {
+        crate::requeue::replacement::without_instance_fields(spec);
+    }
     t["spec"]["schedulerName"] = serde_json::json!(scheduler);
     let mut gates: Vec<serde_json::Value> = t["spec"]["schedulingGates"].as_array().cloned().unwrap_or_default();
     if !gates.iter().any(|g| g["name"] == GATE) {
@@ -519,7 +522,10 @@ mod tests {
         let copy = serde_json::json!({
             "metadata": {"name": "free-1-rq-0123456789", "namespace": "batch", "uid": "c", "resourceVersion": "9",
                 "labels": {LABEL: "true"}, "annotations": {FROM_UID: "u"}},
-            "spec": {"schedulerName": "coloc-scheduler", "containers": [{"name": "main", "image": "w"}]},
+            "spec": {"schedulerName": "coloc-scheduler", "priority": 3000,
+                "containers": [{"name": "main", "image": "w",
+                    "volumeMounts": [{"name": "kube-api-access-x1", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}],
+                "volumes": [{"name": "kube-api-access-x1", "projected": {"sources": []}}]},
             "status": {"phase": "Pending"},
         });
         let t = twin(&copy, "default-scheduler");
@@ -529,6 +535,10 @@ mod tests {
         assert_eq!(t["metadata"]["labels"][LABEL], "true");
         assert_eq!(t["metadata"]["annotations"][FROM_UID], "u");
         assert!(t["metadata"].get("uid").is_none() && t.get("status").is_none());
+        // What admission gave the copy it gives the twin anew.
+        assert!(t["spec"].get("priority").is_none());
+        assert_eq!(t["spec"]["volumes"], serde_json::json!([]));
+        assert_eq!(t["spec"]["containers"][0]["volumeMounts"], serde_json::json!([]));
         assert_eq!(twin_name(&"a".repeat(253)).len(), 253);
     }
 

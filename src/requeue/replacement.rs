@@ -43,6 +43,38 @@ fn is_injected_token_volume(volume: &Value) -> bool {
         && volume.get("projected").is_some()
 }
 
+/// A pod spec without what belonged to the pod it was read from: its node, the priority
+/// admission computes, ephemeral containers (not settable at creation), and the token
+/// volume the ServiceAccount admission plugin injects (it injects a new one).
+pub fn without_instance_fields(spec: &mut serde_json::Map<String, Value>) {
+    spec.remove("nodeName");
+    // Admission computes it from priorityClassName; a stale copy would be rejected.
+    spec.remove("priority");
+    // Ephemeral containers cannot be set at creation.
+    spec.remove("ephemeralContainers");
+    let mut dropped = Vec::new();
+    if let Some(Value::Array(volumes)) = spec.get_mut("volumes") {
+        volumes.retain(|v| {
+            let injected = is_injected_token_volume(v);
+            if injected {
+                dropped.extend(v.get("name").and_then(Value::as_str).map(str::to_string));
+            }
+            !injected
+        });
+    }
+    for list in ["containers", "initContainers"] {
+        if let Some(Value::Array(containers)) = spec.get_mut(list) {
+            for c in containers {
+                if let Some(Value::Array(mounts)) = c.get_mut("volumeMounts") {
+                    mounts.retain(|m| {
+                        !m.get("name").and_then(Value::as_str).is_some_and(|n| dropped.iter().any(|d| d == n))
+                    });
+                }
+            }
+        }
+    }
+}
+
 /// The replacement of an evicted original.
 pub fn build(original: &Value, intent: &RequeueIntent) -> Result<Value, ReplacementError> {
     let mut pod = original.clone();
@@ -78,32 +110,7 @@ pub fn build(original: &Value, intent: &RequeueIntent) -> Result<Value, Replacem
     labels.insert(LABEL.into(), json!("true"));
 
     let spec = object_at(obj, "spec");
-    spec.remove("nodeName");
-    // Admission computes it from priorityClassName; a stale copy would be rejected.
-    spec.remove("priority");
-    // Ephemeral containers cannot be set at creation.
-    spec.remove("ephemeralContainers");
-    let mut dropped = Vec::new();
-    if let Some(Value::Array(volumes)) = spec.get_mut("volumes") {
-        volumes.retain(|v| {
-            let injected = is_injected_token_volume(v);
-            if injected {
-                dropped.extend(v.get("name").and_then(Value::as_str).map(str::to_string));
-            }
-            !injected
-        });
-    }
-    for list in ["containers", "initContainers"] {
-        if let Some(Value::Array(containers)) = spec.get_mut(list) {
-            for c in containers {
-                if let Some(Value::Array(mounts)) = c.get_mut("volumeMounts") {
-                    mounts.retain(|m| {
-                        !m.get("name").and_then(Value::as_str).is_some_and(|n| dropped.iter().any(|d| d == n))
-                    });
-                }
-            }
-        }
-    }
+    without_instance_fields(spec);
     let gates = spec.entry("schedulingGates").or_insert_with(|| json!([]));
     if !gates.is_array() {
         *gates = json!([]);
