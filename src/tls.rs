@@ -99,9 +99,8 @@ pub fn not_after(cert: &CertificateDer<'_>) -> Option<i64> {
 /// A certificate's subject common name (or the whole subject), at most 64 characters: the
 /// `client` label of a client certificate's expiry. Only certificates the client CA signed
 /// get this far, so the set of values is the CA owner's.
-pub fn subject_of(cert: &CertificateDer<'_>) -> String {
-    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert.as_ref()) else { return "unreadable".into() };
-    let subject = parsed.subject();
+fn subject_of(cert: &x509_parser::certificate::X509Certificate<'_>) -> String {
+    let subject = cert.subject();
     let cn = subject.iter_common_name().next().and_then(|cn| cn.as_str().ok().map(str::to_string));
     let name = cn.unwrap_or_else(|| subject.to_string());
     name.chars().take(64).collect()
@@ -150,8 +149,10 @@ pub fn record_handshake_failure(reason: &'static str) {
 
 /// A handshake that succeeded: the expiry of the certificate the client presented.
 pub fn record_client_certificate(cert: &CertificateDer<'_>) {
-    if let Some(at) = not_after(cert) {
-        metrics::gauge!("coloc_tls_client_cert_expiry_timestamp_seconds", "client" => subject_of(cert)).set(at as f64);
+    if let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert.as_ref()) {
+        let at = parsed.validity().not_after.timestamp();
+        metrics::gauge!("coloc_tls_client_cert_expiry_timestamp_seconds", "client" => subject_of(&parsed))
+            .set(at as f64);
     }
 }
 

@@ -359,19 +359,29 @@ async fn move_copies(
     Ok((moved, failed))
 }
 
+/// Names of the pods `selector` picks in `pods` that still run (neither ended nor being
+/// deleted).
+async fn still_running(pods: &kube::Api<DynamicObject>, selector: &str) -> Result<Vec<String>, kube::Error> {
+    Ok(pods
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| !matches!(p.data["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
+        .filter_map(|p| p.metadata.name)
+        .collect())
+}
+
 /// Refuses while the extender could still be asked to decide.
 async fn still_in_use(client: &kube::Client, args: &UninstallArgs) -> anyhow::Result<()> {
     let own = std::env::var("POD_NAME").ok();
     let pods = crate::requeue::kube::pod_api(client, &args.namespace);
-    let running: Vec<String> = pods
-        .list(&ListParams::default().labels(&args.selector))
+    let running: Vec<String> = still_running(&pods, &args.selector)
         .await
         .with_context(|| format!("cannot list the extender's pods in {}", args.namespace))?
-        .items
         .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none() && p.metadata.name != own)
-        .filter(|p| !matches!(p.data["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
-        .filter_map(|p| p.metadata.name)
+        .filter(|name| Some(name) != own.as_ref())
         .collect();
     anyhow::ensure!(
         running.is_empty(),
@@ -379,16 +389,9 @@ async fn still_in_use(client: &kube::Client, args: &UninstallArgs) -> anyhow::Re
         running.join(", "),
         args.namespace
     );
-    let scheduler: Vec<String> = pods
-        .list(&ListParams::default().labels(&args.scheduler_selector))
+    let scheduler = still_running(&pods, &args.scheduler_selector)
         .await
-        .with_context(|| format!("cannot list the scheduler of its own's pods in {}", args.namespace))?
-        .items
-        .into_iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| !matches!(p.data["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
-        .filter_map(|p| p.metadata.name)
-        .collect();
+        .with_context(|| format!("cannot list the scheduler of its own's pods in {}", args.namespace))?;
     anyhow::ensure!(
         scheduler.is_empty(),
         "the scheduler of its own still runs ({}): turn the routing off (kubectl delete mutatingadmissionpolicybinding {name}, or unlabel the namespaces), let it place the pods waiting for it, scale it to 0 (kubectl -n {} scale deploy/{name} --replicas=0), then run uninstall again",

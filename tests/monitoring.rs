@@ -52,7 +52,8 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     // What a replica with --kube registers at start, once the recorder is installed
     // (requeue's and the old guards' series).
     coloc_extender::requeue::kube::register_metrics();
-    coloc_extender::http::metrics::record_policy(&Policy::builtin_default());
+    let default = Policy::builtin_default();
+    coloc_extender::http::metrics::record_policy(default.mode.as_str(), &default.fingerprint());
     let _requeue_on = coloc_extender::requeue::availability::Availability::new(true);
     // ... and with TLS (--tls-cert, --client-ca): the certificates loaded, one client's
     // handshake.

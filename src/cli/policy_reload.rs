@@ -96,8 +96,8 @@ pub async fn reload_policy(reloading: PolicyReload, reload: tokio::sync::watch::
                         view.publish(v);
                     }
                 }
-                http::metrics::record_policy(&p);
                 let (mode, fingerprint) = (p.mode.as_str(), p.fingerprint());
+                http::metrics::record_policy(mode, &fingerprint);
                 policy.store(Arc::new(p));
                 problem.store(None);
                 http::metrics::record_policy_reload("ok");

@@ -63,7 +63,7 @@ fn starting_policy(args: &ServeArgs) -> (Policy, Option<String>) {
             (fallback, Some(why))
         }
     };
-    http::metrics::record_policy(&policy);
+    http::metrics::record_policy(policy.mode.as_str(), &policy.fingerprint());
     if policy.mode == Mode::Shadow && startup_problem.is_none() {
         tracing::warn!("shadow mode: answers are kube-scheduler's own; the policy's decisions are only logged, counted (coloc_shadow_diffs_total) and kept for /decisions");
     }

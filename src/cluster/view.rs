@@ -748,7 +748,6 @@ impl View {
     }
 
     pub fn apply_namespace(&mut self, ns: Namespace) {
-        self.watch_namespaces();
         self.bump();
         // An opt-in that changes may let an eviction be copied, or no longer.
         self.requeue_changes += 1;

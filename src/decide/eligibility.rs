@@ -149,10 +149,9 @@ fn bare_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Resul
         // Admission stores copies only in namespaces that opt in: elsewhere a copy would
         // be refused and the pod lost.
         BareVictims::Requeue if ctx.view.is_some_and(|v| !v.requeue_allowed_in(&victim.namespace)) => {
-            let (label, value) = crate::model::marks::NAMESPACE_OPT_IN;
-            let (routed, to) = crate::model::marks::NAMESPACE_ROUTED;
+            let how = crate::model::marks::namespace_opt_in_labels();
             return protected(Code::RequeueNotOptedIn,
-                format!("bare pod: class {} requeues bare victims, but namespace {} has not opted in to copies (label {label}={value} or {routed}={to}), so it is protected", class.name, victim.namespace),
+                format!("bare pod: class {} requeues bare victims, but namespace {} has not opted in to copies ({how}), so it is protected", class.name, victim.namespace),
             )
         }
         BareVictims::Requeue if class.requeue.max_attempts.is_some_and(|max| crate::requeue::attempt_of(victim) >= max) => {

@@ -181,11 +181,11 @@ pub fn record_policy_reload(result: &'static str) {
     metrics::counter!("coloc_policy_reloads_total", "result" => result).increment(1);
 }
 
-/// The policy in force: `coloc_policy_info{mode, hash}` is 1 for it, and 0 for the one it
-/// replaced (a series cannot be removed).
-pub fn record_policy(policy: &crate::policy::Policy) {
+/// The policy in force (its mode and `Policy::fingerprint`): `coloc_policy_info{mode,
+/// hash}` is 1 for it, and 0 for the one it replaced (a series cannot be removed).
+pub fn record_policy(mode: &'static str, fingerprint: &str) {
     static LAST: std::sync::Mutex<Option<(&'static str, String)>> = std::sync::Mutex::new(None);
-    let now = (policy.mode.as_str(), policy.fingerprint());
+    let now = (mode, fingerprint.to_string());
     let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((mode, hash)) = last.take().filter(|l| *l != now) {
         metrics::gauge!("coloc_policy_info", "mode" => mode, "hash" => hash).set(0.0);

@@ -41,6 +41,12 @@ pub const NAMESPACE_ROUTED: (&str, &str) = ("coloc-extender.io/scheduler", "colo
 /// Never a home for copies, whatever its labels: it is usually exempt from Pod Security.
 pub const NEVER_REQUEUED_IN: &str = "kube-system";
 
+/// How a namespace opts in, for the sentences that say it has not.
+pub fn namespace_opt_in_labels() -> String {
+    let ((label, value), (routed, to)) = (NAMESPACE_OPT_IN, NAMESPACE_ROUTED);
+    format!("label {label}={value} or {routed}={to}")
+}
+
 /// Does a namespace of this name and these labels opt in to requeue?
 pub fn namespace_opts_in(name: &str, labels: &crate::model::Labels) -> bool {
     name != NEVER_REQUEUED_IN && [NAMESPACE_OPT_IN, NAMESPACE_ROUTED].iter().any(|(k, v)| labels.get(k) == Some(*v))

@@ -36,6 +36,17 @@ pub struct Requeuer {
     pub pace: Arc<super::pace::Pace>,
 }
 
+/// A create that found its name taken gives the pod there instead.
+enum Created {
+    New(DynamicObject),
+    Found(DynamicObject),
+}
+
+/// Is `pod` a copy of the original with this UID?
+fn copy_of(pod: &DynamicObject, original_uid: &str) -> bool {
+    pod.metadata.annotations.as_ref().and_then(|a| a.get(FROM_UID)).map(String::as_str) == Some(original_uid)
+}
+
 /// Why a replacement was not stored: the API server's status code, if it answered.
 #[derive(Debug)]
 pub(super) struct StoreError {
@@ -153,28 +164,33 @@ impl Requeuer {
         intent: &RequeueIntent,
         manifest: Value,
     ) -> Result<Stored, StoreError> {
-        let object: DynamicObject = serde_json::from_value(manifest).map_err(|e| StoreError::new(e.to_string()))?;
-        match pod_api(&self.copier, &intent.namespace).create(&PostParams::default(), &object).await {
-            Ok(_) => Ok(Stored::Created),
-            Err(e) if api_code(&e) == Some(409) => {
-                // Ours (a retry, the other replica) or a stranger's pod of the same name?
-                let existing = pod_api(&self.client, &intent.namespace)
-                    .get(&intent.replacement)
-                    .await
-                    .map_err(|e| StoreError::api(format!("{} exists but cannot be read", intent.replacement), &e))?;
-                let from = existing.metadata.annotations.as_ref().and_then(|a| a.get(FROM_UID));
-                if from.map(String::as_str) == Some(intent.uid.as_str())
-                    && existing.metadata.deletion_timestamp.is_none()
-                {
-                    Ok(Stored::Existed)
-                } else {
-                    Err(StoreError::new(format!(
-                        "a pod named {} exists and is not this pod's live replacement",
-                        intent.replacement
-                    )))
-                }
+        match self.create_or_find(&intent.namespace, &intent.replacement, manifest).await? {
+            Created::New(_) => Ok(Stored::Created),
+            // Ours (a retry, the other replica) or a stranger's pod of the same name?
+            Created::Found(existing)
+                if copy_of(&existing, &intent.uid) && existing.metadata.deletion_timestamp.is_none() =>
+            {
+                Ok(Stored::Existed)
             }
-            Err(e) => Err(StoreError::api(format!("cannot create {}", intent.replacement), &e)),
+            Created::Found(_) => Err(StoreError::new(format!(
+                "a pod named {} exists and is not this pod's live replacement",
+                intent.replacement
+            ))),
+        }
+    }
+
+    /// Creates `manifest` as `name` (as the copier, the only identity that may); where a
+    /// pod of that name exists already, reads it for the caller to tell whose it is.
+    async fn create_or_find(&self, namespace: &str, name: &str, manifest: Value) -> Result<Created, StoreError> {
+        let object: DynamicObject = serde_json::from_value(manifest).map_err(|e| StoreError::new(e.to_string()))?;
+        match pod_api(&self.copier, namespace).create(&PostParams::default(), &object).await {
+            Ok(created) => Ok(Created::New(created)),
+            Err(e) if api_code(&e) == Some(409) => pod_api(&self.client, namespace)
+                .get(name)
+                .await
+                .map(Created::Found)
+                .map_err(|e| StoreError::api(format!("{name} exists but cannot be read"), &e)),
+            Err(e) => Err(StoreError::api(format!("cannot create {name}"), &e)),
         }
     }
 
@@ -189,19 +205,11 @@ impl Requeuer {
     /// taken as stored. Returns the twin's name.
     pub async fn store_twin(&self, copy: &crate::model::Pod, twin: Value, released: bool) -> Result<String, String> {
         let name = twin["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        let object: DynamicObject = serde_json::from_value(twin).map_err(|e| e.to_string())?;
-        let api = pod_api(&self.copier, &copy.namespace);
-        let stored = match api.create(&PostParams::default(), &object).await {
-            Ok(o) => o,
-            Err(e) if api_code(&e) == Some(409) => {
-                let o = pod_api(&self.client, &copy.namespace).get(&name).await.map_err(|e| e.to_string())?;
-                let from = |p: &DynamicObject| p.metadata.annotations.as_ref().and_then(|a| a.get(FROM_UID)).cloned();
-                if from(&o) != copy.annotations.get(FROM_UID).map(str::to_string) {
-                    return Err(format!("a pod named {name} exists and is not this copy's twin"));
-                }
-                o
-            }
-            Err(e) => return Err(format!("cannot create {name}: {e}")),
+        let from_uid = copy.annotations.get(FROM_UID).unwrap_or_default();
+        let stored = match self.create_or_find(&copy.namespace, &name, twin).await.map_err(|e| e.message)? {
+            Created::New(o) => o,
+            Created::Found(o) if copy_of(&o, from_uid) => o,
+            Created::Found(_) => return Err(format!("a pod named {name} exists and is not this copy's twin")),
         };
         if released {
             let (_, model) = super::leftovers::decoded(&stored).ok_or_else(|| format!("cannot read {name}"))?;

@@ -150,9 +150,10 @@ pub fn uncopied(view: &View, policy: &Policy, e: &Eviction) -> Option<(&'static 
 }
 
 fn not_opted_in(namespace: &str) -> String {
-    let (label, value) = marks::NAMESPACE_OPT_IN;
-    let (routed, to) = marks::NAMESPACE_ROUTED;
-    format!("namespace {namespace} has not opted in to copies (label {label}={value} or {routed}={to}; never kube-system), and admission refuses one there")
+    let how = marks::namespace_opt_in_labels();
+    format!(
+        "namespace {namespace} has not opted in to copies ({how}; never kube-system), and admission refuses one there"
+    )
 }
 
 /// Namespaces holding bare pods that requeue would bring back were they in a namespace
