@@ -85,6 +85,38 @@ fn is_wildcard(ip: &str) -> bool {
     ip.is_empty() || ip == "0.0.0.0" || ip == "::"
 }
 
+/// A way a pod reaches into its node. A requeue copy may carry none (admission refuses
+/// it), so a bare pod with one cannot be requeued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostAccess {
+    HostNetwork,
+    HostPid,
+    HostIpc,
+    HostPath,
+    HostPort,
+    Privileged,
+    Capabilities,
+    ProcMount,
+    Unconfined,
+}
+
+impl HostAccess {
+    /// What it is, as a person reads it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            HostAccess::HostNetwork => "the host's network (hostNetwork)",
+            HostAccess::HostPid => "the host's process namespace (hostPID)",
+            HostAccess::HostIpc => "the host's IPC namespace (hostIPC)",
+            HostAccess::HostPath => "a hostPath volume",
+            HostAccess::HostPort => "a hostPort",
+            HostAccess::Privileged => "a privileged container",
+            HostAccess::Capabilities => "added capabilities",
+            HostAccess::ProcMount => "an unmasked /proc (procMount)",
+            HostAccess::Unconfined => "an Unconfined seccomp or AppArmor profile",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnerRef {
     pub kind: String,
@@ -140,6 +172,8 @@ pub struct Pod {
     /// Effective requests: max(init, sum(app)) + sidecars + overhead.
     pub requests: Resources,
     pub host_ports: Vec<HostPort>,
+    /// The first way it reaches into its node, if any (`HostAccess`).
+    pub host_access: Option<HostAccess>,
     /// The whole object as the API server last sent it, kept only for a bare pod that
     /// kube-scheduler marked `preempted`: requeue copies it, and with a grace period of 0
     /// the watch's last event is the only place left to read it from.

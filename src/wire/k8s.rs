@@ -107,6 +107,45 @@ pub struct Container {
     /// `Always` on an init container makes it a sidecar that keeps running.
     #[serde(default)]
     pub restart_policy: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub security_context: SecurityContext,
+}
+
+/// A pod's or container's `securityContext`: only what gives a pod the host's access.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SecurityContext {
+    #[serde(default)]
+    pub privileged: Option<bool>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub capabilities: Capabilities,
+    #[serde(default)]
+    pub proc_mount: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub seccomp_profile: ProfileType,
+    #[serde(default, deserialize_with = "nullable")]
+    pub app_armor_profile: ProfileType,
+}
+
+#[derive(Deserialize, Default)]
+pub struct Capabilities {
+    #[serde(default, deserialize_with = "nullable")]
+    pub add: Vec<serde::de::IgnoredAny>,
+}
+
+/// `seccompProfile` or `appArmorProfile`: only its type.
+#[derive(Deserialize, Default)]
+pub struct ProfileType {
+    #[serde(rename = "type", default)]
+    pub type_: Option<String>,
+}
+
+/// A volume: only whether it mounts a path of the host.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Volume {
+    #[serde(default)]
+    pub host_path: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize, Default)]
@@ -130,6 +169,47 @@ pub struct PodSpec {
     pub scheduling_gates: Vec<SchedulingGate>,
     #[serde(default, deserialize_with = "nullable")]
     pub scheduling_group: SchedulingGroup,
+    #[serde(default)]
+    pub host_network: Option<bool>,
+    #[serde(rename = "hostPID", default)]
+    pub host_pid: Option<bool>,
+    #[serde(rename = "hostIPC", default)]
+    pub host_ipc: Option<bool>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub security_context: SecurityContext,
+    #[serde(default, deserialize_with = "nullable")]
+    pub volumes: Vec<Volume>,
+}
+
+/// The first way `spec` reaches into its node (the host's namespaces, paths, devices or
+/// ports, or a sandbox left open), if any: what a requeue copy may not carry, so such a
+/// bare pod cannot be requeued. Pod Security's "baseline" checks of the same.
+fn host_access(spec: &PodSpec, annotations: &Labels) -> Option<model::HostAccess> {
+    use model::HostAccess as H;
+    let unconfined = |p: &ProfileType| p.type_.as_deref() == Some("Unconfined");
+    let containers = || spec.containers.iter().chain(&spec.init_containers);
+    let found = [
+        (spec.host_network == Some(true), H::HostNetwork),
+        (spec.host_pid == Some(true), H::HostPid),
+        (spec.host_ipc == Some(true), H::HostIpc),
+        (spec.volumes.iter().any(|v| v.host_path.is_some()), H::HostPath),
+        (containers().any(|c| c.ports.iter().any(|p| p.host_port.is_some_and(|p| p > 0))), H::HostPort),
+        (containers().any(|c| c.security_context.privileged == Some(true)), H::Privileged),
+        (containers().any(|c| !c.security_context.capabilities.add.is_empty()), H::Capabilities),
+        (containers().any(|c| c.security_context.proc_mount.as_deref().is_some_and(|m| m != "Default")), H::ProcMount),
+        (
+            unconfined(&spec.security_context.seccomp_profile)
+                || unconfined(&spec.security_context.app_armor_profile)
+                || containers().any(|c| {
+                    unconfined(&c.security_context.seccomp_profile) || unconfined(&c.security_context.app_armor_profile)
+                })
+                || annotations.iter().any(|(k, v)| {
+                    k.starts_with("container.apparmor.security.beta.kubernetes.io/") && v == "unconfined"
+                }),
+            H::Unconfined,
+        ),
+    ];
+    found.into_iter().find(|(yes, _)| *yes).map(|(_, what)| what)
 }
 
 /// `spec.schedulingGroup` (Kubernetes v1.36+): the pod's native PodGroup.
@@ -391,7 +471,9 @@ impl Pod {
         };
         let (preempted, evicted) = (disrupted("PreemptionByScheduler"), disrupted("EvictionByEvictionAPI"));
         let unready = self.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status != "True");
+        let host_access = host_access(&spec, &m.annotations);
         Ok(model::Pod {
+            host_access,
             last_state: None,
             preempted,
             evicted,
@@ -605,5 +687,34 @@ mod tests {
             serde_json::from_str::<Pod>(r#"{"metadata":{"labels":{"a":1}}}"#).is_err(),
             "a label that is not a string is refused"
         );
+    }
+
+    fn access(spec: &str, annotations: &str) -> Option<model::HostAccess> {
+        let json = format!(r#"{{"metadata":{{"name":"p","annotations":{annotations}}},"spec":{spec}}}"#);
+        serde_json::from_str::<Pod>(&json).unwrap().into_model().unwrap().host_access
+    }
+
+    #[test]
+    fn a_pod_reaching_into_its_node_says_how_and_an_ordinary_one_does_not() {
+        use model::HostAccess as H;
+        let plain = r#"{"containers":[{"name":"c","securityContext":{"privileged":false,"capabilities":{"drop":["ALL"],"add":null},"procMount":"Default","seccompProfile":{"type":"RuntimeDefault"}}}],"volumes":[{"name":"v","emptyDir":{}}],"hostNetwork":false,"securityContext":{"runAsUser":1000}}"#;
+        assert_eq!(access(plain, "null"), None);
+        let cases = [
+            (r#"{"hostNetwork":true,"containers":[]}"#, H::HostNetwork),
+            (r#"{"hostPID":true,"containers":[]}"#, H::HostPid),
+            (r#"{"hostIPC":true,"containers":[]}"#, H::HostIpc),
+            (r#"{"volumes":[{"name":"root","hostPath":{"path":"/"}}],"containers":[]}"#, H::HostPath),
+            (r#"{"containers":[{"ports":[{"containerPort":80,"hostPort":8080}]}]}"#, H::HostPort),
+            (r#"{"initContainers":[{"securityContext":{"privileged":true}}],"containers":[]}"#, H::Privileged),
+            (r#"{"containers":[{"securityContext":{"capabilities":{"add":["SYS_ADMIN"]}}}]}"#, H::Capabilities),
+            (r#"{"containers":[{"securityContext":{"procMount":"Unmasked"}}]}"#, H::ProcMount),
+            (r#"{"securityContext":{"seccompProfile":{"type":"Unconfined"}},"containers":[]}"#, H::Unconfined),
+            (r#"{"containers":[{"securityContext":{"appArmorProfile":{"type":"Unconfined"}}}]}"#, H::Unconfined),
+        ];
+        for (spec, want) in cases {
+            assert_eq!(access(spec, "null"), Some(want), "{spec}");
+        }
+        let annotated = r#"{"container.apparmor.security.beta.kubernetes.io/c":"unconfined"}"#;
+        assert_eq!(access(r#"{"containers":[{"name":"c"}]}"#, annotated), Some(H::Unconfined));
     }
 }
