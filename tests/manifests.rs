@@ -190,7 +190,7 @@ fn requeue_writes_are_an_opt_in_component_with_only_the_writes_it_needs() {
 fn wake_writes_are_an_opt_in_component_limited_to_pods_in_the_extenders_namespace() {
     let role = load("wake/role.yaml");
     assert_eq!(role["kind"], Value::from("Role"), "namespaced, not cluster-wide");
-    assert_eq!(grants(&role), ["/pods:create", "/pods:delete", "/pods:list", "/podtemplates:get"]);
+    assert_eq!(grants(&role), ["/pods:create", "/pods:delete", "/pods:list"]);
     let component = load("wake/kustomization.yaml");
     assert_eq!(component["kind"], Value::from("Component"));
     assert!(serde_yaml_ng::to_string(&component["patches"]).unwrap().contains("--wake"));
@@ -227,7 +227,9 @@ fn acted_as_by_the_replicas_alone(component: &str, identity: &str) {
 /// Every pod write RBAC grants (the base's guard clean-up, the requeue and wake
 /// components, the uninstall Job) is bounded by one ValidatingAdmissionPolicy in the base:
 /// bound with Deny, matching every pod write of the extender's and the uninstall Job's
-/// ServiceAccounts (what it allows is shown on a real API server: tests/e2e/privilege.rs).
+/// ServiceAccounts of the install namespace and nobody else's, with no parameter (what it
+/// allows is shown on a real API server: tests/e2e/privilege.rs; that no missing object
+/// refuses anyone else: tests/e2e/fails_safe.rs).
 #[test]
 fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
     let account =
@@ -235,11 +237,29 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
     let kustomization = load("kustomization.yaml");
     let files: Vec<&str> =
         kustomization["resources"].as_sequence().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
-    for f in ["validatingadmissionpolicy.yaml", "validatingadmissionpolicybinding.yaml"] {
+    for f in ["admission", "admission-backstop"] {
         assert!(files.contains(&f), "the base lacks {f}: {files:?}");
     }
-    let policy = load("validatingadmissionpolicy.yaml");
-    let binding = load("validatingadmissionpolicybinding.yaml");
+    let admission: Vec<String> = load("admission/kustomization.yaml")["resources"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        admission,
+        [
+            "validatingadmissionpolicy.yaml",
+            "validatingadmissionpolicybinding.yaml",
+            "validatingadmissionpolicy-marks.yaml",
+            "validatingadmissionpolicybinding-marks.yaml"
+        ]
+    );
+    let backstop = load("admission-backstop/kustomization.yaml");
+    assert_eq!(backstop["resources"], Value::from(vec!["../admission"]));
+    assert_eq!(backstop["nameSuffix"], Value::from("-backstop"));
+    let policy = load("admission/validatingadmissionpolicy.yaml");
+    let binding = load("admission/validatingadmissionpolicybinding.yaml");
     assert_eq!(
         (&policy["apiVersion"], &policy["kind"]),
         (&Value::from("admissionregistration.k8s.io/v1"), &Value::from("ValidatingAdmissionPolicy"))
@@ -254,6 +274,14 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
     assert!(policy["metadata"]["namespace"].is_null() && binding["metadata"]["namespace"].is_null(), "cluster-scoped");
     let spec = &policy["spec"];
     assert_eq!(spec["failurePolicy"], Value::from("Fail"));
+    // No parameter: nothing of the install can go missing and refuse a write.
+    for (what, doc) in [("policy", &policy), ("binding", &binding)] {
+        let text = serde_yaml_ng::to_string(&doc["spec"]).unwrap();
+        assert!(
+            !text.contains("paramKind") && !text.contains("paramRef") && !text.contains("params."),
+            "the {what} has a parameter"
+        );
+    }
     let rules = spec["matchConstraints"]["resourceRules"].as_sequence().unwrap();
     assert_eq!(rules.len(), 1);
     assert_eq!(rules[0]["resources"], Value::from(vec!["pods"]), "pods; RBAC grants no subresource");
@@ -261,14 +289,14 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
     let conditions = spec["matchConditions"].as_sequence().unwrap();
     assert_eq!(conditions.len(), 1);
     let matched = conditions[0]["expression"].as_str().unwrap();
-    // Every identity, in whatever namespace kustomization.yaml installs it, and the users
-    // of the same names a static-pod install runs as.
+    // Every identity, the ServiceAccounts of the install namespace (a literal the
+    // install-namespace transformers rewrite), and nobody else.
     assert_eq!(
         [account(""), account("uninstall/"), account("requeue/"), account("wake/")],
         ["coloc-extender", "coloc-extender-uninstall", "coloc-extender-requeue", "coloc-extender-wake"]
     );
     assert!(
-        matched.contains("matches('^(system:serviceaccount:[^:]+:)?coloc-extender(-uninstall|-requeue|-wake)?$')"),
+        matched.contains("matches('^system:serviceaccount:kube-system:coloc-extender(-uninstall|-requeue|-wake)?$')"),
         "{matched}"
     );
     for v in spec["validations"].as_sequence().unwrap() {
@@ -276,23 +304,30 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
         assert!(message.contains("coloc-extender"), "{message}");
         assert_eq!(v["reason"], Value::from("Forbidden"));
     }
-    // Its parameter is the install's Service: only that namespace's ServiceAccounts count.
-    assert_eq!(spec["paramKind"]["kind"], Value::from("Service"));
-    assert_eq!(binding["spec"]["paramRef"]["name"], Value::from("coloc-extender"));
-    assert_eq!(binding["spec"]["paramRef"]["parameterNotFoundAction"], Value::from("Deny"));
-    assert_eq!(load("service.yaml")["metadata"]["name"], Value::from("coloc-extender"));
-    // One policy bounds every component (every policy must pass); wake adds only the check
-    // of its image, whose parameter (its PodTemplate) exists only with it.
-    let requeue_files = serde_yaml_ng::to_string(&load("requeue/kustomization.yaml")["resources"]).unwrap();
-    assert!(!requeue_files.contains("admissionpolicy"), "requeue ships a policy of its own");
-    let wake_image = load("wake/validatingadmissionpolicy.yaml");
-    assert_eq!(wake_image["spec"]["paramKind"]["kind"], Value::from("PodTemplate"));
-    assert_eq!(wake_image["spec"]["matchConstraints"]["resourceRules"][0]["operations"], Value::from(vec!["CREATE"]));
+    // One policy bounds every component: none ships its own.
+    for component in ["requeue", "wake"] {
+        let files = serde_yaml_ng::to_string(&load(&format!("{component}/kustomization.yaml"))["resources"]).unwrap();
+        assert!(!files.contains("admissionpolicy"), "{component} ships a policy of its own");
+    }
     use coloc_extender::{requeue, wake};
     let text = serde_yaml_ng::to_string(spec).unwrap();
-    for name in [requeue::LABEL, requeue::FROM_UID, requeue::GATE, requeue::GUARD, wake::LABEL, wake::NODE] {
+    for name in [requeue::LABEL, requeue::FROM_UID, requeue::GATE, requeue::GUARD, wake::LABEL, wake::NODE, wake::IMAGE]
+    {
         assert!(text.contains(&format!("'{name}'")), "the policy does not name {name}, as the extender does");
     }
+    // The marks are reserved through every door that carries a pod's metadata, by a policy
+    // that exempts the same identities and nobody else.
+    let marks = load("admission/validatingadmissionpolicy-marks.yaml");
+    let text = serde_yaml_ng::to_string(&marks["spec"]).unwrap();
+    assert!(!text.contains("paramKind"));
+    assert_eq!(
+        marks["spec"]["matchConstraints"]["resourceRules"][0]["resources"],
+        Value::from(vec!["pods", "pods/status", "pods/binding", "pods/ephemeralcontainers", "pods/resize"])
+    );
+    let exempt = marks["spec"]["matchConditions"][0]["expression"].as_str().unwrap();
+    assert!(
+        exempt.contains("matches('^system:serviceaccount:kube-system:coloc-extender(-uninstall|-requeue|-wake)?$')")
+    );
 }
 
 /// The uninstall Job runs as a ServiceAccount of its own, with what it needs: list pods

@@ -32,7 +32,7 @@ pub const BASE_NAME: &str = "coloc-extender.io/base-name";
 pub const OPT_OUT: &str = "coloc-extender.io/requeue";
 
 /// A namespace opts in to requeue with this label (value `enabled`): copies of its bare
-/// pods may be stored there. Admission (`manifests/validatingadmissionpolicy.yaml`)
+/// pods may be stored there. Admission (`manifests/admission/validatingadmissionpolicy.yaml`)
 /// refuses a copy anywhere else.
 pub const NAMESPACE_OPT_IN: (&str, &str) = ("coloc-extender.io/requeue", "enabled");
 /// The routing label of the scheduler-of-its-own install: a namespace whose pods go to

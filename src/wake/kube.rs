@@ -9,7 +9,7 @@ use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, PostParams
 use kube::{Api, Client};
 use tokio::sync::Notify;
 
-use super::{placeholder, template_image, Reason, DEFAULT_IMAGE, LABEL, TEMPLATE};
+use super::{placeholder, Reason, LABEL};
 use crate::cluster::ViewCell;
 
 /// How long a placeholder exists: long enough for kube-scheduler's pod informer to see it
@@ -79,24 +79,10 @@ impl Waker {
         )
     }
 
-    /// The image the install namespace's PodTemplate names; the default where it has none.
-    async fn image(&self) -> Result<String, kube::Error> {
-        let templates: Api<DynamicObject> = Api::namespaced_with(
-            self.client.clone(),
-            &self.namespace,
-            &ApiResource::erase::<k8s_openapi::api::core::v1::PodTemplate>(&()),
-        );
-        let Some(template) = templates.get_opt(TEMPLATE).await? else {
-            return Ok(DEFAULT_IMAGE.to_string());
-        };
-        Ok(template_image(&template.data).unwrap_or(DEFAULT_IMAGE).to_string())
-    }
-
     async fn wake(&self) -> Result<String, kube::Error> {
         let api = self.api();
-        let image = self.image().await?;
         let object: DynamicObject =
-            serde_json::from_value(placeholder(&self.namespace, &image)).map_err(kube::Error::SerdeError)?;
+            serde_json::from_value(placeholder(&self.namespace)).map_err(kube::Error::SerdeError)?;
         let created = api.create(&PostParams::default(), &object).await?;
         let name = created.metadata.name.unwrap_or_default();
         tokio::time::sleep(HOLD).await;

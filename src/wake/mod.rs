@@ -19,11 +19,10 @@ use serde_json::{json, Value};
 pub const NODE: &str = "coloc-extender-wake.invalid";
 /// Label on every placeholder, to find leftovers.
 pub const LABEL: &str = "coloc-extender.io/wake";
-/// The PodTemplate in the install namespace naming the placeholder's image (the `wake`
-/// component ships it; `images:` rewrites it, and admission admits only that image).
-pub const TEMPLATE: &str = "coloc-extender-wake";
-/// The image where the namespace has no such PodTemplate.
-pub const DEFAULT_IMAGE: &str = "registry.k8s.io/pause:3.10";
+/// The placeholder's image: a reserved `.invalid` registry, so that it could not run even
+/// were a node of [`NODE`]'s name ever to exist, and never pulled. Admission admits no other
+/// (a constant in the policy: nothing to look up, nothing an install can lose).
+pub const IMAGE: &str = "coloc-extender-wake.invalid/placeholder:never";
 
 /// Why a wake was asked for (a metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,13 +45,8 @@ impl Reason {
     }
 }
 
-/// The image a PodTemplate names (its first container's), if any.
-pub fn template_image(template: &Value) -> Option<&str> {
-    template["template"]["spec"]["containers"][0]["image"].as_str().filter(|i| !i.is_empty())
-}
-
-/// The placeholder pod: bound to [`NODE`], no requests, no token, never run.
-pub fn placeholder(namespace: &str, image: &str) -> Value {
+/// The placeholder pod: bound to [`NODE`], of [`IMAGE`], no requests, no token, never run.
+pub fn placeholder(namespace: &str) -> Value {
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -66,7 +60,7 @@ pub fn placeholder(namespace: &str, image: &str) -> Value {
             "nodeName": NODE,
             "automountServiceAccountToken": false,
             "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "wake", "image": image}],
+            "containers": [{"name": "wake", "image": IMAGE}],
         }
     })
 }
@@ -77,7 +71,7 @@ mod tests {
 
     #[test]
     fn a_placeholder_is_bound_to_a_node_that_cannot_exist_and_requests_nothing() {
-        let p = placeholder("kube-system", DEFAULT_IMAGE);
+        let p = placeholder("kube-system");
         assert_eq!(p["spec"]["nodeName"], NODE);
         assert!(NODE.ends_with(".invalid"));
         assert!(p["spec"]["containers"][0].get("resources").is_none());
@@ -87,15 +81,10 @@ mod tests {
     }
 
     #[test]
-    fn the_image_is_the_one_the_shipped_pod_template_names() {
-        let shipped: serde_json::Value =
-            serde_yaml_ng::from_str(include_str!("../../manifests/wake/podtemplate.yaml")).unwrap();
-        assert_eq!(shipped["metadata"]["name"], TEMPLATE);
-        assert_eq!(template_image(&shipped), Some(DEFAULT_IMAGE));
-        assert_eq!(
-            placeholder("ns", "mirror.example/pause:3.10")["spec"]["containers"][0]["image"],
-            "mirror.example/pause:3.10"
-        );
-        assert_eq!(template_image(&json!({"template": {"spec": {"containers": []}}})), None);
+    fn the_image_is_the_one_admission_admits_and_cannot_be_pulled() {
+        let policy = include_str!("../../manifests/admission/validatingadmissionpolicy.yaml");
+        assert!(policy.contains(&format!("c.image == '{IMAGE}'")), "the policy admits {IMAGE}");
+        assert_eq!(placeholder("ns")["spec"]["containers"][0]["image"], IMAGE);
+        assert!(IMAGE.split('/').next().is_some_and(|registry| registry.ends_with(".invalid")));
     }
 }

@@ -24,12 +24,11 @@ pub const REQUEUE_RBAC: [&str; 4] = [
     "manifests/requeue/clusterrolebinding.yaml",
 ];
 /// What `--wake` needs on top.
-pub const WAKE_RBAC: [&str; 5] = [
+pub const WAKE_RBAC: [&str; 4] = [
     "manifests/wake/serviceaccount.yaml",
     "manifests/wake/impersonate.yaml",
     "manifests/wake/role.yaml",
     "manifests/wake/rolebinding.yaml",
-    "manifests/wake/podtemplate.yaml",
 ];
 
 /// A file of this repository (manifests, policies), from whichever crate asks.

@@ -10,6 +10,7 @@
 mod bed;
 mod budgets;
 mod eviction;
+mod fails_safe;
 mod faults;
 mod invariants;
 mod jobs;
@@ -40,6 +41,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(budgets::cases());
     v.extend(eviction::cases());
     v.extend(faults::cases());
+    v.extend(fails_safe::cases());
     v.extend(profiles::cases());
     v.extend(removal::cases());
     v.extend(privilege::cases());

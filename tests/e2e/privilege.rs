@@ -23,26 +23,20 @@ pub fn cases() -> Vec<Case> {
     }]
 }
 
-/// The shipped Service (the install namespace is kube-system here).
-const SERVICE: &str = include_str!("../../manifests/service.yaml");
-
-/// The shipped policies and bindings, applied as they are.
+/// The shipped policies and bindings, applied as they are (the install namespace is
+/// kube-system here, as the files name it).
 const POLICIES: [&str; 2] = [
-    include_str!("../../manifests/validatingadmissionpolicy.yaml"),
-    include_str!("../../manifests/validatingadmissionpolicy-marks.yaml"),
+    include_str!("../../manifests/admission/validatingadmissionpolicy.yaml"),
+    include_str!("../../manifests/admission/validatingadmissionpolicy-marks.yaml"),
 ];
 const BINDINGS: [&str; 2] = [
-    include_str!("../../manifests/validatingadmissionpolicybinding.yaml"),
-    include_str!("../../manifests/validatingadmissionpolicybinding-marks.yaml"),
+    include_str!("../../manifests/admission/validatingadmissionpolicybinding.yaml"),
+    include_str!("../../manifests/admission/validatingadmissionpolicybinding-marks.yaml"),
 ];
-
-const WAKE_IMAGE_POLICY: &str = include_str!("../../manifests/wake/validatingadmissionpolicy.yaml");
-const WAKE_IMAGE_BINDING: &str = include_str!("../../manifests/wake/validatingadmissionpolicybinding.yaml");
 
 const CREATE: &str = "only coloc-extender-requeue (and the uninstall Job) may create a pod";
 const COPY_HOME: &str = "coloc-extender may create a requeue copy only in a namespace that opted in";
-const NOT_AN_IDENTITY: &str =
-    "only the ServiceAccounts of coloc-extender's install namespace (kube-system, where its Service is) are its identities";
+const COPY_HOST: &str = "coloc-extender may create a requeue copy only without access to its node";
 const DELETE: &str = "coloc-extender may delete only its own pods";
 const SPEC: &str = "coloc-extender may not change a pod's spec";
 const LABELS: &str = "coloc-extender may not change a pod's labels";
@@ -50,7 +44,6 @@ const FINALIZERS: &str = "coloc-extender may not change a pod's finalizers";
 const GATE_OWNER: &str = "coloc-extender may remove the gate coloc-extender.io/requeue only from a requeue replacement";
 const GATES: &str = "coloc-extender may change spec.schedulingGates only by removing";
 const PLACEHOLDER: &str = "coloc-extender may create a wake placeholder only as wake builds it, in its own namespace";
-const WAKE_IMAGE: &str = "coloc-extender-wake may create a placeholder only of the image its PodTemplate coloc-extender-wake names (registry.k8s.io/pause:3.10)";
 /// RBAC's refusal of a create the identity holds no grant for.
 const NO_GRANT: &str = "cannot create resource \"pods\"";
 /// Pod Security admission's refusal.
@@ -71,9 +64,6 @@ const HOLD: &str = "example.com/hold";
 async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let bed = Bed::up_with(bins, mode, Options { controllers: false, ..Default::default() }).await?;
     let admin = bed.client.clone();
-    // The install's Service, the policy's parameter: its namespace is the install's.
-    let service: k8s_openapi::api::core::v1::Service = serde_yaml_ng::from_str(SERVICE)?;
-    Api::namespaced(admin.clone(), "kube-system").create(&PostParams::default(), &service).await?;
     for text in POLICIES {
         let p: ValidatingAdmissionPolicy = serde_yaml_ng::from_str(text)?;
         Api::<ValidatingAdmissionPolicy>::all(admin.clone()).create(&PostParams::default(), &p).await?;
@@ -82,11 +72,6 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         let b: ValidatingAdmissionPolicyBinding = serde_yaml_ng::from_str(text)?;
         Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone()).create(&PostParams::default(), &b).await?;
     }
-    // The wake component's: a placeholder's image is its PodTemplate's (applied with its RBAC).
-    let policy: ValidatingAdmissionPolicy = serde_yaml_ng::from_str(WAKE_IMAGE_POLICY)?;
-    Api::<ValidatingAdmissionPolicy>::all(admin.clone()).create(&PostParams::default(), &policy).await?;
-    let binding: ValidatingAdmissionPolicyBinding = serde_yaml_ng::from_str(WAKE_IMAGE_BINDING)?;
-    Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone()).create(&PostParams::default(), &binding).await?;
     // The pods it acts on: a bare pod an earlier release guarded, a stranger, and a
     // stranger's pod held by the requeue gate without being a replacement.
     let guarded = PodBuilder::new("batch", "free-1", "free", 100).label(GUARD, "true").build();
@@ -187,7 +172,7 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         "the guard is gone"
     );
     let system: Api<Pod> = Api::namespaced(as_wake.clone(), "kube-system");
-    let placeholder: Pod = serde_json::from_value(wake::placeholder("kube-system", wake::DEFAULT_IMAGE))?;
+    let placeholder: Pod = serde_json::from_value(wake::placeholder("kube-system"))?;
     let woke = system
         .create(&PostParams::default(), &placeholder)
         .await
@@ -202,6 +187,7 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     refused("create an ungated replacement", CREATE, copies.create(&PostParams::default(), &ungated).await)?;
     refused("create an unlabelled gated pod", CREATE, copies.create(&PostParams::default(), &unlabelled).await)?;
     copies_stay_home(&bed, &admin, &as_requeue, &copy).await?;
+    copies_reach_nothing_of_the_host(&copies, &copy).await?;
     // Each identity writes only its own kind of pod.
     let plain = PodBuilder::new("batch", "plain-by-requeue", "free", 100).build();
     refused("a plain pod as the requeue identity", CREATE, copies.create(&PostParams::default(), &plain).await)?;
@@ -209,12 +195,7 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     refused(
         "a placeholder as the requeue identity",
         CREATE,
-        requeue_system
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(wake::placeholder("kube-system", wake::DEFAULT_IMAGE))?,
-            )
-            .await,
+        requeue_system.create(&PostParams::default(), &serde_json::from_value(wake::placeholder("kube-system"))?).await,
     )?;
     let mut copy_in_system = copy.clone();
     copy_in_system["metadata"]["namespace"] = json!("kube-system");
@@ -228,36 +209,47 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         NO_GRANT,
         pods.create(&PostParams::default(), &serde_json::from_value(copy.clone())?).await,
     )?;
-    let mut bound = wake::placeholder("kube-system", wake::DEFAULT_IMAGE);
+    let mut bound = wake::placeholder("kube-system");
     bound["spec"]["nodeName"] = json!("node-1");
     refused(
         "create a wake-labelled pod on a real node",
         CREATE,
         system.create(&PostParams::default(), &serde_json::from_value(bound)?).await,
     )?;
-    // A placeholder of any other shape, or outside the extender's own namespace.
+    // A placeholder of any other shape than wake builds, or outside the extender's own
+    // namespace: anything that could run, reach the host, read a secret or act as another.
     type Change = fn(&mut Value);
-    let shapes: [(&str, Change); 5] = [
+    let shapes: [(&str, Change); 15] = [
         ("with a command", |p| p["spec"]["containers"][0]["command"] = json!(["sh", "-c", "id"])),
+        ("of another image", |p| p["spec"]["containers"][0]["image"] = json!("registry.example/anything:1")),
         ("with a hostPath volume", |p| {
             p["spec"]["volumes"] = json!([{"name": "root", "hostPath": {"path": "/"}}]);
         }),
         ("with a ServiceAccount token", |p| p["spec"]["automountServiceAccountToken"] = json!(true)),
         ("on the host network", |p| p["spec"]["hostNetwork"] = json!(true)),
         ("privileged", |p| p["spec"]["containers"][0]["securityContext"] = json!({"privileged": true})),
+        ("holding a hostPort", |p| {
+            p["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80, "hostPort": 80}])
+        }),
+        ("with a Secret in its environment", |p| {
+            p["spec"]["containers"][0]["envFrom"] = json!([{"secretRef": {"name": "coloc-extender-tls"}}]);
+        }),
+        ("with an environment variable", |p| p["spec"]["containers"][0]["env"] = json!([{"name": "A", "value": "b"}])),
+        ("running as another ServiceAccount", |p| p["spec"]["serviceAccountName"] = json!("coloc-scheduler")),
+        ("with pull secrets", |p| p["spec"]["imagePullSecrets"] = json!([{"name": "regcred"}])),
+        ("with an init container", |p| {
+            p["spec"]["initContainers"] = json!([{"name": "i", "image": wake::IMAGE}]);
+        }),
+        ("with a probe", |p| {
+            p["spec"]["containers"][0]["livenessProbe"] = json!({"exec": {"command": ["id"]}});
+        }),
+        ("with a container named otherwise", |p| p["spec"]["containers"][0]["name"] = json!("other")),
+        ("with sysctls", |p| {
+            p["spec"]["securityContext"] = json!({"sysctls": [{"name": "kernel.shm_rmid_forced", "value": "1"}]});
+        }),
     ];
-    let mut other_image = wake::placeholder("kube-system", "registry.example/anything:1");
-    other_image["spec"]["containers"][0]["name"] = json!("wake");
-    let other_image: Pod = serde_json::from_value(other_image)?;
-    coloc_testbed::wait::until(MINUTE, "a placeholder of another image refused", || async {
-        match system.create(&dry, &other_image).await {
-            Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(WAKE_IMAGE) => Ok(()),
-            other => Err(format!("{:?}", other.map(|p| p.metadata.name))),
-        }
-    })
-    .await?;
     for (how, change) in shapes {
-        let mut p = wake::placeholder("kube-system", wake::DEFAULT_IMAGE);
+        let mut p = wake::placeholder("kube-system");
         change(&mut p);
         refused(
             &format!("create a placeholder {how}"),
@@ -269,9 +261,7 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     refused(
         "create a placeholder outside the extender's namespace, as the wake identity",
         NO_GRANT,
-        elsewhere
-            .create(&PostParams::default(), &serde_json::from_value(wake::placeholder("batch", wake::DEFAULT_IMAGE))?)
-            .await,
+        elsewhere.create(&PostParams::default(), &serde_json::from_value(wake::placeholder("batch"))?).await,
     )?;
     let image = json!({"spec": {"containers": [{"name": "main", "image": "registry.example/other:2"}]}});
     refused(
@@ -393,8 +383,8 @@ async fn copies_stay_home(bed: &Bed, admin: &Client, as_requeue: &Client, copy: 
         in_namespace("locked", &|v| v["spec"]["containers"][0]["securityContext"] = json!({"privileged": true}))?;
     refused("a privileged copy in a restricted namespace", POD_SECURITY, create("locked", privileged).await)?;
     // A ServiceAccount of the same name in another namespace (a tenant's, say), granted pod
-    // create everywhere: not an identity of this install, it writes nothing, not even a
-    // copy in an opted-in namespace.
+    // create everywhere: not an identity of this install, it is held like anyone, so it
+    // cannot write a copy's marks, not even in an opted-in namespace.
     let grant: ClusterRoleBinding = serde_json::from_value(json!({
         "metadata": {"name": "other-install-requeue"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "coloc-extender-requeue"},
@@ -407,7 +397,24 @@ async fn copies_stay_home(bed: &Bed, admin: &Client, as_requeue: &Client, copy: 
     let elsewhere_copy = in_namespace("labelled-system", &keep)?;
     coloc_testbed::wait::until(MINUTE, "a same-named ServiceAccount elsewhere refused by the policy", || async {
         match theirs.create(&PostParams { dry_run: true, ..Default::default() }, &elsewhere_copy).await {
-            Err(kube::Error::Api(s)) if s.message.contains(NOT_AN_IDENTITY) => Ok(()),
+            Err(kube::Error::Api(s)) if s.message.contains(MARK_LABELS) => Ok(()),
+            other => Err(format!("{:?}", other.map(|p| p.metadata.name))),
+        }
+    })
+    .await?;
+    // Nor is a user (a client certificate, an OIDC name, an impersonated user) who bears
+    // the name without being the install's ServiceAccount.
+    let user_grant: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "a-user-named-like-requeue"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "coloc-extender-requeue"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "coloc-extender-requeue"}],
+    }))?;
+    Api::<ClusterRoleBinding>::all(admin.clone()).create(&PostParams::default(), &user_grant).await?;
+    let user = acting_as(&bed.plane.admin_kubeconfig, "coloc-extender-requeue").await?;
+    let users: Api<Pod> = Api::namespaced(user, "labelled-system");
+    coloc_testbed::wait::until(MINUTE, "a user named like the requeue identity refused", || async {
+        match users.create(&PostParams { dry_run: true, ..Default::default() }, &elsewhere_copy).await {
+            Err(kube::Error::Api(s)) if s.message.contains(MARK_LABELS) => Ok(()),
             other => Err(format!("{:?}", other.map(|p| p.metadata.name))),
         }
     })
@@ -416,6 +423,56 @@ async fn copies_stay_home(bed: &Bed, admin: &Client, as_requeue: &Client, copy: 
     create("labelled-system", labelled)
         .await
         .map_err(|e| anyhow::anyhow!("a copy in a namespace that opted in was refused: {e}"))?;
+    Ok(())
+}
+
+/// A copy carries nothing of its node: a "copy" of no original (or of a pod that had host
+/// access) with host namespaces, a hostPath, a hostPort, privilege, added capabilities,
+/// an unmasked /proc or an Unconfined profile is refused, whatever else it claims.
+async fn copies_reach_nothing_of_the_host(copies: &Api<Pod>, copy: &Value) -> anyhow::Result<()> {
+    type Change = fn(&mut Value);
+    let shapes: [(&str, Change); 10] = [
+        ("on the host network", |v| v["spec"]["hostNetwork"] = json!(true)),
+        ("in the host's PID namespace", |v| v["spec"]["hostPID"] = json!(true)),
+        ("in the host's IPC namespace", |v| v["spec"]["hostIPC"] = json!(true)),
+        ("mounting the host's root, as root, with SYS_ADMIN, another ServiceAccount, every toleration and 5 requeues", |v| {
+            v["spec"]["volumes"] = json!([{"name": "root", "hostPath": {"path": "/"}}]);
+            v["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "root", "mountPath": "/host"}]);
+            v["spec"]["containers"][0]["securityContext"] =
+                json!({"runAsUser": 0, "capabilities": {"add": ["SYS_ADMIN"]}});
+            v["spec"]["serviceAccountName"] = json!("builder");
+            v["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
+            v["metadata"]["annotations"][coloc_extender::requeue::ATTEMPT] = json!("5");
+        }),
+        ("holding a hostPort", |v| {
+            v["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80, "hostPort": 8080}]);
+        }),
+        ("privileged (an init container)", |v| {
+            v["spec"]["initContainers"] =
+                json!([{"name": "i", "image": "registry.example/i:1", "securityContext": {"privileged": true}}]);
+        }),
+        ("with an added capability", |v| {
+            v["spec"]["containers"][0]["securityContext"] = json!({"capabilities": {"add": ["NET_RAW"]}});
+        }),
+        ("with an unmasked /proc", |v| {
+            v["spec"]["hostUsers"] = json!(false);
+            v["spec"]["containers"][0]["securityContext"] = json!({"procMount": "Unmasked"});
+        }),
+        ("without seccomp", |v| v["spec"]["securityContext"] = json!({"seccompProfile": {"type": "Unconfined"}})),
+        ("without AppArmor", |v| {
+            v["spec"]["containers"][0]["securityContext"] = json!({"appArmorProfile": {"type": "Unconfined"}});
+        }),
+    ];
+    for (how, change) in shapes {
+        let mut v = copy.clone();
+        v["metadata"]["name"] = json!("free-1-rq-host");
+        change(&mut v);
+        refused(
+            &format!("a copy {how}"),
+            COPY_HOST,
+            copies.create(&PostParams::default(), &serde_json::from_value(v)?).await,
+        )?;
+    }
     Ok(())
 }
 
@@ -434,7 +491,12 @@ async fn tenant_marks(
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
     let role: Role = serde_json::from_value(json!({
         "metadata": {"name": "pod-editor", "namespace": "batch"},
-        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create", "patch", "update"]}],
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "create", "patch", "update"]},
+            // As readiness-gate operators and custom schedulers have.
+            {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
+            {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
+        ],
     }))?;
     Api::<Role>::namespaced(admin.clone(), "batch").create(&PostParams::default(), &role).await?;
     let binding: RoleBinding = serde_json::from_value(json!({
@@ -503,6 +565,42 @@ async fn tenant_marks(
         json_patch(&alice.clone().into_client(), "batch", "free-1-rq-3", release).await,
     )?;
     ext_pods.delete("free-1-rq-3", &DeleteParams::default()).await?;
+
+    // Through the other doors that carry a pod's metadata: its status, and its binding
+    // (the API server copies a Binding's annotations onto the pod).
+    let mine = alice.create(&PostParams::default(), &PodBuilder::new("batch", "alices", "free", 100).build()).await?;
+    let name = mine.metadata.name.clone().unwrap_or_default();
+    let claims = json!({"metadata": {"annotations": {FROM_UID: "any", ATTEMPT: "99"}}});
+    refused(
+        "a tenant claims requeues through pods/status",
+        MARK_ANNOTATIONS,
+        alice.patch_status(&name, &PatchParams::default(), &merge(claims)).await,
+    )?;
+    let labelled = json!({"metadata": {"labels": {LABEL: "true"}}});
+    refused(
+        "a tenant labels its pod a copy through pods/status",
+        MARK_LABELS,
+        alice.patch_status(&name, &PatchParams::default(), &merge(labelled)).await,
+    )?;
+    let binding = json!({
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": name, "annotations": {ATTEMPT: "99"}},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "node-1"},
+    });
+    let request = axum::http::Request::post(format!("/api/v1/namespaces/batch/pods/{name}/binding"))
+        .header("Content-Type", "application/json")
+        .body(binding.to_string().into_bytes())
+        .expect("a static request");
+    refused(
+        "a tenant claims requeues through pods/binding",
+        MARK_ANNOTATIONS,
+        alice.clone().into_client().request_text(request).await,
+    )?;
+    // Her own status change passes.
+    alice
+        .patch_status(&name, &PatchParams::default(), &merge(json!({"metadata": {"annotations": {"team": "a"}}})))
+        .await
+        .map_err(|e| anyhow::anyhow!("a tenant's own annotation through pods/status was refused: {e}"))?;
     Ok(())
 }
 
