@@ -68,7 +68,7 @@ impl Verdict {
 pub enum ReviewError {
     #[error("the API server did not answer within {} s", REVIEW_TIMEOUT.as_secs())]
     TimedOut,
-    #[error("this replica may not create {0} (its ClusterRole grants tokenreviews and subjectaccessreviews create)")]
+    #[error("this replica may not create {0}: its ClusterRole needs tokenreviews and subjectaccessreviews create")]
     NotPermitted(&'static str),
     #[error("the {review} failed: {message}")]
     Failed { review: &'static str, message: String },
@@ -178,7 +178,7 @@ pub async fn require(State(guard): State<Arc<Guard>>, req: Request, next: Next) 
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "auth_unavailable",
-                format!("cannot check the bearer token with the API server ({e}); try again"),
+                format!("cannot check the bearer token with the API server: {e}"),
             )
             .into_response()
         }
