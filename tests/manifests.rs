@@ -210,12 +210,12 @@ fn the_pod_monitor_scrapes_with_the_token_of_a_service_account_bound_to_the_metr
     let secret_name = endpoint["authorization"]["credentials"]["name"].as_str().unwrap();
     assert_eq!(endpoint["authorization"]["credentials"]["key"], Value::from("token"));
     let rbac = load_all("monitoring/extender-metrics-rbac.yaml");
-    let of_kind = |kind: &str| rbac.iter().filter(|o| o["kind"] == Value::from(kind)).collect::<Vec<_>>();
+    let of_kind = |kind: &str| rbac.iter().filter(|o| o["kind"] == kind).collect::<Vec<_>>();
     // The Secret is the token the token controller fills in for a ServiceAccount ...
-    let secret = of_kind("Secret").into_iter().find(|s| s["metadata"]["name"] == Value::from(secret_name)).unwrap();
+    let secret = of_kind("Secret").into_iter().find(|s| s["metadata"]["name"] == secret_name).unwrap();
     assert_eq!(secret["type"], Value::from("kubernetes.io/service-account-token"));
     let account = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"].as_str().unwrap();
-    let sa = of_kind("ServiceAccount").into_iter().find(|s| s["metadata"]["name"] == Value::from(account)).unwrap();
+    let sa = of_kind("ServiceAccount").into_iter().find(|s| s["metadata"]["name"] == account).unwrap();
     assert_eq!(sa["automountServiceAccountToken"], Value::Bool(false), "no pod runs as it");
     // ... bound to the metrics reader, and to nothing else.
     let bindings = of_kind("ClusterRoleBinding");

@@ -29,7 +29,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let admin = match (admin_auth, config) {
-        (AdminAuth::Kube, Some(config)) => AdminAccess::Kube(config),
+        (AdminAuth::Kube, Some(config)) => AdminAccess::Kube(Box::new(config)),
         (AdminAuth::Kube, None) => bail!("--admin-auth kube needs --kube"),
         (AdminAuth::Open, _) => AdminAccess::Open,
     };
@@ -52,7 +52,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 /// configuration reaches allows (`--admin-auth kube`).
 enum AdminAccess {
     Open,
-    Kube(kube::Config),
+    Kube(Box<kube::Config>),
 }
 
 /// The policy to start with, and why it is not the file's (if it is not). An invalid
@@ -261,7 +261,7 @@ fn admin_app(state: AppState, access: AdminAccess) -> anyhow::Result<axum::Route
     Ok(match access {
         AdminAccess::Open => http::admin_router(state),
         AdminAccess::Kube(config) => {
-            let client = kube::Client::try_from(config).context("cannot build the admin port's Kubernetes client")?;
+            let client = kube::Client::try_from(*config).context("cannot build the admin port's Kubernetes client")?;
             let guard = http::admin_auth::Guard::new(client, Default::default())?;
             tracing::info!("admin port: /metrics and /decisions need a bearer token the API server accepts and allows (--admin-auth kube)");
             http::guarded_admin_router(state, Arc::new(guard))
