@@ -365,10 +365,11 @@ fn serve_refuses_a_bad_admin_listen_address_naming_the_flag() {
 
 #[cfg(unix)]
 #[test]
-fn the_admin_port_warns_off_loopback_and_can_be_turned_off() {
-    /// Starts serve with `admin`, stops it once it answers, returns its log.
-    fn log_of(admin: &str) -> String {
-        let (mut child, addr) = start_serve(&["--admin-listen".as_ref(), admin.as_ref()]);
+fn the_admin_port_off_loopback_is_open_only_when_asked_and_can_be_turned_off() {
+    /// Starts serve with `args`, stops it once it answers, returns its log.
+    fn log_of(args: &[&str]) -> String {
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        let (mut child, addr) = start_serve(&args);
         assert!(
             http(&addr, "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 200")
         );
@@ -378,12 +379,28 @@ fn the_admin_port_warns_off_loopback_and_can_be_turned_off() {
         child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
         log
     }
+    let refused = |args: &[&str]| {
+        let out = Command::new(BIN).args(["serve", "--listen", &free_addr()]).args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
     let port = free_addr().rsplit_once(':').unwrap().1.to_string();
-    let open = log_of(&format!("0.0.0.0:{port}"));
+    let anywhere = format!("0.0.0.0:{port}");
+    // Off loopback, the flags must say who may read it.
+    let err = refused(&["--admin-listen", &anywhere]);
+    assert!(
+        err.contains("is not on loopback") && err.contains("--admin-auth kube") && err.contains("--admin-auth none"),
+        "{err}"
+    );
+    // Tokens are checked with the API server: not without one.
+    let err = refused(&["--admin-auth", "kube"]);
+    assert!(err.contains("--admin-auth kube") && err.contains("it needs --kube"), "{err}");
+    let open = log_of(&["--admin-listen", &anywhere, "--admin-auth", "none"]);
     assert!(open.contains("the admin port is not on loopback") && open.contains("/decisions"), "{open}");
-    let off = log_of("off");
+    assert!(open.contains("admin_auth=\"none\""), "{open}");
+    let off = log_of(&["--admin-listen", "off"]);
     assert!(off.contains("admin=None") && !off.contains("not on loopback"), "{off}");
-    let local = log_of(&free_addr());
+    let local = log_of(&["--admin-listen", &free_addr()]);
     assert!(!local.contains("not on loopback"), "{local}");
 
     // A taken port is named, with the flag.
@@ -392,6 +409,65 @@ fn the_admin_port_warns_off_loopback_and_can_be_turned_off() {
     let out = Command::new(BIN).args(["serve", "--listen", &free_addr(), "--admin-listen", &at]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains(&format!("cannot listen on {at} (--admin-listen")), "{err}");
+}
+
+/// `explain` against a stand-in admin port that refuses every request with 401, as
+/// `--admin-auth kube` does a missing or rejected token: the request it sent, and what it
+/// printed.
+#[cfg(unix)]
+fn explain_refused(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = format!("http://{}", listener.local_addr().unwrap());
+    let stand_in = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0; 4096];
+        while !request.ends_with(b"\r\n\r\n") {
+            let n = conn.read(&mut buf).unwrap();
+            assert!(n > 0, "the request ended early");
+            request.extend_from_slice(&buf[..n]);
+        }
+        let body = r#"{"code":"unauthenticated","error":"the API server does not accept the bearer token"}"#;
+        let reply = format!("HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        conn.write_all(reply.as_bytes()).unwrap();
+        String::from_utf8(request).unwrap()
+    });
+    let mut cmd = Command::new(BIN);
+    cmd.args(["explain", "online/web-0", "--server", &server]).args(args).env_remove("COLOC_TOKEN");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success());
+    (stand_in.join().unwrap().to_ascii_lowercase(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[cfg(unix)]
+#[test]
+fn explain_sends_the_token_of_its_file_or_the_environment_and_says_how_to_give_one() {
+    let dir = std::env::temp_dir().join(format!("coloc-cli-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("token");
+    std::fs::write(&file, "from-the-file\n").unwrap();
+    let file = file.to_str().unwrap();
+
+    let (request, err) = explain_refused(&["--token-file", file], &[("COLOC_TOKEN", "from-the-env")]);
+    assert!(request.contains("\r\nauthorization: bearer from-the-file\r\n"), "the file wins: {request}");
+    assert!(err.contains("401") && err.contains("does not accept the bearer token"), "{err}");
+    assert!(!err.contains("--token-file FILE"), "a token was sent: no hint to send one\n{err}");
+
+    let (request, _) = explain_refused(&[], &[("COLOC_TOKEN", "from-the-env")]);
+    assert!(request.contains("\r\nauthorization: bearer from-the-env\r\n"), "{request}");
+
+    let (request, err) = explain_refused(&[], &[]);
+    assert!(!request.contains("authorization:"), "{request}");
+    assert!(err.contains("--token-file FILE or $COLOC_TOKEN"), "{err}");
+
+    std::fs::write(dir.join("empty"), "\n").unwrap();
+    let out =
+        Command::new(BIN).args(["explain", "online/web-0", "--token-file"]).arg(dir.join("empty")).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("is empty"), "{err}");
 }
 
 #[test]

@@ -60,6 +60,12 @@ fn the_cluster_role_reads_what_the_view_watches_and_writes_only_events_and_what_
     // What an earlier run left is finished in every mode (bounded by the admission policy):
     // guards taken off and copies released (patch), copies never needed deleted (delete).
     expected.extend(["/pods:patch".to_string(), "/pods:delete".to_string()]);
+    // The admin port (--admin-auth kube) asks whose each token is and what they may get:
+    // what system:auth-delegator grants.
+    expected.extend([
+        "authentication.k8s.io/tokenreviews:create".to_string(),
+        "authorization.k8s.io/subjectaccessreviews:create".to_string(),
+    ]);
     expected.sort();
     assert_eq!(granted, expected);
 }
@@ -88,6 +94,7 @@ fn the_deployment_is_hardened_and_probed() {
         "--policy",
         "--events",
         "--admin-listen=0.0.0.0:8082",
+        "--admin-auth=kube",
     ] {
         assert!(args.contains(&flag), "missing {flag}");
     }
@@ -151,6 +158,75 @@ fn the_network_policy_opens_the_verb_and_health_ports_and_the_admin_port_to_moni
             .unwrap();
     // No `from`: any source (kube-scheduler is often host-networked; --client-ca guards 8443).
     assert_eq!(rules, [(vec![8081, 8443], Value::Null), (vec![8082], monitoring)]);
+}
+
+/// Every document of a manifest file.
+fn load_all(file: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests").join(file)).unwrap();
+    serde_yaml_ng::Deserializer::from_str(&text).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect()
+}
+
+/// The non-resource grants of a ClusterRole as `path:verb`, sorted; it has no other.
+fn url_grants(role: &Value) -> Vec<String> {
+    let mut granted = Vec::new();
+    for rule in role["rules"].as_sequence().unwrap() {
+        assert!(rule["resources"].is_null() && rule["apiGroups"].is_null(), "{rule:?}");
+        for url in rule["nonResourceURLs"].as_sequence().unwrap() {
+            for verb in rule["verbs"].as_sequence().unwrap() {
+                granted.push(format!("{}:{}", url.as_str().unwrap(), verb.as_str().unwrap()));
+            }
+        }
+    }
+    granted.sort();
+    granted
+}
+
+#[test]
+fn each_admin_port_reader_role_grants_one_path_of_it_and_ships_in_the_base() {
+    let resources = load("kustomization.yaml")["resources"].clone();
+    assert!(resources.as_sequence().unwrap().contains(&Value::from("clusterrole-diagnosis.yaml")), "in the base");
+    let roles = load_all("clusterrole-diagnosis.yaml");
+    let grants: Vec<(&str, Vec<String>)> =
+        roles.iter().map(|r| (r["metadata"]["name"].as_str().unwrap(), url_grants(r))).collect();
+    assert_eq!(
+        grants,
+        [
+            ("coloc-extender-metrics-reader", vec!["/metrics:get".to_string()]),
+            ("coloc-extender-decisions-reader", vec!["/decisions:get".to_string()]),
+        ]
+    );
+    // The names the extender's refusals tell whoever is refused to ask for.
+    for (_, role) in coloc_extender::http::admin_auth::ADMIN_PATHS {
+        assert!(grants.iter().any(|(name, _)| *name == role), "{role}");
+    }
+}
+
+#[test]
+fn the_pod_monitor_scrapes_with_the_token_of_a_service_account_bound_to_the_metrics_reader() {
+    let monitor = load("monitoring/podmonitor.yaml");
+    let endpoint = &monitor["spec"]["podMetricsEndpoints"][0];
+    assert_eq!((&endpoint["port"], &endpoint["path"]), (&Value::from("admin"), &Value::from("/metrics")));
+    assert_eq!(endpoint["authorization"]["type"], Value::from("Bearer"));
+    let secret_name = endpoint["authorization"]["credentials"]["name"].as_str().unwrap();
+    assert_eq!(endpoint["authorization"]["credentials"]["key"], Value::from("token"));
+    let rbac = load_all("monitoring/extender-metrics-rbac.yaml");
+    let of_kind = |kind: &str| rbac.iter().filter(|o| o["kind"] == kind).collect::<Vec<_>>();
+    // The Secret is the token the token controller fills in for a ServiceAccount ...
+    let secret = of_kind("Secret").into_iter().find(|s| s["metadata"]["name"] == secret_name).unwrap();
+    assert_eq!(secret["type"], Value::from("kubernetes.io/service-account-token"));
+    let account = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"].as_str().unwrap();
+    let sa = of_kind("ServiceAccount").into_iter().find(|s| s["metadata"]["name"] == account).unwrap();
+    assert_eq!(sa["automountServiceAccountToken"], Value::Bool(false), "no pod runs as it");
+    // ... bound to the metrics reader, and to nothing else.
+    let bindings = of_kind("ClusterRoleBinding");
+    assert_eq!(bindings.len(), 1);
+    assert_eq!(bindings[0]["roleRef"]["name"], Value::from("coloc-extender-metrics-reader"));
+    assert_eq!(bindings[0]["subjects"][0]["name"], Value::from(account));
+    assert_eq!(bindings[0]["subjects"][0]["namespace"], secret["metadata"]["namespace"]);
+    assert!(load("monitoring/kustomization.yaml")["resources"]
+        .as_sequence()
+        .unwrap()
+        .contains(&Value::from("extender-metrics-rbac.yaml")));
 }
 
 #[test]

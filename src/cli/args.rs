@@ -80,10 +80,16 @@ pub struct ServeArgs {
     #[arg(long)]
     pub health_listen: Option<SocketAddr>,
     /// Plain-HTTP listener for /metrics and /decisions (`explain`), or `off`. Decisions name
-    /// pods and reasons: keep it on loopback, or restrict who reaches it (the shipped
-    /// NetworkPolicy lets only the monitoring namespace in).
+    /// pods and reasons: off loopback, say who may read them (--admin-auth).
     #[arg(long, default_value = "127.0.0.1:8082", value_parser = parse_admin_listen)]
     pub admin_listen: AdminListen,
+    /// Who may read the admin port. `kube` (needs --kube): a bearer token the API server
+    /// accepts (TokenReview), of a user it allows to GET the path (SubjectAccessReview:
+    /// ClusterRoles coloc-extender-metrics-reader, coloc-extender-decisions-reader).
+    /// `none`: whoever reaches the port. Default: none on loopback; off loopback it must
+    /// be said.
+    #[arg(long, value_enum)]
+    pub admin_auth: Option<AdminAuth>,
     /// Threads serving the verbs and running requeue, Events and wakes. kube-scheduler calls
     /// one verb at a time and large decisions run on --decision-workers, so one thread
     /// spares the wake-ups of handing each request between two (measured:
@@ -183,6 +189,16 @@ impl LimitArgs {
     }
 }
 
+/// `--admin-auth`: who may read `/metrics` and `/decisions`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AdminAuth {
+    /// Delegated to the Kubernetes API: TokenReview, then SubjectAccessReview.
+    Kube,
+    /// Whoever reaches the port.
+    #[value(name = "none")]
+    Open,
+}
+
 /// `--admin-listen`: an address, or `off` (None).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AdminListen(pub Option<SocketAddr>);
@@ -230,6 +246,21 @@ fn parse_count(s: &str, max: usize, zero: &str) -> Result<usize, String> {
 }
 
 impl ServeArgs {
+    /// Who may read the admin port, or why the flags do not say it safely: `kube` needs
+    /// the API server, and an admin port off loopback is never open unless asked for.
+    pub fn admin_auth(&self) -> Result<AdminAuth, String> {
+        if self.admin_auth == Some(AdminAuth::Kube) && !self.kube {
+            return Err("--admin-auth kube checks each bearer token with the Kubernetes API: it needs --kube".into());
+        }
+        match (self.admin_auth, self.admin_listen.0) {
+            (Some(auth), _) => Ok(auth),
+            (None, Some(addr)) if !addr.ip().is_loopback() => Err(format!(
+                "--admin-listen {addr} is not on loopback: whoever reaches it would read /decisions (pod names, why each was or was not preempted) and /metrics. Pass --admin-auth kube (with --kube: a bearer token the API server accepts and allows), or --admin-auth none to serve them to anyone who reaches the port"
+            )),
+            (None, _) => Ok(AdminAuth::Open),
+        }
+    }
+
     /// Who copies are created as.
     pub fn requeue_identity(&self) -> String {
         self.requeue_as
@@ -242,5 +273,45 @@ impl ServeArgs {
         self.wake_as
             .clone()
             .unwrap_or_else(|| format!("system:serviceaccount:{}:coloc-extender-wake", self.wake_namespace))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    fn admin_auth(flags: &[&str]) -> Result<AdminAuth, String> {
+        let argv = std::iter::once("serve").chain(flags.iter().copied());
+        Serve::try_parse_from(argv).map_err(|e| e.to_string())?.args.admin_auth()
+    }
+
+    #[test]
+    fn the_admin_port_is_open_on_loopback_by_default_and_off_loopback_only_when_asked() {
+        assert_eq!(admin_auth(&[]), Ok(AdminAuth::Open), "127.0.0.1:8082, no cluster needed");
+        assert_eq!(admin_auth(&["--admin-listen", "[::1]:8082"]), Ok(AdminAuth::Open));
+        assert_eq!(admin_auth(&["--admin-listen", "off"]), Ok(AdminAuth::Open));
+        for addr in ["0.0.0.0:8082", "[::]:8082", "10.0.0.7:8082"] {
+            let refused = admin_auth(&["--admin-listen", addr]).unwrap_err();
+            assert!(refused.contains("not on loopback") && refused.contains("--admin-auth kube"), "{refused}");
+            assert_eq!(admin_auth(&["--admin-listen", addr, "--admin-auth", "none"]), Ok(AdminAuth::Open));
+            assert_eq!(admin_auth(&["--admin-listen", addr, "--admin-auth", "kube", "--kube"]), Ok(AdminAuth::Kube));
+        }
+    }
+
+    #[test]
+    fn kube_auth_needs_the_kubernetes_api() {
+        let refused = admin_auth(&["--admin-auth", "kube"]).unwrap_err();
+        assert!(refused.contains("it needs --kube"), "{refused}");
+        assert_eq!(admin_auth(&["--admin-auth", "kube", "--kube"]), Ok(AdminAuth::Kube));
+        let unknown = admin_auth(&["--admin-auth", "token"]).unwrap_err();
+        assert!(unknown.contains("[possible values: kube, none]"), "{unknown}");
     }
 }

@@ -1,7 +1,9 @@
 //! `coloc-extender explain NAMESPACE/NAME`: the pod's recent decisions from a running
-//! extender's admin port (`GET /decisions`), printed for a person.
+//! extender's admin port (`GET /decisions`), printed for a person. Behind
+//! `--admin-auth kube` it sends a bearer token (`--token-file`, or `$COLOC_TOKEN`).
 
 use std::fmt::Write as _;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -15,15 +17,33 @@ use crate::http::decisions::{parse_pod_key, PodDecisions};
 /// `kubectl port-forward` brings it to this machine.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8082";
 
+/// Where the token comes from when there is no `--token-file`.
+pub const TOKEN_ENV: &str = "COLOC_TOKEN";
+
 /// Fetches and renders; `Err` says what went wrong in words.
-pub fn run(pod: &str, server: &str) -> anyhow::Result<String> {
+pub fn run(pod: &str, server: &str, token: Option<&str>) -> anyhow::Result<String> {
     parse_pod_key(pod).map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let decisions = runtime.block_on(fetch(server, pod))?;
+    let decisions = runtime.block_on(fetch(server, pod, token))?;
     Ok(render(&decisions))
 }
 
-async fn fetch(server: &str, pod: &str) -> anyhow::Result<PodDecisions> {
+/// The bearer token to send: the file's (`--token-file`, as `kubectl create token` writes
+/// it), else `$COLOC_TOKEN`'s, else none. Never a flag's value, which `ps` would show.
+pub fn token(file: Option<&Path>) -> anyhow::Result<Option<String>> {
+    if let Some(file) = file {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read the token file {} (--token-file)", file.display()))?;
+        let token = text.trim();
+        if token.is_empty() {
+            bail!("the token file {} (--token-file) is empty", file.display());
+        }
+        return Ok(Some(token.to_string()));
+    }
+    Ok(std::env::var(TOKEN_ENV).ok().map(|t| t.trim().to_string()).filter(|t| !t.is_empty()))
+}
+
+async fn fetch(server: &str, pod: &str, token: Option<&str>) -> anyhow::Result<PodDecisions> {
     let base: Uri = server.parse().with_context(|| format!("--server {server:?} is not a URL"))?;
     if base.scheme_str() != Some("http") {
         bail!("--server {server:?}: only http:// (the plain admin port, --admin-listen) is supported");
@@ -37,14 +57,22 @@ async fn fetch(server: &str, pod: &str) -> anyhow::Result<PodDecisions> {
             .with_context(|| format!("cannot connect to {server}"))?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(conn);
-        let request = hyper::Request::get(path.as_str())
-            .header(hyper::header::HOST, format!("{host}:{port}"))
-            .body(Body::empty())?;
+        let mut request = hyper::Request::get(path.as_str()).header(hyper::header::HOST, format!("{host}:{port}"));
+        if let Some(token) = token {
+            request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request.body(Body::empty())?;
         let response = sender.send_request(request).await?;
         let status = response.status();
         let body = axum::body::to_bytes(Body::new(response.into_body()), 64 << 20).await?;
         if !status.is_success() {
-            bail!("{server} answered {status}: {}", String::from_utf8_lossy(&body).trim());
+            let hint = match (status.as_u16(), token) {
+                (401, None) => format!(
+                    " (the admin port wants a token: --token-file FILE or ${TOKEN_ENV}; docs/troubleshooting.md)"
+                ),
+                _ => String::new(),
+            };
+            bail!("{server} answered {status}: {}{hint}", String::from_utf8_lossy(&body).trim());
         }
         serde_json::from_slice::<PodDecisions>(&body)
             .with_context(|| format!("{server}/decisions answered something else than decisions"))

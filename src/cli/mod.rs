@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
-pub use args::{AdminListen, LimitArgs, OpsArgs, ServeArgs};
+pub use args::{AdminAuth, AdminListen, LimitArgs, OpsArgs, ServeArgs};
 
 use crate::pipeline::Verb;
 use crate::policy::{Mode, Policy};
@@ -67,14 +67,18 @@ pub enum Command {
     Uninstall(crate::uninstall::UninstallArgs),
     /// Print a pod's recent decisions from a running extender (GET /decisions on its
     /// admin port), e.g. `kubectl -n kube-system port-forward deploy/coloc-extender 8082`
-    /// then `coloc-extender explain online/web-0` (port-forward reaches the pod's loopback,
-    /// where the admin port listens by default).
+    /// then `coloc-extender explain online/web-0`. Behind `serve --admin-auth kube` (as
+    /// shipped) it needs the token of an identity bound to ClusterRole
+    /// coloc-extender-decisions-reader: `--token-file`, or $COLOC_TOKEN.
     Explain {
         /// NAMESPACE/NAME
         pod: String,
         /// The extender's admin listener (`serve --admin-listen`).
         #[arg(long, default_value = explain::DEFAULT_SERVER)]
         server: String,
+        /// A file holding the bearer token to send (default: $COLOC_TOKEN, if set).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
     },
 }
 
@@ -83,8 +87,9 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::PolicySchema => check_policy::print_schema(),
         Command::CheckPolicy { file } => check_policy::run(&file),
         Command::Uninstall(args) => crate::uninstall::run(args),
-        Command::Explain { pod, server } => {
-            print!("{}", explain::run(&pod, &server)?);
+        Command::Explain { pod, server, token_file } => {
+            let token = explain::token(token_file.as_deref())?;
+            print!("{}", explain::run(&pod, &server, token.as_deref())?);
             Ok(())
         }
         Command::Replay { verb, payload, policy, snapshot, now, no_requeue, mode } => {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 
-use super::args::{AdminListen, ServeArgs};
+use super::args::{AdminAuth, AdminListen, ServeArgs};
 use super::policy_reload::{policy_alarm, reload_policy, PolicyReload};
 use crate::cluster::{self, View, ViewCell};
 use crate::http::{self, AppState, ViewSource};
@@ -15,6 +15,7 @@ use crate::tls::{self, TlsAcceptorCell, TlsFiles};
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     check_prefix(&args.path_prefix)?;
+    let admin_auth = args.admin_auth().map_err(anyhow::Error::msg)?;
     // Before anything records: the watches register their counters once, as they start,
     // and a counter registered before the recorder would count nothing.
     http::metrics::handle();
@@ -23,9 +24,15 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (source, snapshot) = view_source(&args, &view, &policy)?;
     let mut state = app_state(&args, policy, view.clone(), source, startup_problem)?;
     let reload = http::server::reload_signals();
-    if source == ViewSource::Kubernetes {
-        start_kube(&args, &mut state, &view).await?;
-    }
+    let config = match source {
+        ViewSource::Kubernetes => Some(start_kube(&args, &mut state, &view).await?),
+        _ => None,
+    };
+    let admin = match (admin_auth, config) {
+        (AdminAuth::Kube, Some(config)) => AdminAccess::Kube(Box::new(config)),
+        (AdminAuth::Kube, None) => bail!("--admin-auth kube needs --kube"),
+        (AdminAuth::Open, _) => AdminAccess::Open,
+    };
     if let Some(path) = args.policy.clone() {
         let reloading = PolicyReload {
             path,
@@ -38,7 +45,14 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         };
         tokio::spawn(reload_policy(reloading, reload.clone()));
     }
-    listen(args, state, source, reload).await
+    listen(args, state, source, reload, admin).await
+}
+
+/// Who may read the admin port: whoever reaches it, or whom the API server this
+/// configuration reaches allows (`--admin-auth kube`).
+enum AdminAccess {
+    Open,
+    Kube(Box<kube::Config>),
 }
 
 /// The policy to start with, and why it is not the file's (if it is not). An invalid
@@ -117,8 +131,8 @@ fn app_state(
 }
 
 /// With `--kube`: the client, Events, requeue (and finishing what an earlier run left),
-/// wake, and the watches that feed the view.
-async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>) -> anyhow::Result<()> {
+/// wake, and the watches that feed the view. Returns the client configuration.
+async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>) -> anyhow::Result<kube::Config> {
     let config = kube::Config::infer()
         .await
         .context("cannot find a Kubernetes client configuration (in-cluster config or KUBECONFIG)")?;
@@ -182,8 +196,8 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
         state.waker = Some(waker);
         tracing::info!(namespace = %args.wake_namespace, wakes_as = %args.wake_identity(), min_interval_s = args.wake_min_interval.as_secs(), "waking parked pods is on");
     }
-    watch_apart(config, view.clone(), state.policy.clone(), fresh)?;
-    Ok(())
+    watch_apart(config.clone(), view.clone(), state.policy.clone(), fresh)?;
+    Ok(config)
 }
 
 /// A client that acts as `user` (impersonation): each kind of write the extender makes is
@@ -201,6 +215,7 @@ async fn listen(
     state: AppState,
     source: ViewSource,
     reload: tokio::sync::watch::Receiver<u64>,
+    admin: AdminAccess,
 ) -> anyhow::Result<()> {
     let app = http::router(state.clone(), &args.path_prefix);
     let mut opts = http::server::ServeOptions::default();
@@ -214,20 +229,23 @@ async fn listen(
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     if let Some(addr) = args.health_listen {
         let listener = std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
-        serve_apart("health", listener, http::health_router(state.clone()), stop_rx.clone())?;
+        let state = state.clone();
+        serve_apart("health", listener, move || Ok(http::health_router(state)), stop_rx.clone())?;
     }
+    let admin_auth = if matches!(admin, AdminAccess::Kube(_)) { "kube" } else { "none" };
     if let AdminListen(Some(addr)) = args.admin_listen {
-        if !addr.ip().is_loopback() {
-            tracing::warn!(admin_listen = %addr, "the admin port is not on loopback: whoever reaches it reads /decisions (pod names, why each was or was not preempted) and /metrics; restrict it (e.g. the shipped NetworkPolicy)");
+        if admin_auth == "none" && !addr.ip().is_loopback() {
+            tracing::warn!(admin_listen = %addr, "the admin port is not on loopback and --admin-auth is none: whoever reaches it reads /decisions (pod names, why each was or was not preempted) and /metrics; restrict it (e.g. the shipped NetworkPolicy) or use --admin-auth kube");
         }
         let listener = std::net::TcpListener::bind(addr)
             .with_context(|| format!("cannot listen on {addr} (--admin-listen; `off` turns it off)"))?;
-        serve_apart("admin", listener, http::admin_router(state.clone()), stop_rx.clone())?;
+        let state = state.clone();
+        serve_apart("admin", listener, move || admin_app(state, admin), stop_rx.clone())?;
     }
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    tracing::info!(listen = %args.listen, admin = ?args.admin_listen.0, prefix = %args.path_prefix, tls = opts.tls.is_some(), view = ?source, "serving");
+    tracing::info!(listen = %args.listen, admin = ?args.admin_listen.0, admin_auth, prefix = %args.path_prefix, tls = opts.tls.is_some(), view = ?source, "serving");
     http::server::serve(listener, app, opts, async move {
         http::server::shutdown_signal().await;
         let _ = stop_tx.send(true);
@@ -235,6 +253,20 @@ async fn listen(
     .await;
     drop(stop_rx);
     Ok(())
+}
+
+/// The admin routes, guarded with `--admin-auth kube`. Built on the admin thread: the
+/// reviews' client runs there, so a scrape never waits on the verb threads.
+fn admin_app(state: AppState, access: AdminAccess) -> anyhow::Result<axum::Router> {
+    Ok(match access {
+        AdminAccess::Open => http::admin_router(state),
+        AdminAccess::Kube(config) => {
+            let client = kube::Client::try_from(*config).context("cannot build the admin port's Kubernetes client")?;
+            let guard = http::admin_auth::Guard::new(client, Default::default())?;
+            tracing::info!("admin port: /metrics and /decisions need a bearer token the API server accepts and allows (--admin-auth kube)");
+            http::guarded_admin_router(state, Arc::new(guard))
+        }
+    })
 }
 
 /// Runs `task` on a thread named `name` with a single-threaded runtime of its own.
@@ -270,15 +302,20 @@ fn watch_apart(
 
 /// Probes and scrapes get a thread and runtime of their own (one each): while the verb
 /// threads are busy receiving large bodies, `/healthz` still answers within milliseconds
-/// (measured by coloc-hostile), so a kubelet never restarts a busy extender.
+/// (measured by coloc-hostile), so a kubelet never restarts a busy extender. `app` is
+/// built on that thread, within its runtime.
 fn serve_apart(
     name: &'static str,
     listener: std::net::TcpListener,
-    app: axum::Router,
+    app: impl FnOnce() -> anyhow::Result<axum::Router> + Send + 'static,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     listener.set_nonblocking(true)?;
     run_apart(name, move || async move {
+        let app = match app() {
+            Ok(app) => app,
+            Err(e) => return tracing::error!(error = format!("{e:#}"), listener = name, "listener not started"),
+        };
         match tokio::net::TcpListener::from_std(listener) {
             Ok(listener) => {
                 http::server::serve(listener, app, Default::default(), async move {

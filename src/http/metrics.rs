@@ -101,6 +101,14 @@ fn describe() {
         "Events on preemptors by result: written, failed, throttled, dropped"
     );
     metrics::describe_counter!(
+        "coloc_admin_requests_total",
+        "Requests for /metrics and /decisions on the admin port, by path and outcome: allowed, unauthenticated, forbidden, unavailable (the API server could not say), open (--admin-auth none)"
+    );
+    metrics::describe_counter!(
+        "coloc_admin_reviews_total",
+        "TokenReviews (token) and SubjectAccessReviews (access) the admin port asked the API server for: the requests its cache did not answer"
+    );
+    metrics::describe_counter!(
         "coloc_shadow_diffs_total",
         "Shadow mode: what the policy would have changed, by verb and kind"
     );
@@ -198,6 +206,12 @@ pub fn record_policy(mode: &'static str, fingerprint: &str) {
 /// policy file was invalid when it started.
 pub fn record_policy_fallback(on: bool) {
     metrics::gauge!("coloc_policy_fallback").set(if on { 1.0 } else { 0.0 });
+}
+
+/// A request for an admin path; `outcome` is allowed, unauthenticated, forbidden,
+/// unavailable or open.
+pub fn record_admin_request(path: &'static str, outcome: &'static str) {
+    metrics::counter!("coloc_admin_requests_total", "path" => path, "outcome" => outcome).increment(1);
 }
 
 /// Work stopped early because its request had been given up (timeout, client gone).

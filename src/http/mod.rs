@@ -1,5 +1,6 @@
 //! The HTTP edge: routing, limits, errors, metrics.
 
+pub mod admin_auth;
 mod admission;
 pub mod decision_log;
 pub mod decisions;
@@ -85,13 +86,24 @@ pub fn health_router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// `/metrics` and `/decisions` (`explain`), on a port of their own: decisions name pods and
-/// reasons, so they go only where the admin port is reachable (loopback by default).
+/// `/metrics` and `/decisions` (`explain`), on a port of their own, open to whoever
+/// reaches it (`--admin-auth none`): for loopback, where only this pod and
+/// `kubectl port-forward` reach it. Elsewhere, [`guarded_admin_router`].
 pub fn admin_router(state: AppState) -> Router {
+    admin_routes(state, |routes| routes.route_layer(middleware::from_fn(admin_auth::open)))
+}
+
+/// The admin routes behind `guard` (`--admin-auth kube`): each request bears a token the
+/// API server accepts, of a user it allows to GET the path.
+pub fn guarded_admin_router(state: AppState, guard: Arc<admin_auth::Guard>) -> Router {
+    admin_routes(state, |routes| routes.route_layer(middleware::from_fn_with_state(guard, admin_auth::require)))
+}
+
+fn admin_routes(state: AppState, access: impl FnOnce(Router<AppState>) -> Router<AppState>) -> Router {
     metrics::handle();
-    Router::new()
-        .route("/metrics", get(handlers::metrics_text))
-        .route("/decisions", get(decisions::handler))
+    let routes =
+        Router::new().route("/metrics", get(handlers::metrics_text)).route("/decisions", get(decisions::handler));
+    access(routes)
         .fallback(|req: Request| async move {
             ApiError::new(
                 StatusCode::NOT_FOUND,

@@ -7,6 +7,7 @@
 //! saying why it skipped. `E2E_JOBS` (default 2) cases run at once; `COLOC_E2E_KEEP=1`
 //! keeps every case's directory (logs, configs).
 
+mod admin;
 mod bed;
 mod budgets;
 mod eviction;
@@ -47,6 +48,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(privilege::cases());
     v.extend(own_scheduler::cases());
     v.extend(tls::cases());
+    v.extend(admin::cases());
     v
 }
 

@@ -4,7 +4,8 @@
 //! watch (resumable from any resourceVersion, with the selector transitions of the real watch
 //! cache), get, create, patch (merge, strategic merge treated as merge, JSON patch, server-side
 //! apply treated as merge), update, delete (with preconditions), and the pod `status`,
-//! `eviction` and `binding` subresources. Faults, delays, broken and expired watches can be
+//! `eviction` and `binding` subresources, TokenReviews and SubjectAccessReviews
+//! (`reviews.rs`). Faults, delays, broken and expired watches can be
 //! injected, and every request is recorded.
 //!
 //! Use it from a test file with `mod fake_api;`. Add kinds in `resources.rs`, one line each.
@@ -12,6 +13,7 @@
 
 pub mod patch;
 pub mod resources;
+pub mod reviews;
 pub mod selectors;
 pub mod server;
 pub mod store;
@@ -30,6 +32,8 @@ use store::{Fault, Store};
 pub struct Shared {
     pub store: Mutex<Store>,
     pub tick: tokio::sync::watch::Sender<u64>,
+    /// Who tokens are and what they may get (`reviews.rs`).
+    pub reviews: Mutex<reviews::Reviews>,
 }
 
 impl Shared {
@@ -55,7 +59,11 @@ pub struct FakeApi {
 impl FakeApi {
     /// Binds 127.0.0.1:0 and spawns the server on the current tokio runtime.
     pub async fn start() -> FakeApi {
-        let shared = Arc::new(Shared { store: Mutex::new(Store::default()), tick: tokio::sync::watch::channel(0).0 });
+        let shared = Arc::new(Shared {
+            store: Mutex::new(Store::default()),
+            tick: tokio::sync::watch::channel(0).0,
+            reviews: Mutex::default(),
+        });
         let app = axum::Router::new().fallback(server::handle).with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local address");

@@ -145,8 +145,9 @@ pub async fn handle(
     let q = |k: &str| query.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
     let watch = matches!(q("watch"), Some("true" | "1"));
     let target = parse_path(&path);
-    let verb = target.as_ref().map_or("", |t| verb_of(&method, t, watch));
-    let kind = target.as_ref().map_or("", |t| RESOURCES[t.res].kind);
+    let review = super::reviews::kind_of(&method, &path);
+    let verb = target.as_ref().map_or(if review.is_some() { "create" } else { "" }, |t| verb_of(&method, t, watch));
+    let kind = target.as_ref().map_or(review.unwrap_or(""), |t| RESOURCES[t.res].kind);
 
     let delay = {
         let mut st = sh.store.lock().unwrap();
@@ -165,6 +166,9 @@ pub async fn handle(
     }
     if let Some(code) = sh.store.lock().unwrap().fault_for(verb, kind) {
         return error_response(&ApiError::new(code, format!("injected fault: {verb} {kind}")));
+    }
+    if let Some(kind) = review {
+        return super::reviews::answer(&sh, kind, &body);
     }
 
     let unserved = |api_version: &str| sh.store.lock().unwrap().unserved.contains(api_version);
