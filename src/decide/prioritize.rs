@@ -139,7 +139,9 @@ impl Parts {
             (Some(node), Some(usage)) => {
                 let fit = if fits(pod, node, &usage.all).is_ok() {
                     Fit::AsIs
-                } else if fits(pod, node, &usage.after_evicting(ctx.policy, class, ctx.requeue.enabled)).is_ok() {
+                // Bare pods of requeue classes are victims, of last resort where requeue
+                // is off.
+                } else if fits(pod, node, &usage.after_evicting(ctx.policy, class, true)).is_ok() {
                     Fit::AfterEviction
                 } else {
                     Fit::Not
