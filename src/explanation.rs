@@ -77,6 +77,7 @@ catalogue! {
     Code {
         Allowed => "allowed",
         Candidate => "candidate",
+        CannotRequeue => "cannot_requeue",
         ClassMayNotPreempt => "class_may_not_preempt",
         ClassNotPreemptible => "class_not_preemptible",
         ClassProtected => "class_protected",
@@ -160,6 +161,9 @@ impl Code {
         match self {
             Code::Allowed => "filter: the node passes the pod's placement rules",
             Code::Candidate => "preempt: a node's plan and its cost, before ranking",
+            Code::CannotRequeue => {
+                "a bare pod of a requeue class that cannot be requeued: only an online pod takes it, as a last resort"
+            }
             Code::ClassMayNotPreempt => "the preemptor's class may preempt no class",
             Code::ClassNotPreemptible => "the preemptor's class may not preempt this pod's class",
             Code::ClassProtected => "the pod's class is never a victim",

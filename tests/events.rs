@@ -97,6 +97,19 @@ fn a_victim_of_last_resort_gives_a_warning_on_the_pod_and_on_its_namespace() {
 }
 
 #[test]
+fn an_offline_pod_blocked_by_bare_pods_requeue_cannot_bring_back_is_told_so() {
+    use coloc_extender::decide::{Code, Explanation, Verdict};
+    let ex = vec![
+        Explanation::pod("a", "plain/x", Verdict::Spared, Code::CannotRequeue, ""),
+        Explanation::node("a", Verdict::Dropped, Code::DoesNotFit, ""),
+    ];
+    assert_eq!(
+        coloc_extender::events::vetoes(&ex),
+        "1 node: only bare pods requeue cannot bring back could make room (only an online pod takes them)"
+    );
+}
+
+#[test]
 fn a_namespace_not_opted_in_is_told_what_to_label() {
     use coloc_extender::decide::{Code, Explanation, LostReason, Verdict};
     let ex = vec![

@@ -15,8 +15,8 @@ use coloc_extender::requeue::{ATTEMPT, FROM_UID};
 use common::*;
 use rstest::rstest;
 
-/// online preempts batch; batch's bare pods are handled as `bare` says, requeued at most
-/// twice.
+/// online preempts batch, batch preempts free; their bare pods are handled as `bare`
+/// says, requeued at most twice.
 fn policy_with(bare: &str, extra: &str) -> Policy {
     Policy::from_yaml(&format!(
         r#"
@@ -25,9 +25,14 @@ defaultClass: unclassified
 classes:
   - name: online
     match: [{{priorityClassNames: [online]}}]
-    preempts: [batch]
+    preempts: [batch, free]
   - name: batch
     match: [{{priorityClassNames: [batch]}}]
+    preempts: [free]
+    victim: {{allowed: true, pdb: prefer, bare: {bare}}}
+    requeue: {{maxAttempts: 2}}
+  - name: free
+    match: [{{priorityClassNames: [free]}}]
     victim: {{allowed: true, pdb: prefer, bare: {bare}}}
     requeue: {{maxAttempts: 2}}
   - name: unclassified
@@ -47,7 +52,11 @@ fn online(cpu: i64) -> Pod {
 /// A bare batch pod in namespace `plain` that requeue cannot bring back for `reason`,
 /// started a minute ago: younger, so cheaper than any other victim here but for that.
 fn stuck(reason: LostReason, node: &str, cpu: i64) -> Pod {
-    let p = pod("stuck", "batch", Some(node), cpu).bare().ns("plain").started(60);
+    stuck_of("batch", reason, node, cpu)
+}
+
+fn stuck_of(class: &str, reason: LostReason, node: &str, cpu: i64) -> Pod {
+    let p = pod("stuck", class, Some(node), cpu).bare().ns("plain").started(60);
     match reason {
         LostReason::MaxAttempts => p.annotate(FROM_UID, "uid-stuck-0").annotate(ATTEMPT, "2"),
         LostReason::HostAccess => Pod { host_access: Some(HostAccess::HostPath), ..p },
@@ -132,6 +141,24 @@ fn a_class_that_says_bare_protect_still_never_gives_one_up() {
         let out = s.preempt(online(1000), &["n1"]);
         assert!(out.victims().is_empty(), "{reason}: {}", out.explain());
         assert!(out.has("spared", "not_recreatable"), "{reason}: {}", out.explain());
+    }
+}
+
+#[test]
+fn an_offline_preemptor_never_takes_one() {
+    // Online first, not offline: batch may preempt free, but losing a free pod to place a
+    // batch pod is no last resort worth taking.
+    for reason in LostReason::ALL.iter().copied() {
+        let s =
+            cluster(reason, requeue_policy()).node(node("n1", 1000, 8)).pods([stuck_of("free", reason, "n1", 1000)]);
+        let out = s.preempt(pod("preemptor", "batch", None, 1000), &["n1"]);
+        assert!(out.victims().is_empty(), "{reason}: {}", out.explain());
+        let line = out.explanations.iter().find(|e| e.code == "cannot_requeue").expect("a cannot_requeue line");
+        assert_eq!(line.verdict, "spared");
+        assert!(line.detail.ends_with("only an online pod takes it, as a last resort"), "{}", line.detail);
+        // The same pod is an online pod's last resort.
+        let out = s.preempt(online(1000), &["n1"]);
+        assert!(out.has("victim", "last_resort"), "{reason}: {}", out.explain());
     }
 }
 

@@ -113,7 +113,7 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
     let fate = match () {
         _ if victim.controller.is_some() => job_fate(ctx, class, victim)?,
         _ if victim.owner.is_some() || crate::requeue::opted_out(victim) => Fate::LeftToOwner,
-        _ => bare_fate(ctx, class, victim)?,
+        _ => bare_fate(ctx, preemptor, class, victim)?,
     };
     let min = class.victim.min_runtime;
     if min > 0 {
@@ -144,11 +144,17 @@ fn job_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Result
 }
 
 /// A bare pod (no controller owner) is protected, requeued or lost, as its class says. A
-/// pod of a `requeue` class that cannot be requeued is a victim of last resort: placing
-/// an online pod comes before sparing it, but it is chosen only where no other victims
-/// place the preemptor (`Cost::last_resort`), and lost. A class that wants such pods
-/// never touched says `bare: protect`.
-fn bare_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Result<Fate, Protection> {
+/// pod of a `requeue` class that cannot be requeued is, for an online preemptor, a victim
+/// of last resort: placing an online pod comes before sparing it, but it is chosen only
+/// where no other victims place the pod (`Cost::last_resort`), and lost. An offline
+/// preemptor never takes it: that would lose offline work to place offline work. A class
+/// that wants such pods never touched says `bare: protect`.
+fn bare_fate(
+    ctx: &Context,
+    preemptor: Preemptor,
+    class: &crate::policy::Class,
+    victim: &Pod,
+) -> Result<Fate, Protection> {
     let fate = match class.victim.bare() {
         BareVictims::Protect => {
             return protected(
@@ -161,7 +167,16 @@ fn bare_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Resul
         }
         BareVictims::Lose => Fate::Lost,
         BareVictims::Requeue => match cannot_requeue(ctx, class, victim) {
-            Some(reason) => Fate::LastResort(reason),
+            Some(reason) if ctx.policy.is_online(preemptor.class) => Fate::LastResort(reason),
+            Some(reason) => {
+                return protected(
+                    Code::CannotRequeue,
+                    format!(
+                        "bare pod: {}; only an online pod takes it, as a last resort",
+                        not_requeued(reason, class, victim)
+                    ),
+                )
+            }
             None => Fate::Requeued,
         },
     };

@@ -239,11 +239,19 @@ fn veto_phrase(dropped: &Explanation, ex: &[Explanation]) -> String {
 }
 
 /// Protection codes, the one an operator can act on first.
-const PROTECTION_ORDER: [&str; 6] =
-    ["not_recreatable", "min_runtime", "class_protected", "class_not_preemptible", "not_lower_priority", "terminating"];
+const PROTECTION_ORDER: [&str; 7] = [
+    "cannot_requeue",
+    "not_recreatable",
+    "min_runtime",
+    "class_protected",
+    "class_not_preemptible",
+    "not_lower_priority",
+    "terminating",
+];
 
 fn phrase(code: &str) -> &str {
     match code {
+        "cannot_requeue" => "only bare pods requeue cannot bring back could make room (only an online pod takes them)",
         "not_recreatable" => "only bare pods could make room (their class protects them)",
         "min_runtime" => "only pods younger than their class's minRuntime could make room",
         "class_protected" => "only pods of never-evicted classes could make room",
