@@ -77,6 +77,7 @@ catalogue! {
     Code {
         Allowed => "allowed",
         Candidate => "candidate",
+        CannotRequeue => "cannot_requeue",
         ClassMayNotPreempt => "class_may_not_preempt",
         ClassNotPreemptible => "class_not_preemptible",
         ClassProtected => "class_protected",
@@ -110,9 +111,6 @@ catalogue! {
         PreemptionNever => "preemption_never",
         ReplacementWaits => "replacement_waits",
         Reprieved => "reprieved",
-        RequeueAttempts => "requeue_attempts",
-        RequeueDisabled => "requeue_disabled",
-        RequeueNotOptedIn => "requeue_not_opted_in",
         RoomOnItsWay => "room_on_its_way",
         Score => "score",
         Selected => "selected",
@@ -125,7 +123,35 @@ catalogue! {
         Chosen => "chosen",
         LeftToOwner => "left_to_owner",
         Lost => "lost",
+        LastResort => "last_resort",
         Requeued => "requeued",
+    }
+}
+
+catalogue! {
+    /// Why a bare pod of a `requeue` class cannot be requeued, so that evicting it loses it:
+    /// the `reason` label of `coloc_bare_lost_total`.
+    LostReason {
+        NamespaceNotOptedIn => "namespace_not_opted_in",
+        MaxAttempts => "max_attempts",
+        RequeueUnavailable => "requeue_unavailable",
+        HostAccess => "host_access",
+    }
+}
+
+impl LostReason {
+    /// Why such a pod cannot be requeued, and what would change it.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            LostReason::NamespaceNotOptedIn => {
+                "the namespace has not opted in to requeue copies (label it coloc-extender.io/requeue=enabled for its bare pods to be requeued)"
+            }
+            LostReason::MaxAttempts => "requeued as often as its class allows (requeue.maxAttempts)",
+            LostReason::RequeueUnavailable => {
+                "requeue is off or cannot store copies (serve --kube --requeue and the requeue component)"
+            }
+            LostReason::HostAccess => "it has host access a requeue copy may not carry",
+        }
     }
 }
 
@@ -135,6 +161,9 @@ impl Code {
         match self {
             Code::Allowed => "filter: the node passes the pod's placement rules",
             Code::Candidate => "preempt: a node's plan and its cost, before ranking",
+            Code::CannotRequeue => {
+                "a bare pod of a requeue class that cannot be requeued: only an online pod takes it, as a last resort"
+            }
             Code::ClassMayNotPreempt => "the preemptor's class may preempt no class",
             Code::ClassNotPreemptible => "the preemptor's class may not preempt this pod's class",
             Code::ClassProtected => "the pod's class is never a victim",
@@ -170,13 +199,6 @@ impl Code {
             Code::PreemptionNever => "the pod's preemptionPolicy is Never",
             Code::ReplacementWaits => "a requeued pod whose class says requeue.preemption: never waits for free room",
             Code::Reprieved => "spared: the preemptor fits with it in place",
-            Code::RequeueAttempts => "a bare pod requeued as often as its class allows: no longer a victim",
-            Code::RequeueDisabled => {
-                "a bare pod of a requeue class while requeue is off or cannot store copies: protected"
-            }
-            Code::RequeueNotOptedIn => {
-                "a bare pod of a requeue class in a namespace not labelled to take copies: protected"
-            }
             Code::RoomOnItsWay => {
                 "room freed by earlier evictions is on its way (or already free) where the pod fits: no new evictions"
             }
@@ -190,6 +212,9 @@ impl Code {
             Code::ViewNotReady => "no usable view and the class says withoutView: refuse",
             Code::Requeued => "a bare victim, requeued: the requeue controller copies it once it is evicted",
             Code::Lost => "a victim whose class allows losing it (bare: lose, or a Job that would fail)",
+            Code::LastResort => {
+                "a bare victim of a requeue class that cannot be requeued, chosen as a last resort (no other victims place the pod): lost"
+            }
             Code::LeftToOwner => "a bare victim left to its non-controller owner, or opted out of requeue",
             Code::Chosen => "a victim its controller recreates",
         }
@@ -215,6 +240,9 @@ pub struct Explanation {
     /// bounded metrics label.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gang_source: Option<&'static str>,
+    /// For a victim of last resort: why it cannot be requeued (a bounded metrics label).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lost_reason: Option<LostReason>,
 }
 
 impl Explanation {
@@ -233,6 +261,7 @@ impl Explanation {
             code,
             detail: detail.into(),
             gang_source: None,
+            lost_reason: None,
         }
     }
 
@@ -245,6 +274,7 @@ impl Explanation {
             code,
             detail: detail.into(),
             gang_source: None,
+            lost_reason: None,
         }
     }
 
@@ -257,12 +287,19 @@ impl Explanation {
             code,
             detail: detail.into(),
             gang_source: None,
+            lost_reason: None,
         }
     }
 
     /// The decision is about a gang declared by `source`.
     pub fn for_gang(mut self, source: crate::model::GangSource) -> Self {
         self.gang_source = Some(source.name());
+        self
+    }
+
+    /// The decision names a victim of last resort, lost for `reason`.
+    pub fn lost_for(mut self, reason: LostReason) -> Self {
+        self.lost_reason = Some(reason);
         self
     }
 }

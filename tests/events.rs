@@ -13,7 +13,7 @@ use axum::http::{Request, StatusCode};
 use coloc_extender::cluster::{snapshot, View, ViewCell};
 use coloc_extender::decide::{Context, Requeue};
 use coloc_extender::events::kube::{reporter, EventSink, REPORTER};
-use coloc_extender::events::{for_preempt, PodEvent, Throttle};
+use coloc_extender::events::{for_last_resort, for_preempt, PodEvent, Regarding, Throttle};
 use coloc_extender::http::{router, AppState, ViewSource};
 use coloc_extender::pipeline::{answer_in, Answer, Verb};
 use coloc_extender::policy::Policy;
@@ -32,10 +32,21 @@ fn preempt_event(a: &Answer) -> Option<PodEvent> {
 }
 
 fn decided(step: &str, requeue: bool) -> Answer {
-    let policy = Policy::builtin_default();
-    let view = View::build(snapshot::parse(&fixture(&format!("{step}-preempt.snapshot.json"))).unwrap(), &policy);
+    decided_under(&Policy::builtin_default(), step, requeue)
+}
+
+/// The default policy, but class batch protects its bare pods.
+fn batch_protects_bare_pods() -> Policy {
+    let text = include_str!("../policy/default.yaml");
+    let protect = text.replacen("bare: requeue          # bare pods", "bare: protect          # bare pods", 1);
+    assert_ne!(protect, text);
+    Policy::from_yaml(&protect).unwrap()
+}
+
+fn decided_under(policy: &Policy, step: &str, requeue: bool) -> Answer {
+    let view = View::build(snapshot::parse(&fixture(&format!("{step}-preempt.snapshot.json"))).unwrap(), policy);
     let ctx = Context {
-        policy: &policy,
+        policy,
         view: Some(&view),
         view_expected: true,
         now: 1_795_000_000,
@@ -47,12 +58,76 @@ fn decided(step: &str, requeue: bool) -> Answer {
 
 #[test]
 fn no_node_left_gives_one_warning_with_the_reason_per_node() {
-    // online-gpu: the only candidate's room is held by bare batch pods, requeue is off.
-    let e = preempt_event(&decided("0041", false)).unwrap();
+    // online-gpu: the only candidate's room is held by bare batch pods, and batch protects
+    // them.
+    let e = preempt_event(&decided_under(&batch_protects_bare_pods(), "0041", true)).unwrap();
     assert!(e.warning);
     assert_eq!((e.namespace.as_str(), e.name.as_str(), e.reason), ("online", "online-gpu", "PreemptionBlocked"));
     assert!(!e.uid.is_empty());
-    assert_eq!(e.note, "coloc-extender: no node can make room under the policy: 1 node: only bare pods could make room (requeue disabled)");
+    assert_eq!(e.note, "coloc-extender: no node can make room under the policy: 1 node: only bare pods could make room (their class protects them)");
+}
+
+#[test]
+fn a_victim_of_last_resort_gives_a_warning_on_the_pod_and_on_its_namespace() {
+    // online-gpu: the only candidate's room is held by a bare batch pod, and requeue is
+    // off: the pod is placed, the bare one lost.
+    let a = decided("0041", false);
+    let victims = preempt_event(&a).unwrap();
+    assert_eq!((victims.warning, victims.reason), (false, "PreemptionVictims"));
+    assert!(
+        victims.note.contains("batch/gpu-batch-2 (bare pod that cannot be requeued, lost: a last resort)"),
+        "{}",
+        victims.note
+    );
+    let lost = for_last_resort(&a.pod, &a.explanations);
+    let on: Vec<(Regarding, &str, &str, bool, &str)> =
+        lost.iter().map(|e| (e.regarding, e.namespace.as_str(), e.name.as_str(), e.warning, e.reason)).collect();
+    assert_eq!(
+        on,
+        [
+            (Regarding::Pod, "batch", "gpu-batch-2", true, "LastResortVictim"),
+            (Regarding::Namespace, "batch", "batch", true, "LastResortVictim"),
+        ]
+    );
+    assert!(lost[0].note.contains("to place online/online-gpu, as a last resort, and lost"), "{}", lost[0].note);
+    assert!(lost[0].note.contains("requeue is off or cannot store copies"), "{}", lost[0].note);
+    assert!(lost[1].note.contains("1 bare pod(s) here") && lost[1].note.contains("gpu-batch-2"), "{}", lost[1].note);
+    // With requeue on, the same pod is requeued: nothing is lost, nothing to warn of.
+    assert!(for_last_resort(&a.pod, &decided("0041", true).explanations).is_empty());
+}
+
+#[test]
+fn an_offline_pod_blocked_by_bare_pods_requeue_cannot_bring_back_is_told_so() {
+    use coloc_extender::decide::{Code, Explanation, Verdict};
+    let ex = vec![
+        Explanation::pod("a", "plain/x", Verdict::Spared, Code::CannotRequeue, ""),
+        Explanation::node("a", Verdict::Dropped, Code::DoesNotFit, ""),
+    ];
+    assert_eq!(
+        coloc_extender::events::vetoes(&ex),
+        "1 node: only bare pods requeue cannot bring back could make room (only an online pod takes them)"
+    );
+}
+
+#[test]
+fn a_namespace_not_opted_in_is_told_what_to_label() {
+    use coloc_extender::decide::{Code, Explanation, LostReason, Verdict};
+    let ex = vec![
+        Explanation::node("n1", Verdict::Kept, Code::Selected, "rank 1 of the candidates"),
+        Explanation::pod("n1", "plain/a", Verdict::Victim, Code::LastResort, "…")
+            .lost_for(LostReason::NamespaceNotOptedIn),
+        Explanation::pod("n1", "plain/b", Verdict::Victim, Code::LastResort, "…")
+            .lost_for(LostReason::NamespaceNotOptedIn),
+        // On a node not returned: no victim, no Event.
+        Explanation::pod("n2", "other/c", Verdict::Victim, Code::LastResort, "…")
+            .lost_for(LostReason::NamespaceNotOptedIn),
+    ];
+    let events = for_last_resort("online/web", &ex);
+    let names: Vec<(Regarding, &str)> = events.iter().map(|e| (e.regarding, e.name.as_str())).collect();
+    assert_eq!(names, [(Regarding::Pod, "a"), (Regarding::Pod, "b"), (Regarding::Namespace, "plain")]);
+    let said = &events[2].note;
+    assert!(said.contains("2 bare pod(s) here") && said.contains("a, b"), "{said}");
+    assert!(said.contains("has not opted in") && said.contains("coloc-extender.io/requeue=enabled"), "{said}");
 }
 
 #[test]
@@ -69,9 +144,9 @@ fn chosen_victims_give_a_normal_event_naming_them_and_why() {
 fn vetoes_are_grouped_by_reason_most_frequent_first() {
     use coloc_extender::decide::{Code, Explanation, Verdict};
     let ex = vec![
-        Explanation::pod("a", "b/x", Verdict::Spared, Code::RequeueDisabled, ""),
+        Explanation::pod("a", "b/x", Verdict::Spared, Code::NotRecreatable, ""),
         Explanation::node("a", Verdict::Dropped, Code::DoesNotFit, ""),
-        Explanation::pod("b", "b/y", Verdict::Spared, Code::RequeueDisabled, ""),
+        Explanation::pod("b", "b/y", Verdict::Spared, Code::NotRecreatable, ""),
         Explanation::node("b", Verdict::Dropped, Code::DoesNotFit, ""),
         Explanation::node(
             "c",
@@ -82,23 +157,13 @@ fn vetoes_are_grouped_by_reason_most_frequent_first() {
     ];
     assert_eq!(
         coloc_extender::events::vetoes(&ex),
-        "2 nodes: only bare pods could make room (requeue disabled); 1 node: strict PDB batch/offline-worker-pdb"
+        "2 nodes: only bare pods could make room (their class protects them); 1 node: strict PDB batch/offline-worker-pdb"
     );
-}
-
-#[test]
-fn a_node_blocked_by_a_namespace_not_opted_in_says_what_to_label() {
-    use coloc_extender::decide::{Code, Explanation, Verdict};
-    let ex = vec![
-        Explanation::pod("a", "team-a/x", Verdict::Spared, Code::RequeueNotOptedIn, ""),
-        Explanation::node("a", Verdict::Dropped, Code::DoesNotFit, ""),
-    ];
-    let said = coloc_extender::events::vetoes(&ex);
-    assert!(said.contains("has not opted in") && said.contains("coloc-extender.io/requeue=enabled"), "{said}");
 }
 
 fn event(note: &str) -> PodEvent {
     PodEvent {
+        regarding: Regarding::Pod,
         namespace: "online".into(),
         name: "web".into(),
         uid: "u1".into(),
@@ -177,44 +242,89 @@ async fn events_reach_the_api_server_deduplicated_and_a_failed_write_is_only_cou
     assert!(found.iter().any(|e| e["note"] == "changed again"));
 }
 
+/// A router answering with `policy` over the 0041 snapshot (requeue off), its Events
+/// written by `sink`.
+fn router_with(policy: Policy, sink: &Arc<EventSink>) -> axum::Router {
+    let view = Arc::new(ViewCell::default());
+    view.publish(View::build(snapshot::parse(&fixture("0041-preempt.snapshot.json")).unwrap(), &policy));
+    let mut state = AppState::new(policy, view, ViewSource::Snapshot);
+    state.events = Some(sink.clone());
+    router(state, "")
+}
+
+async fn preempt_0041(app: axum::Router) {
+    let req = Request::post("/preempt")
+        .header("content-type", "application/json")
+        .body(Body::from(fixture("0041-preempt.json")))
+        .unwrap();
+    assert_eq!(app.oneshot(req).await.unwrap().status(), StatusCode::OK);
+}
+
 #[tokio::test]
 async fn a_preempt_through_the_router_leaves_a_warning_on_the_pod_without_waiting_for_it() {
     let api = FakeApi::start().await;
     // Every event write takes 3 s: the answer must not wait for it.
     api.delay("create", "*", Duration::from_secs(3));
     let policy = Policy::builtin_default();
-    let view = Arc::new(ViewCell::default());
-    view.publish(View::build(snapshot::parse(&fixture("0041-preempt.snapshot.json")).unwrap(), &policy));
-    let mut state = AppState::new(policy, view, ViewSource::Snapshot);
-    state.events = Some(Arc::new(EventSink::start(
-        api.client(),
-        reporter(None),
-        Throttle::new(30, 600, 100),
-        state.clock.clone(),
-    )));
-    let app = router(state, "");
+    let clock = AppState::new(policy.clone(), Arc::new(ViewCell::default()), ViewSource::None).clock;
+    let sink = Arc::new(EventSink::start(api.client(), reporter(None), Throttle::new(30, 600, 100), clock));
     let started = std::time::Instant::now();
-    let req = Request::post("/preempt")
-        .header("content-type", "application/json")
-        .body(Body::from(fixture("0041-preempt.json")))
-        .unwrap();
-    let resp = app.oneshot(req).await.unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
+    preempt_0041(router_with(batch_protects_bare_pods(), &sink)).await;
     assert!(started.elapsed() < Duration::from_secs(2), "the answer waited for the event write");
     api.clear_faults();
-    let mut found = Vec::new();
-    for _ in 0..100 {
-        found = events_in(&api);
-        if !found.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let found = eventually(&api, 1).await;
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0]["regarding"]["name"], "online-gpu");
     assert!(
-        found[0]["note"].as_str().unwrap().contains("only bare pods could make room (requeue disabled)"),
+        found[0]["note"].as_str().unwrap().contains("only bare pods could make room (their class protects them)"),
         "{}",
         found[0]["note"]
+    );
+}
+
+#[tokio::test]
+async fn an_enforced_answer_naming_a_victim_of_last_resort_warns_on_it_and_its_namespace_and_shadow_writes_nothing() {
+    let api = FakeApi::start().await;
+    let policy = Policy::builtin_default();
+    let clock = AppState::new(policy.clone(), Arc::new(ViewCell::default()), ViewSource::None).clock;
+    // Nothing throttled: an Event offered twice is written twice.
+    let sink = Arc::new(EventSink::start(api.client(), reporter(None), Throttle::new(0, 0, 100), clock));
+    let shadow =
+        Policy::from_yaml(&include_str!("../policy/default.yaml").replacen("mode: enforce", "mode: shadow", 1))
+            .unwrap();
+    preempt_0041(router_with(shadow, &sink)).await;
+    preempt_0041(router_with(policy, &sink)).await;
+    // One writer, in order: once an Event offered last is written, every earlier one is.
+    sink.offer(event("sentinel"));
+    let mut found = eventually(&api, 4).await;
+    for _ in 0..100 {
+        if found.iter().any(|e| e["note"] == "sentinel") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        found = events_in(&api);
+    }
+    found.retain(|e| e["note"] != "sentinel");
+    let mut said: Vec<(&str, &str, &str, &str)> = found
+        .iter()
+        .map(|e| {
+            let r = &e["regarding"];
+            (
+                e["type"].as_str().unwrap(),
+                e["reason"].as_str().unwrap(),
+                r["kind"].as_str().unwrap(),
+                r["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    said.sort();
+    assert_eq!(
+        said,
+        [
+            ("Normal", "PreemptionVictims", "Pod", "online-gpu"),
+            ("Warning", "LastResortVictim", "Namespace", "batch"),
+            ("Warning", "LastResortVictim", "Pod", "gpu-batch-2"),
+        ],
+        "{found:?}"
     );
 }

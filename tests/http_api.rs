@@ -398,7 +398,11 @@ async fn recorded_preempt_answers_are_well_formed(
     for (file, body) in recorded(round, "preempt") {
         let req: Value = serde_json::from_slice(&body).unwrap();
         let candidates = candidate_uids(&req);
-        let here = snapshot_pods(&payload_path(round, &file.replace(".json", ".snapshot.json")));
+        // The pods the decision knew: the view's (0037's, whatever the request), else the
+        // cluster as it was at the request.
+        let known =
+            if with_view { snap.clone() } else { payload_path(round, &file.replace(".json", ".snapshot.json")) };
+        let here = snapshot_pods(&known);
         let answer = ok_json(&app, "/preempt", body).await;
         for (node, victims) in meta_victims(&answer) {
             let uids = answer_uids(victims);

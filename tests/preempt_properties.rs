@@ -152,55 +152,75 @@ proptest! {
     }
 }
 
-/// online preempts batch and free; bare victims of both are requeued.
-fn requeue_policy() -> coloc_extender::policy::Policy {
-    coloc_extender::policy::Policy::from_yaml(
+/// online preempts batch and free; bare victims of both are handled as `bare` says.
+fn requeue_policy(bare: &str) -> coloc_extender::policy::Policy {
+    coloc_extender::policy::Policy::from_yaml(&format!(
         r#"
 defaultClass: unclassified
 maxCandidates: 100
 classes:
   - name: online
-    match: [{priorityClassNames: [online]}]
+    match: [{{priorityClassNames: [online]}}]
     preempts: [batch, free]
   - name: batch
-    match: [{priorityClassNames: [batch]}]
-    victim: {allowed: true, pdb: prefer, bare: requeue}
+    match: [{{priorityClassNames: [batch]}}]
+    victim: {{allowed: true, pdb: prefer, bare: {bare}}}
   - name: free
-    match: [{priorityClassNames: [free]}]
-    victim: {allowed: true, pdb: prefer, bare: requeue}
+    match: [{{priorityClassNames: [free]}}]
+    victim: {{allowed: true, pdb: prefer, bare: {bare}}}
   - name: unclassified
-"#,
-    )
+"#
+    ))
     .unwrap()
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
-    /// Nothing lost: a bare victim is answered only with its requeue intent, never when
-    /// requeue is off.
+    /// Nothing lost silently: a bare victim is answered with its requeue intent where
+    /// requeue is on; where it is off, as a victim of last resort, and only where no
+    /// answer without one exists (the same cluster with bare pods protected has none).
     #[test]
-    fn no_bare_victim_without_a_requeue((nodes, _, want, _, _) in gen_cluster(), enabled in any::<bool>()) {
-        let (mut s, names) = lay_out(Scenario::new(requeue_policy()), &nodes, |_, p, _| p);
+    fn a_bare_victim_is_requeued_or_a_last_resort_taken_only_where_nothing_else_places_the_pod(
+        (nodes, _, want, _, _) in gen_cluster(),
+        enabled in any::<bool>(),
+    ) {
+        let (mut s, names) = lay_out(Scenario::new(requeue_policy("requeue")), &nodes, |_, p, _| p);
         s.requeue = enabled;
         let node_refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let out = s.preempt(pod("preemptor", "online", None, want * 100), &node_refs);
+        let preemptor = pod("preemptor", "online", None, want * 100);
+        let out = s.preempt(preemptor.clone(), &node_refs);
         let by_uid: HashMap<&str, &Pod> = s.objects.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
         let mut answered = 0;
+        let mut last_resort = 0;
         for (node_name, victims) in out.victims() {
             for uid in &victims {
                 let v = by_uid[uid.as_str()];
                 if v.controller.is_some() {
                     continue;
                 }
-                prop_assert!(enabled, "bare {} answered with requeue off", v.name);
                 let intents: Vec<_> = out.requeues.iter().filter(|r| &r.uid == uid).collect();
-                prop_assert_eq!(intents.len(), 1, "bare {} answered without exactly one requeue", &v.name);
-                prop_assert_eq!(&intents[0].node, &node_name);
-                answered += 1;
+                let lost = out.explanations.iter().any(|e| e.code == "last_resort" && e.pod.as_deref() == Some(v.key().as_str()));
+                if enabled {
+                    prop_assert_eq!(intents.len(), 1, "bare {} answered without exactly one requeue", &v.name);
+                    prop_assert_eq!(&intents[0].node, &node_name);
+                    answered += 1;
+                } else {
+                    prop_assert!(intents.is_empty() && lost, "bare {} answered with requeue off, not as a last resort", &v.name);
+                    last_resort += 1;
+                }
             }
         }
         prop_assert_eq!(answered, out.requeues.len(), "every requeue is for a bare victim in the answer");
+        if !enabled {
+            let mut protecting = Scenario::new(requeue_policy("protect"));
+            protecting.objects = s.objects.clone();
+            let without = protecting.preempt(preemptor, &node_refs);
+            if !without.victims().is_empty() {
+                prop_assert_eq!(last_resort, 0, "a last resort taken where another answer exists:\n{}", out.explain());
+                prop_assert!(!out.victims().is_empty());
+            }
+        }
     }
 }
 

@@ -352,16 +352,54 @@ fn a_tenants_labels_and_annotations_on_its_own_pods_change_nothing_about_another
 }
 
 #[test]
-fn tenant_weights_are_keyed_namespace_slash_queue_and_a_bare_queue_name_still_weighs_every_namespace() {
-    // Weighted 0.1, the poor queue's share is 10× what it holds: above the preemptor's.
-    for weights in [", weights: {team-p/poor: 0.1}", ", weights: {poor: 0.1}"] {
+fn tenant_weights_are_keyed_by_tenant_a_namespace_or_a_queue_the_policy_names() {
+    // Weighted 0.1, the poor tenant's share is 10× what it holds: above the preemptor's.
+    for weights in [
+        ", weights: {team-p: 0.1}",
+        ", weights: {team-p/poor: 0.1}",
+        ", queues: [team-p/poor], weights: {team-p/poor: 0.1}",
+    ] {
         let (s, preemptor) = queued_cluster("mid", weights);
         let out = s.preempt(preemptor, &["n1"]);
         assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["poor-1"]))]), "{weights}: {}", out.explain());
     }
-    // Another namespace's queue of the same name is another tenant.
-    let (s, preemptor) = queued_cluster("mid", ", weights: {team-x/poor: 0.1}");
-    assert!(s.preempt(preemptor, &["n1"]).victims().is_empty());
+    // Another namespace's queue of the same name is another tenant; a queue's name alone
+    // is no tenant.
+    for weights in [", weights: {team-x/poor: 0.1}", ", weights: {poor: 0.1}"] {
+        let (s, preemptor) = queued_cluster("mid", weights);
+        assert!(s.preempt(preemptor, &["n1"]).victims().is_empty(), "{weights}");
+    }
+}
+
+/// team-r holds five 1-CPU free pods, each labelled with a queue name of its own; team-m
+/// (the preemptor's) one batch pod. n1 holds one of team-r's pods.
+fn one_queue_per_pod(queues: &str) -> (Scenario, coloc_extender::model::Pod) {
+    let q = "kueue.x-k8s.io/queue-name";
+    let extra = format!("tenants: {{fairSharing: true, label: {q}{queues}}}");
+    let own_queue = |i: usize, node: &str| {
+        pod(&format!("r-{i}"), "free", Some(node), 1000).ns("team-r").label(q, &format!("r-{i}"))
+    };
+    let s = Scenario::new(policy("strict", &extra))
+        .node(node("n1", 1000, 8))
+        .node(node("n2", 8000, 8))
+        .pods((2..=5).map(|i| own_queue(i, "n2")))
+        .pods([own_queue(1, "n1"), pod("m-1", "batch", Some("n2"), 1000).ns("team-m").label(q, "m")]);
+    (s, pod("preemptor", "batch", None, 1000).ns("team-m").label(q, "m"))
+}
+
+#[test]
+fn a_tenant_that_gives_each_pod_a_queue_of_its_own_is_still_one_tenant() {
+    // Queues the policy does not name are their namespace's: team-r holds 5 CPU, far more
+    // than team-m's 2 after admission, so its pod on n1 is no "tenant holding the least".
+    let (s, preemptor) = one_queue_per_pod("");
+    let out = s.preempt(preemptor, &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["r-1"]))]), "{}", out.explain());
+    assert!(!out.has("spared", "fair_share"), "{}", out.explain());
+    // A queue the policy names is a tenant of its own, holding 1 CPU: spared.
+    let (s, preemptor) = one_queue_per_pod(", queues: [team-r/r-1]");
+    let out = s.preempt(preemptor, &["n1"]);
+    assert!(out.victims().is_empty(), "{}", out.explain());
+    assert!(out.has("spared", "fair_share"), "{}", out.explain());
 }
 
 #[test]

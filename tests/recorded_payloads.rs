@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use coloc_extender::cluster::{snapshot, View};
+use coloc_extender::decide::{Explanation, LostReason};
 use coloc_extender::pipeline::{answer, Verb};
 use coloc_extender::policy::Policy;
 use rstest::rstest;
@@ -149,8 +150,21 @@ fn default_policy_with_view_places_every_online_pod_and_requeues_bare_victims(
         .filter(|i| i["kind"] == "Pod" && i["metadata"]["ownerReferences"].as_array().is_some_and(|o| !o.is_empty()))
         .map(|p| p["metadata"]["name"].as_str().unwrap())
         .collect();
-    let bare: Vec<&str> =
-        victims.values().flat_map(|(pods, _)| pods).map(String::as_str).filter(|n| !owned.contains(n)).collect();
+    // ... but for online-hostport's (0043): it holds a hostPort, which a copy may not
+    // carry, and is the only way to place the online pod: a victim of last resort, lost.
+    let last_resort: Vec<&str> = a
+        .explanations
+        .iter()
+        .filter(|e| e.code == "last_resort" && e.lost_reason == Some(LostReason::HostAccess))
+        .filter_map(|e| e.pod.as_deref()?.split_once('/').map(|(_, name)| name))
+        .collect();
+    assert_eq!(last_resort, if seq == "0043" { vec!["hostport-batch"] } else { vec![] }, "{reasons:?}");
+    let bare: Vec<&str> = victims
+        .values()
+        .flat_map(|(pods, _)| pods)
+        .map(String::as_str)
+        .filter(|n| !owned.contains(n) && !last_resort.contains(n))
+        .collect();
     assert_eq!(requeued.len(), bare.len(), "{requeued:?} vs {bare:?}");
     for r in a.requeues() {
         assert!(bare.contains(&r.name.as_str()));
@@ -187,12 +201,14 @@ fn default_policy_without_view_keeps_kubes_victims_where_every_one_is_allowed(
 }
 
 #[rstest]
-fn default_policy_with_requeue_off_protects_bare_pods_and_says_so(
+fn default_policy_with_requeue_off_takes_bare_pods_only_as_a_last_resort_and_says_so(
     #[values("r1-nodecache-false", "r2-nodecache-true")] round: &str,
     #[values("0037", "0039", "0041", "0043")] seq: &str,
 ) {
-    // serve without --requeue: bare pods are protected, so online-gpu and online-hostport
-    // (whose only room is held by bare pods) stay pending, with the reason on the pods.
+    // serve without --requeue: bare pods cannot be requeued, so they are taken only where
+    // nothing else places the online pod. online-1 and online-3 take three workers (one
+    // past their PDB) rather than a bare pod; online-gpu and online-hostport, whose only
+    // room is held by bare pods, are placed, and the bare pods lost, as the lines say.
     let rec = preempt_request(round, seq);
     let policy = policy("default");
     let view = View::build(snapshot::load(&rec.snapshot).unwrap(), &policy);
@@ -208,11 +224,19 @@ fn default_policy_with_requeue_off_protects_bare_pods_and_says_so(
     assert!(a.requeues().is_empty());
     let body: Value = serde_json::from_slice(&a.body).unwrap();
     let nodes: Vec<&String> = body["NodeNameToMetaVictims"].as_object().unwrap().keys().collect();
+    let lost: Vec<&Explanation> = a.explanations.iter().filter(|e| e.code == "last_resort").collect();
     match seq {
-        "0037" | "0039" => assert_eq!(nodes, ["node-a2"], "three workers, one past their PDB"),
+        "0037" | "0039" => {
+            assert_eq!(nodes, ["node-a2"], "three workers, one past their PDB");
+            assert!(lost.is_empty(), "{lost:?}");
+        }
         _ => {
-            assert!(nodes.is_empty());
-            assert!(a.explanations.iter().any(|e| e.code == "requeue_disabled" && e.detail.contains("requeue is off")));
+            assert_eq!(nodes, ["node-gpu1"]);
+            assert!(!lost.is_empty());
+            for e in lost {
+                assert_eq!(e.lost_reason, Some(LostReason::RequeueUnavailable));
+                assert!(e.detail.contains("requeue is off") && e.detail.ends_with("lost"), "{}", e.detail);
+            }
         }
     }
 }

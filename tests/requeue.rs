@@ -338,7 +338,7 @@ async fn a_copy_refused_for_good_is_given_up_visibly() {
 }
 
 #[tokio::test]
-async fn while_copies_are_forbidden_bare_victims_are_spared() {
+async fn while_copies_are_forbidden_a_bare_victim_is_only_a_last_resort_and_says_so() {
     let api = cluster().await;
     let r = replica(&api).await;
     let original = uid_of(&api, "hostport-batch");
@@ -356,9 +356,14 @@ async fn while_copies_are_forbidden_bare_victims_are_spared() {
     assert!(eventually(|| r.cell.load().unwrap().evictions().len() == 1).await);
     r.reconcile().await;
     assert!(!r.requeuer.availability.copies_possible());
+    // online-hostport's only way is the bare pod holding its port: taken, as a last
+    // resort, and the line says copies cannot be stored now.
     let (status, answer) = preempt(&r).await;
     assert_eq!(status, StatusCode::OK);
-    assert!(victims(&answer).is_empty(), "the bare victim is spared while copies cannot be stored: {answer}");
+    assert_eq!(victims(&answer), std::slice::from_ref(&original), "{answer}");
+    let decided = r.state.decisions.for_pod("online/online-hostport");
+    let line = decided.last().unwrap().reasons.iter().find(|l| l.code == "last_resort").cloned();
+    assert!(line.is_some_and(|l| l.detail.contains("requeue is off or cannot store copies")), "{decided:?}");
 }
 
 #[tokio::test]

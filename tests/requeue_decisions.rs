@@ -87,7 +87,7 @@ fn a_bare_pod_that_opted_out_of_requeue_is_not_copied() {
 }
 
 #[test]
-fn with_requeue_off_a_bare_victim_of_a_requeue_class_is_protected_and_says_why() {
+fn with_requeue_off_a_bare_victim_of_a_requeue_class_is_a_last_resort_lost_and_says_why() {
     let mut s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).pods([pod(
         "bare",
         "batch",
@@ -97,15 +97,16 @@ fn with_requeue_off_a_bare_victim_of_a_requeue_class_is_protected_and_says_why()
     .bare()]);
     s.requeue = false;
     let out = s.preempt(online(2000), &["n1"]);
-    assert!(out.victims().is_empty());
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["bare"]))]), "{}", out.explain());
     assert!(out.requeues.is_empty());
-    assert!(out.has("spared", "requeue_disabled"), "{}", out.explain());
+    assert!(out.has("victim", "last_resort"), "{}", out.explain());
 }
 
 #[test]
 fn a_bare_pod_is_requeued_only_in_a_namespace_that_opts_in_and_never_in_kube_system() {
     // The same bare pod, in namespaces labelled one way or another: where admission would
-    // refuse its copy, it is protected and the online pod takes the recreatable one.
+    // refuse its copy, it is a victim of last resort and the online pod takes the
+    // recreatable one.
     let cluster = |ns: &str, labels: &[(&str, &str)]| {
         Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).namespace(ns, labels).pods([
             pod("bare", "batch", Some("n1"), 1000).bare().ns(ns),
@@ -132,7 +133,7 @@ fn a_bare_pod_is_requeued_only_in_a_namespace_that_opts_in_and_never_in_kube_sys
             out.explain()
         );
         assert!(out.requeues.is_empty());
-        assert!(out.has("spared", "requeue_not_opted_in"), "{}", out.explain());
+        assert!(out.has("spared", "reprieved"), "{}", out.explain());
     }
 }
 
@@ -289,22 +290,27 @@ fn with_requeue_preemption_keep_a_returning_replacement_preempts_as_its_original
 }
 
 #[test]
-fn after_max_attempts_requeues_a_pod_is_no_longer_a_victim() {
+fn after_max_attempts_requeues_a_pod_is_not_copied_again_and_is_only_a_last_resort() {
     use coloc_extender::requeue::{ATTEMPT, FROM_UID};
     let twice =
         pod("work-rq-2", "batch", Some("n1"), 2000).bare().annotate(FROM_UID, "uid-work-1").annotate(ATTEMPT, "2");
     let s = Scenario::new(requeue_policy_with("requeue", "{maxAttempts: 2}")).node(node("n1", 2000, 8)).pods([twice]);
     let out = s.preempt(online(2000), &["n1"]);
-    assert!(out.victims().is_empty(), "{}", out.explain());
-    assert!(out.has("spared", "requeue_attempts"), "{}", out.explain());
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["work-rq-2"]))]), "{}", out.explain());
+    assert!(out.requeues.is_empty(), "not copied a third time");
+    assert!(out.has("victim", "last_resort"), "{}", out.explain());
     let once = pod("work-rq-1", "batch", Some("n1"), 2000).bare().annotate(FROM_UID, "uid-work").annotate(ATTEMPT, "1");
     let s = Scenario::new(requeue_policy_with("requeue", "{maxAttempts: 2}")).node(node("n1", 2000, 8)).pods([once]);
-    assert_eq!(s.preempt(online(2000), &["n1"]).victims(), BTreeMap::from([("n1".into(), uids(&["work-rq-1"]))]));
+    let out = s.preempt(online(2000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["work-rq-1"]))]));
+    assert_eq!(out.requeues.len(), 1, "{}", out.explain());
     // An original claiming requeues it never had is an original: only copies, which the
     // extender alone writes, count them.
     let claims = pod("work", "batch", Some("n1"), 2000).bare().annotate(ATTEMPT, "9");
     let s = Scenario::new(requeue_policy_with("requeue", "{maxAttempts: 2}")).node(node("n1", 2000, 8)).pods([claims]);
-    assert_eq!(s.preempt(online(2000), &["n1"]).victims(), BTreeMap::from([("n1".into(), uids(&["work"]))]));
+    let out = s.preempt(online(2000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["work"]))]));
+    assert_eq!(out.requeues.len(), 1, "requeued as an original: {}", out.explain());
 }
 
 #[test]

@@ -203,9 +203,11 @@ fn one_node_case(victim_bare: bool) -> Case {
 
 #[test]
 fn a_vetoed_node_and_a_bare_pod_kube_would_lose_are_counted() {
-    // Requeue off: the bare batch pod is protected, so the policy vetoes kube's only candidate.
+    // Class batch protects its bare pods, so the policy vetoes kube's only candidate.
     let case = one_node_case(true);
-    let shadow = policy(Mode::Shadow);
+    let mut shadow = policy(Mode::Shadow);
+    let batch = shadow.classes.iter_mut().find(|c| c.name == "batch").unwrap();
+    batch.victim.bare = Some(coloc_extender::policy::BareVictims::Protect);
     let view = case.view(&shadow);
     let ctx = Context {
         policy: &shadow,
@@ -222,6 +224,29 @@ fn a_vetoed_node_and_a_bare_pod_kube_would_lose_are_counted() {
     assert_eq!(a.diffs().0.get(&DiffKind::NodeVetoed), Some(&1), "{:?}", a.diffs());
     assert_eq!(a.diffs().0.get(&DiffKind::BarePodLost), Some(&1), "{:?}", a.diffs());
     assert_eq!(a.summary, "no candidates: the pod stays pending");
+}
+
+#[test]
+fn a_bare_pod_both_would_lose_is_no_difference() {
+    // Requeue off, the default policy: the bare batch pod cannot be requeued, and it is
+    // the only way to place the pod, so the policy takes it too, as a last resort.
+    let case = one_node_case(true);
+    let shadow = policy(Mode::Shadow);
+    let view = case.view(&shadow);
+    let ctx = Context {
+        policy: &shadow,
+        view: Some(&view),
+        view_expected: true,
+        now: NOW,
+        requeue: Requeue::disabled(),
+        detail: Default::default(),
+    };
+    let (body, expected) = case.preempt_body(false, 0);
+    let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
+    assert_eq!(json_of(&a.body), expected);
+    assert_eq!(json_of(a.would_answer().unwrap()), expected);
+    assert!(a.diffs().is_empty(), "{:?}", a.diffs());
+    assert!(a.explanations.iter().any(|e| e.code == "last_resort"), "{:?}", a.explanations);
 }
 
 #[test]

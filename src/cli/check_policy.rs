@@ -36,7 +36,7 @@ pub fn run(file: &Path) -> anyhow::Result<()> {
     let requeueing = policy.requeue_classes();
     if !requeueing.is_empty() {
         println!(
-            "note: {} requeue bare victims: that needs serve --kube --requeue (and the manifests/requeue RBAC); without it their bare pods are protected",
+            "note: {} requeue bare victims: that needs serve --kube --requeue (and the manifests/requeue RBAC); without it their bare pods are victims of last resort (lost if evicted)",
             requeueing.join(", ")
         );
     }

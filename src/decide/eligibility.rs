@@ -2,7 +2,7 @@
 
 use super::Context;
 use crate::decide::Explanation;
-use crate::explanation::{Code, Verdict};
+use crate::explanation::{Code, LostReason, Verdict};
 use crate::model::Pod;
 use crate::policy::{BareVictims, ClassId, JobVictims};
 
@@ -51,6 +51,15 @@ pub enum Fate {
     /// Whatever made it brings it back its own way: it has an owner that is not a
     /// controller, or it opted out of requeue. Not copied.
     LeftToOwner,
+    /// A bare pod of a `requeue` class that requeue cannot bring back, for this reason:
+    /// evicted only where no other victims place the preemptor, and then lost.
+    LastResort(LostReason),
+}
+
+impl Fate {
+    pub fn is_last_resort(self) -> bool {
+        matches!(self, Fate::LastResort(_))
+    }
 }
 
 /// A pod the policy lets the preemptor evict.
@@ -104,7 +113,7 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
     let fate = match () {
         _ if victim.controller.is_some() => job_fate(ctx, class, victim)?,
         _ if victim.owner.is_some() || crate::requeue::opted_out(victim) => Fate::LeftToOwner,
-        _ => bare_fate(ctx, class, victim)?,
+        _ => bare_fate(ctx, preemptor, class, victim)?,
     };
     let min = class.victim.min_runtime;
     if min > 0 {
@@ -134,37 +143,85 @@ fn job_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Result
     }
 }
 
-/// A bare pod (no controller owner) is protected, requeued or lost, as its class says.
-fn bare_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Result<Fate, Protection> {
+/// A bare pod (no controller owner) is protected, requeued or lost, as its class says. A
+/// pod of a `requeue` class that cannot be requeued is, for an online preemptor, a victim
+/// of last resort: placing an online pod comes before sparing it, but it is chosen only
+/// where no other victims place the pod (`Cost::last_resort`), and lost. An offline
+/// preemptor never takes it: that would lose offline work to place offline work. A class
+/// that wants such pods never touched says `bare: protect`.
+fn bare_fate(
+    ctx: &Context,
+    preemptor: Preemptor,
+    class: &crate::policy::Class,
+    victim: &Pod,
+) -> Result<Fate, Protection> {
     let fate = match class.victim.bare() {
         BareVictims::Protect => {
-            return protected(Code::NotRecreatable, format!("bare pod (no controller owner): evicting it would lose it; class {} protects bare pods", class.name))
-        }
-        BareVictims::Lose => Fate::Lost,
-        BareVictims::Requeue if !ctx.requeue.enabled => {
-            return protected(Code::RequeueDisabled,
-                format!("bare pod: class {} requeues bare victims, but requeue is off (serve --kube --requeue), so it is protected", class.name),
-            )
-        }
-        // Admission stores copies only in namespaces that opt in: elsewhere a copy would
-        // be refused and the pod lost.
-        BareVictims::Requeue if ctx.view.is_some_and(|v| !v.requeue_allowed_in(&victim.namespace)) => {
-            let how = crate::model::marks::namespace_opt_in_labels();
-            return protected(Code::RequeueNotOptedIn,
-                format!("bare pod: class {} requeues bare victims, but namespace {} has not opted in to copies ({how}), so it is protected", class.name, victim.namespace),
-            )
-        }
-        BareVictims::Requeue if class.requeue.max_attempts.is_some_and(|max| crate::requeue::attempt_of(victim) >= max) => {
-            return protected(Code::RequeueAttempts,
+            return protected(
+                Code::NotRecreatable,
                 format!(
-                    "bare pod requeued {} time(s) already; class {} allows requeue.maxAttempts {}, so it is no longer a victim",
-                    crate::requeue::attempt_of(victim),
-                    class.name,
-                    class.requeue.max_attempts.unwrap_or_default()
+                    "bare pod (no controller owner): evicting it would lose it; class {} protects bare pods",
+                    class.name
                 ),
             )
         }
-        BareVictims::Requeue => Fate::Requeued,
+        BareVictims::Lose => Fate::Lost,
+        BareVictims::Requeue => match cannot_requeue(ctx, class, victim) {
+            Some(reason) if ctx.policy.is_online(preemptor.class) => Fate::LastResort(reason),
+            Some(reason) => {
+                return protected(
+                    Code::CannotRequeue,
+                    format!(
+                        "bare pod: {}; only an online pod takes it, as a last resort",
+                        not_requeued(reason, class, victim)
+                    ),
+                )
+            }
+            None => Fate::Requeued,
+        },
     };
     Ok(fate)
+}
+
+/// Why requeue cannot bring `victim` back, if it cannot: the first that holds of requeue
+/// off or unavailable, host access a copy may not carry, its class's `maxAttempts`
+/// reached, its namespace not opted in (admission refuses a copy there).
+fn cannot_requeue(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Option<LostReason> {
+    if !ctx.requeue.enabled {
+        return Some(LostReason::RequeueUnavailable);
+    }
+    if victim.host_access.is_some() {
+        return Some(LostReason::HostAccess);
+    }
+    if class.requeue.max_attempts.is_some_and(|max| crate::requeue::attempt_of(victim) >= max) {
+        return Some(LostReason::MaxAttempts);
+    }
+    if ctx.view.is_some_and(|v| !v.requeue_allowed_in(&victim.namespace)) {
+        return Some(LostReason::NamespaceNotOptedIn);
+    }
+    None
+}
+
+/// Why a victim of last resort cannot be requeued, as a person reads it.
+pub fn not_requeued(reason: LostReason, class: &crate::policy::Class, victim: &Pod) -> String {
+    match reason {
+        LostReason::RequeueUnavailable => {
+            "requeue is off or cannot store copies (serve --kube --requeue; /readyz says why)".into()
+        }
+        LostReason::HostAccess => format!(
+            "it uses {}, which a copy may not carry (admission refuses it)",
+            victim.host_access.map_or("host access", |h| h.describe())
+        ),
+        LostReason::MaxAttempts => format!(
+            "requeued {} time(s) already; class {} allows requeue.maxAttempts {}",
+            crate::requeue::attempt_of(victim),
+            class.name,
+            class.requeue.max_attempts.unwrap_or_default()
+        ),
+        LostReason::NamespaceNotOptedIn => format!(
+            "namespace {} has not opted in to copies ({}; never kube-system)",
+            victim.namespace,
+            crate::model::marks::namespace_opt_in_labels()
+        ),
+    }
 }

@@ -10,7 +10,7 @@ pub mod prioritize;
 
 pub use eligibility::Fate;
 // Below decide: events and metrics read explanations without reaching up into decisions.
-pub use crate::explanation::{count_reasons, Code, Explanation, Verdict};
+pub use crate::explanation::{count_reasons, Code, Explanation, LostReason, Verdict};
 pub use filter::{filter, FilterOutcome};
 pub use preempt::{preempt, PreemptOutcome};
 pub use prioritize::{prioritize, PrioritizeOutcome};

@@ -49,14 +49,20 @@ pub struct PreemptOutcome {
 
 /// What evicting a victim set costs; compared field by field, lower is better.
 ///
-/// Ahead of everything: PDB violations, then work nothing brings back (a failed Job, a
-/// bare pod of a `lose` class), then the policy's class order, then budgets a later
-/// arrival would have to break (a PDB's or a Job's last). Within them, what the owners
-/// lose: the work thrown away plus a restart for every pod interrupted. A broken gang is
-/// no tier of its own: its survivors' run and restarts are in that figure, so a gang is
-/// broken only where keeping it whole throws away more.
+/// Ahead of everything: victims of last resort, then PDB violations, then work nothing
+/// brings back (a failed Job, a bare pod of a `lose` class), then the policy's class
+/// order, then budgets a later arrival would have to break (a PDB's or a Job's last).
+/// Within them, what the owners lose: the work thrown away plus a restart for every pod
+/// interrupted. A broken gang is no tier of its own: its survivors' run and restarts are
+/// in that figure, so a gang is broken only where keeping it whole throws away more.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Cost {
+    /// Bare pods whose class asks for them to be requeued but that cannot be (namespace
+    /// not opted in, `maxAttempts` reached, requeue unavailable, host access): first,
+    /// ahead of PDB violations. Their owner chose requeue, not loss, and nothing brings
+    /// them back, whereas a violated PDB's pods come back and a `lose` class agreed to
+    /// lose them; so one is taken only where no other victims place the preemptor.
+    pub last_resort: i64,
     pub pdb_violations: i64,
     /// Victims that nothing brings back (allowed only where the policy says so).
     pub lost_pods: i64,
@@ -115,8 +121,12 @@ impl Cost {
             0 => String::new(),
             n => format!(", {n} last budget(s) spent (a PDB's last disruption, a Job's last failure)"),
         };
+        let last_resort = match self.last_resort {
+            0 => String::new(),
+            n => format!(" ({n} a last resort: bare, cannot be requeued)"),
+        };
         format!(
-            "owners lose {} CPU-s: {} run thrown away + {} for {} pod(s) interrupted ({}); {} PDB violation(s), {} lost{budgets}",
+            "owners lose {} CPU-s: {} run thrown away + {} for {} pod(s) interrupted ({}); {} PDB violation(s), {} lost{last_resort}{budgets}",
             cpu_s(self.owners_loss),
             cpu_s(self.work_thrown_away),
             cpu_s(self.restarts),

@@ -139,7 +139,10 @@ impl Parts {
             (Some(node), Some(usage)) => {
                 let fit = if fits(pod, node, &usage.all).is_ok() {
                     Fit::AsIs
-                } else if fits(pod, node, &usage.after_evicting(ctx.policy, class, ctx.requeue.enabled)).is_ok() {
+                // An online pod takes bare pods of requeue classes even with requeue off:
+                // as a last resort.
+                } else if fits(pod, node, &usage.after_evicting(ctx.policy, class, bare_evictable(ctx, class))).is_ok()
+                {
                     Fit::AfterEviction
                 } else {
                     Fit::Not
@@ -206,3 +209,9 @@ fn utilisation_after(node: &Node, usage: &NodeUsage, pod: &Pod) -> f64 {
 
 #[cfg(test)]
 mod tests;
+
+/// Are bare pods of `requeue` classes victims of a preemptor of `class` even while requeue
+/// is off? For an online one, as a last resort.
+pub(crate) fn bare_evictable(ctx: &Context, class: ClassId) -> bool {
+    ctx.requeue.enabled || ctx.policy.is_online(class)
+}

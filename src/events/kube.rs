@@ -1,4 +1,4 @@
-//! Writes preemptor Events through kube-rs's `Recorder` (reporting controller
+//! Writes the Events of preempt answers (and a replica's own) through kube-rs's `Recorder` (reporting controller
 //! `coloc-extender`), on a task of its own: the answer never waits for the API server, a
 //! full queue drops the Event, and a failed write is logged and counted.
 
@@ -10,7 +10,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Client;
 use tokio::sync::mpsc;
 
-use super::{PodEvent, Throttle};
+use super::{PodEvent, Regarding, Throttle};
 use crate::model::Timestamp;
 
 /// The reporting controller on every Event the extender writes.
@@ -63,10 +63,11 @@ fn count(result: &'static str) {
 
 async fn write_loop(client: Client, reporter: Reporter, mut rx: mpsc::Receiver<PodEvent>) {
     while let Some(e) = rx.recv().await {
+        // A Namespace is cluster-scoped: the recorder writes its Events in `default`.
         let regarding = ObjectReference {
             api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(e.namespace.clone()),
+            kind: Some(e.regarding.kind().into()),
+            namespace: (e.regarding == Regarding::Pod).then(|| e.namespace.clone()),
             name: Some(e.name.clone()),
             uid: (!e.uid.is_empty()).then(|| e.uid.clone()),
             ..Default::default()

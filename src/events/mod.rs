@@ -5,19 +5,21 @@ pub mod kube;
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::explanation::Explanation;
+use crate::explanation::{Code, Explanation, LostReason};
 use crate::model::Timestamp;
 use crate::wire::request::clip;
 
-/// An Event on the preemptor.
+/// An Event on a pod (the preemptor, a victim of last resort, a replica) or a namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodEvent {
+    pub regarding: Regarding,
+    /// The pod's namespace; for a namespace, its name.
     pub namespace: String,
     pub name: String,
     pub uid: String,
     pub warning: bool,
-    /// `PreemptionBlocked` (no candidate left, or the pod may not preempt) or
-    /// `PreemptionVictims` (who is evicted and why).
+    /// `PreemptionBlocked` (no candidate left, or the pod may not preempt),
+    /// `PreemptionVictims` (who is evicted and why), `LastResortVictim` (a bare pod lost).
     pub reason: &'static str,
     /// What the extender was doing: `Preempt`, or `LoadPolicy`.
     pub action: &'static str,
@@ -29,6 +31,7 @@ pub struct PodEvent {
 /// policy stays): where `kubectl describe pod` and `kubectl get events` show it.
 pub fn policy_invalid(namespace: &str, pod: &str, problem: &str) -> PodEvent {
     PodEvent {
+        regarding: Regarding::Pod,
         namespace: namespace.into(),
         name: pod.into(),
         uid: String::new(),
@@ -36,6 +39,22 @@ pub fn policy_invalid(namespace: &str, pod: &str, problem: &str) -> PodEvent {
         reason: "PolicyInvalid",
         action: "LoadPolicy",
         note: clip(&format!("coloc-extender: {problem}"), NOTE_LIMIT).into_owned(),
+    }
+}
+
+/// What an Event is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Regarding {
+    Pod,
+    Namespace,
+}
+
+impl Regarding {
+    pub fn kind(self) -> &'static str {
+        match self {
+            Regarding::Pod => "Pod",
+            Regarding::Namespace => "Namespace",
+        }
     }
 }
 
@@ -47,6 +66,7 @@ const NOTE_LIMIT: usize = 1000;
 pub fn for_preempt(pod: &str, pod_uid: &str, ex: &[Explanation]) -> Option<PodEvent> {
     let (namespace, name) = pod.split_once('/')?;
     let event = |warning, reason, note: String| PodEvent {
+        regarding: Regarding::Pod,
         namespace: namespace.into(),
         name: name.into(),
         uid: pod_uid.to_string(),
@@ -73,11 +93,7 @@ pub fn for_preempt(pod: &str, pod_uid: &str, ex: &[Explanation]) -> Option<PodEv
     }
     // Victims of the returned nodes only (others were outranked); a victim may have
     // several lines (e.g. its PDB violation, then its fate): one entry, every phrase.
-    let selected: Vec<&str> = ex
-        .iter()
-        .filter(|e| e.subject == "node" && e.verdict == "kept" && e.code == "selected")
-        .filter_map(|e| e.node.as_deref())
-        .collect();
+    let selected = selected_nodes(ex);
     let mut by_node: BTreeMap<&str, BTreeMap<&str, Vec<&str>>> = BTreeMap::new();
     for v in ex.iter().filter(|e| e.subject == "pod" && e.verdict == "victim") {
         let (Some(node), Some(pod)) = (v.node.as_deref(), v.pod.as_deref()) else { continue };
@@ -100,9 +116,69 @@ pub fn for_preempt(pod: &str, pod_uid: &str, ex: &[Explanation]) -> Option<PodEv
             )
         })
         .collect();
-    // The order of `Cost` (decide/preempt/rank.rs), in words.
-    let why = "the cheapest choice under the policy (fewest PDB violations, then no lost work, the least valuable class, fewest budgets spent to the last, then the least the owners lose: work thrown away, a broken gang's included, and restarts)";
+    // The order of `Cost` (decide/preempt.rs), in words.
+    let why = "the cheapest choice under the policy (fewest victims of last resort, fewest PDB violations, then no lost work, the least valuable class, fewest budgets spent to the last, then the least the owners lose: work thrown away, a broken gang's included, and restarts)";
     Some(event(false, "PreemptionVictims", format!("coloc-extender: victims {}; {why}", nodes.join("; "))))
+}
+
+/// The nodes a preempt answer returns.
+fn selected_nodes(ex: &[Explanation]) -> Vec<&str> {
+    ex.iter()
+        .filter(|e| e.subject == "node" && e.verdict == "kept" && e.code == "selected")
+        .filter_map(|e| e.node.as_deref())
+        .collect()
+}
+
+/// The victims of last resort a preempt answer names on the nodes it returns (bare pods
+/// requeue cannot bring back), each with why it is lost.
+pub fn last_resort_victims(ex: &[Explanation]) -> Vec<(&Explanation, LostReason)> {
+    let selected = selected_nodes(ex);
+    ex.iter()
+        .filter(|e| e.subject == "pod" && e.verdict == "victim" && e.code == Code::LastResort)
+        .filter(|e| e.node.as_deref().is_some_and(|n| selected.contains(&n)))
+        .filter_map(|e| Some((e, e.lost_reason?)))
+        .collect()
+}
+
+/// Warnings for the victims of last resort a preempt answer for `preemptor` names: one
+/// on each such pod (why it is lost) and one on each of their namespaces (which pods,
+/// and what to change), so that a tenant sees it where it looks.
+pub fn for_last_resort(preemptor: &str, ex: &[Explanation]) -> Vec<PodEvent> {
+    let event = |regarding, namespace: &str, name: &str, note: String| PodEvent {
+        regarding,
+        namespace: namespace.into(),
+        name: name.into(),
+        uid: String::new(),
+        warning: true,
+        reason: "LastResortVictim",
+        action: "Preempt",
+        note: clip(&note, NOTE_LIMIT).into_owned(),
+    };
+    let mut events = Vec::new();
+    let mut by_namespace: BTreeMap<&str, Vec<(&str, LostReason)>> = BTreeMap::new();
+    for (e, reason) in last_resort_victims(ex) {
+        let (Some(node), Some(key)) = (e.node.as_deref(), e.pod.as_deref()) else { continue };
+        let Some((namespace, name)) = key.split_once('/') else { continue };
+        let note =
+            format!("coloc-extender: evicted on {node} to place {preemptor}, as a last resort, and lost: {}", e.detail);
+        events.push(event(Regarding::Pod, namespace, name, note));
+        by_namespace.entry(namespace).or_default().push((name, reason));
+    }
+    for (namespace, pods) in by_namespace {
+        let mut reasons: Vec<LostReason> = pods.iter().map(|(_, r)| *r).collect();
+        reasons.sort_unstable();
+        reasons.dedup();
+        let names: Vec<&str> = pods.iter().map(|(n, _)| *n).collect();
+        let why: Vec<&str> = reasons.iter().map(|r| r.meaning()).collect();
+        let note = format!(
+            "coloc-extender: {} bare pod(s) here evicted to place {preemptor}, as a last resort, and lost: {}; {}",
+            names.len(),
+            names.join(", "),
+            why.join("; ")
+        );
+        events.push(event(Regarding::Namespace, namespace, namespace, note));
+    }
+    events
 }
 
 /// Why one victim, in a few words.
@@ -110,6 +186,7 @@ fn victim_phrase(e: &Explanation) -> &'static str {
     match e.code.as_str() {
         "requeued" => "bare pod, requeued",
         "lost" => "bare pod, lost: its class allows it",
+        "last_resort" => "bare pod that cannot be requeued, lost: a last resort",
         "pdb_violation" => "violates its PDB, best-effort class",
         "left_to_owner" => "left to its owner, not requeued",
         _ => "recreated by its controller",
@@ -162,9 +239,8 @@ fn veto_phrase(dropped: &Explanation, ex: &[Explanation]) -> String {
 }
 
 /// Protection codes, the one an operator can act on first.
-const PROTECTION_ORDER: [&str; 8] = [
-    "requeue_disabled",
-    "requeue_not_opted_in",
+const PROTECTION_ORDER: [&str; 7] = [
+    "cannot_requeue",
     "not_recreatable",
     "min_runtime",
     "class_protected",
@@ -175,10 +251,7 @@ const PROTECTION_ORDER: [&str; 8] = [
 
 fn phrase(code: &str) -> &str {
     match code {
-        "requeue_disabled" => "only bare pods could make room (requeue disabled)",
-        "requeue_not_opted_in" => {
-            "only bare pods could make room (their namespace has not opted in to requeue: label it coloc-extender.io/requeue=enabled)"
-        }
+        "cannot_requeue" => "only bare pods requeue cannot bring back could make room (only an online pod takes them)",
         "not_recreatable" => "only bare pods could make room (their class protects them)",
         "min_runtime" => "only pods younger than their class's minRuntime could make room",
         "class_protected" => "only pods of never-evicted classes could make room",
@@ -212,7 +285,7 @@ impl Throttle {
 
     /// May `e` be written at `now`? If so it is remembered as written.
     pub fn admit(&mut self, e: &PodEvent, now: Timestamp) -> bool {
-        let key = (format!("{}/{}/{}", e.namespace, e.name, e.uid), e.reason);
+        let key = (format!("{}/{}/{}/{}", e.regarding.kind(), e.namespace, e.name, e.uid), e.reason);
         if let Some((note, at)) = self.last.get(&key) {
             let wait = if *note == e.note { self.repeat_after } else { self.min_interval };
             if now - at < wait {

@@ -1,5 +1,6 @@
 //! What happens once an answer is made: shadow differences counted, the decision kept for
-//! `/decisions`, the preemptor's Event queued (written by another task).
+//! `/decisions`, the preemptor's Event queued (written by another task), and a victim of
+//! last resort counted and told on the pod and its namespace.
 
 use super::metrics;
 use super::state::{system_now, AppState, ViewSource};
@@ -12,8 +13,17 @@ pub fn answered(state: &AppState, verb: Verb, answer: &Answer) {
     metrics::record_discarded(answer);
     state.decisions.record(verb, answer, answer.decided_at);
     // Shadow answers are kube-scheduler's own: an Event about the policy's would mislead.
-    if let (Some(sink), Verb::Preempt, Mode::Enforce) = (&state.events, verb, answer.mode) {
+    if (verb, answer.mode) != (Verb::Preempt, Mode::Enforce) {
+        return;
+    }
+    for (_, reason) in crate::events::last_resort_victims(&answer.explanations) {
+        ::metrics::counter!("coloc_bare_lost_total", "reason" => reason.as_str()).increment(1);
+    }
+    if let Some(sink) = &state.events {
         if let Some(event) = crate::events::for_preempt(&answer.pod, &answer.pod_uid, &answer.explanations) {
+            sink.offer(event);
+        }
+        for event in crate::events::for_last_resort(&answer.pod, &answer.explanations) {
             sink.offer(event);
         }
     }

@@ -152,7 +152,31 @@ impl Policy {
             if !(w.is_finite() && *w > 0.0) {
                 return Err(invalid(format!("tenants.weights.{t}"), format!("weight {w} must be positive"), Some(t)));
             }
+            if t.contains('/') && !is_queue_name(t) {
+                return Err(invalid(
+                    format!("tenants.weights.{t}"),
+                    format!("{t:?} must be a namespace, or namespace/queue"),
+                    Some(t),
+                ));
+            }
         }
+        for (i, q) in self.tenants.queues.iter().enumerate() {
+            if !is_queue_name(q) {
+                return Err(invalid(
+                    format!("tenants.queues[{i}]"),
+                    format!("{q:?} must be namespace/queue (a queue is its namespace's own)"),
+                    Some(q),
+                ));
+            }
+        }
+        if self.tenants.label.is_none() && !self.tenants.queues.is_empty() {
+            return Err(invalid(
+                "tenants.queues".into(),
+                "queues are named but tenants.label, the label that says a pod's queue, is not set".into(),
+                Some("queues"),
+            ));
+        }
+        self.tenants.name_queues();
         self.may_preempt = matrix;
         Ok(())
     }
@@ -194,6 +218,11 @@ impl Policy {
     pub fn is_online(&self, class: ClassId) -> bool {
         !self.class(class).victim.allowed && self.preempts_anything(class)
     }
+}
+
+/// `namespace/queue`: both parts non-empty, one `/`.
+fn is_queue_name(s: &str) -> bool {
+    s.split_once('/').is_some_and(|(ns, q)| !ns.is_empty() && !q.is_empty() && !q.contains('/'))
 }
 
 /// Far above any real policy; the YAML parser's cost grows with depth, so hostile files

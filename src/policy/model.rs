@@ -71,7 +71,8 @@ pub struct RequeueRules {
     #[serde(default)]
     pub preemption: ReplacementPreemption,
     /// Requeues of one workload (the original and its replacements) after which its pod is
-    /// no longer a victim: protected, with reason `requeue_attempts`. Unset: no bound.
+    /// not copied again: a victim of last resort, lost if evicted (`last_resort`,
+    /// `max_attempts`). Unset: no bound.
     #[serde(default)]
     pub max_attempts: Option<u32>,
     /// Also bring back a bare pod of this class evicted through the Eviction API (a drain,
@@ -188,9 +189,11 @@ pub enum PdbMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum BareVictims {
-    /// Evict it only once a gated replacement is stored in the API server; the replacement
-    /// is released when the original is gone (needs `serve --kube --requeue`; without it,
-    /// behaves like `protect`).
+    /// Copy it once it is evicted, the copy released when the original is gone (needs
+    /// `serve --kube --requeue` and a namespace that opts in). One that cannot be copied
+    /// (requeue off or unavailable, namespace not opted in, `maxAttempts` reached, host
+    /// access) is a victim of last resort: taken only where no other victims place the
+    /// preemptor, and lost.
     #[default]
     Requeue,
     /// Never evict it.
@@ -432,37 +435,53 @@ pub struct TenantConfig {
     /// between its tenant and the victims' tenants.
     #[serde(default)]
     pub fair_sharing: bool,
-    /// Label naming a pod's queue (e.g. `kueue.x-k8s.io/queue-name`): its tenant is
-    /// `namespace/queue`; the namespace if unset or absent on the pod.
+    /// Label naming a pod's queue (e.g. `kueue.x-k8s.io/queue-name`). A pod's tenant is
+    /// `namespace/queue` only where the policy names that queue (`queues`, or a
+    /// `namespace/queue` key of `weights`); otherwise its namespace.
     #[serde(default)]
     pub label: Option<String>,
+    /// Queues that are tenants of their own, as `namespace/queue`. A queue the policy does
+    /// not name is its namespace's: a namespace cannot split itself into many tenants by
+    /// giving each pod a queue name of its own.
+    #[serde(default)]
+    pub queues: Vec<String>,
     /// Weight per tenant (default 1): a tenant's share is its usage divided by its weight.
-    /// Keys are tenants (`namespace/queue`, or a namespace); a key without `/` written
-    /// for a queue before tenants were namespaced weighs that queue in every namespace.
+    /// Keys are tenants: a namespace, or `namespace/queue` (which names that queue).
     #[serde(default)]
     pub weights: BTreeMap<String, f64>,
+    /// `namespace/queue` of every queue the policy names (filled by validation).
+    #[serde(skip)]
+    pub(crate) named_queues: std::collections::BTreeSet<String>,
 }
 
 impl TenantConfig {
-    /// A pod's tenant. A queue is its namespace's own (like a Kueue LocalQueue): a pod
-    /// labelled with another namespace's queue name is still of its own namespace, and
-    /// same-named queues in two namespaces are two tenants.
+    /// A pod's tenant: `namespace/queue` where the policy names that queue, else its
+    /// namespace. A queue is its namespace's own (like a Kueue LocalQueue): a pod labelled
+    /// with another namespace's queue name is still of its own namespace.
     pub fn tenant_of(&self, pod: &Pod) -> String {
-        match self.label.as_ref().and_then(|l| pod.labels.get(l)) {
-            Some(queue) => format!("{}/{queue}", pod.namespace),
-            None => pod.namespace.clone(),
+        if let Some(queue) = self.label.as_ref().and_then(|l| pod.labels.get(l)) {
+            let tenant = format!("{}/{queue}", pod.namespace);
+            if self.named_queues.contains(&tenant) {
+                return tenant;
+            }
         }
+        pod.namespace.clone()
     }
 
     pub fn weight(&self, tenant: &str) -> f64 {
         weight_in(&self.weights, tenant)
     }
+
+    /// Every queue `queues` and `weights` name, as `namespace/queue`.
+    pub(crate) fn name_queues(&mut self) {
+        let keys = self.weights.keys().filter(|k| k.contains('/'));
+        self.named_queues = self.queues.iter().chain(keys).cloned().collect();
+    }
 }
 
-/// `tenant`'s weight in `weights`: its own key, else its queue's name alone (a key written
-/// before tenants were `namespace/queue`), else 1.
+/// `tenant`'s weight in `weights`: its own key, else 1.
 pub fn weight_in(weights: &BTreeMap<String, f64>, tenant: &str) -> f64 {
-    weights.get(tenant).or_else(|| weights.get(tenant.split_once('/')?.1)).copied().unwrap_or(1.0)
+    weights.get(tenant).copied().unwrap_or(1.0)
 }
 
 /// Durations as "90s", "10m", "1h30m", "0".

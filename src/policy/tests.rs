@@ -171,6 +171,21 @@ fn preemption_matrix_follows_preempts() {
     "tenants.weights.t1",
     "line 2"
 )]
+#[case::queue_without_namespace(
+    "defaultClass: a\ntenants:\n  label: q\n  queues: [gpu]\nclasses: [{name: a}]\n",
+    "tenants.queues[0]: \"gpu\" must be namespace/queue",
+    "line 4"
+)]
+#[case::weight_of_a_half_queue(
+    "defaultClass: a\ntenants: {label: q, weights: {team-a/: 2}}\nclasses: [{name: a}]\n",
+    "tenants.weights.team-a/: \"team-a/\" must be a namespace, or namespace/queue",
+    "line 2"
+)]
+#[case::queues_without_a_label(
+    "defaultClass: a\ntenants:\n  queues: [team-a/gpu]\nclasses: [{name: a}]\n",
+    "tenants.queues: queues are named but tenants.label",
+    "line 3"
+)]
 fn invalid_policies_name_the_field(#[case] yaml: &str, #[case] message: &str, #[case] line: &str) {
     let err = Policy::from_yaml(yaml).expect_err("must be rejected").to_string();
     assert!(err.contains(message), "{err:?} should contain {message:?}");

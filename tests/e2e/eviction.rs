@@ -26,7 +26,7 @@ pub fn cases() -> Vec<Case> {
             run: |b, m| Box::pin(grace_zero(b, m)),
         },
         Case {
-            name: "requeue_protects_bare_pods_of_a_namespace_not_opted_in_says_so_and_requeues_them_once_it_is",
+            name: "requeue_takes_bare_pods_of_a_namespace_not_opted_in_only_as_a_last_resort_warns_and_requeues_them_once_it_is",
             run: |b, m| Box::pin(namespace_opt_in(b, m)),
         },
         Case {
@@ -345,47 +345,81 @@ async fn replica_killed_in_a_loop(bins: Binaries, mode: Mode) -> anyhow::Result<
     bed.finish()
 }
 
-/// Bare pods in a namespace that has not opted in to requeue: the replica names it at
-/// start (a Warning Event on the namespace), the online pod that needs their room waits
-/// and its Event says what to label, they are never evicted; once the namespace is
-/// labelled, the same online pod is placed and they come back.
+/// Bare pods in a namespace that has not opted in to requeue cannot be copied: an online
+/// pod takes them only as a last resort. node-2's bare pods (namespace batch, opted in)
+/// are requeued, so web-1 takes them and plain's are spared; for web-2 plain's are the
+/// only way: it is placed, they are lost, with a Warning Event on each and on namespace
+/// plain. Once plain is labelled, its bare pods are requeued like any other.
 async fn namespace_opt_in(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
     cluster::create(&bed.client, cluster::namespace("plain")).await?;
-    bed.nodes(&["node-1"], 4000).await?;
+    bed.nodes(&["node-1", "node-2"], 4000).await?;
+    bed.bound(vec![
+        PodBuilder::new("batch", "free-3", "free", 1900).on("node-2"),
+        PodBuilder::new("batch", "free-4", "free", 1900).on("node-2"),
+    ])
+    .await?;
+    bed.until_running("batch", 2).await?;
+    let requeued = bare_pods(&bed, "batch").await?;
+    // Younger than batch's: without the rule they would be the cheaper victims.
     bed.bound(vec![
         PodBuilder::new("plain", "free-1", "free", 1900).on("node-1"),
         PodBuilder::new("plain", "free-2", "free", 1900).on("node-1"),
     ])
     .await?;
     bed.until_running("plain", 2).await?;
-    let originals = bare_pods(&bed, "plain").await?;
     let e = bed.extender(&["--requeue", "--events"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
-    coloc_testbed::wait::until(MINUTE, "a RequeueNotOptedIn Event on namespace plain", || async {
-        let out = bed.plane.kubectl(&["get", "events", "-A", "-o", "wide"]).map_err(|e| e.to_string())?;
-        out.lines()
-            .any(|l| l.contains("RequeueNotOptedIn") && l.contains("namespace/plain"))
-            .then_some(())
-            .ok_or_else(|| "not yet".to_string())
-    })
-    .await?;
-    online(&bed, "web", 3000).await?;
-    coloc_testbed::wait::until(MINUTE, "web's Event to say what to label", || async {
-        let out = bed.plane.kubectl(&["describe", "pod", "-n", "online", "web"]).map_err(|e| e.to_string())?;
-        let events = out.split("Events:").nth(1).unwrap_or("").to_string();
-        out.contains("has not opted in to requeue").then_some(()).ok_or(events)
-    })
-    .await?;
+
+    // Another victim places web-1: plain's bare pods are spared.
+    online(&bed, "web-1", 3000).await?;
+    anyhow::ensure!(online_placed(&bed, "web-1").await? == "node-2", "web-1 not placed where batch's pods were");
+    nothing_lost(&bed, "batch", &requeued).await?;
     let pods = cluster::pods(&bed.client, Some("plain")).await?;
     anyhow::ensure!(
         pods.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).count() == 2,
-        "a bare pod of a namespace not opted in was evicted"
+        "a bare pod of a namespace not opted in was evicted while another victim placed the pod"
     );
+    let lost = bed.extenders[e].metric_sum("coloc_bare_lost_total", "").await?;
+    anyhow::ensure!(lost == 0.0, "coloc_bare_lost_total is {lost} while nothing was taken as a last resort");
+
+    // Only plain's bare pods make room for web-2: taken, lost, and said where people look.
+    online(&bed, "web-2", 3000).await?;
+    anyhow::ensure!(online_placed(&bed, "web-2").await? == "node-1", "web-2 not placed on node-1");
+    bed.until_pods("plain", MINUTE, "plain's bare pods gone, not copied", |pods| {
+        pods.is_empty().then_some(()).ok_or_else(|| format!("{:?}", pods.iter().map(cluster::name).collect::<Vec<_>>()))
+    })
+    .await?;
+    coloc_testbed::wait::until(MINUTE, "LastResortVictim Warnings on free-1, free-2 and namespace plain", || async {
+        let out = bed.plane.kubectl(&["get", "events", "-A", "-o", "wide"]).map_err(|e| e.to_string())?;
+        let warned = |object: &str| {
+            out.lines().any(|l| l.contains("LastResortVictim") && l.contains("Warning") && l.contains(object))
+        };
+        ["pod/free-1", "pod/free-2", "namespace/plain"]
+            .iter()
+            .all(|o| warned(o))
+            .then_some(())
+            .ok_or_else(|| out.lines().filter(|l| l.contains("LastResortVictim")).collect::<Vec<_>>().join("\n"))
+    })
+    .await?;
+    let lost = bed.extenders[e].metric_sum("coloc_bare_lost_total", r#"reason="namespace_not_opted_in""#).await?;
+    anyhow::ensure!(lost >= 2.0, "coloc_bare_lost_total{{reason=\"namespace_not_opted_in\"}} is {lost}");
+
+    // Labelled, plain takes copies: its bare pods are requeued. (Bound before their node
+    // exists, so that batch's pending copies cannot take node-3 first.)
     let label = json!({"metadata": {"labels": {"coloc-extender.io/requeue": "enabled"}}});
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(bed.client.clone());
     namespaces.patch("plain", &PatchParams::default(), &Patch::Merge(&label)).await?;
-    online_placed(&bed, "web").await?;
+    bed.bound(vec![
+        PodBuilder::new("plain", "free-5", "free", 1900).on("node-3"),
+        PodBuilder::new("plain", "free-6", "free", 1900).on("node-3"),
+    ])
+    .await?;
+    bed.nodes(&["node-3"], 4000).await?;
+    bed.until_running("plain", 2).await?;
+    let originals = bare_pods(&bed, "plain").await?;
+    online(&bed, "web-3", 3000).await?;
+    anyhow::ensure!(online_placed(&bed, "web-3").await? == "node-3", "web-3 not placed on node-3");
     nothing_lost(&bed, "plain", &originals).await?;
     bed.finish()
 }

@@ -206,7 +206,7 @@ impl<'a> Aftermath<'a> {
                 preempts
             }
             Fate::Requeued => preempts && policy.class(v.class).requeue.preemption == ReplacementPreemption::Keep,
-            Fate::Lost | Fate::LeftToOwner => return None,
+            Fate::Lost | Fate::LeftToOwner | Fate::LastResort(_) => return None,
         };
         Some(if may { Return::Preempts } else { Return::Waits })
     }
@@ -273,7 +273,11 @@ impl<'a> Aftermath<'a> {
             let mut victims: Vec<(ClassId, &Pod)> = info
                 .pods()
                 .iter()
-                .filter_map(|p| Some((eligibility::check(ctx, preemptor, p).ok()?.class, &**p)))
+                .filter_map(|p| {
+                    let eligible = eligibility::check(ctx, preemptor, p).ok()?;
+                    // Victims of last resort are taken only where nothing else makes room.
+                    (!eligible.fate.is_last_resort()).then_some((eligible.class, &**p))
+                })
                 .collect();
             // Least valuable first: later class, lower priority, ran least.
             victims.sort_by_key(|(c, p)| {

@@ -15,7 +15,24 @@ pub(super) fn rank(
     let mut result = PreemptionResult::default();
     let mut requeues = Vec::new();
     let best = plans.first().map(|p| p.node.clone());
+    let fewest_last_resort = plans.first().map_or(0, |p| p.cost.last_resort);
     for (i, p) in plans.into_iter().enumerate() {
+        // kube-scheduler picks among the returned nodes by its own rules, blind to what
+        // cannot come back: a plan needing more victims of last resort than the best is
+        // not offered at all.
+        if i < k && p.cost.last_resort > fewest_last_resort {
+            ex.push(Explanation::node(
+                &p.node,
+                Verdict::Dropped,
+                Code::Outranked,
+                format!(
+                    "needs {} victim(s) of last resort (bare, cannot be requeued), {} needs {fewest_last_resort}",
+                    p.cost.last_resort,
+                    best.as_deref().unwrap_or("-")
+                ),
+            ));
+            continue;
+        }
         if i >= k {
             ex.push(Explanation::node(
                 &p.node,

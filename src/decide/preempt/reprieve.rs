@@ -152,6 +152,10 @@ pub(super) fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
         cost.interrupt(cpu_seconds(ctx.now, v.pod), 1, restart_cost(ctx, v.class, v.pod.requests.milli_cpu));
         match v.fate {
             Fate::Lost => cost.lost_pods += 1,
+            Fate::LastResort(_) => {
+                cost.last_resort += 1;
+                cost.lost_pods += 1;
+            }
             Fate::Requeued => cost.requeued += 1,
             Fate::Recreated | Fate::LeftToOwner => {}
         }
@@ -215,6 +219,13 @@ pub(super) fn settle(
                 requeues.push(intent);
                 (Code::Requeued, detail)
             }
+            Fate::LastResort(reason) => {
+                let why_not = eligibility::not_requeued(reason, ctx.policy.class(v.class), v.pod);
+                (
+                    Code::LastResort,
+                    format!("{why}; bare pod: {why_not}; chosen as a last resort: no other victims place the pod; lost"),
+                )
+            }
             Fate::Lost => match &v.job_note {
                 Some(note) => (Code::Lost, format!("{why}; lost work: {note}")),
                 None => (Code::Lost, format!("{why}; bare pod: lost (class {class} is bare: lose)")),
@@ -241,7 +252,11 @@ pub(super) fn settle(
                 if follow_on { "; its return is expected to evict (follow_on)" } else { "" }
             ),
         };
-        ex.push(Explanation::pod(node, &v.pod.key(), Verdict::Victim, code, detail));
+        let line = Explanation::pod(node, &v.pod.key(), Verdict::Victim, code, detail);
+        ex.push(match v.fate {
+            Fate::LastResort(reason) => line.lost_for(reason),
+            _ => line,
+        });
     }
     requeues
 }

@@ -95,27 +95,34 @@ fn reselect<'a>(
         return Reselected::Vetoed;
     }
 
-    // Like kube-scheduler: find which candidates would violate a PDB if all were evicted
-    // (most valuable consume the budget first), and try to reprieve those first, then
-    // the rest most valuable first. Two more orders, where they differ, and the cheaper
-    // victim set is kept: gang members first (a broken gang throws away its survivors'
-    // run too), and smaller pods first (fewer, bigger victims: each restart costs).
+    // Victims of last resort (bare pods requeue cannot bring back) are tried for reprieve
+    // before any other, in every order: one is kept a victim only where the preemptor does
+    // not fit with it back and every other candidate gone. Then, like kube-scheduler: find
+    // which candidates would violate a PDB if all were evicted (most valuable consume the
+    // budget first), and try to reprieve those, then the rest most valuable first. Two
+    // more orders, where they differ, and the cheaper victim set is kept: gang members
+    // first (a broken gang throws away its survivors' run too), and smaller pods first
+    // (fewer, bigger victims: each restart costs).
     let mut candidates = candidates;
     candidates.sort_by(|a, b| a.value_order(b));
     let mut budgets = Budgets::new(view);
     let taken: Vec<Taken> = candidates.iter().map(|c| budgets.take(c.pod)).collect();
+    let last_resort = |i: usize| candidates[i].fate.is_last_resort();
     let violating = |i: usize| taken[i].violated.is_some();
     // A pod whose eviction fails its Job is lost work: tried for reprieve right after
     // the PDB-violating ones; then those that would spend a last budget.
     let jobs = jobs::effects(ctx, &candidates);
     let spends = |i: usize| taken[i].spent_last.is_some() || jobs[i].last;
     let mut value_first: Vec<usize> = (0..candidates.len()).collect();
-    value_first.sort_by_key(|&i| (!violating(i), !jobs[i].fails, !spends(i), i));
+    value_first.sort_by_key(|&i| (!last_resort(i), !violating(i), !jobs[i].fails, !spends(i), i));
     let mut gang_first = value_first.clone();
-    gang_first.sort_by_key(|&i| (candidates[i].gang.is_none(), !violating(i), !jobs[i].fails, !spends(i), i));
+    gang_first.sort_by_key(|&i| {
+        (!last_resort(i), candidates[i].gang.is_none(), !violating(i), !jobs[i].fails, !spends(i), i)
+    });
     let mut small_first = value_first.clone();
     let cpu = |i: usize| candidates[i].pod.requests.milli_cpu;
-    small_first.sort_by_key(|&i| (!violating(i), !jobs[i].fails, !spends(i), candidates[i].class, cpu(i), i));
+    small_first
+        .sort_by_key(|&i| (!last_resort(i), !violating(i), !jobs[i].fails, !spends(i), candidates[i].class, cpu(i), i));
     let mut orders = vec![value_first];
     for order in [gang_first, small_first] {
         if !orders.contains(&order) {

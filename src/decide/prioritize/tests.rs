@@ -34,7 +34,7 @@ fn compare(round: &str, priority: i32, now: i64, requeue: bool, exact: bool) {
                 view.pods_on(name).iter().map(|p| &**p).filter(|p| eligibility::check(&ctx, preemptor, p).is_ok()),
             );
             let mut freed = usage.all.clone();
-            freed.remove_all(&usage.after_evicting(&policy, class, requeue.enabled));
+            freed.remove_all(&usage.after_evicting(&policy, class, super::bare_evictable(&ctx, class)));
             let what = format!("{round} {name} class {}", policy.class(class).name);
             if exact {
                 assert_eq!(

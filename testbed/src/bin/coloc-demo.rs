@@ -19,8 +19,10 @@
 //!   coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs]]
 //!              [--runs stock,requeue-only,names,objects | --modes names,objects] [--policy FILE]
 //!              [--wave-interval SECS] [--json FILE] [--extender PATH] [--weight N] [--hold]
+//!              [--batch-not-opted-in]
 //!
-//! `--modes X` is `--runs stock,X`.
+//! `--modes X` is `--runs stock,X`. `--batch-not-opted-in` leaves namespace `batch` without
+//! the requeue opt-in label: its bare pods cannot be copied (victims of last resort).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -58,11 +60,13 @@ struct Args {
     policy: Option<String>,
     extender: PathBuf,
     hold: bool,
+    /// Namespace `batch` without the requeue opt-in label: its bare pods cannot be copied.
+    batch_not_opted_in: bool,
     /// The registration's prioritize weight (the shipped configurations' by default).
     weight: u32,
 }
 
-const USAGE: &str = "usage: coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs]] [--runs stock,requeue-only,names,objects | --modes names,objects] [--policy FILE] [--wave-interval SECS] [--json FILE] [--extender PATH] [--weight N] [--hold]";
+const USAGE: &str = "usage: coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs]] [--runs stock,requeue-only,names,objects | --modes names,objects] [--policy FILE] [--wave-interval SECS] [--json FILE] [--extender PATH] [--weight N] [--hold] [--batch-not-opted-in]";
 
 /// One run of the comparison.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -130,6 +134,7 @@ fn args() -> Result<Args, String> {
         policy: None,
         extender: Path::new(REPO).join("target/release/coloc-extender"),
         hold: false,
+        batch_not_opted_in: false,
         weight: coloc_testbed::scheduler::SHIPPED_WEIGHT,
     };
     let mut runs_given = None;
@@ -200,6 +205,7 @@ fn args() -> Result<Args, String> {
                     n.parse().ok().filter(|w| *w > 0).ok_or(format!("--weight needs a positive number, not {n:?}"))?;
             }
             "--hold" => a.hold = true,
+            "--batch-not-opted-in" => a.batch_not_opted_in = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}; {USAGE}")),
         }
@@ -348,7 +354,9 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
             weight: args.weight,
         });
         let last = i + 1 == args.runs.len();
-        let (outcome, plane) = run(bins, &scenario, setup.as_ref(), args.wave_interval, args.hold && last).await?;
+        let (outcome, plane) =
+            run(bins, &scenario, setup.as_ref(), args.wave_interval, args.hold && last, args.batch_not_opted_in)
+                .await?;
         held = plane;
         runs.push((kind, outcome));
     }
@@ -634,10 +642,12 @@ async fn run(
     extender: Option<&ExtenderSetup<'_>>,
     wave_interval: Duration,
     hold: bool,
+    batch_not_opted_in: bool,
 ) -> anyhow::Result<(Outcome, Option<ControlPlane>)> {
     let plane = ControlPlane::start(bins, Options::default()).await?;
     let client = plane.client().await?;
-    cluster::create_all(&client, vec![cluster::namespace("online"), cluster::requeue_namespace("batch")]).await?;
+    let batch = if batch_not_opted_in { cluster::namespace("batch") } else { cluster::requeue_namespace("batch") };
+    cluster::create_all(&client, vec![cluster::namespace("online"), batch]).await?;
     let classes = cluster::default_priority_classes();
     let names: Vec<String> = classes.iter().filter_map(|c| c.metadata.name.clone()).collect();
     cluster::create_all(&client, classes).await?;
