@@ -32,14 +32,26 @@ fn fixture(name: &str) -> Vec<u8> {
 }
 
 /// The cluster at the moment kube-scheduler asked to preempt for `online-hostport` (0043):
-/// the only room is held by the bare pod `batch/hostport-batch` on node-gpu1.
+/// the only room is held by the bare pod `batch/hostport-batch` on node-gpu1 (its host
+/// port: requeue does not copy it). Beside it on node-gpu2, `VICTIM`, a bare batch pod
+/// requeue copies.
 async fn cluster() -> FakeApi {
     let api = FakeApi::start().await;
     let snap: Value = serde_json::from_slice(&fixture("0043-preempt.snapshot.json")).unwrap();
     api.seed(snap["items"].as_array().unwrap());
     api.seed(&[opted_in("batch"), opted_in("online")]);
+    let mut plain = api.get("Pod", "batch", "hostport-batch").unwrap();
+    plain["metadata"]["name"] = json!(VICTIM);
+    plain["metadata"]["uid"] = Value::Null;
+    plain["spec"]["nodeName"] = json!("node-gpu2");
+    plain["spec"]["nodeSelector"] = Value::Null;
+    plain["spec"]["containers"][0]["ports"] = Value::Null;
+    api.apply(plain);
     api
 }
+
+/// A bare batch pod that reaches into its node in no way.
+const VICTIM: &str = "free-batch";
 
 /// A namespace labelled to take requeue copies.
 fn opted_in(name: &str) -> Value {
@@ -189,9 +201,9 @@ async fn a_pod_kube_scheduler_preempted_on_its_own_comes_back_released() {
     // No preempt call at all: the extender was skipped (ignorable), or another scheduler.
     let api = cluster().await;
     let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
-    let labels = api.get("Pod", "batch", "hostport-batch").unwrap()["metadata"]["labels"].clone();
-    evict(&api, "hostport-batch").await;
+    let original = uid_of(&api, VICTIM);
+    let labels = api.get("Pod", "batch", VICTIM).unwrap()["metadata"]["labels"].clone();
+    evict(&api, VICTIM).await;
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
     let stored = replacements_of(&api, &original);
@@ -200,23 +212,23 @@ async fn a_pod_kube_scheduler_preempted_on_its_own_comes_back_released() {
     assert!(!gated(copy), "released: its original is gone: {copy}");
     assert!(copy["spec"].get("nodeName").is_none_or(Value::is_null));
     assert_eq!(copy["metadata"]["labels"]["app"], labels["app"]);
-    assert_eq!(copy["metadata"]["annotations"][PREEMPTED_ON], "node-gpu1");
+    assert_eq!(copy["metadata"]["annotations"][PREEMPTED_ON], "node-gpu2");
     assert_eq!(api.count("create", "Pod"), 1, "one create");
     let notes: Vec<String> =
         api.list("Event").iter().map(|e| e["note"].as_str().unwrap_or_default().to_string()).collect();
-    assert_eq!(notes, [format!("requeued from batch/hostport-batch ({original}) after its eviction, attempt 1")]);
+    assert_eq!(notes, [format!("requeued from batch/free-batch ({original}) after its eviction, attempt 1")]);
 }
 
 #[tokio::test]
 async fn a_copy_is_gated_while_its_original_terminates_and_released_once_it_is_gone() {
     let api = cluster().await;
     let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
-    evict_gracefully(&api, "hostport-batch").await;
+    let original = uid_of(&api, VICTIM);
+    evict_gracefully(&api, VICTIM).await;
     assert!(eventually(|| r.cell.load().unwrap().evictions().len() == 1).await);
     r.settle().await;
     assert!(gated(&replacements_of(&api, &original)[0]), "held back while the original terminates");
-    api.remove("Pod", "batch", "hostport-batch");
+    api.remove("Pod", "batch", VICTIM);
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
     assert!(!gated(&replacements_of(&api, &original)[0]), "released");
@@ -225,8 +237,8 @@ async fn a_copy_is_gated_while_its_original_terminates_and_released_once_it_is_g
 #[tokio::test]
 async fn a_replica_started_after_the_eviction_adopts_the_preempted_pod() {
     let api = cluster().await;
-    let original = uid_of(&api, "hostport-batch");
-    evict_gracefully(&api, "hostport-batch").await; // no replica runs
+    let original = uid_of(&api, VICTIM);
+    evict_gracefully(&api, VICTIM).await; // no replica runs
     let r = replica(&api).await;
     r.settle().await;
     assert_eq!(replacements_of(&api, &original).len(), 1, "adopted at start-up");
@@ -236,9 +248,9 @@ async fn a_replica_started_after_the_eviction_adopts_the_preempted_pod() {
 async fn a_pod_deleted_by_a_user_is_not_copied() {
     let api = cluster().await;
     let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
+    let original = uid_of(&api, VICTIM);
     let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
-    pods.delete("hostport-batch", &DeleteParams::default()).await.unwrap();
+    pods.delete(VICTIM, &DeleteParams::default()).await.unwrap();
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
     assert!(replacements_of(&api, &original).is_empty());
@@ -249,11 +261,11 @@ async fn a_marked_pod_that_then_succeeds_is_not_copied() {
     // kube-scheduler's delete never came; the pod finished and left the watch (terminal).
     let api = cluster().await;
     let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
-    mark(&api, "hostport-batch").await;
+    let original = uid_of(&api, VICTIM);
+    mark(&api, VICTIM).await;
     let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
     let done = json!({"status": {"phase": "Succeeded"}});
-    pods.patch_status("hostport-batch", &PatchParams::default(), &Patch::Merge(done)).await.unwrap();
+    pods.patch_status(VICTIM, &PatchParams::default(), &Patch::Merge(done)).await.unwrap();
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
     assert!(replacements_of(&api, &original).is_empty(), "the API server says it ended on its own");
@@ -263,15 +275,15 @@ async fn a_marked_pod_that_then_succeeds_is_not_copied() {
 async fn a_pod_that_succeeds_while_its_copy_waits_is_not_run_again() {
     let api = cluster().await;
     let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
-    evict_gracefully(&api, "hostport-batch").await;
+    let original = uid_of(&api, VICTIM);
+    evict_gracefully(&api, VICTIM).await;
     assert!(eventually(|| r.cell.load().unwrap().evictions().len() == 1).await);
     r.settle().await;
     assert_eq!(replacements_of(&api, &original).len(), 1);
     // It finishes its work within its grace period.
     let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
     let done = json!({"status": {"phase": "Succeeded"}});
-    pods.patch_status("hostport-batch", &PatchParams::default(), &Patch::Merge(done)).await.unwrap();
+    pods.patch_status(VICTIM, &PatchParams::default(), &Patch::Merge(done)).await.unwrap();
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
     assert!(replacements_of(&api, &original).is_empty(), "the copy is deleted, never released");
@@ -281,8 +293,8 @@ async fn a_pod_that_succeeds_while_its_copy_waits_is_not_run_again() {
 async fn two_replicas_store_one_copy_and_release_it_once() {
     let api = cluster().await;
     let (a, b) = (replica(&api).await, replica(&api).await);
-    let original = uid_of(&api, "hostport-batch");
-    evict(&api, "hostport-batch").await;
+    let original = uid_of(&api, VICTIM);
+    evict(&api, VICTIM).await;
     assert!(
         eventually(|| a.cell.load().unwrap().pod_by_uid(&original).is_none()
             && b.cell.load().unwrap().pod_by_uid(&original).is_none())
@@ -301,20 +313,20 @@ async fn two_replicas_store_one_copy_and_release_it_once() {
 async fn a_pod_of_the_same_name_that_is_not_our_copy_is_never_taken_for_one() {
     let api = cluster().await;
     let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
+    let original = uid_of(&api, VICTIM);
     let name = {
-        let pod = api.get("Pod", "batch", "hostport-batch").unwrap();
+        let pod = api.get("Pod", "batch", VICTIM).unwrap();
         let model = serde_json::from_value::<coloc_extender::wire::k8s::Pod>(pod).unwrap().into_model().unwrap();
         coloc_extender::requeue::replacement_name(&model)
     };
-    let mut stranger = api.get("Pod", "batch", "hostport-batch").unwrap();
+    let mut stranger = api.get("Pod", "batch", VICTIM).unwrap();
     stranger["metadata"]["name"] = json!(name);
     stranger["metadata"]["uid"] = Value::Null;
     stranger["metadata"]["annotations"] = json!({FROM_UID: "someone-else"});
     stranger["spec"]["nodeName"] = Value::Null;
     api.apply(stranger);
     api.fail("create", "Pod", 409, u32::MAX);
-    evict(&api, "hostport-batch").await;
+    evict(&api, VICTIM).await;
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
     assert!(replacements_of(&api, &original).is_empty(), "the stranger is not counted as the copy");
@@ -324,9 +336,9 @@ async fn a_pod_of_the_same_name_that_is_not_our_copy_is_never_taken_for_one() {
 async fn a_copy_refused_for_good_is_given_up_visibly() {
     let api = cluster().await;
     let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
+    let original = uid_of(&api, VICTIM);
     api.fail("create", "Pod", 403, u32::MAX);
-    evict(&api, "hostport-batch").await;
+    evict(&api, VICTIM).await;
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
     let warnings: Vec<Value> = api.list("Event").into_iter().filter(|e| e["reason"] == "RequeueGivenUp").collect();
@@ -346,7 +358,7 @@ async fn while_copies_are_forbidden_bare_victims_are_spared() {
     assert_eq!(victims(&answer), std::slice::from_ref(&original), "{answer}");
     // Another bare pod's copy is refused as forbidden (RBAC taken away, say).
     api.fail("create", "Pod", 403, u32::MAX);
-    let mut other = api.get("Pod", "batch", "hostport-batch").unwrap();
+    let mut other = api.get("Pod", "batch", VICTIM).unwrap();
     other["metadata"]["name"] = json!("other-batch");
     other["metadata"]["uid"] = Value::Null;
     other["spec"]["nodeName"] = json!("node-gpu2");
@@ -365,9 +377,9 @@ async fn while_copies_are_forbidden_bare_victims_are_spared() {
 async fn a_copy_stored_ahead_of_an_eviction_that_never_came_is_deleted() {
     // An earlier release stored copies before answering; kube-scheduler chose otherwise.
     let api = cluster().await;
-    let original = uid_of(&api, "hostport-batch");
-    let mut early = api.get("Pod", "batch", "hostport-batch").unwrap();
-    early["metadata"]["name"] = json!("hostport-batch-rq-0000000001");
+    let original = uid_of(&api, VICTIM);
+    let mut early = api.get("Pod", "batch", VICTIM).unwrap();
+    early["metadata"]["name"] = json!("free-batch-rq-0000000001");
     early["metadata"]["uid"] = Value::Null;
     early["metadata"]["annotations"] = json!({FROM_UID: original});
     early["spec"]["nodeName"] = Value::Null;
@@ -376,7 +388,7 @@ async fn a_copy_stored_ahead_of_an_eviction_that_never_came_is_deleted() {
     let r = replica(&api).await;
     r.settle().await;
     assert!(replacements_of(&api, &original).is_empty(), "deleted");
-    assert!(api.get("Pod", "batch", "hostport-batch").is_some(), "the original is untouched");
+    assert!(api.get("Pod", "batch", VICTIM).is_some(), "the original is untouched");
 }
 
 // ---- guards an earlier release left: finished, never added ---------------------------------
