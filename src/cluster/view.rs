@@ -398,8 +398,12 @@ impl View {
         }
         let mut pod = Arc::unwrap_or_clone(pod);
         let bytes = pod.last_state.take();
+        // Not once its copy is stored: the original's last events (its containers
+        // stopping) would keep them until its copy's release.
+        let copied = self.evictions.get(&pod.uid).is_some_and(|e| e.copied);
         let wanted = self.requeues(&pod, policy)
             && self.requeue_allowed_in(&pod.namespace)
+            && !copied
             && !self.evictions.is_finished(&pod.uid);
         match bytes {
             Some(bytes) if wanted => {

@@ -256,11 +256,14 @@ fn other(name: &str, uid: &str) -> Pod {
 
 #[test]
 fn a_copy_in_the_view_is_not_stored_again() {
-    let v = view_of(vec![deleting(marked()), copy_of(&marked(), true)]);
+    let mut v = view_of(vec![deleting(marked()), copy_of(&marked(), true)]);
     assert!(copies(&actions(&v)).is_empty());
     let e = v.evictions().get("u-1").expect("the eviction is kept until its copy is released");
     assert!(e.copied);
     assert!(v.last_state("u-1").is_none(), "its bytes are needed no more");
+    // The original's next event (its containers stopping) carries them again: not kept.
+    v.apply_pod(Arc::new(Pod { phase: Some(Phase::Failed), ..deleting(marked()) }), &policy());
+    assert!(v.last_state("u-1").is_none());
 }
 
 #[test]
