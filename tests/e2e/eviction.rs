@@ -65,7 +65,7 @@ pub fn cases() -> Vec<Case> {
 /// ServiceAccount, every toleration. The extender says so (a Warning Event on it), never
 /// releases it, and deletes it once the bound has passed (shortened here to 5 s).
 async fn unrecorded_copy(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
-    use coloc_extender::requeue::{FROM_UID, GATE, LABEL};
+    use coloc_extender::requeue::{FROM_POD, FROM_UID, GATE, LABEL};
     let mut bed = Bed::up(bins, mode).await?;
     bed.nodes(&["node-1"], 4000).await?;
     let e = bed.extender(&["--requeue", "--requeue-unrecorded-after", "5s"]).await?;
@@ -75,7 +75,7 @@ async fn unrecorded_copy(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         .await?;
     let mut forged = serde_json::to_value(PodBuilder::new("batch", "ghost-rq-0000000001", "free", 100).build())?;
     forged["metadata"]["labels"] = json!({LABEL: "true"});
-    forged["metadata"]["annotations"] = json!({FROM_UID: "no-such-pod"});
+    forged["metadata"]["annotations"] = json!({FROM_UID: "no-such-pod", FROM_POD: "batch/ghost"});
     forged["spec"]["schedulingGates"] = json!([{"name": GATE}]);
     forged["spec"]["serviceAccountName"] = json!("powerful");
     forged["spec"]["securityContext"] = json!({"runAsUser": 0});
@@ -85,14 +85,6 @@ async fn unrecorded_copy(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     config.auth_info.impersonate = Some("system:serviceaccount:kube-system:coloc-extender-requeue".into());
     let as_requeue: Api<Pod> = Api::namespaced(kube::Client::try_from(config)?, "batch");
     as_requeue.create(&Default::default(), &serde_json::from_value(forged)?).await?;
-    coloc_testbed::wait::until(MINUTE, "a RequeueCopyNotRecorded Warning on the forged copy", || async {
-        let out = bed.plane.kubectl(&["get", "events", "-n", "batch", "-o", "wide"]).map_err(|e| e.to_string())?;
-        out.lines()
-            .any(|l| l.contains("RequeueCopyNotRecorded") && l.contains("ghost-rq-0000000001"))
-            .then_some(())
-            .ok_or(out)
-    })
-    .await?;
     // Gated for as long as it lives, then deleted.
     let pods: Api<Pod> = Api::namespaced(bed.client.clone(), "batch");
     let deadline = std::time::Instant::now() + MINUTE;
@@ -101,6 +93,11 @@ async fn unrecorded_copy(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         anyhow::ensure!(std::time::Instant::now() < deadline, "the forged copy was never deleted\n{}", bed.logs());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let events = bed.plane.kubectl(&["get", "events", "-n", "batch", "-o", "wide"])?;
+    anyhow::ensure!(
+        events.lines().any(|l| l.contains("RequeueCopyNotRecorded") && l.contains("ghost-rq-0000000001")),
+        "no RequeueCopyNotRecorded Warning on the forged copy:\n{events}"
+    );
     let log = bed.extenders[e].proc.log_tail(20_000);
     anyhow::ensure!(log.contains("requeue replacement deleted"), "deleted by someone else:\n{log}");
     bed.finish()
