@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+pub mod copy_spec;
 mod job;
 mod labels;
 pub mod marks;
@@ -178,6 +179,10 @@ pub struct Pod {
     /// kube-scheduler marked `preempted`: requeue copies it, and with a grace period of 0
     /// the watch's last event is the only place left to read it from.
     pub last_state: Option<Arc<str>>,
+    /// The digest of the spec a copy of it carries (`copy_spec::digest`), decoded only for
+    /// a requeue copy and a marked bare pod: requeue releases only a copy whose digest is
+    /// the one its recorded original gives.
+    pub spec_digest: Option<copy_spec::SpecDigest>,
 }
 
 impl Pod {

@@ -113,6 +113,7 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
             "ColocExtenderPolicyFallback",
             "ColocExtenderRequeueGivenUp",
             "ColocExtenderRequeueUnavailable",
+            "ColocExtenderRequeueCopyNotRecorded",
             "ColocExtenderGuardsLeft",
             "ColocExtenderNoReadyReplica",
             "ColocExtenderFailingClosed",

@@ -32,14 +32,26 @@ fn fixture(name: &str) -> Vec<u8> {
 }
 
 /// The cluster at the moment kube-scheduler asked to preempt for `online-hostport` (0043):
-/// the only room is held by the bare pod `batch/hostport-batch` on node-gpu1.
+/// the only room is held by the bare pod `batch/hostport-batch` on node-gpu1 (its host
+/// port: requeue does not copy it). Beside it on node-gpu2, `VICTIM`, a bare batch pod
+/// requeue copies.
 async fn cluster() -> FakeApi {
     let api = FakeApi::start().await;
     let snap: Value = serde_json::from_slice(&fixture("0043-preempt.snapshot.json")).unwrap();
     api.seed(snap["items"].as_array().unwrap());
     api.seed(&[opted_in("batch"), opted_in("online")]);
+    let mut plain = api.get("Pod", "batch", "hostport-batch").unwrap();
+    plain["metadata"]["name"] = json!(VICTIM);
+    plain["metadata"]["uid"] = Value::Null;
+    plain["spec"]["nodeName"] = json!("node-gpu2");
+    plain["spec"]["nodeSelector"] = Value::Null;
+    plain["spec"]["containers"][0]["ports"] = Value::Null;
+    api.apply(plain);
     api
 }
+
+/// A bare batch pod that reaches into its node in no way.
+const VICTIM: &str = "free-batch";
 
 /// A namespace labelled to take requeue copies.
 fn opted_in(name: &str) -> Value {
@@ -189,9 +201,9 @@ async fn a_pod_kube_scheduler_preempted_on_its_own_comes_back_released() {
     // No preempt call at all: the extender was skipped (ignorable), or another scheduler.
     let api = cluster().await;
     let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
-    let labels = api.get("Pod", "batch", "hostport-batch").unwrap()["metadata"]["labels"].clone();
-    evict(&api, "hostport-batch").await;
+    let original = uid_of(&api, VICTIM);
+    let labels = api.get("Pod", "batch", VICTIM).unwrap()["metadata"]["labels"].clone();
+    evict(&api, VICTIM).await;
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
     let stored = replacements_of(&api, &original);
@@ -200,23 +212,23 @@ async fn a_pod_kube_scheduler_preempted_on_its_own_comes_back_released() {
     assert!(!gated(copy), "released: its original is gone: {copy}");
     assert!(copy["spec"].get("nodeName").is_none_or(Value::is_null));
     assert_eq!(copy["metadata"]["labels"]["app"], labels["app"]);
-    assert_eq!(copy["metadata"]["annotations"][PREEMPTED_ON], "node-gpu1");
+    assert_eq!(copy["metadata"]["annotations"][PREEMPTED_ON], "node-gpu2");
     assert_eq!(api.count("create", "Pod"), 1, "one create");
     let notes: Vec<String> =
         api.list("Event").iter().map(|e| e["note"].as_str().unwrap_or_default().to_string()).collect();
-    assert_eq!(notes, [format!("requeued from batch/hostport-batch ({original}) after its eviction, attempt 1")]);
+    assert_eq!(notes, [format!("requeued from batch/free-batch ({original}) after its eviction, attempt 1")]);
 }
 
 #[tokio::test]
 async fn a_copy_is_gated_while_its_original_terminates_and_released_once_it_is_gone() {
     let api = cluster().await;
     let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
-    evict_gracefully(&api, "hostport-batch").await;
+    let original = uid_of(&api, VICTIM);
+    evict_gracefully(&api, VICTIM).await;
     assert!(eventually(|| r.cell.load().unwrap().evictions().len() == 1).await);
     r.settle().await;
     assert!(gated(&replacements_of(&api, &original)[0]), "held back while the original terminates");
-    api.remove("Pod", "batch", "hostport-batch");
+    api.remove("Pod", "batch", VICTIM);
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
     assert!(!gated(&replacements_of(&api, &original)[0]), "released");
@@ -225,8 +237,8 @@ async fn a_copy_is_gated_while_its_original_terminates_and_released_once_it_is_g
 #[tokio::test]
 async fn a_replica_started_after_the_eviction_adopts_the_preempted_pod() {
     let api = cluster().await;
-    let original = uid_of(&api, "hostport-batch");
-    evict_gracefully(&api, "hostport-batch").await; // no replica runs
+    let original = uid_of(&api, VICTIM);
+    evict_gracefully(&api, VICTIM).await; // no replica runs
     let r = replica(&api).await;
     r.settle().await;
     assert_eq!(replacements_of(&api, &original).len(), 1, "adopted at start-up");
@@ -236,9 +248,9 @@ async fn a_replica_started_after_the_eviction_adopts_the_preempted_pod() {
 async fn a_pod_deleted_by_a_user_is_not_copied() {
     let api = cluster().await;
     let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
+    let original = uid_of(&api, VICTIM);
     let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
-    pods.delete("hostport-batch", &DeleteParams::default()).await.unwrap();
+    pods.delete(VICTIM, &DeleteParams::default()).await.unwrap();
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
     assert!(replacements_of(&api, &original).is_empty());
@@ -249,11 +261,11 @@ async fn a_marked_pod_that_then_succeeds_is_not_copied() {
     // kube-scheduler's delete never came; the pod finished and left the watch (terminal).
     let api = cluster().await;
     let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
-    mark(&api, "hostport-batch").await;
+    let original = uid_of(&api, VICTIM);
+    mark(&api, VICTIM).await;
     let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
     let done = json!({"status": {"phase": "Succeeded"}});
-    pods.patch_status("hostport-batch", &PatchParams::default(), &Patch::Merge(done)).await.unwrap();
+    pods.patch_status(VICTIM, &PatchParams::default(), &Patch::Merge(done)).await.unwrap();
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
     assert!(replacements_of(&api, &original).is_empty(), "the API server says it ended on its own");
@@ -263,15 +275,15 @@ async fn a_marked_pod_that_then_succeeds_is_not_copied() {
 async fn a_pod_that_succeeds_while_its_copy_waits_is_not_run_again() {
     let api = cluster().await;
     let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
-    evict_gracefully(&api, "hostport-batch").await;
+    let original = uid_of(&api, VICTIM);
+    evict_gracefully(&api, VICTIM).await;
     assert!(eventually(|| r.cell.load().unwrap().evictions().len() == 1).await);
     r.settle().await;
     assert_eq!(replacements_of(&api, &original).len(), 1);
     // It finishes its work within its grace period.
     let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
     let done = json!({"status": {"phase": "Succeeded"}});
-    pods.patch_status("hostport-batch", &PatchParams::default(), &Patch::Merge(done)).await.unwrap();
+    pods.patch_status(VICTIM, &PatchParams::default(), &Patch::Merge(done)).await.unwrap();
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
     assert!(replacements_of(&api, &original).is_empty(), "the copy is deleted, never released");
@@ -281,8 +293,8 @@ async fn a_pod_that_succeeds_while_its_copy_waits_is_not_run_again() {
 async fn two_replicas_store_one_copy_and_release_it_once() {
     let api = cluster().await;
     let (a, b) = (replica(&api).await, replica(&api).await);
-    let original = uid_of(&api, "hostport-batch");
-    evict(&api, "hostport-batch").await;
+    let original = uid_of(&api, VICTIM);
+    evict(&api, VICTIM).await;
     assert!(
         eventually(|| a.cell.load().unwrap().pod_by_uid(&original).is_none()
             && b.cell.load().unwrap().pod_by_uid(&original).is_none())
@@ -301,20 +313,20 @@ async fn two_replicas_store_one_copy_and_release_it_once() {
 async fn a_pod_of_the_same_name_that_is_not_our_copy_is_never_taken_for_one() {
     let api = cluster().await;
     let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
+    let original = uid_of(&api, VICTIM);
     let name = {
-        let pod = api.get("Pod", "batch", "hostport-batch").unwrap();
+        let pod = api.get("Pod", "batch", VICTIM).unwrap();
         let model = serde_json::from_value::<coloc_extender::wire::k8s::Pod>(pod).unwrap().into_model().unwrap();
         coloc_extender::requeue::replacement_name(&model)
     };
-    let mut stranger = api.get("Pod", "batch", "hostport-batch").unwrap();
+    let mut stranger = api.get("Pod", "batch", VICTIM).unwrap();
     stranger["metadata"]["name"] = json!(name);
     stranger["metadata"]["uid"] = Value::Null;
     stranger["metadata"]["annotations"] = json!({FROM_UID: "someone-else"});
     stranger["spec"]["nodeName"] = Value::Null;
     api.apply(stranger);
     api.fail("create", "Pod", 409, u32::MAX);
-    evict(&api, "hostport-batch").await;
+    evict(&api, VICTIM).await;
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
     assert!(replacements_of(&api, &original).is_empty(), "the stranger is not counted as the copy");
@@ -324,9 +336,9 @@ async fn a_pod_of_the_same_name_that_is_not_our_copy_is_never_taken_for_one() {
 async fn a_copy_refused_for_good_is_given_up_visibly() {
     let api = cluster().await;
     let r = replica(&api).await;
-    let original = uid_of(&api, "hostport-batch");
+    let original = uid_of(&api, VICTIM);
     api.fail("create", "Pod", 403, u32::MAX);
-    evict(&api, "hostport-batch").await;
+    evict(&api, VICTIM).await;
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
     let warnings: Vec<Value> = api.list("Event").into_iter().filter(|e| e["reason"] == "RequeueGivenUp").collect();
@@ -346,7 +358,7 @@ async fn while_copies_are_forbidden_a_bare_victim_is_only_a_last_resort_and_says
     assert_eq!(victims(&answer), std::slice::from_ref(&original), "{answer}");
     // Another bare pod's copy is refused as forbidden (RBAC taken away, say).
     api.fail("create", "Pod", 403, u32::MAX);
-    let mut other = api.get("Pod", "batch", "hostport-batch").unwrap();
+    let mut other = api.get("Pod", "batch", VICTIM).unwrap();
     other["metadata"]["name"] = json!("other-batch");
     other["metadata"]["uid"] = Value::Null;
     other["spec"]["nodeName"] = json!("node-gpu2");
@@ -370,9 +382,9 @@ async fn while_copies_are_forbidden_a_bare_victim_is_only_a_last_resort_and_says
 async fn a_copy_stored_ahead_of_an_eviction_that_never_came_is_deleted() {
     // An earlier release stored copies before answering; kube-scheduler chose otherwise.
     let api = cluster().await;
-    let original = uid_of(&api, "hostport-batch");
-    let mut early = api.get("Pod", "batch", "hostport-batch").unwrap();
-    early["metadata"]["name"] = json!("hostport-batch-rq-0000000001");
+    let original = uid_of(&api, VICTIM);
+    let mut early = api.get("Pod", "batch", VICTIM).unwrap();
+    early["metadata"]["name"] = json!("free-batch-rq-0000000001");
     early["metadata"]["uid"] = Value::Null;
     early["metadata"]["annotations"] = json!({FROM_UID: original});
     early["spec"]["nodeName"] = Value::Null;
@@ -381,7 +393,250 @@ async fn a_copy_stored_ahead_of_an_eviction_that_never_came_is_deleted() {
     let r = replica(&api).await;
     r.settle().await;
     assert!(replacements_of(&api, &original).is_empty(), "deleted");
-    assert!(api.get("Pod", "batch", "hostport-batch").is_some(), "the original is untouched");
+    assert!(api.get("Pod", "batch", VICTIM).is_some(), "the original is untouched");
+}
+
+// ---- only what it recorded, bounded, never silently -----------------------------------------
+
+/// kube-scheduler's mark, as a pod's status carries it.
+fn marked_status() -> Value {
+    json!({"conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]})
+}
+
+/// Warning Events of `reason`, with their notes.
+fn warnings(api: &FakeApi, reason: &str) -> Vec<String> {
+    api.list("Event")
+        .into_iter()
+        .filter(|e| e["reason"] == reason && e["type"] == "Warning")
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["regarding"]["name"].as_str().unwrap_or_default(),
+                e["note"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// A gated "copy" of no original, made as whoever holds the requeue identity could: a
+/// copy's label, annotation and gate, root, another ServiceAccount, every toleration.
+fn forged(api: &FakeApi, name: &str, created: jiff::Timestamp) -> Value {
+    let mut p = api.get("Pod", "batch", VICTIM).unwrap();
+    p["metadata"]["name"] = json!(name);
+    p["metadata"]["uid"] = Value::Null;
+    p["metadata"]["creationTimestamp"] = json!(created.to_string());
+    p["metadata"]["labels"] = json!({coloc_extender::requeue::LABEL: "true"});
+    p["metadata"]["annotations"] = json!({FROM_UID: "no-such-pod"});
+    p["spec"]["nodeName"] = Value::Null;
+    p["spec"]["schedulingGates"] = json!([{"name": GATE}]);
+    p["spec"]["securityContext"] = json!({"runAsUser": 0});
+    p["spec"]["serviceAccountName"] = json!("admin");
+    p["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
+    p["status"] = json!({"phase": "Pending"});
+    p
+}
+
+#[tokio::test]
+async fn a_gated_copy_of_no_recorded_eviction_is_never_released_said_and_deleted_after_the_bound() {
+    let api = cluster().await;
+    let r = replica(&api).await;
+    let now = jiff::Timestamp::now();
+    let old =
+        jiff::Timestamp::from_second(now.as_second() - coloc_extender::requeue::plan::UNRECORDED_AFTER - 1).unwrap();
+    api.apply(forged(&api, "fresh-rq-0000000001", now));
+    api.apply(forged(&api, "old-rq-0000000002", old));
+    assert!(eventually(|| r.cell.load().unwrap().replacements().count() == 2).await);
+    r.settle().await;
+    let fresh = api.get("Pod", "batch", "fresh-rq-0000000001").expect("not deleted before the bound");
+    assert!(gated(&fresh), "never released: {fresh}");
+    assert!(api.get("Pod", "batch", "old-rq-0000000002").is_none(), "deleted once the bound has passed");
+    let said = warnings(&api, "RequeueCopyNotRecorded");
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(said.iter().all(|n| n.contains("no replica of this extender recorded")), "{said:?}");
+    assert!(api.list("Event").iter().all(|e| e["reason"] != "Requeued"));
+    r.settle().await;
+    assert!(gated(&api.get("Pod", "batch", "fresh-rq-0000000001").unwrap()));
+    assert_eq!(warnings(&api, "RequeueCopyNotRecorded").len(), 2, "said once");
+}
+
+#[tokio::test]
+async fn a_bare_pod_with_host_access_is_not_copied_and_its_loss_is_said() {
+    let api = cluster().await;
+    let r = replica(&api).await;
+    let original = uid_of(&api, "hostport-batch");
+    evict(&api, "hostport-batch").await;
+    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
+    r.settle().await;
+    assert!(replacements_of(&api, &original).is_empty());
+    let said = warnings(&api, "RequeueGivenUp");
+    assert!(matches!(&said[..], [n] if n.contains("a hostPort")), "{said:?}");
+}
+
+/// A pod under `name` that is not a copy of anything.
+fn stranger(api: &FakeApi, name: &str) -> Value {
+    let mut p = api.get("Pod", "batch", VICTIM).unwrap();
+    p["metadata"]["name"] = json!(name);
+    p["metadata"]["uid"] = Value::Null;
+    p["spec"]["nodeName"] = Value::Null;
+    p
+}
+
+fn names_of(api: &FakeApi, name: &str) -> Vec<String> {
+    let pod = api.get("Pod", "batch", name).unwrap();
+    let model = serde_json::from_value::<coloc_extender::wire::k8s::Pod>(pod).unwrap().into_model().unwrap();
+    coloc_extender::requeue::replacement_names(&model)
+}
+
+#[tokio::test]
+async fn a_pod_holding_the_copys_name_does_not_stop_the_copy_and_all_its_names_taken_is_said() {
+    let api = cluster().await;
+    let r = replica(&api).await;
+    let original = uid_of(&api, VICTIM);
+    let names = names_of(&api, VICTIM);
+    api.apply(stranger(&api, &names[0]));
+    evict(&api, VICTIM).await;
+    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
+    r.settle().await;
+    let stored = replacements_of(&api, &original);
+    assert_eq!(stored.iter().map(|c| c["metadata"]["name"].clone()).collect::<Vec<_>>(), [json!(names[1])]);
+    assert!(!gated(&stored[0]), "released under its next name");
+
+    // Every name held: the loss is said.
+    let api = cluster().await;
+    let r = replica(&api).await;
+    let original = uid_of(&api, VICTIM);
+    for name in names_of(&api, VICTIM) {
+        api.apply(stranger(&api, &name));
+    }
+    evict(&api, VICTIM).await;
+    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
+    r.settle().await;
+    assert!(replacements_of(&api, &original).is_empty());
+    let said = warnings(&api, "RequeueGivenUp");
+    assert!(matches!(&said[..], [n] if n.contains("is held by a pod that is not its copy")), "{said:?}");
+}
+
+#[tokio::test]
+async fn a_create_that_finds_its_name_taken_by_a_stranger_takes_the_next() {
+    // The view has not seen the stranger yet: the API server's 409 says it.
+    let api = cluster().await;
+    let r = replica(&api).await;
+    let json = api.get("Pod", "batch", VICTIM).unwrap();
+    let model = serde_json::from_value::<coloc_extender::wire::k8s::Pod>(json.clone()).unwrap().into_model().unwrap();
+    let names = coloc_extender::requeue::replacement_names(&model);
+    api.apply(stranger(&api, &names[0]));
+    let intent = coloc_extender::requeue::RequeueIntent::for_victim(&model, "node-gpu2", "");
+    r.requeuer.store_copy(&json, &intent).await.unwrap();
+    assert_eq!(replacements_of(&api, &model.uid)[0]["metadata"]["name"], json!(names[1]));
+    r.requeuer.store_copy(&json, &intent).await.unwrap();
+    assert_eq!(replacements_of(&api, &model.uid).len(), 1, "found again under its next name");
+}
+
+#[tokio::test]
+async fn a_pod_preempted_for_its_own_namespaces_pod_keeps_its_requeue_count() {
+    let api = cluster().await;
+    let r = replica(&api).await;
+    let original = uid_of(&api, VICTIM);
+    // Its tenant's own online pod, nominated to its node by kube-scheduler.
+    let mut mine = stranger(&api, "mine");
+    mine["spec"]["priorityClassName"] = json!("online-prod");
+    mine["status"] = json!({"phase": "Pending", "nominatedNodeName": "node-gpu2"});
+    api.apply(mine);
+    assert!(eventually(|| !r.cell.load().unwrap().nominated_on("node-gpu2").is_empty()).await);
+    evict(&api, VICTIM).await;
+    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
+    r.settle().await;
+    let stored = replacements_of(&api, &original);
+    assert_eq!(stored[0]["metadata"]["annotations"][coloc_extender::requeue::ATTEMPT], "0", "not counted");
+}
+
+/// `VICTIM` with an annotation of `size` bytes.
+fn large(api: &FakeApi, name: &str, size: usize) -> Value {
+    let mut p = api.get("Pod", "batch", VICTIM).unwrap();
+    p["metadata"]["name"] = json!(name);
+    p["metadata"]["uid"] = Value::Null;
+    p["metadata"]["annotations"] = json!({"example.com/blob": "x".repeat(size)});
+    p
+}
+
+/// GETs of the pod `name` (the originals a copy is read from where its bytes were not kept).
+fn reads_of(api: &FakeApi, name: &str) -> usize {
+    let path = format!("/api/v1/namespaces/batch/pods/{name}");
+    api.requests().iter().filter(|(m, p, _)| m == "GET" && *p == path).count()
+}
+
+#[tokio::test]
+async fn a_pod_too_large_to_keep_is_copied_from_the_api_server_or_its_loss_is_said() {
+    let per_pod = coloc_extender::cluster::kept::PER_POD;
+    let api = cluster().await;
+    let r = replica(&api).await;
+    // Held terminating: read from the API server at copy time.
+    api.apply(large(&api, "held", per_pod + 1));
+    let held = uid_of(&api, "held");
+    evict_gracefully(&api, "held").await;
+    assert!(eventually(|| r.cell.load().unwrap().evictions().get(&held).is_some()).await);
+    assert!(r.cell.load().unwrap().last_state(&held).is_none(), "not kept");
+    r.settle().await;
+    assert_eq!(replacements_of(&api, &held).len(), 1);
+    assert_eq!(reads_of(&api, "held"), 1, "copied from a GET");
+    // Gone at the delete (grace 0): nothing left to copy from.
+    api.apply(large(&api, "gone", per_pod + 1));
+    let gone = uid_of(&api, "gone");
+    assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&gone).is_some()).await);
+    evict(&api, "gone").await;
+    assert!(eventually(|| r.cell.load().unwrap().evictions().get(&gone).is_some()).await);
+    r.settle().await;
+    assert!(replacements_of(&api, &gone).is_empty());
+    let said = warnings(&api, "RequeueGivenUp");
+    assert!(matches!(&said[..], [n] if n.starts_with("gone ") && n.contains("state_not_kept")), "{said:?}");
+}
+
+#[tokio::test]
+async fn a_tenants_many_large_pods_marked_and_held_keep_the_kept_bytes_under_their_bound() {
+    use coloc_extender::cluster::kept::{PER_POD, TOTAL};
+    let api = cluster().await;
+    let r = replica(&api).await;
+    let size = PER_POD - 8 * 1024;
+    let n = TOTAL / size + 16;
+    let at = jiff::Timestamp::from_second(jiff::Timestamp::now().as_second() + 30).unwrap();
+    for i in 0..n {
+        let mut p = large(&api, &format!("hostile-{i}"), size);
+        p["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        p["metadata"]["deletionTimestamp"] = json!(at.to_string());
+        p["status"] = marked_status();
+        api.apply(p);
+    }
+    let recorded = |k: usize| r.cell.read_latest(|v| v.evictions().len() == k).unwrap_or(false);
+    let mut synced = false;
+    for _ in 0..600 {
+        if recorded(n) {
+            synced = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(synced, "the view never recorded the {n} evictions");
+    let (bytes, kept) = r.cell.read_latest(|v| (v.kept_states().bytes(), v.kept_states().len())).unwrap();
+    assert!(bytes <= TOTAL && kept < n, "{bytes} bytes kept for {kept} of {n} pods");
+    // An ordinary victim now: kept (the largest go first), and copied like every other.
+    evict_gracefully(&api, VICTIM).await;
+    let victim = uid_of(&api, VICTIM);
+    assert!(eventually(|| recorded(n + 1)).await);
+    assert!(r.cell.read_latest(|v| v.last_state(&victim).is_some()).unwrap());
+    r.reconcile().await;
+    assert!(eventually(|| r.cell.load().unwrap().replacements().count() == n + 1).await);
+    r.settle().await;
+    let copies = api.list("Pod").iter().filter(|p| gated(p)).count();
+    let from_get: usize = (0..n).map(|i| reads_of(&api, &format!("hostile-{i}"))).sum();
+    assert_eq!(copies, n + 1, "every eviction copied");
+    assert_eq!(from_get, n - kept, "each pod whose bytes were not kept is copied from one GET");
+    assert_eq!(reads_of(&api, VICTIM), 0);
+    let after = r.cell.read_latest(|v| v.kept_states().bytes()).unwrap();
+    println!(
+        "{n} pods of {} KiB marked and held: {bytes} bytes kept ({kept} pods, bound {TOTAL}); {n} + 1 copies, {from_get} from a GET; {after} bytes kept once copied",
+        (size + 2048) / 1024
+    );
+    assert_eq!(after, 0, "copied: nothing left to keep");
 }
 
 // ---- guards an earlier release left: finished, never added ---------------------------------

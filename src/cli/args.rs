@@ -67,6 +67,10 @@ pub struct ServeArgs {
     /// deletionTimestamp (its node gone, say) is released anyway, with a Warning Event.
     #[arg(long, default_value = "120s", value_parser = parse_secs)]
     pub requeue_stuck_after: Duration,
+    /// A gated copy requeue did not record is deleted this long after its creation (never
+    /// released). For tests; the shipped bound is 10 minutes.
+    #[arg(long, hide = true, default_value = "600s", value_parser = parse_secs)]
+    pub requeue_unrecorded_after: Duration,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[arg(long, requires = "tls_key")]

@@ -179,6 +179,7 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
     let settings = crate::requeue::controller::Settings {
         copies: args.requeue,
         stuck_after: args.requeue_stuck_after.as_secs() as i64,
+        unrecorded_after: args.requeue_unrecorded_after.as_secs() as i64,
         backoff: crate::requeue::controller::BACKOFF_FIRST,
     };
     tokio::spawn(requeuer.run(view.clone(), state.policy.clone(), settings));

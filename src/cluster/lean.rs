@@ -131,17 +131,24 @@ impl LeanKind for PodKind {
         json.into_model().map_err(|e| e.to_string())
     }
     /// Keeps the bytes of a bare pod kube-scheduler marked preempted, or one marked evicted
-    /// through the Eviction API (`Pod::last_state`): requeue copies it from them, whoever
-    /// evicted it and however fast it went. (A watch event's object is read straight from
-    /// the line because the API server writes `type` before `object`, as Go orders the
-    /// struct's fields; a reordered event, which serde would buffer first, is refused and
-    /// the watch starts again.)
+    /// through the Eviction API (`Pod::last_state`), up to `kept::PER_POD`: requeue copies
+    /// it from them, whoever evicted it and however fast it went. Such a pod and a requeue
+    /// copy (label `coloc-extender.io/requeued`) also get their spec's digest
+    /// (`Pod::spec_digest`), which requeue compares before it releases a copy; any other
+    /// pod pays nothing. (A watch event's object is read straight from the line because the
+    /// API server writes `type` before `object`, as Go orders the struct's fields; a
+    /// reordered event, which serde would buffer first, is refused and the watch starts
+    /// again.)
     fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<Decoded<Self>, D::Error> {
         let raw = Box::<RawValue>::deserialize(d)?;
         let json: k8s::Pod = serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?;
         let meta = Self::meta(&json);
         let model = Self::into_model(json).map(|mut pod| {
-            if (pod.preempted || pod.evicted) && pod.is_bare() {
+            let marked_bare = (pod.preempted || pod.evicted) && pod.is_bare();
+            if marked_bare || pod.labels.get(model::marks::LABEL).is_some() {
+                pod.spec_digest = model::copy_spec::digest_json(raw.get());
+            }
+            if marked_bare && raw.get().len() <= super::kept::PER_POD {
                 pod.last_state = Some(Arc::from(raw.get()));
             }
             pod

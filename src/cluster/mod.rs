@@ -3,6 +3,7 @@
 
 pub mod evictions;
 pub mod jobs;
+pub mod kept;
 pub mod lean;
 pub mod snapshot;
 mod uid_index;

@@ -13,10 +13,12 @@ use imbl::OrdMap;
 
 use super::PMap;
 
-use super::evictions::Evictions;
+use super::evictions::{Evictions, NotRecorded};
 use super::jobs::Jobs;
+use super::kept::KeptStates;
 use super::uid_index::UidIndex;
 use super::usage::{Aggregates, Counted};
+use crate::model::marks::GATE;
 use crate::model::{
     DisruptionMode, GangInfo, GangRef, GangSource, Job, Namespace, Node, Pdb, Pod, PodGroup, PodRef, PriorityClass,
     Resources, Timestamp,
@@ -237,8 +239,11 @@ pub struct View {
     /// its pods (the victim's deletion time): a pod it created since is that victim's
     /// replacement, its disruption barely over.
     preemptions: PMap<String, Timestamp>,
-    /// Preempted bare pods going, until their copy shows up: what requeue copies.
+    /// Preempted bare pods going, until their copy is released: what requeue copies, and
+    /// the only originals whose copies it releases.
     evictions: Evictions,
+    /// The bytes of marked bare pods requeue may copy, by UID, bounded.
+    kept: KeptStates,
     /// Counts changes requeue reacts to (copies, pods marked or being deleted), so its
     /// controller skips a pass where no such change came.
     requeue_changes: u64,
@@ -318,6 +323,8 @@ impl View {
         for pod in self.pods.values() {
             view.apply_pod(pod.clone(), policy);
         }
+        // The pods carry their bytes no more: they are kept as they were.
+        view.kept = self.kept.clone();
         view.generation = self.generation + 1;
         view
     }
@@ -357,15 +364,91 @@ impl View {
         }
     }
 
-    /// Is `pod`'s requeue copy in the view already? (A later event of a copied original,
-    /// its last before it goes, must not make it an eviction again.)
-    fn copy_exists(&self, pod: &Pod) -> bool {
-        self.pods.contains_key(&format!("{}/{}", pod.namespace, crate::model::marks::replacement_name(pod)))
-    }
-
-    /// Preempted bare pods going whose copy the view has not seen yet.
+    /// Preempted bare pods going, recorded until their copy is released.
     pub fn evictions(&self) -> &Evictions {
         &self.evictions
+    }
+
+    /// Is `copy` the copy this controller builds of an eviction it recorded? The record if
+    /// so, else why not.
+    pub fn recorded_copy(&self, copy: &Pod) -> Result<&super::Eviction, NotRecorded> {
+        self.evictions.of_copy(copy)
+    }
+
+    /// The JSON of the marked bare pod `uid`, if it is kept (`cluster::kept`).
+    pub fn last_state(&self, uid: &str) -> Option<&Arc<str>> {
+        self.kept.get(uid)
+    }
+
+    /// The bytes kept for requeue.
+    pub fn kept_states(&self) -> &KeptStates {
+        &self.kept
+    }
+
+    /// Moves the bytes a marked bare pod's state carries into `kept`, where requeue reads
+    /// them, if requeue may copy it; else forgets any it kept. (Kept apart, so that the
+    /// bound can drop them without touching the pod, and an eviction's record holds none.)
+    fn keep_state(&mut self, pod: PodRef, policy: &Policy) -> PodRef {
+        if pod.last_state.is_none() {
+            // Its mark is gone, or it is too large to keep.
+            if !self.kept.is_empty() {
+                self.kept.forget(&pod.uid);
+            }
+            return pod;
+        }
+        let mut pod = Arc::unwrap_or_clone(pod);
+        let bytes = pod.last_state.take();
+        // Not once its copy is stored: the original's last events (its containers
+        // stopping) would keep them until its copy's release.
+        let copied = self.evictions.get(&pod.uid).is_some_and(|e| e.copied);
+        let wanted = self.requeues(&pod, policy)
+            && self.requeue_allowed_in(&pod.namespace)
+            && !copied
+            && !self.evictions.is_finished(&pod.uid);
+        match bytes {
+            Some(bytes) if wanted => {
+                self.kept.keep(&pod.uid, bytes);
+            }
+            _ => self.kept.forget(&pod.uid),
+        }
+        Arc::new(pod)
+    }
+
+    /// Records `pod`'s eviction where it is one (`gone`: it left the watch), and forgets
+    /// the bytes of records cut to stay within their bound.
+    fn observe_eviction(&mut self, pod: &PodRef, gone: bool, policy: &Policy) {
+        let requeues = self.requeues(pod, policy);
+        let nominated = pod.node_name.as_deref().map(|n| self.nominated_on(n).to_vec()).unwrap_or_default();
+        let cut = match gone {
+            false => self.evictions.observe(pod, requeues, &nominated),
+            true => self.evictions.observe_gone(pod, requeues, &nominated),
+        };
+        for uid in cut.iter().filter(|uid| self.pods_by_uid.get(uid).is_none()) {
+            self.kept.forget(uid);
+        }
+    }
+
+    /// `uid` has left the view: its bytes go unless its eviction is recorded.
+    fn forget_state_unless_recorded(&mut self, uid: &str) {
+        if !self.kept.is_empty() && self.evictions.get(uid).is_none() {
+            self.kept.forget(uid);
+        }
+    }
+
+    /// A copy came, changed or went: the eviction it is the recorded copy of is copied
+    /// (gated), or done with (released, being deleted, gone), and its bytes are needed no
+    /// more.
+    fn note_copy(&mut self, copy: &Pod, gone: bool) {
+        let Ok(e) = self.evictions.of_copy(copy) else { return };
+        let from = e.pod.uid.clone();
+        let waits = !gone && copy.deletion_time.is_none() && copy.scheduling_gates.iter().any(|g| g == GATE);
+        match waits {
+            true => self.evictions.copy_seen(&from),
+            false => {
+                self.evictions.finish(&from);
+            }
+        }
+        self.kept.forget(&from);
     }
 
     /// When kube-scheduler last preempted a pod of `pod`'s controller, if the view saw it.
@@ -413,6 +496,7 @@ impl View {
     /// kube-scheduler's cache holds only bound, non-terminal pods.
     pub fn apply_pod(&mut self, pod: PodRef, policy: &Policy) {
         let key = pod.key();
+        let pod = self.keep_state(pod, policy);
         self.place_pod(pod, key, policy);
     }
 
@@ -421,8 +505,7 @@ impl View {
         self.note_preemption(&pod);
         self.note_requeue_change(&pod);
         if pod.preempted || pod.evicted {
-            let requeues = self.requeues(&pod, policy) && !self.copy_exists(&pod);
-            self.evictions.observe(&pod, requeues);
+            self.observe_eviction(&pod, false, policy);
         }
         let old = self.pods.get(&key).cloned();
         if let Some(old) = &old {
@@ -436,6 +519,7 @@ impl View {
         }
         if pod.is_terminal() {
             self.note_gone(&pod.uid);
+            self.forget_state_unless_recorded(&pod.uid);
         } else {
             self.attach(pod, key, policy);
         }
@@ -507,6 +591,7 @@ impl View {
         self.note_requeue_change(&old);
         self.jobs.forget_pod(&old);
         self.detach(&old, policy);
+        self.forget_state_unless_recorded(&old.uid);
         Some(old)
     }
 
@@ -518,26 +603,27 @@ impl View {
         }
         self.note_gone(&old.uid);
         self.note_requeue_change(&old);
-        // The event's state if it is the same pod's, else the view's last.
+        // The event's state if it is the same marked pod's (its bytes the latest), else the
+        // view's last.
         let gone = match last {
-            Some(last) if last.uid == old.uid && last.last_state.is_some() => Arc::new(last.clone()),
+            Some(last) if last.uid == old.uid && (last.preempted || last.evicted) && last.spec_digest.is_some() => {
+                self.keep_state(Arc::new(last.clone()), policy)
+            }
             _ => old.clone(),
         };
         if gone.preempted || gone.evicted {
-            let requeues = self.requeues(&gone, policy) && !self.copy_exists(&gone);
-            self.evictions.observe_gone(&gone, requeues);
+            self.observe_eviction(&gone, true, policy);
         }
         self.jobs.forget_pod(&old);
         self.detach(&old, policy);
+        self.forget_state_unless_recorded(&old.uid);
         Some(old)
     }
 
     /// Enters `pod` in the view's maps, in place of `old` (same key) if given.
     fn index(&mut self, pod: &PodRef, key: String, old: Option<&PodRef>) {
         if crate::model::marks::is_replacement(pod) {
-            if let Some(from) = pod.annotations.get(crate::model::marks::FROM_UID) {
-                self.evictions.copied(from);
-            }
+            self.note_copy(pod, false);
             self.replacements.insert(key.clone(), pod.clone());
         } else if old.is_some_and(|o| crate::model::marks::is_replacement(o)) {
             self.replacements.remove(&key);
@@ -568,7 +654,9 @@ impl View {
         let key = pod.key();
         if self.pods.get(&key).is_some_and(|p| Arc::ptr_eq(p, pod)) {
             self.pods.remove(&key);
-            self.replacements.remove(&key);
+            if self.replacements.remove(&key).is_some() {
+                self.note_copy(pod, true);
+            }
         }
         self.pods_by_uid.remove(pod);
         self.leave_slot(pod, policy);

@@ -76,7 +76,7 @@ pub fn attempt_of(pod: &Pod) -> u32 {
 /// different for every original (each requeue of a chain has its own UID).
 pub fn replacement_name(pod: &Pod) -> String {
     let base = pod.annotations.get(BASE_NAME).unwrap_or(&pod.name);
-    let suffix = format!("-rq-{:010x}", fnv1a(pod.uid.as_bytes()) & 0xff_ffff_ffff);
+    let suffix = format!("-rq-{}", name_hash(&pod.uid, 0));
     let room = 253 - suffix.len();
     let mut cut = base.len().min(room);
     while !base.is_char_boundary(cut) {
@@ -84,6 +84,31 @@ pub fn replacement_name(pod: &Pod) -> String {
     }
     let base = base[..cut].trim_end_matches(['-', '.']);
     format!("{base}{suffix}")
+}
+
+/// Names a copy may take, in order: `replacement_name`, then as many others (the UID's
+/// hash with 1, 2, 3): a pod that is not the copy holding one name does not stop the copy.
+pub const COPY_NAMES: usize = 4;
+
+/// The names the copy of the original `uid` may take, in order, `name` being one of them
+/// (they differ only in their last ten characters). The same on every replica.
+pub fn copy_names(name: &str, uid: &str) -> Vec<String> {
+    let stem = name.get(..name.len().saturating_sub(10)).unwrap_or_default();
+    (0..COPY_NAMES).map(|n| format!("{stem}{}", name_hash(uid, n))).collect()
+}
+
+/// The names the copy of `pod` may take, in order (`copy_names`).
+pub fn replacement_names(pod: &Pod) -> Vec<String> {
+    copy_names(&replacement_name(pod), &pod.uid)
+}
+
+/// Ten hex digits of the UID's hash, `n` mixed in after the first name.
+fn name_hash(uid: &str, n: usize) -> String {
+    let hash = match n {
+        0 => fnv1a(uid.as_bytes()),
+        n => fnv1a(format!("{uid}/{n}").as_bytes()),
+    };
+    format!("{:010x}", hash & 0xff_ffff_ffff)
 }
 
 /// FNV-1a, 64 bits: fully specified, so every replica and release derives the same name

@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use super::guard;
 use super::kube::{pod_api, pod_ref, Requeuer, StoreError};
-use super::plan::{self, Action, Copy, Release};
+use super::plan::{self, Action, Copy, Release, Unrecorded};
 use super::replacement;
 use crate::cluster::ViewCell;
 use crate::model::{marks, Timestamp};
@@ -48,6 +48,9 @@ pub struct Settings {
     pub copies: bool,
     /// Seconds past an original's deletionTimestamp after which its copy is released anyway.
     pub stuck_after: i64,
+    /// Seconds after which a gated copy this controller did not record is deleted
+    /// (`plan::UNRECORDED_AFTER`; shorter only in tests).
+    pub unrecorded_after: i64,
     /// The first back-off after a failed action (`BACKOFF_FIRST`); it doubles per failure.
     pub backoff: Duration,
 }
@@ -55,7 +58,16 @@ pub struct Settings {
 impl Settings {
     /// Copies on, the default bounds.
     pub fn copying() -> Settings {
-        Settings { copies: true, stuck_after: plan::STUCK_AFTER, backoff: BACKOFF_FIRST }
+        Settings {
+            copies: true,
+            stuck_after: plan::STUCK_AFTER,
+            unrecorded_after: plan::UNRECORDED_AFTER,
+            backoff: BACKOFF_FIRST,
+        }
+    }
+
+    fn bounds(&self) -> plan::Bounds {
+        plan::Bounds { stuck_after: self.stuck_after, unrecorded_after: self.unrecorded_after }
     }
 }
 
@@ -110,6 +122,7 @@ fn action_key(a: &Action) -> String {
         Action::Copy(c) => format!("copy/{}", c.intent.uid),
         Action::Release(r) => format!("release/{}", r.uid),
         Action::Delete { uid, .. } => format!("delete/{uid}"),
+        Action::Unrecorded(u) => format!("unrecorded/{}", u.uid),
     }
 }
 
@@ -120,6 +133,8 @@ struct Pass {
     waiting: usize,
     /// Preempted pods the policy does not bring back any more (uid, key, reason, why).
     uncopied: Vec<(String, String, &'static str, String)>,
+    /// Bytes and pods whose state is kept for copies.
+    kept: (usize, usize),
 }
 
 impl Requeuer {
@@ -226,7 +241,7 @@ impl Requeuer {
     pub async fn reconcile_once(&self, cell: &ViewCell, policy: &Policy, settings: Settings) -> usize {
         let now = crate::clock::system_now();
         let Some(pass) = cell.read_latest(|view| Pass {
-            actions: plan::reconcile(view, policy, now, settings.copies, settings.stuck_after),
+            actions: plan::reconcile(view, policy, now, settings.copies, settings.bounds()),
             waiting: view.replacements().filter(|r| r.scheduling_gates.iter().any(|g| g == marks::GATE)).count(),
             uncopied: match settings.copies {
                 true => view
@@ -239,12 +254,19 @@ impl Requeuer {
                     .collect(),
                 false => Vec::new(),
             },
+            kept: (view.kept_states().bytes(), view.kept_states().len()),
         }) else {
             return 0;
         };
         metrics::gauge!("coloc_requeue_copies_waiting").set(pass.waiting as f64);
+        metrics::gauge!("coloc_requeue_kept_bytes").set(pass.kept.0 as f64);
+        metrics::gauge!("coloc_requeue_kept_states").set(pass.kept.1 as f64);
         let mut keys: std::collections::HashSet<String> = pass.actions.iter().map(action_key).collect();
         keys.extend(pass.uncopied.iter().map(|(uid, ..)| format!("uncopied/{uid}")));
+        keys.extend(pass.actions.iter().filter_map(|a| match a {
+            Action::Unrecorded(u) => Some(format!("said/{}", u.uid)),
+            _ => None,
+        }));
         self.retry.keep_only(&keys);
         for (uid, key, reason, why) in pass.uncopied {
             self.say_uncopied(&uid, &key, reason, &why).await;
@@ -270,6 +292,13 @@ impl Requeuer {
             },
             Action::Release(r) => self.release_checked(r).await.err(),
             Action::Delete { namespace, name, uid, reason } => self.delete(namespace, name, uid, reason).await.err(),
+            Action::Unrecorded(u) => {
+                self.say_unrecorded(u).await;
+                if !u.delete {
+                    return;
+                }
+                self.delete(&u.namespace, &u.name, &u.uid, &u.why).await.err()
+            }
         };
         match failed {
             None => self.retry.succeeded(&key),
@@ -281,9 +310,11 @@ impl Requeuer {
     }
 
     /// Stores the copy, once the API server says the original is being deleted or gone
-    /// where the view could not tell.
+    /// where the view could not tell; from the original as the API server has it where the
+    /// view did not keep its state.
     async fn copy(&self, c: &Copy) -> Result<Copied, StoreError> {
-        if c.confirm_deleted {
+        let mut read = None;
+        if c.confirm_deleted || c.source.is_none() {
             let api = pod_api(&self.client, &c.intent.namespace);
             let found = api
                 .get_opt(&c.intent.name)
@@ -294,15 +325,34 @@ impl Requeuer {
                     let phase = o.data["status"]["phase"].as_str().unwrap_or("unknown").to_string();
                     return Ok(Copied::NotEvicted(format!("it ended on its own (phase {phase}), not deleted")));
                 }
+                read = Some(o);
             }
         }
-        let original: Value = serde_json::from_str(&c.source).map_err(|e| StoreError::new(e.to_string()))?;
+        let from_get = c.source.is_none();
+        let original: Value = match (&c.source, read) {
+            (Some(bytes), _) => serde_json::from_str(bytes).map_err(|e| StoreError::new(e.to_string()))?,
+            (None, Some(o)) => serde_json::to_value(&o).map_err(|e| StoreError::new(e.to_string()))?,
+            (None, None) => {
+                return Err(StoreError::for_good(
+                    "state_not_kept",
+                    format!(
+                        "its state was not kept (over {} KiB, or past the {} MiB all such states may take) and the API server no longer has it",
+                        crate::cluster::kept::PER_POD / 1024,
+                        crate::cluster::kept::TOTAL / (1024 * 1024)
+                    ),
+                ))
+            }
+        };
         let manifest = replacement::build(&original, &c.intent).map_err(|e| StoreError::new(e.to_string()))?;
-        let stored = self.create_replacement(&c.intent, manifest).await?;
+        let stored = self.create_under(&c.intent, manifest, &c.names).await?;
         let outcome = stored.outcome();
         metrics::counter!("coloc_requeue_replacements_total", "outcome" => outcome).increment(1);
-        tracing::info!(original = %c.intent.original_key(), replacement = %c.intent.replacement, node = %c.intent.node,
-            attempt = c.intent.attempt, outcome, "requeue: preempted pod copied (gated until it is gone)");
+        if from_get && matches!(stored, super::kube::Stored::Created(_)) {
+            metrics::counter!("coloc_requeue_copies_from_get_total").increment(1);
+        }
+        tracing::info!(original = %c.intent.original_key(), replacement = %stored.name(), node = %c.intent.node,
+            attempt = c.intent.attempt, self_inflicted = c.self_inflicted, from_get, outcome,
+            "requeue: preempted pod copied (gated until it is gone)");
         Ok(Copied::Stored)
     }
 
@@ -315,8 +365,10 @@ impl Requeuer {
         }
         // A terminating original still counts against the namespace's quota: a refusal is
         // final only once the original has had time to go.
-        let reason = guard::give_up_after(tries, e.code, &e.message)
-            .filter(|r| *r == "namespace_terminating" || now > c.since + plan::STUCK_AFTER);
+        let reason = e.given_up.or_else(|| {
+            guard::give_up_after(tries, e.code, &e.message)
+                .filter(|r| *r == "namespace_terminating" || now > c.since + plan::STUCK_AFTER)
+        });
         let Some(reason) = reason else {
             tracing::warn!(original = %c.intent.original_key(), replacement = %c.intent.replacement, tries,
                 error = %e.message, "requeue: copy not stored; will retry");
@@ -375,6 +427,21 @@ impl Requeuer {
         let (namespace, name) = key.split_once('/').unwrap_or(("", key));
         let note = format!("preempted and not requeued: {why}");
         self.event(pod_ref(namespace, name, uid), EventType::Warning, "RequeueGivenUp", note).await;
+    }
+
+    /// A gated copy this controller did not record: said once (a Warning Event on it, a
+    /// metric), never released.
+    async fn say_unrecorded(&self, u: &Unrecorded) {
+        let said = format!("said/{}", u.uid);
+        if !self.retry.due(&said, Instant::now()) {
+            return;
+        }
+        self.retry.settle(&said);
+        metrics::counter!("coloc_requeue_unrecorded_copies_total", "reason" => u.reason).increment(1);
+        tracing::warn!(copy = %format!("{}/{}", u.namespace, u.name), reason = u.reason, why = %u.why,
+            "requeue: a gated copy it did not record is never released");
+        let note = u.why.clone();
+        self.event(pod_ref(&u.namespace, &u.name, &u.uid), EventType::Warning, "RequeueCopyNotRecorded", note).await;
     }
 
     /// Releases `r`; where the view has lost its original, only once the API server agrees

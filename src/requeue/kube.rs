@@ -1,7 +1,7 @@
 //! The requeue edge: the writes `controller` carries out (store a copy, release it,
 //! delete it) and the Events that say so. Every write is idempotent: deterministic names,
-//! 409 on create checked to be our own copy, JSON-patch `test` before a release, uid
-//! preconditions before a delete.
+//! 409 on create checked to be our own copy (else the next of its names), JSON-patch
+//! `test` before a release, uid preconditions before a delete.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams, Preconditions};
@@ -16,6 +16,7 @@ use super::controller::Retry;
 use super::plan::Release;
 use super::tries::Tries;
 use super::{RequeueIntent, FROM_UID, GATE};
+use crate::cluster::evictions::NotRecorded;
 
 pub use crate::events::kube::REPORTER;
 
@@ -52,31 +53,45 @@ fn copy_of(pod: &DynamicObject, original_uid: &str) -> bool {
 pub(super) struct StoreError {
     pub code: Option<u16>,
     pub message: String,
+    /// It never will be: given up at once, for this reason (`coloc_requeue_given_up_total`).
+    pub given_up: Option<&'static str>,
 }
 
 impl StoreError {
     pub(super) fn new(message: String) -> StoreError {
-        StoreError { code: None, message }
+        StoreError { code: None, message, given_up: None }
     }
 
     pub(super) fn api(context: String, e: &kube::Error) -> StoreError {
-        StoreError { code: api_code(e), message: format!("{context}: {e}") }
+        StoreError { code: api_code(e), message: format!("{context}: {e}"), given_up: None }
+    }
+
+    /// A copy that can never be stored, for `reason`.
+    pub(super) fn for_good(reason: &'static str, message: String) -> StoreError {
+        StoreError { code: None, message, given_up: Some(reason) }
     }
 }
 
+/// A copy stored, under the name given.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Stored {
-    Created,
+    Created(String),
     /// A retry, or the other replica, stored it already.
-    Existed,
+    Existed(String),
 }
 
 impl Stored {
     /// The `outcome` label of `coloc_requeue_replacements_total`.
     pub(super) fn outcome(&self) -> &'static str {
         match self {
-            Stored::Created => "created",
-            Stored::Existed => "existed",
+            Stored::Created(_) => "created",
+            Stored::Existed(_) => "existed",
+        }
+    }
+
+    pub(super) fn name(&self) -> &str {
+        match self {
+            Stored::Created(n) | Stored::Existed(n) => n,
         }
     }
 }
@@ -107,10 +122,13 @@ pub fn api_code(e: &kube::Error) -> Option<u16> {
     }
 }
 
-/// Every reason `guard::give_up_after` may give, and `plan::uncopied`'s.
+/// Every reason `guard::give_up_after` may give, `plan::uncopied`'s and the copy's own.
 const GIVEN_UP_REASONS: &[&str] = &[
     "max_attempts",
     "namespace_not_opted_in",
+    "host_access",
+    "name_taken",
+    "state_not_kept",
     "namespace_terminating",
     "service_account_missing",
     "priority_class_missing",
@@ -131,6 +149,12 @@ pub fn register_metrics() {
         metrics::counter!("coloc_requeue_released_total", "after" => after).absolute(0);
     }
     metrics::gauge!("coloc_requeue_copies_waiting").set(0.0);
+    for reason in [NotRecorded::NoRecord, NotRecorded::OtherName, NotRecorded::SpecDiffers] {
+        metrics::counter!("coloc_requeue_unrecorded_copies_total", "reason" => reason.reason()).absolute(0);
+    }
+    metrics::gauge!("coloc_requeue_kept_bytes").set(0.0);
+    metrics::gauge!("coloc_requeue_kept_states").set(0.0);
+    metrics::counter!("coloc_requeue_copies_from_get_total").absolute(0);
 }
 
 impl Requeuer {
@@ -157,26 +181,53 @@ impl Requeuer {
         self
     }
 
-    /// Creates the replacement `manifest` of `intent`; one that exists already counts if it
-    /// is the live replacement of the same original (a retry, the other replica).
+    /// Creates the replacement `manifest` of `intent` under `intent.replacement`, or the
+    /// next of its names where a pod that is not its copy holds one; one that exists
+    /// already counts if it is the live replacement of the same original (a retry, the
+    /// other replica).
     pub(super) async fn create_replacement(
         &self,
         intent: &RequeueIntent,
         manifest: Value,
     ) -> Result<Stored, StoreError> {
-        match self.create_or_find(&intent.namespace, &intent.replacement, manifest).await? {
-            Created::New(_) => Ok(Stored::Created),
-            // Ours (a retry, the other replica) or a stranger's pod of the same name?
-            Created::Found(existing)
-                if copy_of(&existing, &intent.uid) && existing.metadata.deletion_timestamp.is_none() =>
-            {
-                Ok(Stored::Existed)
+        let names = super::copy_names(&intent.replacement, &intent.uid);
+        let from = names.iter().position(|n| *n == intent.replacement).unwrap_or(0);
+        let names = match names.get(from) {
+            Some(_) => names[from..].to_vec(),
+            None => vec![intent.replacement.clone()],
+        };
+        self.create_under(intent, manifest, &names).await
+    }
+
+    /// Creates `manifest` under the first of `names` no pod holds: a pod there that is not
+    /// the copy of `intent`'s original (another `requeued-from-uid`, or none) passes to the
+    /// next; all taken, the copy is given up (`name_taken`).
+    pub(super) async fn create_under(
+        &self,
+        intent: &RequeueIntent,
+        mut manifest: Value,
+        names: &[String],
+    ) -> Result<Stored, StoreError> {
+        for name in names {
+            manifest["metadata"]["name"] = json!(name);
+            match self.create_or_find(&intent.namespace, name, manifest.clone()).await? {
+                Created::New(_) => return Ok(Stored::Created(name.clone())),
+                // Ours: a retry, the other replica.
+                Created::Found(existing) if copy_of(&existing, &intent.uid) => {
+                    return match existing.metadata.deletion_timestamp {
+                        None => Ok(Stored::Existed(name.clone())),
+                        Some(_) => Err(StoreError::new(format!("{name}, this pod's copy, is being deleted"))),
+                    };
+                }
+                Created::Found(_) => {
+                    tracing::warn!(original = %intent.original_key(), name, "requeue: a pod that is not the copy holds its name; the next one");
+                }
             }
-            Created::Found(_) => Err(StoreError::new(format!(
-                "a pod named {} exists and is not this pod's live replacement",
-                intent.replacement
-            ))),
         }
+        Err(StoreError::for_good(
+            "name_taken",
+            format!("every name its copy may take ({}) is held by a pod that is not its copy", names.join(", ")),
+        ))
     }
 
     /// Creates `manifest` as `name` (as the copier, the only identity that may); where a

@@ -161,7 +161,7 @@ impl Requeuer {
                 );
                 let stored = match replacement::build(json, &intent) {
                     Ok(manifest) => self.create_replacement(&intent, manifest).await,
-                    Err(e) => Err(super::kube::StoreError { code: None, message: e.to_string() }),
+                    Err(e) => Err(super::kube::StoreError::new(e.to_string())),
                 };
                 match stored {
                     Ok(stored) => {
@@ -176,7 +176,7 @@ impl Requeuer {
                     Err(e) => {
                         metrics::counter!("coloc_requeue_replacements_total", "outcome" => "failed").increment(1);
                         let tries = self.tries.failed(&pod.uid);
-                        let reason = guard::give_up_after(tries, e.code, &e.message);
+                        let reason = e.given_up.or_else(|| guard::give_up_after(tries, e.code, &e.message));
                         match reason {
                             Some(reason) => self.give_up(pod, json, &intent, reason, tries, &e.message).await,
                             None => {

@@ -24,15 +24,17 @@ use crate::policy::{BareVictims, Class};
 // What requeue writes on pods is read below requeue too (the view, the wire decoder):
 // the names live in `model::marks`.
 pub use crate::model::marks::{
-    attempt_of, is_replacement, opted_out, replacement_name, ATTEMPT, BASE_NAME, FROM_POD, FROM_UID, GATE, GUARD,
-    LABEL, OPT_OUT, PREEMPTED_ON,
+    attempt_of, copy_names, is_replacement, opted_out, replacement_name, replacement_names, ATTEMPT, BASE_NAME,
+    FROM_POD, FROM_UID, GATE, GUARD, LABEL, OPT_OUT, PREEMPTED_ON,
 };
 
 /// Would requeue bring `pod` back if it were preempted as a pod of `class`? A bare pod of
-/// a class that may be evicted and requeues bare victims, with requeue attempts left.
+/// a class that may be evicted and requeues bare victims, with requeue attempts left, and
+/// that reaches into its node in no way (`Pod::host_access`: admission refuses such a copy).
 pub fn would_requeue(pod: &Pod, class: &Class) -> bool {
     pod.is_bare()
         && !opted_out(pod)
+        && pod.host_access.is_none()
         && class.victim.allowed
         && class.victim.bare() == BareVictims::Requeue
         && class.requeue.max_attempts.is_none_or(|max| attempt_of(pod) < max)

@@ -37,43 +37,7 @@ const INSTANCE_METADATA: &[&str] = &[
 /// old node's zone while it waits (and would mislead topology spreading and selectors).
 pub const BOUND_NODE_LABELS: &[&str] = &["topology.kubernetes.io/zone", "topology.kubernetes.io/region"];
 
-/// The token volume the ServiceAccount admission plugin injects (it injects a new one).
-fn is_injected_token_volume(volume: &Value) -> bool {
-    volume.get("name").and_then(Value::as_str).is_some_and(|n| n.starts_with("kube-api-access-"))
-        && volume.get("projected").is_some()
-}
-
-/// A pod spec without what belonged to the pod it was read from: its node, the priority
-/// admission computes, ephemeral containers (not settable at creation), and the token
-/// volume the ServiceAccount admission plugin injects (it injects a new one).
-pub fn without_instance_fields(spec: &mut serde_json::Map<String, Value>) {
-    spec.remove("nodeName");
-    // Admission computes it from priorityClassName; a stale copy would be rejected.
-    spec.remove("priority");
-    // Ephemeral containers cannot be set at creation.
-    spec.remove("ephemeralContainers");
-    let mut dropped = Vec::new();
-    if let Some(Value::Array(volumes)) = spec.get_mut("volumes") {
-        volumes.retain(|v| {
-            let injected = is_injected_token_volume(v);
-            if injected {
-                dropped.extend(v.get("name").and_then(Value::as_str).map(str::to_string));
-            }
-            !injected
-        });
-    }
-    for list in ["containers", "initContainers"] {
-        if let Some(Value::Array(containers)) = spec.get_mut(list) {
-            for c in containers {
-                if let Some(Value::Array(mounts)) = c.get_mut("volumeMounts") {
-                    mounts.retain(|m| {
-                        !m.get("name").and_then(Value::as_str).is_some_and(|n| dropped.iter().any(|d| d == n))
-                    });
-                }
-            }
-        }
-    }
-}
+pub use crate::model::copy_spec::without_instance_fields;
 
 /// The replacement of an evicted original.
 pub fn build(original: &Value, intent: &RequeueIntent) -> Result<Value, ReplacementError> {
@@ -203,6 +167,13 @@ mod tests {
         other["metadata"]["uid"] = json!("u-2");
         assert!(matches!(build(&other, &intent()), Err(ReplacementError::UidChanged { .. })));
         assert_eq!(build(&json!([1]), &intent()), Err(ReplacementError::NotAPod));
+    }
+
+    #[test]
+    fn a_copy_as_built_has_the_spec_digest_of_its_original() {
+        // What the release compares: the copy requeue builds, as it is stored.
+        let digest = crate::model::copy_spec::digest;
+        assert_eq!(digest(&build(&original(), &intent()).unwrap()), digest(&original()));
     }
 
     #[test]

@@ -475,6 +475,7 @@ impl Pod {
         Ok(model::Pod {
             host_access,
             last_state: None,
+            spec_digest: None,
             preempted,
             evicted,
             unready,

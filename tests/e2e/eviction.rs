@@ -53,7 +53,54 @@ pub fn cases() -> Vec<Case> {
             name: "requeue_brings_back_a_drained_bare_pod_only_where_its_class_opts_in",
             run: |b, m| Box::pin(drained(b, m)),
         },
+        Case {
+            name: "requeue_never_releases_a_copy_it_did_not_record_and_deletes_it_after_the_bound",
+            run: |b, m| Box::pin(unrecorded_copy(b, m)),
+        },
     ]
+}
+
+/// Whoever holds the requeue identity (impersonated here, as the replicas do) creates a
+/// gated "copy" of no original: a copy's label, annotation and gate, root, another
+/// ServiceAccount, every toleration. The extender says so (a Warning Event on it), never
+/// releases it, and deletes it once the bound has passed (shortened here to 5 s).
+async fn unrecorded_copy(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    use coloc_extender::requeue::{FROM_POD, FROM_UID, GATE, LABEL};
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(&["node-1"], 4000).await?;
+    let e = bed.extender(&["--requeue", "--requeue-unrecorded-after", "5s"]).await?;
+    let account =
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "powerful", "namespace": "batch"}});
+    cluster::create(&bed.client, serde_json::from_value::<k8s_openapi::api::core::v1::ServiceAccount>(account)?)
+        .await?;
+    let mut forged = serde_json::to_value(PodBuilder::new("batch", "ghost-rq-0000000001", "free", 100).build())?;
+    forged["metadata"]["labels"] = json!({LABEL: "true"});
+    forged["metadata"]["annotations"] = json!({FROM_UID: "no-such-pod", FROM_POD: "batch/ghost"});
+    forged["spec"]["schedulingGates"] = json!([{"name": GATE}]);
+    forged["spec"]["serviceAccountName"] = json!("powerful");
+    forged["spec"]["securityContext"] = json!({"runAsUser": 0});
+    forged["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
+    let kc = kube::config::Kubeconfig::read_from(&bed.plane.extender_kubeconfig)?;
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    config.auth_info.impersonate = Some("system:serviceaccount:kube-system:coloc-extender-requeue".into());
+    let as_requeue: Api<Pod> = Api::namespaced(kube::Client::try_from(config)?, "batch");
+    as_requeue.create(&Default::default(), &serde_json::from_value(forged)?).await?;
+    // Gated for as long as it lives, then deleted.
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), "batch");
+    let deadline = std::time::Instant::now() + MINUTE;
+    while let Some(p) = pods.get_opt("ghost-rq-0000000001").await? {
+        anyhow::ensure!(crate::invariants::gated(&p), "the forged copy was released\n{}", bed.logs());
+        anyhow::ensure!(std::time::Instant::now() < deadline, "the forged copy was never deleted\n{}", bed.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let events = bed.plane.kubectl(&["get", "events", "-n", "batch", "-o", "wide"])?;
+    anyhow::ensure!(
+        events.lines().any(|l| l.contains("RequeueCopyNotRecorded") && l.contains("ghost-rq-0000000001")),
+        "no RequeueCopyNotRecorded Warning on the forged copy:\n{events}"
+    );
+    let log = bed.extenders[e].proc.log_tail(20_000);
+    anyhow::ensure!(log.contains("requeue replacement deleted"), "deleted by someone else:\n{log}");
+    bed.finish()
 }
 
 /// A drain evicts through the Eviction API, which marks the pod (`DisruptionTarget`,

@@ -498,7 +498,12 @@ async fn two_policies(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 /// A gated copy of `name` as an earlier release stored it before answering.
 fn copy_as_an_earlier_release_stored(pod: &Pod) -> Pod {
     let mut copy = pod.clone();
-    let name = format!("{}-rq-0000000001", cluster::name(pod));
+    let original = coloc_extender::model::Pod {
+        name: cluster::name(pod).to_string(),
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    let name = coloc_extender::requeue::replacement_name(&original);
     copy.metadata = kube::api::ObjectMeta {
         name: Some(name),
         namespace: pod.metadata.namespace.clone(),
@@ -525,10 +530,12 @@ fn copy_as_an_earlier_release_stored(pod: &Pod) -> Pod {
 
 /// Copies an earlier release stored before answering, for two running bare pods;
 /// kube-scheduler then preempted one of them and not the other. A replica started without
-/// `--requeue` finishes both: the copy whose original is gone is released, the other
-/// deleted (its original is not being deleted). Nothing lost, nothing left gated.
+/// `--requeue` while the preempted one still terminates (its grace honoured) finishes both:
+/// the copy whose original is gone is released (the replica recorded its eviction at
+/// start), the other deleted (its original is not being deleted). Nothing lost, nothing
+/// left gated.
 async fn requeue_off_finishes_copies(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
-    let mut bed = Bed::up(bins, mode).await?;
+    let mut bed = Bed::up_honouring_grace(bins, mode).await?;
     bed.one_node_two_free_pods().await?;
     let originals = bare_pods(&bed, "batch").await?;
     let uid_of = |name: &str| originals.iter().find(|(n, _)| n == name).map(|(_, u)| u.clone()).unwrap_or_default();

@@ -360,3 +360,63 @@ fn only_what_requeue_reacts_to_counts_as_a_requeue_change() {
     v.apply_pod(Arc::new(copy), &p);
     assert_eq!(v.requeue_changes(), 3, "a copy is");
 }
+
+// ---- the bytes requeue keeps ---------------------------------------------------------------
+
+/// A bare batch pod (requeued by the default policy) marked preempted, as the watch decodes
+/// it: its JSON of `size` bytes and its spec's digest.
+fn marked(name: &str, size: usize) -> Pod {
+    Pod {
+        controller: None,
+        priority: Some(6000),
+        priority_class_name: None,
+        preempted: true,
+        last_state: Some(Arc::from("x".repeat(size))),
+        spec_digest: Some(crate::model::copy_spec::SpecDigest::of_bytes(name.as_bytes())),
+        ..pod("batch", name, Some("n1"))
+    }
+}
+
+#[test]
+fn a_marked_pods_bytes_are_kept_apart_and_go_once_nothing_needs_them() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    view.apply_pod(Arc::new(marked("a", 100)), &p);
+    assert!(view.pod("batch/a").is_some_and(|a| a.last_state.is_none()), "the pod holds no bytes");
+    assert_eq!(view.last_state("uid-batch-a").map(|s| s.len()), Some(100));
+    // Its mark reset (the delete never came): nothing to copy from.
+    view.apply_pod(Arc::new(Pod { preempted: false, last_state: None, ..marked("a", 100) }), &p);
+    assert!(view.last_state("uid-batch-a").is_none());
+    // A class that does not requeue: never kept.
+    view.apply_pod(Arc::new(Pod { priority: Some(9500), ..marked("b", 100) }), &p);
+    assert_eq!(view.kept_states().len(), 0);
+    // Gone without an eviction recorded (it succeeded after the mark): forgotten.
+    view.apply_pod(Arc::new(marked("c", 100)), &p);
+    view.apply_pod(Arc::new(Pod { phase: Some(crate::model::Phase::Succeeded), ..marked("c", 100) }), &p);
+    assert!(view.pod("batch/c").is_none());
+    assert_eq!(view.kept_states().len(), 0);
+    // Gone at the delete, its eviction recorded: kept for the copy.
+    view.apply_pod(Arc::new(marked("d", 100)), &p);
+    view.remove_deleted_pod("batch/d", &marked("d", 100), &p);
+    assert!(view.evictions().get("uid-batch-d").is_some() && view.last_state("uid-batch-d").is_some());
+    // A re-index under a new policy keeps them.
+    assert!(view.rebuild(&p).last_state("uid-batch-d").is_some());
+}
+
+#[test]
+fn many_large_marked_pods_held_terminating_keep_the_bytes_under_their_bound() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    let large = crate::cluster::kept::PER_POD - 1024;
+    let held = crate::cluster::kept::TOTAL / large + 20;
+    for i in 0..held {
+        let pod = marked(&format!("hostile-{i}"), large);
+        view.apply_pod(Arc::new(Pod { deletion_time: Some(1), ..pod }), &p);
+    }
+    assert!(view.kept_states().bytes() <= crate::cluster::kept::TOTAL);
+    assert_eq!(view.evictions().len(), held, "every eviction recorded, its bytes kept or not");
+    // An ordinary victim after them is kept: the largest go first.
+    view.apply_pod(Arc::new(Pod { deletion_time: Some(2), ..marked("ordinary", 4096) }), &p);
+    assert!(view.last_state("uid-batch-ordinary").is_some());
+    assert!(view.kept_states().bytes() <= crate::cluster::kept::TOTAL);
+}
