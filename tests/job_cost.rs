@@ -579,3 +579,20 @@ async fn jobs_are_watched_and_their_pods_failures_followed() {
     assert!(wait_until(|| cell.load().unwrap().jobs().get("batch", "etl").is_none()).await);
     task.abort();
 }
+
+#[test]
+fn a_pdb_is_violated_before_a_job_is_failed() {
+    // n1: only the Job's pod at its last allowed failure; n2: a worker whose PDB allows no
+    // disruption. Both bring nothing back the owner agreed to lose but the Job's pod: a
+    // violated PDB's pod is recreated, a failed Job's work is lost.
+    let worker = pod("r", "batch", Some("n2"), 1000).label("app", "web");
+    let s = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 1000, 8))
+        .node(node("n2", 1000, 8))
+        .pods([job_pod("j", "train", "n1", 1000), worker])
+        .pdb(pdb("web", "web", 0))
+        .job(job("train", 2, 2));
+    let out = s.preempt(online(1000), &["n1", "n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["r"]))]), "{}", out.explain());
+    assert_eq!(out.violations("n2"), 1);
+}

@@ -174,7 +174,7 @@ fn a_plan_with_fewer_victims_of_last_resort_is_the_only_one_offered() {
     let out = s.preempt(online(1000), &["n1", "n2"]);
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["owned"]))]), "{}", out.explain());
     let dropped = out.explanations.iter().find(|e| e.code == "outranked").expect("n1 outranked");
-    assert!(dropped.detail.contains("victim(s) of last resort"), "{}", dropped.detail);
+    assert!(dropped.detail.contains("1 of last resort"), "{}", dropped.detail);
 }
 
 #[test]

@@ -57,12 +57,13 @@ pub struct PreemptOutcome {
 /// in that figure, so a gang is broken only where keeping it whole throws away more.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Cost {
-    /// Bare pods whose class asks for them to be requeued but that cannot be (namespace
-    /// not opted in, `maxAttempts` reached, requeue unavailable, host access): first,
-    /// ahead of PDB violations. Their owner chose requeue, not loss, and nothing brings
-    /// them back, whereas a violated PDB's pods come back and a `lose` class agreed to
-    /// lose them; so one is taken only where no other victims place the preemptor.
-    pub last_resort: i64,
+    /// Work lost that nobody agreed to lose: a bare pod whose class asks for requeue but
+    /// that cannot be requeued (namespace not opted in, `maxAttempts` reached, requeue
+    /// unavailable, host access: a victim of last resort), and a pod whose eviction fails
+    /// its Job. First, ahead of PDB violations: a violated PDB's pods come back, these do
+    /// not, and a `lose` class agreed to lose its pods. So such a victim is taken only
+    /// where no other victims place the preemptor, and then as few as can be.
+    pub lost_unasked: i64,
     pub pdb_violations: i64,
     /// Victims that nothing brings back (allowed only where the policy says so).
     pub lost_pods: i64,
@@ -96,6 +97,8 @@ pub struct Cost {
     pub follow_on_evictions: i64,
     /// Victims that came back a moment ago (recreated after a preemption, or requeued).
     pub re_evicted: i64,
+    /// Of `lost_unasked`, the bare pods that cannot be requeued (the rest fail a Job).
+    pub last_resort: i64,
 }
 
 impl Cost {

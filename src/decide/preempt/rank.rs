@@ -15,18 +15,19 @@ pub(super) fn rank(
     let mut result = PreemptionResult::default();
     let mut requeues = Vec::new();
     let best = plans.first().map(|p| p.node.clone());
-    let fewest_last_resort = plans.first().map_or(0, |p| p.cost.last_resort);
+    let fewest_lost = plans.first().map_or(0, |p| p.cost.lost_unasked);
     for (i, p) in plans.into_iter().enumerate() {
         // kube-scheduler picks among the returned nodes by its own rules, blind to what
-        // cannot come back: a plan needing more victims of last resort than the best is
-        // not offered at all.
-        if i < k && p.cost.last_resort > fewest_last_resort {
+        // cannot come back: a plan losing more than the best (victims of last resort,
+        // Jobs failed) is not offered at all.
+        if i < k && p.cost.lost_unasked > fewest_lost {
             ex.push(Explanation::node(
                 &p.node,
                 Verdict::Dropped,
                 Code::Outranked,
                 format!(
-                    "needs {} victim(s) of last resort (bare, cannot be requeued), {} needs {fewest_last_resort}",
+                    "loses {} victim(s) nobody agreed to lose ({} of last resort: bare, cannot be requeued; the rest fail their Job), {} loses {fewest_lost}",
+                    p.cost.lost_unasked,
                     p.cost.last_resort,
                     best.as_deref().unwrap_or("-")
                 ),

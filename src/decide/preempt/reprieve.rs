@@ -151,8 +151,14 @@ pub(super) fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
         cost.priority_sum += v.priority as i64;
         cost.interrupt(cpu_seconds(ctx.now, v.pod), 1, restart_cost(ctx, v.class, v.pod.requests.milli_cpu));
         match v.fate {
+            // A Job's pod lost fails its Job: nobody agreed to that (a `lose` class did).
+            Fate::Lost if v.job_note.is_some() => {
+                cost.lost_unasked += 1;
+                cost.lost_pods += 1;
+            }
             Fate::Lost => cost.lost_pods += 1,
             Fate::LastResort(_) => {
+                cost.lost_unasked += 1;
                 cost.last_resort += 1;
                 cost.lost_pods += 1;
             }

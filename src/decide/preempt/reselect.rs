@@ -114,15 +114,14 @@ fn reselect<'a>(
     let jobs = jobs::effects(ctx, &candidates);
     let spends = |i: usize| taken[i].spent_last.is_some() || jobs[i].last;
     let mut value_first: Vec<usize> = (0..candidates.len()).collect();
-    value_first.sort_by_key(|&i| (!last_resort(i), !violating(i), !jobs[i].fails, !spends(i), i));
+    // Losses nobody agreed to (last resort, a Job failed) are tried first, then PDBs.
+    let lost = |i: usize| last_resort(i) || jobs[i].fails;
+    value_first.sort_by_key(|&i| (!lost(i), !violating(i), !spends(i), i));
     let mut gang_first = value_first.clone();
-    gang_first.sort_by_key(|&i| {
-        (!last_resort(i), candidates[i].gang.is_none(), !violating(i), !jobs[i].fails, !spends(i), i)
-    });
+    gang_first.sort_by_key(|&i| (!lost(i), candidates[i].gang.is_none(), !violating(i), !spends(i), i));
     let mut small_first = value_first.clone();
     let cpu = |i: usize| candidates[i].pod.requests.milli_cpu;
-    small_first
-        .sort_by_key(|&i| (!last_resort(i), !violating(i), !jobs[i].fails, !spends(i), candidates[i].class, cpu(i), i));
+    small_first.sort_by_key(|&i| (!lost(i), !violating(i), !spends(i), candidates[i].class, cpu(i), i));
     let mut orders = vec![value_first];
     for order in [gang_first, small_first] {
         if !orders.contains(&order) {
