@@ -131,12 +131,28 @@ fn describe() {
     for outcome in ["created", "existed", "failed"] {
         metrics::counter!("coloc_requeue_replacements_total", "outcome" => outcome).increment(0);
     }
+    // Each verb's answers as ColocExtenderErrors and ColocExtenderSlow read them: the ok
+    // count, every 5xx the extender can answer (`handlers::decide`, `admission::overloaded`,
+    // `time_limit`, a decode stopped by `Cancelled`), and the latency histogram. A 5xx
+    // series born at its first error would hide that error from rate().
+    for verb in ["filter", "prioritize", "preempt"] {
+        // Registering it is enough: it is rendered with empty buckets.
+        let _ = metrics::histogram!("coloc_request_duration_seconds", "verb" => verb);
+        for (status, code) in ANSWERS_ALERTED_ON {
+            metrics::counter!("coloc_requests_total", "verb" => verb, "status" => status.to_string(), "code" => code)
+                .increment(0);
+        }
+    }
     metrics::counter!("coloc_requeue_released_total").increment(0);
     metrics::counter!("coloc_requeue_cleaned_total").increment(0);
     for result in ["written", "failed", "throttled", "dropped"] {
         metrics::counter!("coloc_events_total", "result" => result).increment(0);
     }
 }
+
+/// (status, code) of the answers `coloc_requests_total` counts from the start.
+const ANSWERS_ALERTED_ON: [(u16, &str); 5] =
+    [(200, "ok"), (500, "internal"), (503, "overloaded"), (503, "timeout"), (503, "cancelled")];
 
 /// Run time a preempt answer discards, by victim class: what the sent answer evicts
 /// (`coloc_discarded_cpu_seconds_total`; in shadow mode kube-scheduler's own choice), and

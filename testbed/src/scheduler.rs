@@ -140,7 +140,8 @@ impl Scheduler {
     }
 
     /// kube-scheduler with this KubeSchedulerConfiguration as it is, and `extra` flags
-    /// after the test bed's own (which serve /readyz on a free loopback port).
+    /// after the test bed's own (which serve /readyz on a free loopback port, and
+    /// /metrics to anyone unless `extra` names the always-allowed paths itself).
     pub async fn start_configured(
         plane: &ControlPlane,
         name: &str,
@@ -151,6 +152,14 @@ impl Scheduler {
         std::fs::write(&path, &config)?;
         let port = free_port();
         let (cert, key) = plane.serving_pair();
+        // A repeated list flag adds to the first: the test bed's opening of /metrics
+        // cannot be taken back by a later flag.
+        const ALLOWED: &str = "--authorization-always-allow-paths";
+        let open = if extra.iter().any(|f| f.starts_with(ALLOWED)) {
+            vec![]
+        } else {
+            vec![ALLOWED, "/healthz,/readyz,/livez,/metrics"]
+        };
         let proc = Proc::spawn(
             name,
             &plane.bins.kube_scheduler,
@@ -165,12 +174,11 @@ impl Scheduler {
                 &cert.display().to_string(),
                 "--tls-private-key-file",
                 &key.display().to_string(),
-                "--authorization-always-allow-paths",
-                "/healthz,/readyz,/livez,/metrics",
                 "-v",
                 "2",
             ])
             .into_iter()
+            .chain(strings(&open))
             .chain(strings(extra))
             .collect::<Vec<_>>(),
             &[],

@@ -15,6 +15,7 @@ mod fails_safe;
 mod faults;
 mod invariants;
 mod jobs;
+mod monitoring;
 mod own_scheduler;
 mod privilege;
 mod profiles;
@@ -49,6 +50,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(own_scheduler::cases());
     v.extend(tls::cases());
     v.extend(admin::cases());
+    v.extend(monitoring::cases());
     v
 }
 
