@@ -123,7 +123,7 @@ pub fn api_code(e: &kube::Error) -> Option<u16> {
 }
 
 /// Every reason `guard::give_up_after` may give, `plan::uncopied`'s and the copy's own.
-const GIVEN_UP_REASONS: &[&str] = &[
+pub const GIVEN_UP_REASONS: &[&str] = &[
     "max_attempts",
     "namespace_not_opted_in",
     "host_access",

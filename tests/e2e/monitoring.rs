@@ -28,18 +28,6 @@ pub fn cases() -> Vec<Case> {
 const HALF_MINUTE: Duration = Duration::from_secs(30);
 const VERBS: [&str; 3] = ["filter", "prioritize", "preempt"];
 /// The reasons a copy is given up for (`requeue/kube.rs`): each its own series.
-const GIVEN_UP: [&str; 10] = [
-    "max_attempts",
-    "namespace_not_opted_in",
-    "namespace_terminating",
-    "service_account_missing",
-    "priority_class_missing",
-    "pod_security",
-    "forbidden",
-    "namespace_missing",
-    "invalid",
-    "retries_exhausted",
-];
 /// The alert the fault puts pending.
 const FAULT_ALERT: &str = "ColocExtenderRequeueUnavailable";
 
@@ -63,7 +51,7 @@ fn want(metric: &'static str, labels: &[(&'static str, &'static str)], reads: Re
     Want { metric, labels: labels.to_vec(), reads }
 }
 
-/// The extender's series the 13 alerts read, as a replica that has answered nothing yet
+/// The extender's series the 14 alerts read, as a replica that has answered nothing yet
 /// exports them (serving TLS, with --requeue). Absent by design: each client
 /// certificate's expiry until that client's first handshake (a 0 would read as expired).
 /// kube-scheduler's `scheduler_schedule_attempts_total` (ColocExtenderFailingClosed) is
@@ -82,8 +70,11 @@ fn at_start() -> Vec<Want> {
         w.push(want("coloc_policy_reloads_total", &[("result", result)], Reads::Zero));
     }
     w.push(want("coloc_policy_fallback", &[], Reads::Zero));
-    for reason in GIVEN_UP {
+    for reason in coloc_extender::requeue::kube::GIVEN_UP_REASONS {
         w.push(want("coloc_requeue_given_up_total", &[("reason", reason)], Reads::Zero));
+    }
+    for reason in ["no_record", "other_name", "spec_differs"] {
+        w.push(want("coloc_requeue_unrecorded_copies_total", &[("reason", reason)], Reads::Zero));
     }
     w.push(want("coloc_requeue_available", &[], Reads::One));
     w.push(want("coloc_requeue_guards_left", &[], Reads::Zero));
@@ -157,8 +148,8 @@ async fn until_alerts(prom: &Prometheus, pending: Option<&str>, what: &str) -> a
         let active: Vec<&str> = alerts.keys().map(String::as_str).collect();
         let states_agree =
             rules.iter().all(|(name, (state, _))| (state == "inactive") != (Some(name.as_str()) == pending));
-        // The 13 shipped alerts.
-        if rules.len() == 13 && broken.is_empty() && active == expected && states_agree {
+        // The 14 shipped alerts.
+        if rules.len() == 14 && broken.is_empty() && active == expected && states_agree {
             Ok(())
         } else {
             Err(format!("rules {rules:?}; alerts {alerts:?}"))
