@@ -4,6 +4,7 @@
 use std::str::FromStr;
 
 use crate::cluster::View;
+use crate::decide::promised::PromisedRoom;
 use crate::decide::{self, Context, Detail, Explanation, Requeue};
 use crate::discarded::{self, Discarded};
 use crate::explanation::{Code, Verdict};
@@ -75,6 +76,10 @@ pub struct PreemptPart {
     pub view_behind: bool,
     /// The run time the sent answer discards (in shadow mode: kube-scheduler's own choice).
     pub discarded: Option<Discarded>,
+    /// The room this answer promises its preemptor on each node it returns, held for the
+    /// next preemptors until the view shows the nomination (none in shadow mode: the answer
+    /// is kube-scheduler's own).
+    pub promised: Vec<PromisedRoom>,
 }
 
 /// What shadow mode keeps aside: the policy's answer and what it would have changed.
@@ -125,6 +130,7 @@ impl Answer {
             self.shadow = Some(ShadowPart { diffs, would_answer, would_discard });
             if let Some(p) = self.preempt.as_mut() {
                 p.requeues.clear();
+                p.promised.clear();
             }
             self.mode = Mode::Shadow;
         }
@@ -180,6 +186,7 @@ pub fn answer(
             now,
             requeue: Requeue::enabled(),
             detail: Detail::Decisions,
+            promised: &[],
         },
     )
 }
@@ -253,7 +260,13 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
                 answer.explanations.push(Explanation::request(Verdict::Discards, Code::DiscardedWork, line));
             }
             let picked = (discarded.as_ref().map(|d| d.node.clone()), would_discard.as_ref().map(|d| d.node.clone()));
-            answer.preempt = Some(PreemptPart { requeues: out.requeues, view_behind: out.view_behind, discarded });
+            let promised = result
+                .node_name_to_meta_victims
+                .keys()
+                .map(|node| PromisedRoom { node: node.clone(), pod: args.pod.clone(), at: ctx.now })
+                .collect();
+            answer.preempt =
+                Some(PreemptPart { requeues: out.requeues, view_behind: out.view_behind, discarded, promised });
             Ok(answer.in_mode(
                 mode,
                 would_discard,

@@ -5,9 +5,12 @@
 //! requeue copies evicted pods on its own (`requeue::controller`), never in the answer path.
 
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::cluster::ViewCell;
+use crate::decide::promised::PromisedRoom;
+use crate::model::Timestamp;
 use crate::pipeline::Answer;
 use crate::wake::Reason as WakeReason;
 
@@ -49,5 +52,40 @@ pub fn wake_reason(answered: Option<&Answer>, ready: bool) -> Option<WakeReason>
         None => Some(WakeReason::PreemptFailed),
         Some(_) if !ready => Some(WakeReason::ViewNotReady),
         Some(_) => None,
+    }
+}
+
+/// How long an answer's promise holds its room without the view showing the nomination:
+/// the watch shows it within milliseconds; a preemption kube-scheduler gave up (its
+/// victims not all gone) releases the room after this.
+pub const PROMISE_HOLDS: Timestamp = 5;
+
+/// The rooms recent preempt answers promised (`PromisedRoom`), one per preemptor and node,
+/// read by the next decisions. Held for `PROMISE_HOLDS` at most; the decision itself stops
+/// counting one as soon as the view shows it.
+#[derive(Default)]
+pub struct Promises(Mutex<Vec<PromisedRoom>>);
+
+impl Promises {
+    /// Remembers what `answer` promised (nothing unless it was enforced and gave nodes); a
+    /// preemptor answered again holds only its latest answer's room.
+    pub fn record(&self, answer: &Answer) {
+        let Some(promised) = answer.preempt.as_ref().map(|p| &p.promised).filter(|p| !p.is_empty()) else {
+            return;
+        };
+        let mut held = self.lock();
+        held.retain(|p| p.pod.uid != answer.pod_uid);
+        held.extend(promised.iter().cloned());
+    }
+
+    /// The promises still holding at `now`.
+    pub fn current(&self, now: Timestamp) -> Vec<PromisedRoom> {
+        let mut held = self.lock();
+        held.retain(|p| now - p.at <= PROMISE_HOLDS);
+        held.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<PromisedRoom>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -67,6 +67,7 @@ async fn a_preempt_decision_is_served_with_every_reason_on_the_admin_port_only()
         now: 1_795_000_000,
         requeue: Requeue::disabled(),
         detail: Default::default(),
+        promised: &[],
     };
     let decided =
         answer_in(Verb::Preempt, &std::fs::read(Path::new(PAYLOADS).join("0037-preempt.json")).unwrap(), &ctx).unwrap();

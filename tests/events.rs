@@ -52,6 +52,7 @@ fn decided_under(policy: &Policy, step: &str, requeue: bool) -> Answer {
         now: 1_795_000_000,
         requeue: if requeue { Requeue::enabled() } else { Requeue::disabled() },
         detail: Default::default(),
+        promised: &[],
     };
     answer_in(Verb::Preempt, &fixture(&format!("{step}-preempt.json")), &ctx).unwrap()
 }

@@ -896,3 +896,39 @@ async fn metrics_and_decisions_are_served_on_the_admin_port_only() {
     let (status, _) = send(&admin, Method::POST, "/preempt", Body::from(payload(R1, "0037-preempt.json"))).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// Two preemptors of one wave, answered one after the other before the view shows the
+/// first one's nomination: the second is not given the room the first was promised.
+#[tokio::test]
+async fn a_second_preemptor_of_a_wave_is_not_given_the_room_promised_to_the_first() {
+    for round in [R1, R2] {
+        let snap = snapshot_path(round);
+        let app = app(Policy::builtin_default(), Some(snap.as_path()));
+        let first: Value = serde_json::from_slice(&payload(round, "0037-preempt.json")).unwrap();
+        let mut second = first.clone();
+        second["Pod"]["metadata"]["name"] = json!("web-second");
+        second["Pod"]["metadata"]["uid"] = json!("uid-of-the-second-preemptor");
+        let a = ok_json(&app, "/preempt", first.to_string()).await;
+        let b = ok_json(&app, "/preempt", second.to_string()).await;
+        let (a, b) = (meta_victims(&a), meta_victims(&b));
+        assert!(!a.is_empty(), "{round}: the first preemptor is answered");
+        assert_ne!(
+            a.iter().map(|(n, v)| (n.to_string(), answer_uids(v))).collect::<Vec<_>>(),
+            b.iter().map(|(n, v)| (n.to_string(), answer_uids(v))).collect::<Vec<_>>(),
+            "{round}: the second preemptor was given the first one's room"
+        );
+        // A fresh extender (nothing promised) gives the second the same room as the first.
+        let fresh = app_fresh(round);
+        let c = ok_json(&fresh, "/preempt", second.to_string()).await;
+        assert_eq!(
+            a.iter().map(|(n, v)| (n.to_string(), answer_uids(v))).collect::<Vec<_>>(),
+            meta_victims(&c).iter().map(|(n, v)| (n.to_string(), answer_uids(v))).collect::<Vec<_>>(),
+            "{round}: alone, the second preemptor takes the same room"
+        );
+    }
+}
+
+fn app_fresh(round: &str) -> Router {
+    let snap = snapshot_path(round);
+    app(Policy::builtin_default(), Some(snap.as_path()))
+}

@@ -462,6 +462,7 @@ fn preempt_on(view: &View, policy: &Policy) -> BTreeMap<String, Vec<String>> {
         now: NOW,
         detail: Default::default(),
         requeue: coloc_extender::decide::Requeue::disabled(),
+        promised: &[],
     };
     let mut online = pod("preemptor", "online", None, 1000).ns("batch");
     online.priority_class_name = Some("online".into());

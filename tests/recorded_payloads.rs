@@ -219,6 +219,7 @@ fn default_policy_with_requeue_off_takes_bare_pods_only_as_a_last_resort_and_say
         now: now(),
         requeue: coloc_extender::decide::Requeue::disabled(),
         detail: Default::default(),
+        promised: &[],
     };
     let a = coloc_extender::pipeline::answer_in(Verb::Preempt, &rec.request, &ctx).unwrap();
     assert!(a.requeues().is_empty());

@@ -35,7 +35,12 @@ fn answer(bare: &[&str], view_behind: bool) -> Answer {
         mode: Mode::Enforce,
         summary: String::new(),
         decided_at: 0,
-        preempt: Some(PreemptPart { requeues: bare.iter().map(|u| intent(u)).collect(), view_behind, discarded: None }),
+        preempt: Some(PreemptPart {
+            requeues: bare.iter().map(|u| intent(u)).collect(),
+            view_behind,
+            discarded: None,
+            promised: Vec::new(),
+        }),
         shadow: None,
     }
 }
@@ -94,4 +99,35 @@ fn a_preempt_answered_in_doubt_asks_for_a_wake() {
     assert_eq!(service::wake_reason(None, true), Some(Reason::PreemptFailed));
     assert_eq!(service::wake_reason(Some(&fine), false), Some(Reason::ViewNotReady));
     assert_eq!(service::wake_reason(Some(&fine), true), None);
+}
+
+/// An enforced answer from preemptor `uid` promising it `nodes` at `at`.
+fn promising(uid: &str, nodes: &[&str], at: i64, mode: Mode) -> Answer {
+    use coloc_extender::decide::promised::PromisedRoom;
+    let pod = coloc_extender::model::Pod { uid: uid.into(), name: uid.into(), ..Default::default() };
+    let mut a = answer(&[], false);
+    a.pod_uid = uid.into();
+    a.mode = mode;
+    if mode == Mode::Enforce {
+        a.preempt.as_mut().unwrap().promised =
+            nodes.iter().map(|n| PromisedRoom { node: n.to_string(), pod: pod.clone(), at }).collect();
+    }
+    a
+}
+
+#[test]
+fn a_promise_holds_for_a_few_seconds_and_a_preemptor_holds_only_its_latest() {
+    let promises = service::Promises::default();
+    promises.record(&promising("web-1", &["n1"], 100, Mode::Enforce));
+    promises.record(&promising("web-2", &["n2"], 101, Mode::Enforce));
+    let nodes = |now| promises.current(now).iter().map(|p| (p.pod.uid.clone(), p.node.clone())).collect::<Vec<_>>();
+    assert_eq!(nodes(101), [("web-1".into(), "n1".into()), ("web-2".into(), "n2".into())]);
+    // web-1 asked again and was answered n3: n1 is no longer held for it.
+    promises.record(&promising("web-1", &["n3"], 102, Mode::Enforce));
+    assert_eq!(nodes(102), [("web-2".into(), "n2".into()), ("web-1".into(), "n3".into())]);
+    // Past PROMISE_HOLDS, nothing is held.
+    assert!(nodes(102 + service::PROMISE_HOLDS + 1).is_empty());
+    // A shadow answer (kube-scheduler's own) promises nothing.
+    promises.record(&promising("web-3", &["n4"], 200, Mode::Shadow));
+    assert!(nodes(200).is_empty());
 }

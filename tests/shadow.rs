@@ -155,7 +155,7 @@ proptest! {
         let enforce = policy(Mode::Enforce);
         let view = with_view.then(|| case.view(&shadow));
         let ctx = |p| Context { policy: p, view: view.as_ref(), view_expected: with_view, now: NOW,
-            requeue: if requeue { Requeue::enabled() } else { Requeue::disabled() }, detail: Default::default() };
+            requeue: if requeue { Requeue::enabled() } else { Requeue::disabled() }, detail: Default::default(), promised: &[] };
 
         // filter: every node, as it came; nothing failed.
         let body = case.filter_body(names);
@@ -216,6 +216,7 @@ fn a_vetoed_node_and_a_bare_pod_kube_would_lose_are_counted() {
         now: NOW,
         requeue: Requeue::disabled(),
         detail: Default::default(),
+        promised: &[],
     };
     let (body, expected) = case.preempt_body(false, 0);
     let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
@@ -240,6 +241,7 @@ fn a_bare_pod_both_would_lose_is_no_difference() {
         now: NOW,
         requeue: Requeue::disabled(),
         detail: Default::default(),
+        promised: &[],
     };
     let (body, expected) = case.preempt_body(false, 0);
     let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
@@ -263,6 +265,7 @@ fn a_requeued_bare_pod_is_not_lost_and_owned_pods_change_nothing() {
         now: NOW,
         requeue: Requeue::enabled(),
         detail: Default::default(),
+        promised: &[],
     };
     let (body, _) = case.preempt_body(true, 0);
     let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
@@ -284,6 +287,7 @@ fn a_requeued_bare_pod_is_not_lost_and_owned_pods_change_nothing() {
         now: NOW,
         requeue: Requeue::disabled(),
         detail: Default::default(),
+        promised: &[],
     };
     let (body, _) = case.preempt_body(true, 0);
     assert!(answer_in(Verb::Preempt, &body, &ctx).unwrap().diffs().is_empty());
@@ -303,6 +307,7 @@ fn a_pdb_violation_the_policy_avoids_is_counted() {
         now: NOW,
         requeue: Requeue::disabled(),
         detail: Default::default(),
+        promised: &[],
     };
     let (body, _) = case.preempt_body(false, 1);
     let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
@@ -326,6 +331,7 @@ fn filter_counts_vetoed_nodes_and_keeps_them_all() {
         now: NOW,
         requeue: Requeue::disabled(),
         detail: Default::default(),
+        promised: &[],
     };
     let a = answer_in(Verb::Filter, &case.filter_body(false), &ctx).unwrap();
     assert_eq!(json_of(&a.body)["Nodes"]["items"].as_array().unwrap().len(), 2);

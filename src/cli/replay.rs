@@ -40,6 +40,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         requeue: if no_requeue { crate::decide::Requeue::disabled() } else { crate::decide::Requeue::enabled() },
         // replay prints every line, each node's score too.
         detail: crate::decide::Detail::Routine,
+        promised: &[],
     };
     let answer = pipeline::answer_in(verb, &body, &ctx).map_err(|e| anyhow::anyhow!("{}: {e}", payload.display()))?;
     eprintln!(

@@ -7,6 +7,7 @@ pub mod fit;
 mod jobs;
 pub mod preempt;
 pub mod prioritize;
+pub mod promised;
 
 pub use eligibility::Fate;
 // Below decide: events and metrics read explanations without reaching up into decisions.
@@ -30,6 +31,9 @@ pub struct Context<'a> {
     pub now: Timestamp,
     pub requeue: Requeue,
     pub detail: Detail,
+    /// Room earlier answers promised preemptors the view does not show yet
+    /// (`promised::PromisedRoom`): held as kube-scheduler holds its nominations.
+    pub promised: &'a [promised::PromisedRoom],
 }
 
 /// How much a decision explains.

@@ -324,7 +324,7 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
         ));
         return out;
     }
-    if let Some(node) = view.and_then(|v| room_already_free(v, preemptor, pod, &candidates)) {
+    if let Some(node) = view.and_then(|v| room_already_free(ctx, v, preemptor, pod, &candidates)) {
         out.explanations.push(Explanation::request(
             Verdict::Refused,
             Code::RoomOnItsWay,
@@ -417,12 +417,7 @@ fn room_on_its_way(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, 
                 return false;
             }
             let staying = pods.iter().map(|p| &**p).filter(|p| p.deletion_time.is_none() && p.uid != pod.uid);
-            fits(
-                pod,
-                node,
-                &NodeUsage::of(staying.chain(held_room(view, view.nominated_on(n), preemptor.priority, &pod.uid))),
-            )
-            .is_ok()
+            fits(pod, node, &NodeUsage::of(staying.chain(held_on(ctx, view, n, preemptor.priority, &pod.uid)))).is_ok()
         })
         .map(str::to_string)
 }
@@ -434,7 +429,13 @@ fn room_on_its_way(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, 
 /// view does not model, an anti-affinity say, and re-selection decides as before.) With a
 /// proposed victim the view never saw, the view is the one behind: the decision is made
 /// and the edge waits for it to catch up.
-fn room_already_free(view: &View, preemptor: Preemptor, pod: &Pod, candidates: &[(&str, Proposed)]) -> Option<String> {
+fn room_already_free(
+    ctx: &Context,
+    view: &View,
+    preemptor: Preemptor,
+    pod: &Pod,
+    candidates: &[(&str, Proposed)],
+) -> Option<String> {
     if candidates.iter().any(|(n, victims)| view.node(n).is_some() && lags_behind(view, victims.uids())) {
         return None;
     }
@@ -446,7 +447,7 @@ fn room_already_free(view: &View, preemptor: Preemptor, pod: &Pod, candidates: &
         .find(|n| {
             let Some(node) = view.node(n) else { return false };
             let pods = view.pods_on(n).iter().map(|p| &**p).filter(|p| p.uid != pod.uid);
-            let held = held_room(view, view.nominated_on(n), preemptor.priority, &pod.uid);
+            let held = held_on(ctx, view, n, preemptor.priority, &pod.uid);
             fits(pod, node, &NodeUsage::of(pods.chain(held))).is_ok()
         })
         .map(str::to_string)
@@ -462,6 +463,24 @@ fn held_room<'v>(
     asking: &'v str,
 ) -> impl Iterator<Item = &'v Pod> + 'v {
     nominated.iter().map(|p| &**p).filter(move |p| p.uid != asking && view.priority_of(p) >= priority)
+}
+
+/// The room held on `node` for a pod of `priority`: pods nominated there, and preemptors
+/// an earlier answer sent there that the view does not show yet (`promised`).
+fn held_on<'v>(
+    ctx: &Context<'v>,
+    view: &'v View,
+    node: &'v str,
+    priority: i32,
+    asking: &'v str,
+) -> impl Iterator<Item = &'v Pod> + 'v {
+    held_room(view, view.nominated_on(node), priority, asking).chain(super::promised::on_node(
+        ctx.promised,
+        view,
+        node,
+        priority,
+        asking,
+    ))
 }
 
 fn placeholder(node: &str, num_pdb_violations: i64, ex: &mut Vec<Explanation>) -> Plan<'static> {

@@ -104,7 +104,9 @@ async fn run(verb: Verb, state: &AppState, verbs: &Verbs, req: AdmittedRequest) 
     state.pace.preempt_seen();
     // A snapshot view is the whole truth: nothing will catch up.
     let watched = (state.view_source == ViewSource::Kubernetes).then_some(&*state.view);
-    service::preempt(once, watched).await
+    let answer = service::preempt(once, watched).await?;
+    state.promises.record(&answer);
+    Ok(answer)
 }
 
 /// One decision. Large bodies are decided on the workers, which keep the request's
@@ -118,12 +120,22 @@ async fn decide(verb: Verb, state: &AppState, verbs: &Verbs, req: &AdmittedReque
     let caps = state.limits.caps;
     let (body, admitted, cancel) = (req.body.clone(), req.admitted.clone(), req.cancel.clone());
     let requeue = if state.requeue.copies_possible() { Requeue::enabled() } else { Requeue::disabled() };
+    let promises = (verb == Verb::Preempt).then(|| state.promises.clone());
     let work = move || {
         let _admitted = admitted;
         let now = clock();
+        let promised = promises.map(|p| p.current(now)).unwrap_or_default();
         // Routine lines (each node's score) are only ever logged at debug: built only then.
         let detail = if tracing::enabled!(tracing::Level::DEBUG) { Detail::Routine } else { Detail::Decisions };
-        let ctx = Context { policy: &policy, view: view.as_deref(), view_expected, now, requeue, detail };
+        let ctx = Context {
+            policy: &policy,
+            view: view.as_deref(),
+            view_expected,
+            now,
+            requeue,
+            detail,
+            promised: &promised,
+        };
         // Errors are rendered here: a message quoting a huge input is clipped off the I/O threads.
         let answer = pipeline::answer_within(verb, &body, &ctx, &Bounds::new(caps, Some(cancel.flag())));
         if matches!(answer, Err(DecodeError::Cancelled)) {

@@ -78,6 +78,8 @@ pub struct AppState {
     /// Wakes pods kube-scheduler parked after a preempt we could not answer well
     /// (`serve --kube --wake`).
     pub waker: Option<Arc<crate::wake::kube::Waker>>,
+    /// The room recent preempt answers promised, held for the next preemptors.
+    pub promises: Arc<crate::service::Promises>,
 }
 
 impl AppState {
@@ -95,6 +97,7 @@ impl AppState {
             decisions: Arc::new(DecisionLog::default()),
             events: None,
             waker: None,
+            promises: Default::default(),
         }
     }
 

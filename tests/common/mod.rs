@@ -161,6 +161,8 @@ pub struct Scenario {
     pub view_expected: bool,
     /// The requeue controller runs (`serve --kube --requeue`); on by default, as in replay.
     pub requeue: bool,
+    /// Room earlier answers promised (the edge's `service::Promises`).
+    pub promised: Vec<coloc_extender::decide::promised::PromisedRoom>,
 }
 
 pub struct Outcome {
@@ -199,7 +201,7 @@ pub fn uids(names: &[&str]) -> Vec<String> {
 
 impl Scenario {
     pub fn new(policy: Policy) -> Self {
-        Scenario { policy, objects: Objects::default(), view_expected: false, requeue: true }
+        Scenario { policy, objects: Objects::default(), view_expected: false, requeue: true, promised: Vec::new() }
     }
 
     pub fn node(mut self, n: Node) -> Self {
@@ -287,6 +289,7 @@ impl Scenario {
             now: NOW,
             requeue,
             detail: Default::default(),
+            promised: &self.promised,
         };
         let out = decide::preempt(&PreemptArgs { pod: preemptor, candidates }, &ctx);
         Outcome {

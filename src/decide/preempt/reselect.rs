@@ -47,7 +47,7 @@ fn reselect<'a>(
     // The view keeps a node's pods in arrival order: explain them in name order.
     pods.sort_unstable_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
     let mut usage = NodeUsage::of(pods.iter().copied());
-    let held: Vec<&Pod> = held_room(view, view.nominated_on(node_name), preemptor.priority, &pod.uid).collect();
+    let held: Vec<&Pod> = held_on(ctx, view, node_name, preemptor.priority, &pod.uid).collect();
     for h in &held {
         usage.add(h);
     }

@@ -23,8 +23,15 @@ fn recorded(round: &str) -> (Policy, View) {
 fn compare(round: &str, priority: i32, now: i64, requeue: bool, exact: bool) {
     let (policy, view) = recorded(round);
     let requeue = if requeue { Requeue::enabled() } else { Requeue::disabled() };
-    let ctx =
-        Context { policy: &policy, view: Some(&view), view_expected: true, now, requeue, detail: Detail::Decisions };
+    let ctx = Context {
+        policy: &policy,
+        view: Some(&view),
+        view_expected: true,
+        now,
+        requeue,
+        detail: Detail::Decisions,
+        promised: &[],
+    };
     let mut nodes = 0;
     for name in view.node_names() {
         let usage = view.node_info(name).unwrap().usage();
