@@ -29,7 +29,7 @@ fn main() {
 
 fn policy() -> &'static Policy {
     static P: OnceLock<Policy> = OnceLock::new();
-    P.get_or_init(Policy::builtin_default)
+    P.get_or_init(|| Policy::builtin_default().enforced())
 }
 
 fn payload_dir() -> PathBuf {

@@ -39,7 +39,7 @@ fn main() {
 
 fn policy() -> &'static Policy {
     static P: OnceLock<Policy> = OnceLock::new();
-    P.get_or_init(Policy::builtin_default)
+    P.get_or_init(|| Policy::builtin_default().enforced())
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {

@@ -23,7 +23,7 @@ const SCRAPER: &str = "system:serviceaccount:monitoring:prometheus";
 const SCRAPER_GROUPS: &[&str] = &["system:serviceaccounts", "system:serviceaccounts:monitoring"];
 
 fn state() -> AppState {
-    AppState::new(Policy::builtin_default(), Arc::new(ViewCell::default()), ViewSource::None)
+    AppState::new(Policy::builtin_default().enforced(), Arc::new(ViewCell::default()), ViewSource::None)
 }
 
 fn guarded(api: &FakeApi) -> Router {

@@ -20,7 +20,8 @@ use tower::ServiceExt;
 const NOW: i64 = 1_795_287_600;
 
 fn state() -> AppState {
-    let mut state = AppState::new(Policy::builtin_default(), Arc::new(ViewCell::default()), ViewSource::None);
+    let mut state =
+        AppState::new(Policy::builtin_default().enforced(), Arc::new(ViewCell::default()), ViewSource::None);
     state.clock = Arc::new(|| NOW);
     state.limits.request_timeout = Duration::from_secs(30);
     state

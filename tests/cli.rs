@@ -301,6 +301,8 @@ fn explain_prints_a_pods_recent_decisions_from_the_admin_port() {
         health.as_ref(),
         "--admin-listen".as_ref(),
         admin.as_ref(),
+        "--mode".as_ref(),
+        "enforce".as_ref(),
     ]);
     let body =
         std::fs::read_to_string(root().join("tests/fixtures/payloads/r1-nodecache-false/0037-preempt.json")).unwrap();

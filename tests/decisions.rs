@@ -19,7 +19,7 @@ use tower::ServiceExt;
 const PAYLOADS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/payloads/r1-nodecache-false");
 
 fn state() -> AppState {
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     let objects = snapshot::load(&Path::new(PAYLOADS).join("0037-preempt.snapshot.json")).unwrap();
     let view = Arc::new(ViewCell::default());
     view.publish(View::build(objects, &policy));
@@ -58,7 +58,7 @@ async fn a_preempt_decision_is_served_with_every_reason_on_the_admin_port_only()
     assert_eq!((d.verb.as_str(), d.mode.as_str(), d.time), ("preempt", "enforce", 1_795_000_000));
     assert!(d.summary.starts_with("candidates ") || d.summary.starts_with("no candidates"), "{}", d.summary);
     // Every reason the decision gave (routine lines aside) is there.
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     let view = View::build(snapshot::load(&Path::new(PAYLOADS).join("0037-preempt.snapshot.json")).unwrap(), &policy);
     let ctx = Context {
         policy: &policy,
@@ -115,7 +115,7 @@ fn one_answer(pod: &str) -> coloc_extender::pipeline::Answer {
     let body = format!(
         r#"{{"Pod":{{"metadata":{{"name":"{pod}","namespace":"ns","uid":"u-{pod}"}},"spec":{{"containers":[]}}}},"NodeNames":["a","b"]}}"#
     );
-    answer(Verb::Filter, body.as_bytes(), &Policy::builtin_default(), None, 0).unwrap()
+    answer(Verb::Filter, body.as_bytes(), &Policy::builtin_default().enforced(), None, 0).unwrap()
 }
 
 #[test]

@@ -32,7 +32,7 @@ fn preempt_event(a: &Answer) -> Option<PodEvent> {
 }
 
 fn decided(step: &str, requeue: bool) -> Answer {
-    decided_under(&Policy::builtin_default(), step, requeue)
+    decided_under(&Policy::builtin_default().enforced(), step, requeue)
 }
 
 /// The default policy, but class batch protects its bare pods.
@@ -266,7 +266,7 @@ async fn a_preempt_through_the_router_leaves_a_warning_on_the_pod_without_waitin
     let api = FakeApi::start().await;
     // Every event write takes 3 s: the answer must not wait for it.
     api.delay("create", "*", Duration::from_secs(3));
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     let clock = AppState::new(policy.clone(), Arc::new(ViewCell::default()), ViewSource::None).clock;
     let sink = Arc::new(EventSink::start(api.client(), reporter(None), Throttle::new(30, 600, 100), clock));
     let started = std::time::Instant::now();
@@ -286,7 +286,7 @@ async fn a_preempt_through_the_router_leaves_a_warning_on_the_pod_without_waitin
 #[tokio::test]
 async fn an_enforced_answer_naming_a_victim_of_last_resort_warns_on_it_and_its_namespace_and_shadow_writes_nothing() {
     let api = FakeApi::start().await;
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     let clock = AppState::new(policy.clone(), Arc::new(ViewCell::default()), ViewSource::None).clock;
     // Nothing throttled: an Event offered twice is written twice.
     let sink = Arc::new(EventSink::start(api.client(), reporter(None), Throttle::new(0, 0, 100), clock));

@@ -86,7 +86,7 @@ impl Drop for Watched {
 async fn watched(api: &fake_api::FakeApi) -> Watched {
     let cell = Arc::new(ViewCell::default());
     let fresh = Arc::new(Freshness::default());
-    let policy = Arc::new(ArcSwap::from_pointee(Policy::builtin_default()));
+    let policy = Arc::new(ArcSwap::from_pointee(Policy::builtin_default().enforced()));
     let run = watch::run_with(
         api.client(),
         cell.clone(),
@@ -121,7 +121,7 @@ async fn watch_matches_snapshot(api_version: &str, expect: (usize, DisruptionMod
     let w = watched(&api).await;
     let snap = View::build(
         snapshot::parse(json!({"kind": "List", "items": items}).to_string().as_bytes()).unwrap(),
-        &Policy::builtin_default(),
+        &Policy::builtin_default().enforced(),
     );
     let from_snapshot = gang_of(&snap, "ml/m-1").expect("a gang in the snapshot");
     assert_eq!((from_snapshot.min, from_snapshot.disruption, from_snapshot.priority), expect, "{from_snapshot:?}");

@@ -24,7 +24,7 @@ type Fixtures = (Policy, View, Vec<(Verb, Vec<u8>)>);
 fn fixtures() -> &'static Fixtures {
     static F: OnceLock<Fixtures> = OnceLock::new();
     F.get_or_init(|| {
-        let policy = Policy::builtin_default();
+        let policy = Policy::builtin_default().enforced();
         let view = View::build(snapshot::parse(&read("0037-preempt.snapshot.json")).unwrap(), &policy);
         let bodies = vec![
             (Verb::Filter, read("0001-filter.json")),

@@ -94,7 +94,7 @@ fn app(policy: Policy, snapshot: Option<&Path>) -> Router {
 }
 
 fn default_app() -> Router {
-    app(Policy::builtin_default(), None)
+    app(Policy::builtin_default().enforced(), None)
 }
 
 async fn send(app: &Router, method: Method, path: &str, body: Body) -> (StatusCode, Bytes) {
@@ -225,7 +225,7 @@ async fn recorded_filter_answers_in_the_mode_it_came(
     #[values(false, true)] with_view: bool,
 ) {
     let snap = snapshot_path(round);
-    let app = app(Policy::builtin_default(), with_view.then_some(snap.as_path()));
+    let app = app(Policy::builtin_default().enforced(), with_view.then_some(snap.as_path()));
     for (file, body) in recorded(round, "filter") {
         let req: Value = serde_json::from_slice(&body).unwrap();
         let (status, bytes) = post(&app, "/filter", body.clone()).await;
@@ -296,7 +296,7 @@ async fn offline_pod_and_online_only_node_in_names_mode(#[case] with_view: bool)
     let mut names: Vec<&str> = req["NodeNames"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
     names.push("node-b1");
     let snap = snapshot_path(R2);
-    let app = app(Policy::builtin_default(), with_view.then_some(snap.as_path()));
+    let app = app(Policy::builtin_default().enforced(), with_view.then_some(snap.as_path()));
     let answer = ok_json(&app, "/filter", filter_body(&req["Pod"], None, Some(names))).await;
     assert!(answer["Nodes"].is_null());
     let kept = kept_names(&answer);
@@ -319,7 +319,8 @@ async fn online_pod_keeps_online_only_node(#[values(R1, R2)] round: &str, #[valu
     assert_eq!(req["Pod"]["metadata"]["name"], "online-1");
     assert_eq!(input_names(&req), ["node-b1"]);
     let snap = snapshot_path(round);
-    let answer = ok_json(&app(Policy::builtin_default(), with_view.then_some(snap.as_path())), "/filter", body).await;
+    let answer =
+        ok_json(&app(Policy::builtin_default().enforced(), with_view.then_some(snap.as_path())), "/filter", body).await;
     assert_eq!(kept_names(&answer), ["node-b1"], "{answer}");
     assert_eq!(answer["FailedAndUnresolvableNodes"], json!({}));
     assert_eq!(answer["FailedNodes"], json!({}));
@@ -336,7 +337,7 @@ async fn too_big_pod_is_unresolvable_everywhere(#[case] names_mode: bool) {
     let all = ["node-a1", "node-a2", "node-b1", "node-c1", "node-gpu1"];
     let (body, app) = if names_mode {
         let snap = snapshot_path(R2);
-        (filter_body(&pod, None, Some(all.to_vec())), app(Policy::builtin_default(), Some(&snap)))
+        (filter_body(&pod, None, Some(all.to_vec())), app(Policy::builtin_default().enforced(), Some(&snap)))
     } else {
         (filter_body(&pod, Some(all.iter().map(|n| node_object(n)).collect()), None), default_app())
     };
@@ -358,7 +359,7 @@ async fn recorded_prioritize_scores_every_input_node_in_range(
     #[values(false, true)] with_view: bool,
 ) {
     let snap = snapshot_path(round);
-    let app = app(Policy::builtin_default(), with_view.then_some(snap.as_path()));
+    let app = app(Policy::builtin_default().enforced(), with_view.then_some(snap.as_path()));
     for (file, body) in recorded(round, "prioritize") {
         let req: Value = serde_json::from_slice(&body).unwrap();
         let answer = ok_json(&app, "/prioritize", body).await;
@@ -393,7 +394,7 @@ async fn recorded_preempt_answers_are_well_formed(
     #[values(false, true)] custom: bool,
 ) {
     let snap = snapshot_path(round);
-    let policy = if custom { custom_policy() } else { Policy::builtin_default() };
+    let policy = if custom { custom_policy() } else { Policy::builtin_default().enforced() };
     let app = app(policy, with_view.then_some(snap.as_path()));
     for (file, body) in recorded(round, "preempt") {
         let req: Value = serde_json::from_slice(&body).unwrap();
@@ -439,7 +440,7 @@ async fn never_preempting_pod_gets_an_empty_map(#[values(R1, R2)] round: &str, #
 
 #[tokio::test]
 async fn uids_only_without_a_view_gives_an_empty_map() {
-    for policy in [Policy::builtin_default(), custom_policy()] {
+    for policy in [Policy::builtin_default().enforced(), custom_policy()] {
         let app = app(policy, None);
         for (file, body) in recorded(R2, "preempt") {
             let answer = ok_json(&app, "/preempt", body).await;
@@ -604,7 +605,7 @@ async fn nodes_that_came_with_victims_never_come_back_empty(
     req["Pod"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "10m", "memory": "1Mi"}});
     req["Pod"]["spec"]["initContainers"] = json!(null);
     let snap = snapshot_path(round);
-    let policy = if custom { custom_policy() } else { Policy::builtin_default() };
+    let policy = if custom { custom_policy() } else { Policy::builtin_default().enforced() };
     let answer = ok_json(&app(policy, Some(&snap)), "/preempt", req.to_string()).await;
     for (node, v) in meta_victims(&answer) {
         assert!(!answer_uids(v).is_empty(), "{node} returned with no victims: {answer}");
@@ -686,7 +687,7 @@ async fn unknown_path_is_404_and_wrong_method_405() {
 #[case::streamed_without_length(true)]
 #[tokio::test]
 async fn body_over_the_limit_is_413(#[case] streamed: bool) {
-    let mut state = state_with(Policy::builtin_default(), None);
+    let mut state = state_with(Policy::builtin_default().enforced(), None);
     state.limits.max_body_bytes = 1024;
     let app = router(state, "");
     let body = payload(R1, "0001-filter.json");
@@ -707,7 +708,7 @@ async fn body_over_the_limit_is_413(#[case] streamed: bool) {
 
 #[tokio::test]
 async fn a_declared_length_over_the_limit_is_413_before_the_body_arrives() {
-    let mut state = state_with(Policy::builtin_default(), None);
+    let mut state = state_with(Policy::builtin_default().enforced(), None);
     state.limits.max_body_bytes = 1024;
     state.limits.request_timeout = Duration::from_secs(30);
     let app = router(state, "");
@@ -770,7 +771,7 @@ fn stalled_body() -> Body {
 
 #[tokio::test]
 async fn no_concurrency_budget_answers_503_overloaded() {
-    let mut state = state_with(Policy::builtin_default(), None);
+    let mut state = state_with(Policy::builtin_default().enforced(), None);
     state.limits.max_concurrency = 0;
     let app = router(state.clone(), "");
     err_json(&app, "/filter", payload(R2, "0001-filter.json"), 503, "overloaded").await;
@@ -803,7 +804,7 @@ async fn healthz_and_readyz() {
     assert_eq!(get(&app, "/healthz").await.0, StatusCode::OK);
     assert_eq!(get(&app, "/readyz").await.0, StatusCode::OK, "no view needed: ready");
 
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     let cell = Arc::new(ViewCell::default());
     let app = router(AppState::new(policy.clone(), cell.clone(), ViewSource::Kubernetes), "");
     assert_eq!(get(&app, "/healthz").await.0, StatusCode::OK, "alive while syncing");
@@ -841,7 +842,7 @@ async fn metrics_count_requests_and_decisions() {
 #[tokio::test]
 async fn path_prefix_moves_the_verbs_only() {
     for prefix in ["/scheduler", "/scheduler/"] {
-        let app = router(state_with(Policy::builtin_default(), None), prefix);
+        let app = router(state_with(Policy::builtin_default().enforced(), None), prefix);
         ok_json(&app, "/scheduler/filter", payload(R2, "0001-filter.json")).await;
         ok_json(&app, "/scheduler/prioritize", payload(R2, "0002-prioritize.json")).await;
         ok_json(&app, "/scheduler/preempt", payload(R1, "0037-preempt.json")).await;
@@ -857,7 +858,7 @@ async fn path_prefix_moves_the_verbs_only() {
 /// port (loopback by default), never on the scheduler port or the probes' port.
 #[tokio::test]
 async fn metrics_and_decisions_are_served_on_the_admin_port_only() {
-    let state = state_with(Policy::builtin_default(), Some(&snapshot_path(R1)));
+    let state = state_with(Policy::builtin_default().enforced(), Some(&snapshot_path(R1)));
     let (app, health, admin) = (router(state.clone(), ""), health_router(state.clone()), admin_router(state));
     ok_json(&app, "/preempt", payload(R1, "0037-preempt.json")).await;
     let decisions = "/decisions?pod=online/online-2";
@@ -903,7 +904,7 @@ async fn metrics_and_decisions_are_served_on_the_admin_port_only() {
 async fn a_second_preemptor_of_a_wave_is_not_given_the_room_promised_to_the_first() {
     for round in [R1, R2] {
         let snap = snapshot_path(round);
-        let app = app(Policy::builtin_default(), Some(snap.as_path()));
+        let app = app(Policy::builtin_default().enforced(), Some(snap.as_path()));
         let first: Value = serde_json::from_slice(&payload(round, "0037-preempt.json")).unwrap();
         let mut second = first.clone();
         second["Pod"]["metadata"]["name"] = json!("web-second");
@@ -930,5 +931,5 @@ async fn a_second_preemptor_of_a_wave_is_not_given_the_room_promised_to_the_firs
 
 fn app_fresh(round: &str) -> Router {
     let snap = snapshot_path(round);
-    app(Policy::builtin_default(), Some(snap.as_path()))
+    app(Policy::builtin_default().enforced(), Some(snap.as_path()))
 }

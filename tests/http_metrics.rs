@@ -25,7 +25,7 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 
 #[tokio::test]
 async fn requests_before_the_first_scrape_are_counted() {
-    let state = AppState::new(Policy::builtin_default(), Arc::new(ViewCell::default()), ViewSource::None);
+    let state = AppState::new(Policy::builtin_default().enforced(), Arc::new(ViewCell::default()), ViewSource::None);
     let app = router(state.clone(), "");
     let body = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -50,7 +50,7 @@ async fn requests_before_the_first_scrape_are_counted() {
 /// latency are left out.)
 #[tokio::test]
 async fn every_answer_an_alert_counts_is_exported_at_zero_before_any_request() {
-    let state = AppState::new(Policy::builtin_default(), Arc::new(ViewCell::default()), ViewSource::None);
+    let state = AppState::new(Policy::builtin_default().enforced(), Arc::new(ViewCell::default()), ViewSource::None);
     let text = scrape(state).await;
     let errors = ["500\",code=\"internal", "503\",code=\"overloaded", "503\",code=\"timeout", "503\",code=\"cancelled"];
     for verb in ["filter", "prioritize", "preempt"] {

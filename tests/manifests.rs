@@ -328,7 +328,9 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
             "validatingadmissionpolicy.yaml",
             "validatingadmissionpolicybinding.yaml",
             "validatingadmissionpolicy-marks.yaml",
-            "validatingadmissionpolicybinding-marks.yaml"
+            "validatingadmissionpolicybinding-marks.yaml",
+            "validatingadmissionpolicy-policy.yaml",
+            "validatingadmissionpolicybinding-policy.yaml"
         ]
     );
     let backstop = load("admission-backstop/kustomization.yaml");
@@ -537,7 +539,7 @@ fn every_shipped_registration_weighs_the_policys_scores_as_the_test_bed_does() {
 #[test]
 fn the_example_priority_classes_are_the_default_policys_and_routed() {
     use coloc_extender::model::Pod;
-    let policy = coloc_extender::policy::Policy::builtin_default();
+    let policy = coloc_extender::policy::Policy::builtin_default().enforced();
     let text = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/priorityclasses/priorityclasses.yaml"),
     )

@@ -41,7 +41,7 @@ async fn call(app: &Router, req: Request<Body>) -> String {
 #[tokio::test]
 async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     let round = "tests/fixtures/payloads/r1-nodecache-false";
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     let view = Arc::new(ViewCell::default());
     view.publish(View::build(
         snapshot::parse(repo(&format!("{round}/0037-preempt.snapshot.json")).as_bytes()).unwrap(),
@@ -52,7 +52,7 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     // What a replica with --kube registers at start, once the recorder is installed
     // (requeue's and the old guards' series).
     coloc_extender::requeue::kube::register_metrics();
-    let default = Policy::builtin_default();
+    let default = Policy::builtin_default().enforced();
     coloc_extender::http::metrics::record_policy(default.mode.as_str(), &default.fingerprint());
     let _requeue_on = coloc_extender::requeue::availability::Availability::new(true);
     // ... and with TLS (--tls-cert, --client-ca): the certificates loaded, one client's

@@ -47,14 +47,14 @@ fn request(class: &str, milli_cpu: i64, nodes: &[&str]) -> Vec<u8> {
 }
 
 fn scores(body: &[u8], view: Option<&View>) -> BTreeMap<String, i64> {
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     let a = answer(Verb::Prioritize, body, &policy, view, NOW).unwrap();
     let list: Vec<Value> = serde_json::from_slice(&a.body).unwrap();
     list.iter().map(|h| (h["Host"].as_str().unwrap().to_string(), h["Score"].as_i64().unwrap())).collect()
 }
 
 fn view(nodes: Vec<Node>, pods: Vec<Pod>) -> View {
-    View::build(Objects { nodes, pods, ..Default::default() }, &Policy::builtin_default())
+    View::build(Objects { nodes, pods, ..Default::default() }, &Policy::builtin_default().enforced())
 }
 
 /// `pods` pods of `class`, 1 cpu each, on `node`.
@@ -75,7 +75,7 @@ fn a_batch_pod_prefers_colocation_nodes_then_fuller_ones() {
 fn an_online_pod_is_ranked_by_kube_scheduler_alone() {
     // Its class prefers nothing; kube-scheduler's LeastAllocated already spreads it.
     let nodes = vec![node("half", 8000, 64), node("empty", 8000, 64)];
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     let view = view(nodes, filled("half", 4, "batch"));
     let a = answer(Verb::Prioritize, &request("online", 1000, &["half", "empty"]), &policy, Some(&view), NOW).unwrap();
     assert_eq!(a.body, b"[]");

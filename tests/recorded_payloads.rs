@@ -25,7 +25,7 @@ fn fixtures() -> PathBuf {
 
 fn policy(name: &str) -> Policy {
     match name {
-        "default" => Policy::builtin_default(),
+        "default" => Policy::builtin_default().enforced(),
         other => Policy::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join(other)).unwrap(),
     }
 }

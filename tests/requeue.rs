@@ -95,7 +95,7 @@ impl Drop for Replica {
 }
 
 async fn replica(api: &FakeApi) -> Replica {
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     let cell = Arc::new(ViewCell::default());
     let mut state = AppState::new(policy.clone(), cell.clone(), ViewSource::Kubernetes);
     let watches = tokio::spawn(watch::run(
@@ -108,7 +108,7 @@ async fn replica(api: &FakeApi) -> Replica {
     let requeuer = Arc::new(Requeuer::new(api.client(), Some("test".into()), true));
     state.requeue = requeuer.availability.clone();
     assert!(eventually(|| cell.is_ready()).await, "the view never synced");
-    Replica { cell, state, policy: Policy::builtin_default(), requeuer, tasks: vec![watches] }
+    Replica { cell, state, policy: Policy::builtin_default().enforced(), requeuer, tasks: vec![watches] }
 }
 
 async fn eventually(mut ok: impl FnMut() -> bool) -> bool {

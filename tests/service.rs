@@ -53,7 +53,7 @@ async fn a_preempt_decided_on_a_view_behind_kube_scheduler_is_decided_again_once
         let view = view.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(20)).await;
-            view.publish(View::build(Objects::default(), &Policy::builtin_default()));
+            view.publish(View::build(Objects::default(), &Policy::builtin_default().enforced()));
         })
     };
     let decide = || {

@@ -136,7 +136,7 @@ impl Case {
 }
 
 fn policy(mode: Mode) -> Policy {
-    let mut p = Policy::builtin_default();
+    let mut p = Policy::builtin_default().enforced();
     p.mode = mode;
     p
 }

@@ -41,7 +41,7 @@ fn payload_json(round: &str, file: &str) -> Value {
 }
 
 fn app(snapshot_of: Option<&str>) -> Router {
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     let cell = ViewCell::default();
     let source = match snapshot_of {
         Some(round) => {
@@ -263,7 +263,7 @@ async fn a_victim_without_a_uid_is_rejected_naming_node_and_index(
 /// came back twice. It is now read once, so the answer is the one without the repeat.
 #[rstest]
 fn a_repeated_victim_is_answered_once(#[values(0, 1, 2)] which: usize) {
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     let req = payload_json(R1, "0037-preempt.json");
     let want = answer(Verb::Preempt, req.to_string().as_bytes(), &policy, None, NOW).unwrap().body;
     let want: Value = serde_json::from_slice(&want).unwrap();

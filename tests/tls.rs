@@ -51,7 +51,7 @@ struct Server {
 
 async fn start(files: &TlsFiles) -> Server {
     let cell = Arc::new(TlsAcceptorCell::new(files.load().unwrap()));
-    let state = AppState::new(Policy::builtin_default(), Arc::new(ViewCell::default()), ViewSource::None);
+    let state = AppState::new(Policy::builtin_default().enforced(), Arc::new(ViewCell::default()), ViewSource::None);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let opts = ServeOptions { tls: Some(cell.clone()), ..ServeOptions::default() };

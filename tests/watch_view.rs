@@ -92,7 +92,7 @@ async fn wait_until(mut ok: impl FnMut() -> bool) -> bool {
 #[tokio::test]
 async fn watches_build_the_same_view_as_the_snapshot() {
     let addr = fake_apiserver().await;
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     let cell = Arc::new(ViewCell::default());
     let fresh = Arc::new(Freshness::default());
     assert!(!cell.is_ready(), "not ready before the first sync");
@@ -138,7 +138,7 @@ async fn an_unreachable_api_server_leaves_the_view_unready_and_retries() {
     tokio::spawn(watch::run(
         client("http://127.0.0.1:9"),
         cell.clone(),
-        Arc::new(ArcSwap::from_pointee(Policy::builtin_default())),
+        Arc::new(ArcSwap::from_pointee(Policy::builtin_default().enforced())),
         fresh.clone(),
         Duration::from_millis(20),
     ));
@@ -197,7 +197,7 @@ async fn watched_snapshot(
 ) -> (fake_api::FakeApi, Arc<ViewCell>, Arc<Freshness>, tokio::task::JoinHandle<()>) {
     let api = fake_api::FakeApi::start().await;
     api.seed(&snapshot_items(seq));
-    let (cell, fresh, task) = watched(&api, &Policy::builtin_default()).await;
+    let (cell, fresh, task) = watched(&api, &Policy::builtin_default().enforced()).await;
     (api, cell, fresh, task)
 }
 
@@ -217,7 +217,7 @@ async fn a_pod_deleted_on_the_watch_is_never_returned_by_the_next_preempt() {
     // pod at once. Every victim deleted on the watch must be gone from the next answer.
     let api = fake_api::FakeApi::start().await;
     api.seed(&snapshot_items("0037"));
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     let (cell, _, task) = watched(&api, &policy).await;
     // The same request, with kube's proposal made of every lower-priority pod on every node.
     let body = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join("0037-preempt.json")).unwrap();
@@ -319,7 +319,7 @@ async fn pods_are_listed_from_the_watch_cache_in_one_streamed_body() {
         items.push(p);
     }
     api.seed(&items);
-    let (cell, _, task) = watched(&api, &Policy::builtin_default()).await;
+    let (cell, _, task) = watched(&api, &Policy::builtin_default().enforced()).await;
     assert_eq!(cell.load().unwrap().pod_count(), 4_500);
     let lists: Vec<String> = api
         .requests()
@@ -365,7 +365,7 @@ async fn a_pod_list_cut_off_is_not_taken_for_the_cluster_and_is_listed_again() {
     let addr = fake_apiserver_with_pods(get(pods_cut_off_once).with_state(lists.clone())).await;
     let cell = Arc::new(ViewCell::default());
     let fresh = Arc::new(Freshness::default());
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     tokio::spawn(watch::run(
         client(&format!("http://{addr}")),
         cell.clone(),

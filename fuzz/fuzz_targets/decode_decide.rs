@@ -12,7 +12,7 @@ use libfuzzer_sys::fuzz_target;
 fn fixtures() -> &'static (Policy, View) {
     static F: OnceLock<(Policy, View)> = OnceLock::new();
     F.get_or_init(|| {
-        let policy = Policy::builtin_default();
+        let policy = Policy::builtin_default().enforced();
         let snap = snapshot::parse(include_bytes!("../../tests/fixtures/payloads/r1-nodecache-false/0037-preempt.snapshot.json")).unwrap();
         let view = View::build(snap, &policy);
         (policy, view)

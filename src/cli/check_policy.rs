@@ -32,6 +32,14 @@ pub fn run(file: &Path) -> anyhow::Result<()> {
             }
         );
     }
+    if policy.api_version.is_none() {
+        println!(
+            "note: no apiVersion: read as {}; add `apiVersion: {}` and `kind: {}` at the top",
+            crate::policy::API_VERSION,
+            crate::policy::API_VERSION,
+            crate::policy::KIND
+        );
+    }
     print!("{}", per_pod_verbs_advice(&policy));
     let requeueing = policy.requeue_classes();
     if !requeueing.is_empty() {

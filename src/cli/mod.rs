@@ -41,7 +41,8 @@ pub enum Command {
         #[arg(long)]
         verb: Verb,
         payload: PathBuf,
-        /// Policy file (default: the shipped default policy).
+        /// Policy file, replayed in its own mode (default: the shipped default policy's
+        /// rules, enforced).
         #[arg(long)]
         policy: Option<PathBuf>,
         /// Cluster snapshot (`kubectl get nodes,pods,pdb,priorityclasses,jobs -A -o json`)

@@ -23,7 +23,12 @@ pub struct ReplayArgs {
 
 pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
     let ReplayArgs { verb, payload, policy, snapshot, now, no_requeue, mode } = args;
-    let mut policy = super::load_policy(policy.as_deref())?;
+    // The shipped default is in shadow for a first install; replayed alone it shows what
+    // its rules decide. A policy file given is replayed in its own mode.
+    let mut policy = match policy.as_deref() {
+        Some(file) => super::load_policy(Some(file))?,
+        None => crate::policy::Policy::builtin_default().enforced(),
+    };
     if let Some(mode) = mode {
         policy.mode = mode;
     }

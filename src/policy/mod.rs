@@ -33,6 +33,10 @@ pub fn json_schema() -> String {
     serde_json::to_string_pretty(&schema).unwrap_or_default()
 }
 
+/// The policy file's API version and kind, as a KubeSchedulerConfiguration names its own.
+pub const API_VERSION: &str = "coloc-extender.io/v1alpha1";
+pub const KIND: &str = "Policy";
+
 /// Index of a class in the policy: lower means listed earlier, i.e. more valuable.
 pub type ClassId = usize;
 
@@ -50,16 +54,23 @@ impl Policy {
         Ok(policy)
     }
 
-    /// The shipped default policy, compiled in so `serve` works with no files.
+    /// The same rules, enforced: what replays and tests of decisions read.
+    pub fn enforced(mut self) -> Policy {
+        self.mode = Mode::Enforce;
+        self
+    }
+
     /// What the policy decides by, as 16 hex digits: equal for the same rules whatever
     /// the file's layout or comments, and whatever the mode (reported apart). The `hash`
     /// of `coloc_policy_info`, and what `check-policy` prints, so an operator can tell
     /// which file a replica runs.
     pub fn fingerprint(&self) -> String {
-        let rules = Policy { mode: Mode::Enforce, ..self.clone() };
+        let rules = Policy { mode: Mode::Enforce, api_version: None, kind: None, ..self.clone() };
         format!("{:016x}", crate::model::marks::fnv1a(format!("{rules:?}").as_bytes()))
     }
 
+    /// The shipped default policy (policy/default.yaml, shadow mode for a first install),
+    /// compiled in so `serve` works with no files.
     pub fn builtin_default() -> Policy {
         Policy::from_yaml(include_str!("../../policy/default.yaml")).expect("shipped default policy is valid")
     }
@@ -70,6 +81,16 @@ impl Policy {
             field,
             message,
         };
+        if let Some(v) = self.api_version.as_deref().filter(|v| *v != API_VERSION) {
+            return Err(invalid(
+                "apiVersion".into(),
+                format!("{v:?} is not an API this release reads: write {API_VERSION}"),
+                Some("apiVersion"),
+            ));
+        }
+        if let Some(k) = self.kind.as_deref().filter(|k| *k != KIND) {
+            return Err(invalid("kind".into(), format!("{k:?} is not a policy: write kind: {KIND}"), Some("kind")));
+        }
         if self.classes.is_empty() {
             return Err(invalid("classes".into(), "at least one class is required".into(), None));
         }

@@ -9,6 +9,13 @@ use crate::model::{GangRef, GangSource, Labels, Pod};
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Policy {
+    /// The policy file's API, `coloc-extender.io/v1alpha1` (`policy::API_VERSION`). A file
+    /// without it (written before the policy was versioned) is read as v1alpha1.
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// `Policy` (`policy::KIND`).
+    #[serde(default)]
+    pub kind: Option<String>,
     /// `enforce` (default) answers with the policy's decisions; `shadow` answers exactly as
     /// kube-scheduler would decide without the extender and only counts the differences.
     /// `serve --mode` overrides it.

@@ -55,21 +55,30 @@ fn gang_sources_can_be_switched_off_one_by_one() {
 }
 
 #[test]
-fn manifests_ship_the_default_policy_in_shadow_mode() {
+fn there_is_one_default_policy_versioned_and_in_shadow_mode_for_a_first_install() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let default = std::fs::read_to_string(root.join("policy/default.yaml")).unwrap();
     let shipped = std::fs::read_to_string(root.join("manifests/policy.yaml")).unwrap();
-    let mode = "mode: enforce\n";
-    let (before, after) = default.split_once(mode).expect("the default policy enforces");
-    let shipped_shadow = shipped.strip_prefix(before).and_then(|s| s.strip_suffix(after)).unwrap_or_else(|| {
-        panic!("manifests/policy.yaml must be policy/default.yaml with its `{}` line in shadow", mode.trim())
-    });
-    assert!(
-        shipped_shadow.ends_with("mode: shadow\n")
-            && shipped_shadow.lines().all(|l| l.starts_with('#') || l == "mode: shadow"),
-        "{shipped_shadow}"
-    );
-    assert_eq!(Policy::from_yaml(&shipped).unwrap().mode, crate::policy::Mode::Shadow);
+    assert!(default == shipped, "manifests/policy.yaml must be policy/default.yaml, unchanged");
+    let policy = Policy::from_yaml(&shipped).unwrap();
+    assert_eq!(policy.mode, crate::policy::Mode::Shadow);
+    assert_eq!((policy.api_version.as_deref(), policy.kind.as_deref()), (Some(API_VERSION), Some(KIND)));
+    // Enforcing is that one line.
+    let enforcing = Policy::from_yaml(&shipped.replace("\nmode: shadow\n", "\nmode: enforce\n")).unwrap();
+    assert_eq!(enforcing.mode, crate::policy::Mode::Enforce);
+    assert_eq!(Policy::builtin_default().mode, crate::policy::Mode::Shadow);
+}
+
+#[test]
+fn a_policy_names_its_api_and_a_file_written_before_it_was_versioned_still_loads() {
+    let body = "defaultClass: a\nclasses: [{name: a}]\n";
+    assert!(Policy::from_yaml(body).is_ok(), "no apiVersion: read as v1alpha1");
+    let named = format!("apiVersion: {API_VERSION}\nkind: {KIND}\n{body}");
+    assert_eq!(Policy::from_yaml(&named).unwrap().fingerprint(), Policy::from_yaml(body).unwrap().fingerprint());
+    let future = Policy::from_yaml(&format!("apiVersion: coloc-extender.io/v2\n{body}")).unwrap_err().to_string();
+    assert!(future.starts_with("apiVersion:") && future.contains(API_VERSION) && future.contains("line 1"), "{future}");
+    let other = Policy::from_yaml(&format!("kind: KubeSchedulerConfiguration\n{body}")).unwrap_err().to_string();
+    assert!(other.starts_with("kind:") && other.contains("kind: Policy"), "{other}");
 }
 
 #[rstest]

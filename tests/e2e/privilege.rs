@@ -25,14 +25,18 @@ pub fn cases() -> Vec<Case> {
 
 /// The shipped policies and bindings, applied as they are (the install namespace is
 /// kube-system here, as the files name it).
-const POLICIES: [&str; 2] = [
+const POLICIES: [&str; 3] = [
     include_str!("../../manifests/admission/validatingadmissionpolicy.yaml"),
     include_str!("../../manifests/admission/validatingadmissionpolicy-marks.yaml"),
+    include_str!("../../manifests/admission/validatingadmissionpolicy-policy.yaml"),
 ];
-const BINDINGS: [&str; 2] = [
+const BINDINGS: [&str; 3] = [
     include_str!("../../manifests/admission/validatingadmissionpolicybinding.yaml"),
     include_str!("../../manifests/admission/validatingadmissionpolicybinding-marks.yaml"),
+    include_str!("../../manifests/admission/validatingadmissionpolicybinding-policy.yaml"),
 ];
+/// The one default policy, as the install ships it.
+const SHIPPED_POLICY: &str = include_str!("../../manifests/policy.yaml");
 
 const CREATE: &str = "only coloc-extender-requeue (and the uninstall Job) may create a pod";
 const COPY_HOME: &str = "coloc-extender may create a requeue copy only in a namespace that opted in";
@@ -316,6 +320,7 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     refused("delete another pod", DELETE, pods.delete("stranger", &DeleteParams::default()).await)?;
 
     tenant_marks(&bed, &admin, &copies, &pods, &copy).await?;
+    policy_files_refused_at_apply(&admin).await?;
 
     // Control: without the bindings, RBAC alone lets the same write through.
     for b in ["coloc-extender"] {
@@ -476,6 +481,45 @@ async fn copies_reach_nothing_of_the_host(copies: &Api<Pod>, copy: &Value) -> an
     Ok(())
 }
 
+/// The policy ConfigMap is refused at apply where its policy.yaml is no policy this
+/// release reads; the shipped one, and any other ConfigMap, pass.
+async fn policy_files_refused_at_apply(admin: &Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let maps: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-system");
+    let map = |name: &str, text: &str| -> anyhow::Result<ConfigMap> {
+        Ok(serde_json::from_value(json!({"metadata": {"name": name}, "data": {"policy.yaml": text}}))?)
+    };
+    let dry = PostParams { dry_run: true, ..Default::default() };
+    let future = SHIPPED_POLICY.replace("apiVersion: coloc-extender.io/v1alpha1", "apiVersion: coloc-extender.io/v2");
+    coloc_testbed::wait::until(MINUTE, "the policy file's check enforced", || async {
+        match maps.create(&dry, &map("coloc-extender-policy", &future).map_err(|e| e.to_string())?).await {
+            Err(kube::Error::Api(s)) if s.message.contains("must name its API") => Ok(()),
+            other => Err(format!("{:?}", other.map(|m| m.metadata.name))),
+        }
+    })
+    .await?;
+    maps.create(&dry, &map("coloc-extender-policy", SHIPPED_POLICY)?)
+        .await
+        .map_err(|e| anyhow::anyhow!("the shipped policy was refused: {e}"))?;
+    let enforcing = SHIPPED_POLICY.replace("\nmode: shadow\n", "\nmode: enforce\n");
+    maps.create(&dry, &map("coloc-extender-policy", &enforcing)?)
+        .await
+        .map_err(|e| anyhow::anyhow!("the shipped policy switched to enforce was refused: {e}"))?;
+    let bad = [
+        ("a typo in the mode", "mode must be", SHIPPED_POLICY.replace("\nmode: shadow\n", "\nmode: enforced\n")),
+        ("no kind", "must say `kind: Policy`", SHIPPED_POLICY.replace("\nkind: Policy\n", "\n")),
+        ("a tab", "holds a tab", SHIPPED_POLICY.replace("\nclasses:\n", "\nclasses:\n\t\n")),
+        ("not a policy", "must name its API", "replicas: 3\n".to_string()),
+    ];
+    for (what, message, text) in bad {
+        refused_invalid(what, message, maps.create(&dry, &map("coloc-extender-policy", &text)?).await)?;
+    }
+    maps.create(&dry, &map("someone-elses", "replicas: 3\n")?)
+        .await
+        .map_err(|e| anyhow::anyhow!("another ConfigMap was judged: {e}"))?;
+    Ok(())
+}
+
 /// A JSON patch as requeue sends it (kube-rs's `Patch::Json` needs a feature we do not use).
 /// A tenant (anyone but the extender and cluster admins), allowed to edit pods in batch by
 /// RBAC, may not forge or change the marks decisions trust: a copy's, a placeholder's, a
@@ -610,6 +654,15 @@ async fn json_patch(client: &Client, namespace: &str, name: &str, patch: Value) 
         .body(patch.to_string().into_bytes())
         .expect("a static request");
     client.request_text(request).await
+}
+
+/// `result` is a refusal (the policy file's check answers Invalid) carrying `message`.
+fn refused_invalid<T>(what: &str, message: &str, result: Result<T, kube::Error>) -> anyhow::Result<()> {
+    match result {
+        Ok(_) => anyhow::bail!("{what}: admitted, should have been refused"),
+        Err(kube::Error::Api(s)) if s.message.contains(message) => Ok(()),
+        Err(e) => anyhow::bail!("{what}: refused, but not with {message:?}: {e}"),
+    }
 }
 
 /// `result` is a 403 carrying `message`.

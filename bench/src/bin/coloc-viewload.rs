@@ -853,7 +853,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         render_ns: AtomicU64::new(0),
     });
     let addr = server_rt.block_on(start_server(server.clone()))?;
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     if args.metrics {
         let _ = coloc_extender::http::metrics::handle();
     }

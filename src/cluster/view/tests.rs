@@ -7,7 +7,7 @@ use crate::cluster::usage::{Aggregates, Counted};
 use crate::model::{OwnerRef, Selector};
 
 fn policy() -> Policy {
-    Policy::builtin_default()
+    Policy::builtin_default().enforced()
 }
 
 fn node(name: &str, cpu: i64) -> Node {

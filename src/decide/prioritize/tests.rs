@@ -9,7 +9,7 @@ use crate::cluster::{snapshot, View};
 use crate::policy::Policy;
 
 fn recorded(round: &str) -> (Policy, View) {
-    let policy = Policy::builtin_default();
+    let policy = Policy::builtin_default().enforced();
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/payloads")
         .join(round)

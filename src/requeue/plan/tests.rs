@@ -10,7 +10,7 @@ const NOW: i64 = 1_800_000_000;
 const BATCH: i32 = 6000;
 
 fn policy() -> Policy {
-    Policy::builtin_default()
+    Policy::builtin_default().enforced()
 }
 
 /// A running bare batch pod.
