@@ -812,7 +812,13 @@ async fn healthz_and_readyz() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["code"], "not_ready");
     cell.publish(View::build(snapshot::load(&snapshot_path(R1)).unwrap(), &policy));
-    assert_eq!(get(&app, "/readyz").await.0, StatusCode::OK);
+    let (status, body) = get(&app, "/readyz").await;
+    assert_eq!(status, StatusCode::OK);
+    // Requeue off: bare pods it would bring back are taken only as a last resort, and lost.
+    assert!(
+        body.contains("requeue: off (serve --kube --requeue): bare pods of batch, free are victims of last resort"),
+        "{body}"
+    );
 }
 
 #[tokio::test]

@@ -697,14 +697,14 @@ async fn a_guard_left_on_a_running_pod_is_taken_off_and_the_pod_left_running() {
 #[tokio::test]
 async fn a_preempted_pod_guarded_by_an_earlier_release_is_requeued_before_its_guard_goes() {
     let api = cluster().await;
-    guard_as_an_earlier_release_did(&api, "hostport-batch");
-    let original = uid_of(&api, "hostport-batch");
-    evict(&api, "hostport-batch").await;
-    assert!(guarded(&api, "hostport-batch"), "held, terminating, by the old guard");
+    guard_as_an_earlier_release_did(&api, VICTIM);
+    let original = uid_of(&api, VICTIM);
+    evict(&api, VICTIM).await;
+    assert!(guarded(&api, VICTIM), "held, terminating, by the old guard");
     let r = replica(&api).await;
     let report = r.requeuer.finish_guards_once().await.unwrap();
     assert_eq!(report.requeued, 1, "{report:?}");
-    assert!(api.get("Pod", "batch", "hostport-batch").is_none(), "let go once its replacement is stored");
+    assert!(api.get("Pod", "batch", VICTIM).is_none(), "let go once its replacement is stored");
     let stored = replacements_of(&api, &original);
     assert_eq!(stored.len(), 1);
     assert!(
@@ -713,7 +713,7 @@ async fn a_preempted_pod_guarded_by_an_earlier_release_is_requeued_before_its_gu
         "the copy is not born guarded"
     );
     let created = last_request(&api, "POST", "/api/v1/namespaces/batch/pods").unwrap();
-    let unguarded = last_request(&api, "PATCH", "/api/v1/namespaces/batch/pods/hostport-batch").unwrap();
+    let unguarded = last_request(&api, "PATCH", &format!("/api/v1/namespaces/batch/pods/{VICTIM}")).unwrap();
     assert!(created < unguarded, "the replacement is stored before the guard comes off");
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
@@ -721,17 +721,33 @@ async fn a_preempted_pod_guarded_by_an_earlier_release_is_requeued_before_its_gu
 }
 
 #[tokio::test]
-async fn a_guard_is_not_removed_from_a_pod_that_changed_since_it_was_read() {
+async fn a_preempted_pod_with_host_access_guarded_by_an_earlier_release_is_given_up_at_once() {
     let api = cluster().await;
     guard_as_an_earlier_release_did(&api, "hostport-batch");
+    let original = uid_of(&api, "hostport-batch");
+    evict(&api, "hostport-batch").await;
+    let r = replica(&api).await;
+    let report = r.requeuer.finish_guards_once().await.unwrap();
+    assert_eq!((report.given_up, report.left), (1, 0), "{report:?}");
+    assert_eq!(api.count("create", "Pod"), 0, "no copy tried: admission refuses one with a hostPort");
+    assert!(replacements_of(&api, &original).is_empty());
+    assert!(api.get("Pod", "batch", "hostport-batch").is_none(), "the guard is gone, and with it the pod");
+    let said = warnings(&api, "RequeueGivenUp");
+    assert!(matches!(&said[..], [n] if n.contains("a hostPort") && n.contains("lost")), "{said:?}");
+}
+
+#[tokio::test]
+async fn a_guard_is_not_removed_from_a_pod_that_changed_since_it_was_read() {
+    let api = cluster().await;
+    guard_as_an_earlier_release_did(&api, VICTIM);
     let r = replica(&api).await;
     // Read, then kube-scheduler marks it preempted before the patch lands.
     let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
-    let read = serde_json::to_value(pods.get("hostport-batch").await.unwrap()).unwrap();
+    let read = serde_json::to_value(pods.get(VICTIM).await.unwrap()).unwrap();
     let stale = serde_json::from_value::<coloc_extender::wire::k8s::Pod>(read.clone()).unwrap().into_model().unwrap();
-    evict(&api, "hostport-batch").await;
+    evict(&api, VICTIM).await;
     assert!(!r.requeuer.remove_guard(&stale, &read, "test").await, "refused: the pod changed");
-    assert!(guarded(&api, "hostport-batch"), "still held: its copy is not stored yet");
+    assert!(guarded(&api, VICTIM), "still held: its copy is not stored yet");
     r.requeuer.finish_guards_once().await.unwrap();
     assert_eq!(replacements_of(&api, &stale.uid).len(), 1, "looked at again: requeued");
 }
@@ -739,8 +755,8 @@ async fn a_guard_is_not_removed_from_a_pod_that_changed_since_it_was_read() {
 #[tokio::test]
 async fn a_copy_refused_for_good_is_given_up_visibly_and_holds_nothing() {
     let api = cluster().await;
-    guard_as_an_earlier_release_did(&api, "hostport-batch");
-    evict(&api, "hostport-batch").await;
+    guard_as_an_earlier_release_did(&api, VICTIM);
+    evict(&api, VICTIM).await;
     api.fail("create", "Pod", 403, u32::MAX);
     let r = replica(&api).await;
     for _ in 1..coloc_extender::requeue::guard::MAX_TRIES {
@@ -748,7 +764,7 @@ async fn a_copy_refused_for_good_is_given_up_visibly_and_holds_nothing() {
     }
     let report = r.requeuer.finish_guards_once().await.unwrap();
     assert_eq!(report.given_up, 1, "{report:?}");
-    assert!(api.get("Pod", "batch", "hostport-batch").is_none(), "the guard is gone, and with it the pod");
+    assert!(api.get("Pod", "batch", VICTIM).is_none(), "the guard is gone, and with it the pod");
     let warnings: Vec<Value> = api.list("Event").into_iter().filter(|e| e["reason"] == "RequeueGivenUp").collect();
     assert_eq!(warnings.len(), 1, "{:?}", api.list("Event"));
     assert_eq!(warnings[0]["type"], "Warning");
@@ -757,13 +773,13 @@ async fn a_copy_refused_for_good_is_given_up_visibly_and_holds_nothing() {
 #[tokio::test]
 async fn a_copy_that_keeps_failing_is_given_up_after_a_bound() {
     let api = cluster().await;
-    guard_as_an_earlier_release_did(&api, "hostport-batch");
-    evict(&api, "hostport-batch").await;
+    guard_as_an_earlier_release_did(&api, VICTIM);
+    evict(&api, VICTIM).await;
     api.fail("create", "Pod", 500, u32::MAX);
     let r = replica(&api).await;
     for _ in 1..coloc_extender::requeue::guard::MAX_TRIES {
         assert_eq!(r.requeuer.finish_guards_once().await.unwrap().left, 1, "a passing error: retried");
-        assert!(guarded(&api, "hostport-batch"));
+        assert!(guarded(&api, VICTIM));
     }
     assert_eq!(r.requeuer.finish_guards_once().await.unwrap().given_up, 1);
     assert_eq!(guards_left(&api), 0);
@@ -785,14 +801,14 @@ async fn a_guarded_pod_deleted_by_its_owner_is_let_go_without_a_replacement() {
 #[tokio::test]
 async fn two_replicas_finishing_the_same_guard_store_one_replacement() {
     let api = cluster().await;
-    guard_as_an_earlier_release_did(&api, "hostport-batch");
-    let original = uid_of(&api, "hostport-batch");
-    evict(&api, "hostport-batch").await;
+    guard_as_an_earlier_release_did(&api, VICTIM);
+    let original = uid_of(&api, VICTIM);
+    evict(&api, VICTIM).await;
     let (a, b) = (replica(&api).await, replica(&api).await);
     let (ra, rb) = tokio::join!(a.requeuer.finish_guards_once(), b.requeuer.finish_guards_once());
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     assert!(ra.given_up + rb.given_up == 0, "{ra:?} {rb:?}");
     a.requeuer.finish_guards_once().await.unwrap();
-    assert!(api.get("Pod", "batch", "hostport-batch").is_none());
+    assert!(api.get("Pod", "batch", VICTIM).is_none());
     assert_eq!(replacements_of(&api, &original).len(), 1);
 }

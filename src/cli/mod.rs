@@ -52,8 +52,9 @@ pub enum Command {
         /// The decision time, RFC 3339 or Unix seconds (default: now).
         #[arg(long)]
         now: Option<String>,
-        /// Decide as `serve` without `--requeue` would: bare victims of `requeue` classes
-        /// are protected. By default replay shows what would be requeued (it never writes).
+        /// Decide as `serve` without `--requeue` would: bare pods of `requeue` classes are
+        /// victims of last resort (taken only for an online pod nothing else places, and
+        /// lost). By default replay shows what would be requeued (it never writes).
         #[arg(long)]
         no_requeue: bool,
         /// Override the policy's mode: `shadow` prints kube-scheduler's own answer on stdout

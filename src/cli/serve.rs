@@ -125,7 +125,7 @@ fn app_state(
     state.limits = args.limits.limits()?;
     if !args.requeue && !requeue_classes.is_empty() {
         tracing::warn!(classes = %requeue_classes,
-        "requeue is off (serve --kube --requeue): bare victims of these classes are protected, as with bare: protect");
+        "requeue is off (serve --kube --requeue): bare pods of these classes are victims of last resort (taken only for an online pod nothing else places, and lost); bare: protect keeps them");
     }
     Ok(state)
 }

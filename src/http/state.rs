@@ -130,13 +130,13 @@ impl AppState {
         lines.push(match (self.requeue.is_on(), requeue_classes.is_empty()) {
             (true, _) if self.requeue.copies_possible() => "requeue: on".to_string(),
             (true, _) => format!(
-                "requeue: unavailable ({}): bare pods of {} are protected until it is back",
+                "requeue: unavailable ({}): until it is back, bare pods of {} are victims of last resort (taken only for an online pod nothing else places, and lost)",
                 self.requeue.why_not().unwrap_or_default(),
                 requeue_classes.join(", ")
             ),
             (false, true) => "requeue: off (no class requeues bare victims)".to_string(),
             (false, false) => format!(
-                "requeue: off (serve --kube --requeue): bare pods of {} are protected",
+                "requeue: off (serve --kube --requeue): bare pods of {} are victims of last resort (taken only for an online pod nothing else places, and lost)",
                 requeue_classes.join(", ")
             ),
         });

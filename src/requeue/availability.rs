@@ -1,7 +1,8 @@
 //! Can requeue store copies now? Checked apart from the answers (a SelfSubjectAccessReview
 //! every few seconds, and every copy refused as forbidden), read by every decision: while
-//! it cannot, bare victims of `requeue` classes are protected, as with requeue off, rather
-//! than evicted into a copy that would be refused and lost.
+//! it cannot, bare pods of `requeue` classes are victims of last resort, as with requeue
+//! off (taken only for an online pod nothing else places, and lost), rather than evicted
+//! as if a copy would bring them back.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;

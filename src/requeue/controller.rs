@@ -161,7 +161,7 @@ impl Requeuer {
             seen = now_seen;
             last_pass = Instant::now();
             if !namespaces_said {
-                namespaces_said = self.say_protected_namespaces(&cell, &policy.load()).await;
+                namespaces_said = self.say_namespaces_not_opted_in(&cell, &policy.load()).await;
             }
             self.reconcile_once(&cell, &policy.load(), settings).await;
         }
@@ -191,7 +191,7 @@ impl Requeuer {
                 }
                 Some(why) => tracing::warn!(
                     why,
-                    "requeue cannot store copies: bare victims of requeue classes are protected until it can"
+                    "requeue cannot store copies: until it can, bare pods of requeue classes are victims of last resort (taken only for an online pod nothing else places, and lost)"
                 ),
             }
         }
@@ -388,10 +388,10 @@ impl Requeuer {
     }
 
     /// Once the view is synced: the namespaces whose bare pods of requeue classes are
-    /// protected because the namespace has not opted in, in one log line and an Event on
-    /// each namespace. False while the view is not synced.
-    async fn say_protected_namespaces(&self, cell: &ViewCell, policy: &Policy) -> bool {
-        let Some(found) = cell.read_latest(|view| plan::protected_for_namespace(view, policy)) else {
+    /// victims of last resort because the namespace has not opted in, in one log line and
+    /// an Event on each namespace. False while the view is not synced.
+    async fn say_namespaces_not_opted_in(&self, cell: &ViewCell, policy: &Policy) -> bool {
+        let Some(found) = cell.read_latest(|view| plan::last_resort_namespaces(view, policy)) else {
             return false;
         };
         if found.is_empty() {
@@ -399,10 +399,10 @@ impl Requeuer {
         }
         let listed: Vec<String> = found.iter().map(|(ns, n, _)| format!("{ns} ({n})")).collect();
         tracing::warn!(namespaces = %listed.join(", "),
-            "requeue: bare pods of requeue classes in namespaces that have not opted in are protected, not copied");
+            "requeue: bare pods of requeue classes in namespaces that have not opted in are not copied: victims of last resort (taken only for an online pod nothing else places, and lost)");
         for (namespace, pods, why) in found {
             let note = format!(
-                "{pods} bare pod(s) of requeue classes here are protected from preemption, not requeued: {why}"
+                "{pods} bare pod(s) of requeue classes here cannot be requeued, so they are victims of last resort (taken only for an online pod nothing else places, and lost): {why}"
             );
             let regarding = k8s_openapi::api::core::v1::ObjectReference {
                 api_version: Some("v1".into()),

@@ -24,6 +24,9 @@ pub const MAX_TRIES: u32 = 5;
 pub enum Finish {
     /// kube-scheduler preempted it: store its replacement, then remove the guard.
     Requeue,
+    /// kube-scheduler preempted it, and no copy of it can ever be stored: remove the guard,
+    /// and say the pod is lost (the `reason` label of `coloc_requeue_given_up_total`).
+    GiveUp { reason: &'static str, why: String },
     /// Remove the guard; the reason is logged.
     Unguard(&'static str),
     /// The guard is gone already.
@@ -34,6 +37,14 @@ pub fn finish(pod: &Pod) -> Finish {
     let ending = pod.deletion_time.is_some() || pod.is_terminal();
     match () {
         _ if !pod.requeue_guarded => Finish::Nothing,
+        // Admission refuses its copy: trying would only hold the pod.
+        _ if pod.preempted && pod.is_bare() && pod.host_access.is_some() => Finish::GiveUp {
+            reason: "host_access",
+            why: format!(
+                "it reaches into its node ({}), and admission refuses a copy that does",
+                pod.host_access.map(|a| a.describe()).unwrap_or_default()
+            ),
+        },
         // Marked by kube-scheduler and about to be deleted, or deleted already: the copy
         // first, or the pod would go with nothing to bring it back.
         _ if pod.preempted && pod.is_bare() => Finish::Requeue,
@@ -99,6 +110,19 @@ mod tests {
         assert_eq!(finish(&failed), Finish::Requeue);
         // Marked, not deleted yet: the deletion follows at once, so the copy comes first.
         assert_eq!(finish(&Pod { preempted: true, ..guarded() }), Finish::Requeue);
+    }
+
+    #[test]
+    fn a_preempted_pod_with_host_access_is_given_up_at_once() {
+        let host = Pod {
+            deletion_time: Some(1),
+            preempted: true,
+            host_access: Some(crate::model::HostAccess::HostPort),
+            ..guarded()
+        };
+        assert!(
+            matches!(finish(&host), Finish::GiveUp { reason: "host_access", why } if why.contains("admission refuses"))
+        );
     }
 
     #[test]

@@ -253,13 +253,18 @@ impl Requeuer {
 
     /// Stores `twin` (a copy of `copy` under another scheduler, gated), released where
     /// `released`, then deletes `copy`: `uninstall`. A twin stored by an earlier run is
-    /// taken as stored. Returns the twin's name.
+    /// taken as stored, only if it is this one: the same original, the same spec (a pod
+    /// another identity put under its name is never released for it). Returns the twin's
+    /// name.
     pub async fn store_twin(&self, copy: &crate::model::Pod, twin: Value, released: bool) -> Result<String, String> {
         let name = twin["metadata"]["name"].as_str().unwrap_or_default().to_string();
         let from_uid = copy.annotations.get(FROM_UID).unwrap_or_default();
+        let spec = crate::model::copy_spec::digest(&twin);
+        let same_spec =
+            |o: &DynamicObject| serde_json::to_value(o).ok().and_then(|v| crate::model::copy_spec::digest(&v)) == spec;
         let stored = match self.create_or_find(&copy.namespace, &name, twin).await.map_err(|e| e.message)? {
             Created::New(o) => o,
-            Created::Found(o) if copy_of(&o, from_uid) => o,
+            Created::Found(o) if copy_of(&o, from_uid) && same_spec(&o) => o,
             Created::Found(_) => return Err(format!("a pod named {name} exists and is not this copy's twin")),
         };
         if released {
@@ -270,7 +275,7 @@ impl Requeuer {
         Ok(name)
     }
 
-    /// Releases `replacement` now, whatever its original: `uninstall`.
+    /// Releases `replacement` now: `uninstall`, once it checked it against its original.
     pub async fn release_now(&self, replacement: &crate::model::Pod) -> Result<(), String> {
         self.release(&Release::of(replacement)).await
     }

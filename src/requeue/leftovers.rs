@@ -2,7 +2,8 @@
 //!
 //! Guarded pods are found by their label, once at start and then every minute (every few
 //! seconds while some are left). Each is finished as `guard::finish` says: a preempted
-//! pod's replacement is stored before its guard goes; any other guard just goes. A guard
+//! pod's replacement is stored before its guard goes (one that reaches into its node,
+//! whose copy admission refuses, is given up at once); any other guard just goes. A guard
 //! is removed by a merge patch that carries the `resourceVersion` read, so a pod that
 //! changed meanwhile (kube-scheduler marking it preempted) is looked at again first. A
 //! replacement that cannot be stored is given up after `guard::MAX_TRIES` tries (about
@@ -149,6 +150,10 @@ impl Requeuer {
     async fn finish_guarded(&self, pod: &Pod, json: &Value) -> Outcome {
         match guard::finish(pod) {
             Finish::Nothing => Outcome::Nothing,
+            Finish::GiveUp { reason, why } => {
+                let note = format!("preempted and not requeued: {why}; the guard is removed and the pod is lost");
+                self.give_up(pod, json, reason, note).await
+            }
             Finish::Unguard(why) => match self.try_remove_guard(pod, json, why).await {
                 Ok(()) => Outcome::Unguarded,
                 Err(e) => Outcome::Left(e),
@@ -178,7 +183,11 @@ impl Requeuer {
                         let tries = self.tries.failed(&pod.uid);
                         let reason = e.given_up.or_else(|| guard::give_up_after(tries, e.code, &e.message));
                         match reason {
-                            Some(reason) => self.give_up(pod, json, &intent, reason, tries, &e.message).await,
+                            Some(reason) => {
+                                let error = crate::wire::request::clip(&e.message, 300);
+                                let note = format!("preempted, and its replacement {} could not be stored after {tries} tries ({reason}: {error}); the guard is removed and the pod is lost", intent.replacement);
+                                self.give_up(pod, json, reason, note).await
+                            }
                             None => {
                                 tracing::debug!(original = %pod.key(), replacement = %intent.replacement, tries, error = %e.message, "requeue replacement not stored; will retry");
                                 Outcome::Left(format!("replacement not stored (try {tries}): {}", e.message))
@@ -191,23 +200,13 @@ impl Requeuer {
     }
 
     /// The replacement can never be stored: the guard goes and the pod is lost, visibly.
-    async fn give_up(
-        &self,
-        pod: &Pod,
-        json: &Value,
-        intent: &RequeueIntent,
-        reason: &'static str,
-        tries: u32,
-        error: &str,
-    ) -> Outcome {
+    async fn give_up(&self, pod: &Pod, json: &Value, reason: &'static str, note: String) -> Outcome {
         if let Err(e) = self.try_remove_guard(pod, json, "its replacement cannot be stored").await {
             return Outcome::Left(e);
         }
         self.tries.forget(&pod.uid);
         metrics::counter!("coloc_requeue_given_up_total", "reason" => reason).increment(1);
-        let error = crate::wire::request::clip(error, 300);
-        tracing::error!(original = %pod.key(), replacement = %intent.replacement, reason, tries, error = %error, "requeue given up: the preempted pod is lost");
-        let note = format!("preempted, and its replacement {} could not be stored after {tries} tries ({reason}: {error}); the guard is removed and the pod is lost", intent.replacement);
+        tracing::error!(original = %pod.key(), reason, why = %note, "requeue given up: the preempted pod is lost");
         self.event(pod_ref(&pod.namespace, &pod.name, &pod.uid), EventType::Warning, "RequeueGivenUp", note).await;
         Outcome::GivenUp
     }

@@ -246,9 +246,10 @@ fn not_opted_in(namespace: &str) -> String {
 }
 
 /// Namespaces holding bare pods that requeue would bring back were they in a namespace
-/// that opts in, with how many: such pods are protected, which a replica says at start
-/// so that an upgrade never silently stops requeue there.
-pub fn protected_for_namespace(view: &View, policy: &Policy) -> Vec<(String, usize, String)> {
+/// that opts in, with how many: such pods are victims of last resort (an online pod takes
+/// them where nothing else places it, and they are lost), which a replica says at start so
+/// that an upgrade never silently stops requeue there.
+pub fn last_resort_namespaces(view: &View, policy: &Policy) -> Vec<(String, usize, String)> {
     let mut found: BTreeMap<&str, usize> = BTreeMap::new();
     for pod in view.all_pods().filter(|p| !view.requeue_allowed_in(&p.namespace) && !marks::is_replacement(p)) {
         if would_requeue(pod, policy.class(policy.classify(pod, view.priority_of(pod)))) {

@@ -5,6 +5,8 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
+
 use coloc_extender::requeue::GUARD;
 use coloc_testbed::cluster::{self, PodBuilder};
 use coloc_testbed::{wait, Binaries};
@@ -47,14 +49,19 @@ pub fn cases() -> Vec<Case> {
             name: "removal_uninstall_waits_for_coloc_scheduler_and_moves_the_copies_naming_it",
             run: |b, m| Box::pin(scheduler_of_its_own_goes(b, m)),
         },
+        Case {
+            name: "removal_uninstall_releases_only_the_copies_it_checked_against_their_original",
+            run: |b, m| Box::pin(uninstall_checks_copies(b, m)),
+        },
     ]
 }
 
 /// uninstall refuses while the scheduler of its own runs, and while a pod that is not a
-/// copy waits for it (nothing would place it once it is gone); a copy naming it, its
-/// original gone, is moved to the default scheduler and released there.
+/// copy waits for it (nothing would place it once it is gone); a released copy naming it
+/// is moved to the default scheduler and released there; a gated one it cannot check
+/// against its original (there is none) is deleted, not moved.
 async fn scheduler_of_its_own_goes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
-    use coloc_extender::requeue::{replacement, RequeueIntent, GATE};
+    use coloc_extender::requeue::{replacement, RequeueIntent, FROM_POD, FROM_UID, GATE};
     let bed = Bed::up(bins, mode).await?;
     bed.plane.apply(&repo("manifests/uninstall/clusterrole.yaml"))?;
     bed.plane.apply(&repo("manifests/uninstall/clusterrolebinding.yaml"))?;
@@ -79,7 +86,8 @@ async fn scheduler_of_its_own_goes(bins: Binaries, mode: Mode) -> anyhow::Result
         "{out}"
     );
 
-    // The same pod, preempted and gone: its gated copy names coloc-scheduler too.
+    // The same pod, preempted and gone: its copy, which a replica released, names
+    // coloc-scheduler too; so does a gated "copy" of no original, which nothing can check.
     let original = serde_json::to_value(&waiting)?;
     batch.delete("waiting", &now).await?;
     let intent = RequeueIntent {
@@ -91,21 +99,71 @@ async fn scheduler_of_its_own_goes(bins: Binaries, mode: Mode) -> anyhow::Result
         attempt: 1,
         preemptor: String::new(),
     };
-    batch.create(&Default::default(), &serde_json::from_value(replacement::build(&original, &intent)?)?).await?;
+    let built = replacement::build(&original, &intent)?;
+    let mut released = built.clone();
+    released["spec"]["schedulingGates"] = json!([]);
+    batch.create(&Default::default(), &serde_json::from_value(released)?).await?;
+    let mut ghost = built;
+    ghost["metadata"]["name"] = json!("ghost-rq-1");
+    ghost["metadata"]["annotations"][FROM_UID] = json!("u-of-no-pod");
+    ghost["metadata"]["annotations"][FROM_POD] = json!("batch/ghost");
+    batch.create(&Default::default(), &serde_json::from_value(ghost)?).await?;
     let (ok, out) = uninstall(&bed, &[])?;
     anyhow::ensure!(
         ok && out.contains("moved batch/waiting-rq-1 to batch/waiting-rq-1-d (default-scheduler)"),
         "{out}"
     );
+    anyhow::ensure!(out.contains("deleted batch/ghost-rq-1 (no_original), never released"), "{out}");
     anyhow::ensure!(batch.get_opt("waiting-rq-1").await?.is_none(), "the copy naming coloc-scheduler is gone");
+    anyhow::ensure!(batch.get_opt("ghost-rq-1").await?.is_none(), "the unchecked one is deleted");
+    anyhow::ensure!(batch.get_opt("ghost-rq-1-d").await?.is_none(), "and not moved");
     let twin = batch.get("waiting-rq-1-d").await?;
     let spec = twin.spec.unwrap_or_default();
     anyhow::ensure!(spec.scheduler_name.as_deref() == Some("default-scheduler"), "{:?}", spec.scheduler_name);
     let gates = spec.scheduling_gates.unwrap_or_default();
-    anyhow::ensure!(!gates.iter().any(|g| g.name == GATE), "released, its original gone: {gates:?}");
+    anyhow::ensure!(!gates.iter().any(|g| g.name == GATE), "released, as its copy was: {gates:?}");
     // A second run finds nothing to move.
     let (ok, out) = uninstall(&bed, &[])?;
     anyhow::ensure!(ok && out.contains("0 moved"), "{out}");
+    bed.finish()
+}
+
+/// With no replica left, uninstall releases only a copy it checked against its original:
+/// free-1 is preempted and still terminating (its grace honoured) when uninstall looks, its
+/// copy stored as a replica stores it (then stopped); that copy is released once free-1 is
+/// gone. A gated "copy" of no original (every toleration) is deleted and named, never
+/// released. Nothing lost.
+async fn uninstall_checks_copies(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    use coloc_extender::requeue::{replacement, RequeueIntent, BASE_NAME, FROM_POD, FROM_UID};
+    let bed = Bed::up_honouring_grace(bins, mode).await?;
+    bed.plane.apply(&repo("manifests/uninstall/clusterrole.yaml"))?;
+    bed.plane.apply(&repo("manifests/uninstall/clusterrolebinding.yaml"))?;
+    bed.one_node_two_free_pods().await?;
+    let originals = bare_pods(&bed, "batch").await?;
+    preempt_as_kube_does(&bed, "batch", "free-1").await?;
+    // As the replicas read it: every field the API server has.
+    let going = coloc_extender::requeue::kube::pod_api(&bed.client, "batch").get("free-1").await?;
+    let (going, original) = coloc_extender::requeue::leftovers::decoded(&going).context("free-1 decoded")?;
+    let copy = replacement::build(&going, &RequeueIntent::for_victim(&original, "node-1", ""))?;
+    let copy_name = copy["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let batch: Api<Pod> = Api::namespaced(bed.client.clone(), "batch");
+    batch.create(&Default::default(), &serde_json::from_value(copy.clone())?).await?;
+    let mut ghost = copy;
+    ghost["metadata"]["name"] = json!("ghost-rq-1");
+    ghost["metadata"]["annotations"][FROM_UID] = json!("u-of-no-pod");
+    ghost["metadata"]["annotations"][FROM_POD] = json!("batch/ghost");
+    ghost["metadata"]["annotations"][BASE_NAME] = json!("ghost");
+    ghost["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
+    batch.create(&Default::default(), &serde_json::from_value(ghost)?).await?;
+
+    let (ok, out) = uninstall(&bed, &["--wait-for-originals", "90s"])?;
+    anyhow::ensure!(ok, "uninstall failed:\n{out}");
+    // After "waiting for the originals": once free-1 stopped, or is gone.
+    let released = format!("released batch/{copy_name}: its original");
+    anyhow::ensure!(out.contains("waiting for the originals") && out.contains(&released), "{out}");
+    anyhow::ensure!(out.contains("deleted batch/ghost-rq-1 (no_original), never released"), "{out}");
+    anyhow::ensure!(batch.get_opt("ghost-rq-1").await?.is_none(), "the unchecked one is deleted");
+    nothing_lost(&bed, "batch", &originals).await.map_err(|e| anyhow::anyhow!("{e:#}\nuninstall said:\n{out}"))?;
     bed.finish()
 }
 

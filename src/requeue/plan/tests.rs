@@ -225,7 +225,7 @@ fn a_pod_in_a_namespace_that_has_not_opted_in_is_not_copied_and_says_why() {
 }
 
 #[test]
-fn a_replica_names_the_namespaces_whose_bare_pods_it_protects_for_want_of_an_opt_in() {
+fn a_replica_names_the_namespaces_whose_bare_pods_are_last_resort_victims_for_want_of_an_opt_in() {
     let owned = Pod {
         name: "owned".into(),
         uid: "u-2".into(),
@@ -236,7 +236,7 @@ fn a_replica_names_the_namespaces_whose_bare_pods_it_protects_for_want_of_an_opt
     v.watch_namespaces();
     v.apply_namespace(namespace("batch", false));
     v.apply_namespace(namespace("other", true));
-    let found = protected_for_namespace(&v, &policy());
+    let found = last_resort_namespaces(&v, &policy());
     assert_eq!(found.iter().map(|(ns, n, _)| (ns.as_str(), *n)).collect::<Vec<_>>(), [("batch", 1)]);
 }
 
