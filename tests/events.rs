@@ -40,7 +40,7 @@ fn batch_protects_bare_pods() -> Policy {
     let text = include_str!("../policy/default.yaml");
     let protect = text.replacen("bare: requeue          # bare pods", "bare: protect          # bare pods", 1);
     assert_ne!(protect, text);
-    Policy::from_yaml(&protect).unwrap()
+    Policy::from_yaml(&protect).unwrap().enforced()
 }
 
 fn decided_under(policy: &Policy, step: &str, requeue: bool) -> Answer {

@@ -92,10 +92,14 @@ impl Bed {
     }
 
     /// Starts an extender process: `serve --kube --wake <args>` with the default policy,
-    /// as the shipped Deployment with the wake component runs it.
+    /// as the shipped Deployment with the wake component runs it, enforcing (the shipped
+    /// default is in shadow) unless `args` name a `--mode`.
     pub async fn extender(&mut self, args: &[&str]) -> anyhow::Result<usize> {
         let i = self.extenders.len();
         let mut all = vec!["--kube", "--wake"];
+        if !args.contains(&"--mode") {
+            all.extend(["--mode", "enforce"]);
+        }
         all.extend_from_slice(args);
         let e = Extender::start(&self.plane, &format!("coloc-extender-{i}"), Path::new(EXTENDER), &all).await?;
         self.extenders.push(e);

@@ -694,9 +694,9 @@ async fn run(
     let ext = match extender {
         Some(e) => {
             let mut flags = vec!["--kube", "--requeue", "--events", "--wake"];
-            if e.shadow {
-                flags.extend(["--mode", "shadow"]);
-            }
+            // The shipped default is in shadow: an extender run enforces unless it is the
+            // "requeue only" one.
+            flags.extend(["--mode", if e.shadow { "shadow" } else { "enforce" }]);
             if let Some(policy) = e.policy {
                 flags.extend(["--policy", policy]);
             }
