@@ -322,7 +322,7 @@ fn explain_prints_a_pods_recent_decisions_from_the_admin_port() {
     // Whatever the width clap wraps at.
     let help = String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
-        help.contains("port-forward deploy/coloc-extender 8082") && help.contains("[default: http://127.0.0.1:8082]"),
+        help.contains("port-forward deploy/coloc-scheduler 8082") && help.contains("[default: http://127.0.0.1:8082]"),
         "{help}"
     );
 

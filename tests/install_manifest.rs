@@ -12,9 +12,9 @@ use coloc_testbed::{Binaries, ControlPlane};
 
 const HEADER: &str = "\
 # coloc-extender, rendered from manifests/ (kubectl kustomize manifests): the extender in
-# shadow mode behind a scheduler of its own. Do not edit: change manifests/ and run
-# COLOC_BLESS=1 cargo test --test install_manifest. Needs the Secrets coloc-extender-tls
-# and coloc-scheduler-client (manifests/cert-manager, or docs/deploy.md's openssl recipe).
+# shadow mode beside a scheduler of its own, in the namespace coloc-system. Do not edit:
+# change manifests/ and run COLOC_BLESS=1 cargo test --test install_manifest. No
+# certificate or Secret to make: kube-scheduler calls the extender on its pod's loopback.
 ";
 
 fn repo(rel: &str) -> PathBuf {
@@ -68,11 +68,13 @@ async fn a_real_api_server_accepts_the_install_file() {
         Err(why) => return println!("install_manifest: skipped: {why}"),
     };
     let plane = ControlPlane::start(&bins, Options { controllers: false, ..Default::default() }).await.unwrap();
+    // A dry run stores no Namespace for the objects in it.
+    plane.kubectl(&["create", "namespace", "coloc-system"]).unwrap();
     let out = server_dry_run(&plane, &repo("deploy/coloc-extender.yaml"))
         .unwrap_or_else(|e| panic!("server-side dry run refused the install file: {e:#}"));
     // Every object, the cluster-scoped admission policies included, is named in the answer.
     for kind in [
-        "deployment.apps/coloc-extender",
+        "namespace/coloc-system",
         "deployment.apps/coloc-scheduler",
         "mutatingadmissionpolicy.admissionregistration.k8s.io/coloc-scheduler",
         "validatingadmissionpolicy.admissionregistration.k8s.io/coloc-extender",
@@ -120,7 +122,8 @@ fn the_base_install_asks_only_for_what_v1_33_serves_but_the_routing_it_leaves_ou
     assert_eq!(left_out, routing, "the routing component is all a v1.33 install leaves out");
 }
 
-const OVERLAY_NAMESPACE: &str = "coloc-system";
+/// deploy/overlay-example's namespace: not the default, so that a missed rewrite shows.
+const OVERLAY_NAMESPACE: &str = "platform-coloc";
 
 fn render(bins: &Binaries, dir: &str) -> Vec<serde_yaml_ng::Value> {
     render_path(bins, &repo(dir))
@@ -141,6 +144,7 @@ fn render_path(bins: &Binaries, dir: &Path) -> Vec<serde_yaml_ng::Value> {
 
 /// Kinds that have no namespace.
 const CLUSTER_SCOPED: &[&str] = &[
+    "Namespace",
     "ClusterRole",
     "ClusterRoleBinding",
     "PriorityClass",
@@ -151,13 +155,16 @@ const CLUSTER_SCOPED: &[&str] = &[
 ];
 
 /// Every object where it belongs and naming `namespace_of_install` wherever it names the
-/// install's: cluster-scoped kinds with none, every binding's ServiceAccount there, no
-/// `kube-system` where the install's is meant, no placeholder left, the serving
-/// certificate's DNS names, images as `images:` set them.
+/// install's: cluster-scoped kinds with none, every binding's ServiceAccount there, neither
+/// the files' `coloc-system` nor `kube-system` where the install's is meant, no
+/// placeholder left, the serving certificate's DNS names, images as `images:` set them.
 fn every_object_in(objects: &[serde_yaml_ng::Value], namespace_of_install: &str) {
     for o in objects {
         let (kind, name) = (o["kind"].as_str().unwrap(), o["metadata"]["name"].as_str().unwrap());
         let namespace = o["metadata"]["namespace"].as_str();
+        if kind == "Namespace" {
+            assert_eq!(name, namespace_of_install, "the install's own namespace");
+        }
         if CLUSTER_SCOPED.contains(&kind) {
             assert_eq!(namespace, None, "{kind} {name} is cluster-scoped");
         } else {
@@ -173,8 +180,11 @@ fn every_object_in(objects: &[serde_yaml_ng::Value], namespace_of_install: &str)
             && name.starts_with("coloc-extender")
             && !name.contains("marks")
             && !name.contains("-policy");
-        if !names_home_on_purpose {
-            assert!(!text.contains("kube-system"), "{kind} {name} names kube-system:\n{text}");
+        for other in ["coloc-system", "kube-system"].into_iter().filter(|n| *n != namespace_of_install) {
+            if other == "kube-system" && names_home_on_purpose {
+                continue;
+            }
+            assert!(!text.contains(other), "{kind} {name} names {other}:\n{text}");
         }
         assert!(!text.replace("POD_NAMESPACE", "").contains("NAMESPACE"), "{kind} {name} keeps a placeholder:\n{text}");
         if kind == "Certificate" && name == "coloc-extender-serving" {
@@ -191,10 +201,67 @@ fn every_object_in(objects: &[serde_yaml_ng::Value], namespace_of_install: &str)
     }
 }
 
+/// The objects of `kind` named `name`.
+fn named<'a>(objects: &'a [serde_yaml_ng::Value], kind: &str, name: &str) -> &'a serde_yaml_ng::Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// The topology as rendered with requeue, wake and monitoring on: the components' flags
+/// reach the extender, the first container of `deployment` (and nothing else of it); the
+/// impersonation bindings name the pods' ServiceAccount and nobody else; the extender's
+/// PodMonitor selects those pods, whose `admin` port is the extender's.
+fn the_topology_follows(objects: &[serde_yaml_ng::Value], deployment: &str) {
+    let d = named(objects, "Deployment", deployment);
+    let pod = &d["spec"]["template"]["spec"];
+    let account = pod["serviceAccountName"].as_str().unwrap();
+    let containers = pod["containers"].as_sequence().unwrap();
+    assert_eq!(containers[0]["name"].as_str(), Some("coloc-extender"));
+    let args: Vec<&str> = containers[0]["args"].as_sequence().unwrap().iter().filter_map(|a| a.as_str()).collect();
+    for flag in ["--requeue", "--wake"] {
+        assert!(args.contains(&flag), "{deployment}: the extender lacks {flag}: {args:?}");
+        for other in &containers[1..] {
+            assert!(!serde_yaml_ng::to_string(other).unwrap().contains(flag), "{deployment}: {flag} reached {other:?}");
+        }
+    }
+    let bindings: Vec<&serde_yaml_ng::Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "RoleBinding")
+        .filter(|o| o["metadata"]["name"].as_str().unwrap().starts_with("coloc-extender-act-as"))
+        .collect();
+    let expected = if account == "coloc-extender" { 2 } else { 3 };
+    assert_eq!(bindings.len(), expected, "the requeue and wake identities (and beside kube-scheduler, the extender's)");
+    for b in bindings {
+        let subjects = b["subjects"].as_sequence().unwrap();
+        assert_eq!(subjects.len(), 1);
+        assert_eq!(subjects[0]["name"].as_str(), Some(account), "{:?} names another", b["metadata"]["name"]);
+    }
+    let monitor = named(objects, "PodMonitor", "coloc-extender");
+    let labels = &d["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"].as_mapping().unwrap() {
+        assert_eq!(&labels[k], v, "the extender's PodMonitor does not select {deployment}'s pods ({k:?})");
+    }
+    let port = monitor["spec"]["podMetricsEndpoints"][0]["port"].as_str().unwrap();
+    let ports = containers[0]["ports"].as_sequence().unwrap();
+    assert!(ports.iter().any(|p| p["name"].as_str() == Some(port)), "the extender has no port {port}");
+    let selected = objects
+        .iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .filter(|o| {
+            let labels = &o["spec"]["template"]["metadata"]["labels"];
+            monitor["spec"]["selector"]["matchLabels"].as_mapping().unwrap().iter().all(|(k, v)| &labels[k] == v)
+        })
+        .count();
+    assert_eq!(selected, 1, "the extender's PodMonitor selects the pods of one Deployment");
+}
+
 /// The example overlay (another namespace, every component on) puts every object where
 /// it belongs and names the install namespace wherever it names one: no `kube-system`
-/// where the install's is meant, no placeholder left; and a real API server, with the
-/// CRDs of cert-manager and the Prometheus Operator loaded, accepts every object.
+/// where the install's is meant, no placeholder left; the components reach the extender
+/// beside kube-scheduler; and a real API server, with the CRDs of the Prometheus Operator
+/// loaded, accepts every object.
 #[tokio::test]
 async fn an_overlay_in_another_namespace_with_every_component_renders_right_and_is_accepted() {
     let bins = match Binaries::find() {
@@ -203,10 +270,16 @@ async fn an_overlay_in_another_namespace_with_every_component_renders_right_and_
     };
     let objects = render(&bins, "deploy/overlay-example");
     let kinds: std::collections::BTreeSet<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
-    for kind in ["Certificate", "Issuer", "PodMonitor", "PrometheusRule", "PriorityClass", "Deployment"] {
+    for kind in ["Namespace", "PodMonitor", "PrometheusRule", "PriorityClass", "Deployment"] {
         assert!(kinds.contains(kind), "every component is on: no {kind} in {kinds:?}");
     }
+    for kind in ["Service", "Certificate", "Secret"] {
+        let of_kind: Vec<_> = objects.iter().filter(|o| o["kind"] == kind).map(|o| &o["metadata"]["name"]).collect();
+        let tokens = of_kind.iter().all(|n| n.as_str().is_some_and(|n| n.ends_with("-metrics-reader")));
+        assert!(tokens, "no {kind} but the scrapers' tokens: {of_kind:?}");
+    }
     every_object_in(&objects, OVERLAY_NAMESPACE);
+    the_topology_follows(&objects, "coloc-scheduler");
     // The admission policies name the install's ServiceAccounts, the backstops too.
     let identities = format!("system:serviceaccount:{OVERLAY_NAMESPACE}:coloc-extender");
     let policies: Vec<&serde_yaml_ng::Value> = objects
@@ -227,23 +300,11 @@ async fn an_overlay_in_another_namespace_with_every_component_renders_right_and_
         job["spec"]["template"]["spec"]["containers"][0]["image"].as_str(),
         Some("registry.example/coloc-extender:0.1.0")
     );
-
-    let plane = ControlPlane::start(&bins, Options { controllers: false, ..Default::default() }).await.unwrap();
-    for crd in std::fs::read_dir(repo("tests/data/crds")).unwrap() {
-        let path = crd.unwrap().path();
-        if path.extension().is_some_and(|e| e == "yaml") {
-            plane.kubectl(&["apply", "--server-side", "--validate=false", "-f", &path.display().to_string()]).unwrap();
-        }
-    }
-    plane.kubectl(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]).unwrap();
-    plane.kubectl(&["create", "namespace", OVERLAY_NAMESPACE]).unwrap();
-    let file = std::env::temp_dir().join(format!("coloc-overlay-{}.yaml", std::process::id()));
-    let all: Vec<String> = objects.iter().chain(&uninstall).map(|o| serde_yaml_ng::to_string(o).unwrap()).collect();
-    std::fs::write(&file, all.join("---\n")).unwrap();
-    let out = server_dry_run(&plane, &file).unwrap_or_else(|e| panic!("the API server refused the overlay: {e:#}"));
-    let _ = std::fs::remove_file(&file);
+    let all = [&objects[..], &uninstall[..]].concat();
+    let out = dry_run_with_crds(&bins, OVERLAY_NAMESPACE, &all).await;
     for kind in [
-        "certificate.cert-manager.io/coloc-extender-serving",
+        "namespace/platform-coloc",
+        "deployment.apps/coloc-scheduler",
         "podmonitor.monitoring.coreos.com/coloc-scheduler",
         "prometheusrule.monitoring.coreos.com/coloc-extender",
         "validatingadmissionpolicy.admissionregistration.k8s.io/coloc-extender-marks-backstop",
@@ -251,6 +312,29 @@ async fn an_overlay_in_another_namespace_with_every_component_renders_right_and_
     ] {
         assert!(out.contains(&format!("{kind} serverside-applied (server dry run)")), "{kind} missing from:\n{out}");
     }
+}
+
+/// `objects` applied with --dry-run=server to a real API server holding the CRDs of
+/// cert-manager and the Prometheus Operator, `namespace` made first (a dry run stores no
+/// Namespace for the objects in it); what the API server answered.
+async fn dry_run_with_crds(bins: &Binaries, namespace: &str, objects: &[serde_yaml_ng::Value]) -> String {
+    let plane = ControlPlane::start(bins, Options { controllers: false, ..Default::default() }).await.unwrap();
+    for crd in std::fs::read_dir(repo("tests/data/crds")).unwrap() {
+        let path = crd.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            plane.kubectl(&["apply", "--server-side", "--validate=false", "-f", &path.display().to_string()]).unwrap();
+        }
+    }
+    plane.kubectl(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]).unwrap();
+    if plane.kubectl(&["get", "namespace", namespace]).is_err() {
+        plane.kubectl(&["create", "namespace", namespace]).unwrap();
+    }
+    let file = std::env::temp_dir().join(format!("coloc-dry-run-{namespace}-{}.yaml", std::process::id()));
+    let all: Vec<String> = objects.iter().map(|o| serde_yaml_ng::to_string(o).unwrap()).collect();
+    std::fs::write(&file, all.join("---\n")).unwrap();
+    let out = server_dry_run(&plane, &file).unwrap_or_else(|e| panic!("the API server refused the install: {e:#}"));
+    let _ = std::fs::remove_file(&file);
+    out
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -280,16 +364,95 @@ fn a_namespace_set_in_the_base_with_components_from_an_overlay_reaches_every_obj
     let base = root.join("manifests/kustomization.yaml");
     let text = std::fs::read_to_string(&base).unwrap();
     let set = "      name: install-namespace\n      namespace: ";
-    let edited = text.replacen(&format!("{set}kube-system"), &format!("{set}team-infra"), 1);
+    let edited = text.replacen(&format!("{set}coloc-system"), &format!("{set}team-infra"), 1);
     assert_ne!(edited, text, "the base sets its namespace in one place");
     std::fs::write(&base, edited).unwrap();
     let overlay = std::fs::read_to_string(repo("deploy/overlay-example/kustomization.yaml"))
         .unwrap()
-        .replace("namespace: coloc-system\n", "")
+        .replace(&format!("namespace: {OVERLAY_NAMESPACE}\n"), "")
         .replace("../../manifests", "../manifests");
     std::fs::create_dir_all(root.join("overlay")).unwrap();
     std::fs::write(root.join("overlay/kustomization.yaml"), overlay).unwrap();
     let objects = render_path(&bins, &root.join("overlay"));
     let _ = std::fs::remove_dir_all(&root);
     every_object_in(&objects, "team-infra");
+}
+
+/// The advanced topology, as docs/deploy.md §4 makes it: in a copy of manifests/, the
+/// standalone component (with cert-manager) instead of the scheduler of its own and the
+/// routing; an overlay puts it in kube-system (where the cluster's own kube-scheduler's
+/// configuration names its Service), drops the Namespace object (kube-system is not the
+/// install's to delete) and enables requeue, wake and monitoring. The components reach the
+/// standalone extender; a real API server accepts every object.
+#[tokio::test]
+async fn the_standalone_topology_in_kube_system_renders_right_and_is_accepted() {
+    let bins = match Binaries::find() {
+        Ok(b) => b,
+        Err(why) => return println!("install_manifest: skipped: {why}"),
+    };
+    let root = std::env::temp_dir().join(format!("coloc-standalone-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    copy_dir(&repo("manifests"), &root.join("manifests"));
+    let base = root.join("manifests/kustomization.yaml");
+    let text = std::fs::read_to_string(&base).unwrap();
+    let edited = text.replacen("  - scheduler-of-its-own\n", "  - standalone\n  - cert-manager\n", 1).replacen(
+        "  - routing\n",
+        "",
+        1,
+    );
+    assert_eq!(edited.matches("  - standalone\n").count(), 1, "the topology is one line of the base");
+    std::fs::write(&base, edited).unwrap();
+    let overlay = "namespace: kube-system\n\
+        resources: [../manifests]\n\
+        components: [../manifests/requeue, ../manifests/wake, ../manifests/monitoring]\n\
+        transformers: [../manifests/install-namespace]\n\
+        images: [{name: coloc-extender, newName: registry.example/coloc-extender, newTag: \"0.1.0\"}]\n\
+        patches:\n\
+        - patch: |-\n    $patch: delete\n    apiVersion: v1\n    kind: Namespace\n    metadata:\n      name: coloc-system\n";
+    std::fs::create_dir_all(root.join("overlay")).unwrap();
+    std::fs::write(root.join("overlay/kustomization.yaml"), overlay).unwrap();
+    let objects = render_path(&bins, &root.join("overlay"));
+    let _ = std::fs::remove_dir_all(&root);
+    assert!(!objects.iter().any(|o| o["kind"] == "Namespace"), "kube-system is not the install's to ship");
+    for (kind, name) in
+        [("Deployment", "coloc-extender"), ("Service", "coloc-extender"), ("Certificate", "coloc-extender-serving")]
+    {
+        named(&objects, kind, name);
+    }
+    let own = ["Deployment", "MutatingAdmissionPolicy"]
+        .map(|kind| objects.iter().any(|o| o["kind"] == kind && o["metadata"]["name"] == "coloc-scheduler"));
+    assert_eq!(own, [false, false], "no scheduler of its own, no routing");
+    every_object_in(&objects, "kube-system");
+    the_topology_follows(&objects, "coloc-extender");
+    let out = dry_run_with_crds(&bins, "kube-system", &objects).await;
+    for kind in [
+        "deployment.apps/coloc-extender",
+        "service/coloc-extender",
+        "certificate.cert-manager.io/coloc-extender-serving",
+    ] {
+        assert!(out.contains(&format!("{kind} serverside-applied (server dry run)")), "{kind} missing from:\n{out}");
+    }
+}
+
+/// The README's way to turn a component on without choosing a namespace: an overlay of
+/// manifests/ that sets none, listing install-namespace; everything stays in coloc-system.
+#[test]
+fn components_from_an_overlay_that_sets_no_namespace_stay_in_coloc_system() {
+    let bins = match Binaries::find() {
+        Ok(b) => b,
+        Err(why) => return println!("install_manifest: skipped: {why}"),
+    };
+    let root = std::env::temp_dir().join(format!("coloc-default-namespace-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    copy_dir(&repo("manifests"), &root.join("manifests"));
+    let overlay = "resources: [../manifests]\n\
+        components: [../manifests/requeue, ../manifests/wake, ../manifests/monitoring]\n\
+        transformers: [../manifests/install-namespace]\n\
+        images: [{name: coloc-extender, newName: registry.example/coloc-extender, newTag: \"0.1.0\"}]\n";
+    std::fs::create_dir_all(root.join("overlay")).unwrap();
+    std::fs::write(root.join("overlay/kustomization.yaml"), overlay).unwrap();
+    let objects = render_path(&bins, &root.join("overlay"));
+    let _ = std::fs::remove_dir_all(&root);
+    every_object_in(&objects, "coloc-system");
+    the_topology_follows(&objects, "coloc-scheduler");
 }

@@ -70,94 +70,224 @@ fn the_cluster_role_reads_what_the_view_watches_and_writes_only_events_and_what_
     assert_eq!(granted, expected);
 }
 
+/// The Deployments that run the extender: beside kube-scheduler (the default) and on its own.
+const EXTENDER_DEPLOYMENTS: [&str; 2] = ["scheduler-of-its-own/deployment.yaml", "standalone/deployment.yaml"];
+
+/// The extender's container: the first of its Deployment's, where the components that add
+/// its flags patch it.
+fn extender_container(deployment: &Value) -> &Value {
+    let c = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["name"], Value::from("coloc-extender"), "the extender is the first container");
+    c
+}
+
+fn args(container: &Value) -> Vec<&str> {
+    container["args"].as_sequence().unwrap().iter().map(|a| a.as_str().unwrap()).collect()
+}
+
 #[test]
-fn the_deployment_is_hardened_and_probed() {
-    let d = load("deployment.yaml");
-    let spec = &d["spec"]["template"]["spec"];
-    assert!(d["spec"]["replicas"].as_i64().unwrap() >= 2);
-    assert!(spec["priorityClassName"].as_str().unwrap().starts_with("system-"), "never the one preempted");
-    let c = &spec["containers"][0];
-    let sc = &c["securityContext"];
-    assert_eq!(sc["readOnlyRootFilesystem"], Value::Bool(true));
-    assert_eq!(sc["allowPrivilegeEscalation"], Value::Bool(false));
-    let non_root = sc["runAsNonRoot"].as_bool().or(spec["securityContext"]["runAsNonRoot"].as_bool());
-    assert_eq!(non_root, Some(true));
-    assert_eq!(c["readinessProbe"]["httpGet"]["path"], Value::from("/readyz"));
-    assert_eq!(c["livenessProbe"]["httpGet"]["path"], Value::from("/healthz"));
-    assert!(c["resources"]["limits"]["memory"].is_string() && c["resources"]["requests"]["cpu"].is_string());
-    let args: Vec<&str> = c["args"].as_sequence().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
-    for flag in [
-        "--kube",
-        "--tls-cert",
-        "--client-ca",
-        "--health-listen",
-        "--policy",
-        "--events",
-        "--admin-listen=0.0.0.0:8082",
-        "--admin-auth=kube",
-    ] {
-        assert!(args.contains(&flag), "missing {flag}");
+fn every_deployment_running_the_extender_hardens_and_probes_it() {
+    for file in EXTENDER_DEPLOYMENTS {
+        let d = load(file);
+        let spec = &d["spec"]["template"]["spec"];
+        assert!(d["spec"]["replicas"].as_i64().unwrap() >= 2, "{file}");
+        assert!(spec["priorityClassName"].as_str().unwrap().starts_with("system-"), "{file}: never the one preempted");
+        let c = extender_container(&d);
+        let sc = &c["securityContext"];
+        assert_eq!(sc["readOnlyRootFilesystem"], Value::Bool(true), "{file}");
+        assert_eq!(sc["allowPrivilegeEscalation"], Value::Bool(false), "{file}");
+        let non_root = sc["runAsNonRoot"].as_bool().or(spec["securityContext"]["runAsNonRoot"].as_bool());
+        assert_eq!(non_root, Some(true), "{file}");
+        assert_eq!(c["readinessProbe"]["httpGet"]["path"], Value::from("/readyz"), "{file}");
+        assert_eq!(c["livenessProbe"]["httpGet"]["path"], Value::from("/healthz"), "{file}");
+        assert!(c["resources"]["limits"]["memory"].is_string() && c["resources"]["requests"]["cpu"].is_string());
+        let args = args(c);
+        for flag in
+            ["--kube", "--health-listen", "--policy", "--events", "--admin-listen=0.0.0.0:8082", "--admin-auth=kube"]
+        {
+            assert!(args.contains(&flag), "{file}: missing {flag}");
+        }
+        assert!(!spec["affinity"]["podAntiAffinity"].is_null(), "{file}");
+        // Prometheus scrapes the admin port, the only one serving /metrics.
+        let annotations = &d["spec"]["template"]["metadata"]["annotations"];
+        assert_eq!(
+            (&annotations["prometheus.io/port"], &annotations["prometheus.io/path"]),
+            (&Value::from("8082"), &Value::from("/metrics")),
+            "{file}"
+        );
+        assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], Value::from(0), "{file}");
     }
-    assert!(!spec["affinity"]["podAntiAffinity"].is_null());
-    // Prometheus scrapes the admin port, the only one serving /metrics.
-    let annotations = &d["spec"]["template"]["metadata"]["annotations"];
+    // Standalone, kube-scheduler dials its Service over mutual TLS.
+    let standalone = load("standalone/deployment.yaml");
+    let flags = args(extender_container(&standalone));
+    for flag in ["--tls-cert", "--client-ca", "0.0.0.0:8443"] {
+        assert!(flags.contains(&flag), "standalone: missing {flag}");
+    }
     assert_eq!(
-        (&annotations["prometheus.io/port"], &annotations["prometheus.io/path"]),
-        (&Value::from("8082"), &Value::from("/metrics"))
-    );
-    assert_eq!(
-        container_ports(&d),
+        container_ports(&standalone),
         [("https".to_string(), 8443), ("health".to_string(), 8081), ("admin".to_string(), 8082)]
     );
 }
 
-/// The extender container's ports, (name, number).
-fn container_ports(deployment: &Value) -> Vec<(String, i64)> {
-    let ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"].as_sequence().unwrap();
-    ports.iter().map(|p| (p["name"].as_str().unwrap().to_string(), p["containerPort"].as_i64().unwrap())).collect()
+/// The default topology: kube-scheduler calls the extender of its own pod on loopback, in
+/// plain HTTP, and nothing of TLS is left to make: no certificate, Secret or Service.
+#[test]
+fn beside_kube_scheduler_the_extender_is_called_on_loopback_with_no_certificate() {
+    let d = load("scheduler-of-its-own/deployment.yaml");
+    let extender = extender_container(&d);
+    let flags = args(extender);
+    let listen = flags[flags.iter().position(|f| *f == "--listen").unwrap() + 1];
+    let prefix = flags[flags.iter().position(|f| *f == "--path-prefix").unwrap() + 1];
+    assert_eq!(listen, "127.0.0.1:8888", "on loopback: nothing outside the pod reaches the verbs");
+    for flag in ["--tls-cert", "--tls-key", "--client-ca"] {
+        assert!(!flags.contains(&flag), "no {flag}");
+    }
+    let config = load("scheduler-of-its-own/kube-scheduler-config.yaml");
+    let entries = config["extenders"].as_sequence().unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0]["urlPrefix"], Value::from(format!("http://{listen}{prefix}")));
+    assert_eq!(entries[0]["enableHTTPS"], Value::Bool(false));
+    assert!(entries[0]["tlsConfig"].is_null());
+    // The verb port is not a container port: only the pod itself calls it.
+    assert_eq!(container_ports(&d), [("health".to_string(), 8081), ("admin".to_string(), 8082)]);
+    let pod = &d["spec"]["template"]["spec"];
+    let containers: Vec<&str> =
+        pod["containers"].as_sequence().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(containers, ["coloc-extender", "kube-scheduler"]);
+    for v in pod["volumes"].as_sequence().unwrap() {
+        assert!(v["secret"].is_null() && v["projected"].is_null(), "a volume that wants a Secret: {v:?}");
+    }
+    for file in load("scheduler-of-its-own/kustomization.yaml")["resources"].as_sequence().unwrap() {
+        for o in load_all(&format!("scheduler-of-its-own/{}", file.as_str().unwrap())) {
+            assert!(!["Service", "Certificate", "Secret"].contains(&o["kind"].as_str().unwrap()), "{o:?}");
+        }
+    }
+    assert_eq!(pod["serviceAccountName"], Value::from("coloc-scheduler"), "kube-scheduler's identity");
+    // The extender acts as its own identity, in the pod's namespace (it follows the install's).
+    assert!(flags.contains(&"--act-as=system:serviceaccount:$(POD_NAMESPACE):coloc-extender"), "{flags:?}");
+    let env: Vec<&str> = extender["env"].as_sequence().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert!(env.contains(&"POD_NAMESPACE"), "$(POD_NAMESPACE) is expanded from the container's env");
 }
 
+/// coloc-scheduler's pods are never scheduled through the extender they carry: they name no
+/// scheduler (the default one places them) and their class is one the routing never sends
+/// to coloc-scheduler, whatever their namespace's labels.
 #[test]
-fn the_network_policy_opens_the_verb_and_health_ports_and_the_admin_port_to_monitoring_only() {
-    let base = load("kustomization.yaml");
-    let resources: Vec<&str> = base["resources"].as_sequence().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
-    assert!(resources.contains(&"networkpolicy.yaml"), "{resources:?}");
-    let d = load("deployment.yaml");
-    let np = load("networkpolicy.yaml");
-    assert_eq!((&np["apiVersion"], &np["kind"]), (&Value::from("networking.k8s.io/v1"), &Value::from("NetworkPolicy")));
-    assert_eq!(np["metadata"]["namespace"], d["metadata"]["namespace"]);
-    let spec = &np["spec"];
-    // It selects exactly the extender's pods.
-    assert_eq!(spec["podSelector"]["matchLabels"], d["spec"]["selector"]["matchLabels"]);
-    let pod_labels = d["spec"]["template"]["metadata"]["labels"].as_mapping().unwrap();
-    for (k, v) in spec["podSelector"]["matchLabels"].as_mapping().unwrap() {
-        assert_eq!(pod_labels.get(k), Some(v), "the pods carry {k:?}");
-    }
-    assert_eq!(spec["policyTypes"], Value::from(vec!["Ingress"]));
-    // Each rule's ports, resolved against the container's named ports, with its sources.
-    let named = container_ports(&d);
-    let number = |p: &Value| match p {
-        Value::String(name) => {
-            named.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no container port {name}")).1
-        }
-        other => other.as_i64().unwrap(),
-    };
-    let mut rules: Vec<(Vec<i64>, Value)> = spec["ingress"]
+fn coloc_schedulers_pods_are_placed_by_the_default_scheduler() {
+    let d = load("scheduler-of-its-own/deployment.yaml");
+    let pod = &d["spec"]["template"]["spec"];
+    assert!(pod["schedulerName"].is_null(), "the default scheduler places them");
+    let class = pod["priorityClassName"].as_str().unwrap();
+    assert_eq!(class, "system-cluster-critical");
+    let routing = load("routing/mutatingadmissionpolicy.yaml");
+    let condition = routing["spec"]["matchConditions"]
         .as_sequence()
         .unwrap()
         .iter()
-        .map(|r| {
-            let mut ports: Vec<i64> = r["ports"].as_sequence().unwrap().iter().map(|p| number(&p["port"])).collect();
-            ports.sort();
-            (ports, r["from"].clone())
-        })
+        .find(|c| c["name"] == "class-the-extender-governs")
+        .unwrap()["expression"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(!condition.contains(&format!("'{class}'")), "the routing names {class}");
+    // Its value (2,000,000,000) is above every priority range the routing sends.
+    let ceilings: Vec<i64> = condition
+        .split("object.spec.priority <= ")
+        .skip(1)
+        .map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap())
         .collect();
-    rules.sort_by(|a, b| a.0.cmp(&b.0));
-    let monitoring: Value =
-        serde_yaml_ng::from_str("[{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]")
-            .unwrap();
-    // No `from`: any source (kube-scheduler is often host-networked; --client-ca guards 8443).
-    assert_eq!(rules, [(vec![8081, 8443], Value::Null), (vec![8082], monitoring)]);
+    assert!(!ceilings.is_empty() && ceilings.iter().all(|c| *c < 2_000_000_000), "{ceilings:?}");
+}
+
+/// The components that add the extender's flags patch the first container of every
+/// Deployment carrying the extender's component label, which both topologies' carry.
+#[test]
+fn flags_reach_the_extender_in_either_topology() {
+    for file in EXTENDER_DEPLOYMENTS {
+        let d = load(file);
+        extender_container(&d);
+        for labels in [&d["metadata"]["labels"], &d["spec"]["template"]["metadata"]["labels"]] {
+            assert_eq!(labels["app.kubernetes.io/component"], Value::from("scheduler-extender"), "{file}");
+        }
+    }
+    for (component, flag) in [("requeue", "--requeue"), ("wake", "--wake")] {
+        let patches = load(&format!("{component}/kustomization.yaml"))["patches"].clone();
+        let patch = &patches[0];
+        assert_eq!(patch["target"]["labelSelector"], Value::from("app.kubernetes.io/component=scheduler-extender"));
+        assert!(patch["target"]["name"].is_null(), "{component}: not one Deployment by name");
+        let ops = patch["patch"].as_str().unwrap();
+        assert!(ops.contains("/spec/template/spec/containers/0/args/-") && ops.contains(flag), "{ops}");
+    }
+}
+
+/// The extender container's ports, (name, number).
+fn container_ports(deployment: &Value) -> Vec<(String, i64)> {
+    let ports = extender_container(deployment)["ports"].as_sequence().unwrap();
+    ports.iter().map(|p| (p["name"].as_str().unwrap().to_string(), p["containerPort"].as_i64().unwrap())).collect()
+}
+
+/// Every named port of a Deployment's pods, over all its containers.
+fn pod_ports(deployment: &Value) -> Vec<(String, i64)> {
+    let containers = deployment["spec"]["template"]["spec"]["containers"].as_sequence().unwrap();
+    containers
+        .iter()
+        .flat_map(|c| c["ports"].as_sequence().into_iter().flatten())
+        .map(|p| (p["name"].as_str().unwrap().to_string(), p["containerPort"].as_i64().unwrap()))
+        .collect()
+}
+
+/// Each topology's NetworkPolicy selects exactly its pods, opens the verb (standalone) or
+/// kube-scheduler's port (beside it) and the health port to all, and the admin port to
+/// the monitoring namespace only. Beside kube-scheduler the hop is the pod's loopback,
+/// which no NetworkPolicy governs.
+#[test]
+fn the_network_policy_opens_the_verb_and_health_ports_and_the_admin_port_to_monitoring_only() {
+    for (dir, open) in [("standalone", [8081, 8443]), ("scheduler-of-its-own", [8081, 10259])] {
+        let component = load(&format!("{dir}/kustomization.yaml"));
+        let resources = serde_yaml_ng::to_string(&component["resources"]).unwrap();
+        assert!(resources.contains("networkpolicy.yaml"), "{dir}: {resources}");
+        let d = load(&format!("{dir}/deployment.yaml"));
+        let np = load(&format!("{dir}/networkpolicy.yaml"));
+        assert_eq!(
+            (&np["apiVersion"], &np["kind"]),
+            (&Value::from("networking.k8s.io/v1"), &Value::from("NetworkPolicy"))
+        );
+        assert_eq!(np["metadata"]["namespace"], d["metadata"]["namespace"]);
+        let spec = &np["spec"];
+        // It selects exactly the pods that run the extender.
+        assert_eq!(spec["podSelector"]["matchLabels"], d["spec"]["selector"]["matchLabels"], "{dir}");
+        let pod_labels = d["spec"]["template"]["metadata"]["labels"].as_mapping().unwrap();
+        for (k, v) in spec["podSelector"]["matchLabels"].as_mapping().unwrap() {
+            assert_eq!(pod_labels.get(k), Some(v), "{dir}: the pods carry {k:?}");
+        }
+        assert_eq!(spec["policyTypes"], Value::from(vec!["Ingress"]));
+        // Each rule's ports, resolved against the pod's named ports, with its sources.
+        let named = pod_ports(&d);
+        let number = |p: &Value| match p {
+            Value::String(name) => {
+                named.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("{dir}: no container port {name}")).1
+            }
+            other => other.as_i64().unwrap(),
+        };
+        let mut rules: Vec<(Vec<i64>, Value)> = spec["ingress"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                let mut ports: Vec<i64> =
+                    r["ports"].as_sequence().unwrap().iter().map(|p| number(&p["port"])).collect();
+                ports.sort();
+                (ports, r["from"].clone())
+            })
+            .collect();
+        rules.sort_by(|a, b| a.0.cmp(&b.0));
+        let monitoring: Value =
+            serde_yaml_ng::from_str("[{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: monitoring}}}]")
+                .unwrap();
+        // No `from`: any source (the kubelet probes; kube-scheduler is often host-networked
+        // and --client-ca guards 8443).
+        assert_eq!(rules, [(open.to_vec(), Value::Null), (vec![8082], monitoring)], "{dir}");
+    }
 }
 
 /// Every document of a manifest file.
@@ -231,15 +361,20 @@ fn the_pod_monitor_scrapes_with_the_token_of_a_service_account_bound_to_the_metr
 
 #[test]
 fn a_rolling_update_keeps_serving_until_the_endpoint_is_gone_and_drains_within_the_grace_period() {
-    let d = load("deployment.yaml");
+    let d = load("standalone/deployment.yaml");
     let spec = &d["spec"]["template"]["spec"];
-    let container = &spec["containers"][0];
+    let container = extender_container(&d);
     let pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"].as_i64().expect("a preStop sleep");
     let grace = spec["terminationGracePeriodSeconds"].as_i64().unwrap();
     // preStop, then the server's 20 s drain (serve's ServeOptions::drain_timeout), inside the grace period.
     assert!(pre_stop >= 3 && pre_stop + 20 <= grace, "preStop {pre_stop}s + 20s drain must fit in {grace}s");
     assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], Value::from(0));
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], Value::from("/readyz"));
+    // Beside kube-scheduler no endpoint is to leave (its caller stops with it): the drain
+    // alone fits in the grace period.
+    let d = load("scheduler-of-its-own/deployment.yaml");
+    let grace = d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].as_i64().unwrap();
+    assert!(20 <= grace, "the 20s drain must fit in {grace}s");
 }
 
 #[test]
@@ -259,7 +394,7 @@ fn requeue_writes_are_an_opt_in_component_with_only_the_writes_it_needs() {
         Value::from("coloc-extender-requeue"),
         "granted to the requeue identity alone"
     );
-    acted_as_by_the_replicas_alone("requeue", "coloc-extender-requeue");
+    acted_as_by_the_pods_running_the_extender_alone("requeue", "coloc-extender-requeue");
 }
 
 #[test]
@@ -278,19 +413,18 @@ fn wake_writes_are_an_opt_in_component_limited_to_pods_in_the_extenders_namespac
         Value::from("coloc-extender-wake"),
         "granted to the wake identity alone"
     );
-    acted_as_by_the_replicas_alone("wake", "coloc-extender-wake");
+    acted_as_by_the_pods_running_the_extender_alone("wake", "coloc-extender-wake");
 }
 
-/// A component's identity: a ServiceAccount no pod mounts, which the extender's replicas
-/// (and nobody else the component names) may impersonate.
-fn acted_as_by_the_replicas_alone(component: &str, identity: &str) {
+/// A component's identity: a ServiceAccount no pod mounts, which the pods that run the
+/// extender (and nobody else the component names) may impersonate. The file names the
+/// standalone extender's ServiceAccount; install-namespace names coloc-scheduler's where it
+/// runs the extender (tests/install_manifest.rs renders both).
+fn acted_as_by_the_pods_running_the_extender_alone(component: &str, identity: &str) {
     let account = load(&format!("{component}/serviceaccount.yaml"));
     assert_eq!(account["metadata"]["name"], identity);
     assert_eq!(account["automountServiceAccountToken"], false);
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests").join(component).join("impersonate.yaml");
-    let text = std::fs::read_to_string(path).unwrap();
-    let docs: Vec<Value> =
-        serde_yaml_ng::Deserializer::from_str(&text).map(|d| serde::Deserialize::deserialize(d).unwrap()).collect();
+    let docs = load_all(&format!("{component}/impersonate.yaml"));
     let (role, binding) = (&docs[0], &docs[1]);
     assert_eq!(grants(role), ["/serviceaccounts:impersonate"]);
     assert_eq!(role["rules"][0]["resourceNames"].as_sequence().map(Vec::len), Some(1));
@@ -298,6 +432,26 @@ fn acted_as_by_the_replicas_alone(component: &str, identity: &str) {
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     assert_eq!(binding["subjects"].as_sequence().map(Vec::len), Some(1));
     assert_eq!(binding["subjects"][0]["name"], Value::from("coloc-extender"));
+}
+
+/// Beside kube-scheduler, the pod's ServiceAccount (coloc-scheduler) may act as the
+/// extender's own identity and as nothing else; no pod runs as that identity then, and
+/// none mounts its token unless it runs as it (standalone).
+#[test]
+fn coloc_scheduler_may_act_as_the_extender_and_nothing_else() {
+    let docs = load_all("scheduler-of-its-own/impersonate.yaml");
+    let (role, binding) = (&docs[0], &docs[1]);
+    assert_eq!(grants(role), ["/serviceaccounts:impersonate"]);
+    assert_eq!(role["rules"][0]["resourceNames"], Value::from(vec!["coloc-extender"]));
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(binding["subjects"].as_sequence().map(Vec::len), Some(1));
+    assert_eq!(binding["subjects"][0]["name"], Value::from("coloc-scheduler"));
+    let component = serde_yaml_ng::to_string(&load("scheduler-of-its-own/kustomization.yaml")["resources"]).unwrap();
+    assert!(component.contains("impersonate.yaml"), "{component}");
+    assert_eq!(load("serviceaccount.yaml")["automountServiceAccountToken"], Value::Bool(false));
+    let standalone = load("standalone/deployment.yaml");
+    assert_eq!(standalone["spec"]["template"]["spec"]["serviceAccountName"], Value::from("coloc-extender"));
+    assert_eq!(standalone["spec"]["template"]["spec"]["automountServiceAccountToken"], Value::Bool(true));
 }
 
 /// Every pod write RBAC grants (the base's guard clean-up, the requeue and wake
@@ -374,7 +528,7 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
         ["coloc-extender", "coloc-extender-uninstall", "coloc-extender-requeue", "coloc-extender-wake"]
     );
     assert!(
-        matched.contains("matches('^system:serviceaccount:kube-system:coloc-extender(-uninstall|-requeue|-wake)?$')"),
+        matched.contains("matches('^system:serviceaccount:coloc-system:coloc-extender(-uninstall|-requeue|-wake)?$')"),
         "{matched}"
     );
     for v in spec["validations"].as_sequence().unwrap() {
@@ -404,7 +558,7 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
     );
     let exempt = marks["spec"]["matchConditions"][0]["expression"].as_str().unwrap();
     assert!(
-        exempt.contains("matches('^system:serviceaccount:kube-system:coloc-extender(-uninstall|-requeue|-wake)?$')")
+        exempt.contains("matches('^system:serviceaccount:coloc-system:coloc-extender(-uninstall|-requeue|-wake)?$')")
     );
 }
 
@@ -572,4 +726,28 @@ fn the_example_priority_classes_are_the_default_policys_and_routed() {
     }
     let classes: Vec<&str> = seen.iter().map(|(_, c)| c.as_str()).collect();
     assert_eq!(classes, ["online", "online", "batch", "free"]);
+}
+
+/// The install has a namespace of its own, coloc-system, set once (the base's
+/// NamespaceTransformer) and shipped as an object, so that `kubectl apply -k manifests`
+/// needs nothing made first and `kubectl delete -k` leaves nothing behind in it.
+#[test]
+fn the_install_namespace_is_its_own_coloc_system_and_ships_with_it() {
+    let base = load("kustomization.yaml");
+    let set: Vec<&str> = base["transformers"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t.as_str())
+        .filter(|t| t.contains("kind: NamespaceTransformer"))
+        .collect();
+    assert_eq!(set.len(), 1, "set once");
+    let transformer: Value = serde_yaml_ng::from_str(set[0]).unwrap();
+    assert_eq!(transformer["metadata"]["namespace"], Value::from("coloc-system"));
+    let namespace = load("namespace.yaml");
+    assert_eq!(
+        (&namespace["kind"], &namespace["metadata"]["name"]),
+        (&Value::from("Namespace"), &Value::from("coloc-system"))
+    );
+    assert!(base["resources"].as_sequence().unwrap().contains(&Value::from("namespace.yaml")));
 }

@@ -157,8 +157,10 @@ fn the_pod_monitor_scrapes_the_admin_port_the_no_replica_alert_reads() {
     let monitor: serde_yaml_ng::Value = serde_yaml_ng::from_str(&repo("manifests/monitoring/podmonitor.yaml")).unwrap();
     assert_eq!(monitor["kind"], serde_yaml_ng::Value::from("PodMonitor"));
     assert_eq!(monitor["spec"]["podMetricsEndpoints"][0]["port"], serde_yaml_ng::Value::from("admin"));
-    let deployment = repo("manifests/deployment.yaml");
-    assert!(deployment.contains("name: admin"), "the Deployment names its admin port");
+    for deployment in ["scheduler-of-its-own/deployment.yaml", "standalone/deployment.yaml"] {
+        let text = repo(&format!("manifests/{deployment}"));
+        assert!(text.contains("name: admin"), "{deployment} names its admin port");
+    }
     // Prometheus Operator names the job namespace/name: the alert matches any namespace.
     let job = format!("job=~\".+/{}\"", monitor["metadata"]["name"].as_str().unwrap());
     assert!(repo("manifests/monitoring/prometheusrule.yaml").contains(&job), "the alert reads {job}");

@@ -44,9 +44,16 @@ pub struct ServeArgs {
     /// retry them. Writes pods in --wake-namespace: needs the `manifests/wake` RBAC component.
     #[arg(long, requires = "kube")]
     pub wake: bool,
-    /// Namespace of the wake placeholders (default: $POD_NAMESPACE, else kube-system).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+    /// Namespace of the wake placeholders (default: $POD_NAMESPACE, else coloc-system).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "coloc-system")]
     pub wake_namespace: String,
+    /// The identity every API call is made as but copies' and placeholders' (impersonated),
+    /// where the pod's own ServiceAccount is another's: beside kube-scheduler in
+    /// coloc-scheduler's pod, system:serviceaccount:<namespace>:coloc-extender. Copies and
+    /// placeholders are still written as --requeue-as and --wake-as, impersonated by the
+    /// pod's own identity. Default: the pod's own identity.
+    #[arg(long, requires = "kube")]
+    pub act_as: Option<String>,
     /// The identity copies are created as (impersonated; the `requeue` component grants
     /// it pod create and this replica the right to impersonate it). Default:
     /// system:serviceaccount:<--wake-namespace>:coloc-extender-requeue.
@@ -308,6 +315,19 @@ mod tests {
             assert_eq!(admin_auth(&["--admin-listen", addr, "--admin-auth", "none"]), Ok(AdminAuth::Open));
             assert_eq!(admin_auth(&["--admin-listen", addr, "--admin-auth", "kube", "--kube"]), Ok(AdminAuth::Kube));
         }
+    }
+
+    #[test]
+    fn acting_as_another_identity_needs_the_kubernetes_api() {
+        let parse = |flags: &[&str]| {
+            let argv = std::iter::once("serve").chain(flags.iter().copied());
+            Serve::try_parse_from(argv).map(|s| s.args.act_as).map_err(|e| e.to_string())
+        };
+        let user = "system:serviceaccount:coloc-system:coloc-extender";
+        assert_eq!(parse(&[]), Ok(None), "the pod's own identity by default");
+        assert_eq!(parse(&["--kube", "--act-as", user]), Ok(Some(user.to_string())));
+        let refused = parse(&["--act-as", user]).unwrap_err();
+        assert!(refused.contains("--kube"), "{refused}");
     }
 
     #[test]

@@ -68,7 +68,7 @@ pub enum Command {
     /// (manifests/uninstall) once kube-scheduler no longer calls the extender.
     Uninstall(crate::uninstall::UninstallArgs),
     /// Print a pod's recent decisions from a running extender (GET /decisions on its
-    /// admin port), e.g. `kubectl -n kube-system port-forward deploy/coloc-extender 8082`
+    /// admin port), e.g. `kubectl -n coloc-system port-forward deploy/coloc-scheduler 8082`
     /// then `coloc-extender explain online/web-0`. Behind `serve --admin-auth kube` (as
     /// shipped) it needs the token of an identity bound to ClusterRole
     /// coloc-extender-decisions-reader: `--token-file`, or $COLOC_TOKEN.

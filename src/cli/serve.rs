@@ -133,9 +133,19 @@ fn app_state(
 /// With `--kube`: the client, Events, requeue (and finishing what an earlier run left),
 /// wake, and the watches that feed the view. Returns the client configuration.
 async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>) -> anyhow::Result<kube::Config> {
-    let config = kube::Config::infer()
+    // The pod's own identity, which acts as each of the extender's identities.
+    let own = kube::Config::infer()
         .await
         .context("cannot find a Kubernetes client configuration (in-cluster config or KUBECONFIG)")?;
+    // Beside kube-scheduler the pod's ServiceAccount is kube-scheduler's: every call of the
+    // extender's own is made as its own identity, which admission holds to its writes.
+    let config = match &args.act_as {
+        Some(user) => {
+            tracing::info!(acts_as = %user, "API calls are made as this identity (impersonated), copies and placeholders as their own");
+            impersonating(&own, user)
+        }
+        None => own.clone(),
+    };
     let client = kube::Client::try_from(config.clone()).context("cannot build a Kubernetes client")?;
     let fresh = Arc::new(cluster::watch::Freshness::default());
     state.freshness = Some(fresh.clone());
@@ -165,7 +175,7 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
     }
     let mut requeuer = crate::requeue::kube::Requeuer::new(client.clone(), instance, args.requeue);
     if args.requeue {
-        requeuer = requeuer.with_copier(acting_as(&config, &args.requeue_identity())?);
+        requeuer = requeuer.with_copier(acting_as(&own, &args.requeue_identity())?);
     }
     requeuer.pace = state.pace.clone();
     let requeuer = Arc::new(requeuer);
@@ -191,8 +201,7 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
         );
     }
     if args.wake {
-        let waker =
-            crate::wake::kube::Waker::new(acting_as(&config, &args.wake_identity())?, args.wake_namespace.clone());
+        let waker = crate::wake::kube::Waker::new(acting_as(&own, &args.wake_identity())?, args.wake_namespace.clone());
         tokio::spawn(waker.clone().run(view.clone(), args.wake_min_interval));
         state.waker = Some(waker);
         tracing::info!(namespace = %args.wake_namespace, wakes_as = %args.wake_identity(), min_interval_s = args.wake_min_interval.as_secs(), "waking parked pods is on");
@@ -204,9 +213,15 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
 /// A client that acts as `user` (impersonation): each kind of write the extender makes is
 /// its own identity, which admission holds to that write alone.
 fn acting_as(config: &kube::Config, user: &str) -> anyhow::Result<kube::Client> {
+    kube::Client::try_from(impersonating(config, user))
+        .with_context(|| format!("cannot build a Kubernetes client acting as {user}"))
+}
+
+/// `config`'s credentials, asking the API server to act as `user`.
+fn impersonating(config: &kube::Config, user: &str) -> kube::Config {
     let mut config = config.clone();
     config.auth_info.impersonate = Some(user.to_string());
-    kube::Client::try_from(config).with_context(|| format!("cannot build a Kubernetes client acting as {user}"))
+    config
 }
 
 /// The verb listener (TLS, certificate reload), the health and admin ports, until a

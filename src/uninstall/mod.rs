@@ -41,7 +41,7 @@ use crate::requeue::GATE;
 #[derive(clap::Args, Debug)]
 pub struct UninstallArgs {
     /// Namespace the extender runs in.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+    #[arg(long, env = "POD_NAMESPACE", default_value = "coloc-system")]
     pub namespace: String,
     /// Label selector of the extender's pods: none may still run.
     #[arg(long, default_value = "app.kubernetes.io/name=coloc-extender")]

@@ -8,9 +8,10 @@
 //! - the endpoint reconciler: it refuses the loopback advertise address.
 //!
 //! Authentication is by static tokens: an admin (`system:masters`) for the harness,
-//! kube-scheduler and kube-controller-manager, and the extender's ServiceAccount name, so
-//! the shipped ClusterRoles and bindings (`manifests/`) apply to it as in a cluster, with
-//! RBAC authorization.
+//! kube-scheduler and kube-controller-manager, and the install's ServiceAccount names (in
+//! its namespace, and in kube-system for an earlier release's install), so the shipped
+//! ClusterRoles and bindings (`manifests/`) apply to them as in a cluster, with RBAC
+//! authorization.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,12 +23,19 @@ use crate::ports::{free_port, TempDir};
 use crate::process::Proc;
 use crate::{pki, Binaries};
 
-/// The user the extender authenticates as: what its ServiceAccount would be in a cluster.
-pub const EXTENDER_USER: &str = "system:serviceaccount:kube-system:coloc-extender";
-/// Who `coloc-extender uninstall` acts as (manifests/uninstall).
-pub const UNINSTALL_USER: &str = "system:serviceaccount:kube-system:coloc-extender-uninstall";
-/// Who the scheduler of its own (manifests/scheduler-of-its-own) runs as.
-pub const SCHEDULER_USER: &str = "system:serviceaccount:kube-system:coloc-scheduler";
+/// The install's namespace, as manifests/ name it.
+pub const INSTALL_NAMESPACE: &str = "coloc-system";
+/// Where an earlier release installed itself: its identities authenticate too.
+pub const EARLIER_NAMESPACE: &str = "kube-system";
+/// The ServiceAccounts pods of the install run as, each with a token in both namespaces:
+/// the standalone extender, the uninstall Job, and coloc-scheduler (whose pods run the
+/// extender beside kube-scheduler).
+pub const ACCOUNTS: [&str; 3] = ["coloc-extender", "coloc-extender-uninstall", "coloc-scheduler"];
+
+/// The user a ServiceAccount authenticates as.
+pub fn service_account(namespace: &str, name: &str) -> String {
+    format!("system:serviceaccount:{namespace}:{name}")
+}
 
 /// kube-controller-manager's controllers: the workload controllers whose behaviour the
 /// extender relies on (recreating victims, Job failure accounting, PDB status), and the
@@ -51,8 +59,10 @@ pub struct ControlPlane {
     pub etcd: Proc,
     pub api_port: u16,
     pub admin_kubeconfig: PathBuf,
+    /// The standalone extender's ServiceAccount, coloc-extender (of the install namespace).
     pub extender_kubeconfig: PathBuf,
     pub uninstall_kubeconfig: PathBuf,
+    /// coloc-scheduler's ServiceAccount: its kube-scheduler's, and the extender's beside it.
     pub scheduler_kubeconfig: PathBuf,
     dir: TempDir,
 }
@@ -76,10 +86,16 @@ impl ControlPlane {
         let dir = TempDir::new("coloc-testbed")?;
         let d = dir.path();
         let pki = pki::write(d)?;
-        std::fs::write(
-            d.join("tokens.csv"),
-            format!("admin-token,testbed-admin,1,\"system:masters\"\nextender-token,{EXTENDER_USER},2,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\nuninstall-token,{UNINSTALL_USER},3,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\nscheduler-token,{SCHEDULER_USER},4,\"system:serviceaccounts,system:serviceaccounts:kube-system\"\n"),
-        )?;
+        let mut tokens = "admin-token,testbed-admin,1,\"system:masters\"\n".to_string();
+        for (i, (namespace, account)) in accounts().enumerate() {
+            let user = service_account(namespace, account);
+            tokens += &format!(
+                "{},{user},{},\"system:serviceaccounts,system:serviceaccounts:{namespace}\"\n",
+                token(namespace, account),
+                i + 2
+            );
+        }
+        std::fs::write(d.join("tokens.csv"), tokens)?;
         let etcd_port = free_port();
         let peer_port = free_port();
         let etcd = Proc::spawn(
@@ -147,13 +163,14 @@ impl ControlPlane {
         args.extend(opts.apiserver_args.iter().cloned());
         let apiserver = Proc::spawn("kube-apiserver", &bins.kube_apiserver, &args, &[], d)?;
         let admin_kubeconfig = d.join("admin.kubeconfig");
-        let extender_kubeconfig = d.join("extender.kubeconfig");
         std::fs::write(&admin_kubeconfig, kubeconfig(api_port, &pki.ca_cert, "admin-token"))?;
-        std::fs::write(&extender_kubeconfig, kubeconfig(api_port, &pki.ca_cert, "extender-token"))?;
-        let uninstall_kubeconfig = d.join("uninstall.kubeconfig");
-        std::fs::write(&uninstall_kubeconfig, kubeconfig(api_port, &pki.ca_cert, "uninstall-token"))?;
-        let scheduler_kubeconfig = d.join("scheduler.kubeconfig");
-        std::fs::write(&scheduler_kubeconfig, kubeconfig(api_port, &pki.ca_cert, "scheduler-token"))?;
+        for (namespace, account) in accounts() {
+            let text = kubeconfig(api_port, &pki.ca_cert, &token(namespace, account));
+            std::fs::write(kubeconfig_path(d, namespace, account), text)?;
+        }
+        let extender_kubeconfig = kubeconfig_path(d, INSTALL_NAMESPACE, "coloc-extender");
+        let uninstall_kubeconfig = kubeconfig_path(d, INSTALL_NAMESPACE, "coloc-extender-uninstall");
+        let scheduler_kubeconfig = kubeconfig_path(d, INSTALL_NAMESPACE, "coloc-scheduler");
         let mut plane = ControlPlane {
             bins: bins.clone(),
             controller_manager: None,
@@ -202,6 +219,14 @@ impl ControlPlane {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The kubeconfig of ServiceAccount `namespace/account` (one of [`ACCOUNTS`], in the
+    /// install's namespace or an earlier release's).
+    pub fn kubeconfig_of(&self, namespace: &str, account: &str) -> PathBuf {
+        let path = kubeconfig_path(self.dir(), namespace, account);
+        assert!(path.is_file(), "no token for {namespace}/{account}: see ACCOUNTS");
+        path
     }
 
     /// A client with admin rights.
@@ -298,6 +323,19 @@ fn kubeconfig(port: u16, ca: &Path, token: &str) -> String {
         "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: https://127.0.0.1:{port}\n    certificate-authority: {}\nusers:\n- name: user\n  user:\n    token: {token}\ncontexts:\n- name: local\n  context:\n    cluster: local\n    user: user\ncurrent-context: local\n",
         ca.display()
     )
+}
+
+/// Every (namespace, ServiceAccount) with a token.
+fn accounts() -> impl Iterator<Item = (&'static str, &'static str)> {
+    [INSTALL_NAMESPACE, EARLIER_NAMESPACE].into_iter().flat_map(|ns| ACCOUNTS.into_iter().map(move |a| (ns, a)))
+}
+
+fn token(namespace: &str, account: &str) -> String {
+    format!("{namespace}-{account}-token")
+}
+
+fn kubeconfig_path(dir: &Path, namespace: &str, account: &str) -> PathBuf {
+    dir.join(format!("{namespace}-{account}.kubeconfig"))
 }
 
 pub fn strings(args: &[&str]) -> Vec<String> {

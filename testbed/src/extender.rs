@@ -3,10 +3,18 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::control_plane::{plain_client, strings};
+use crate::control_plane::{plain_client, strings, INSTALL_NAMESPACE};
 use crate::ports::free_port;
 use crate::process::Proc;
 use crate::ControlPlane;
+
+/// What a pod gives the process standing in for its container: the credentials of its
+/// ServiceAccount and its namespace.
+#[derive(Clone, Copy)]
+pub struct Pod<'a> {
+    pub kubeconfig: &'a Path,
+    pub namespace: &'a str,
+}
 
 pub struct Extender {
     pub proc: Proc,
@@ -22,9 +30,22 @@ pub struct Extender {
 
 impl Extender {
     /// Starts `binary serve --listen … --health-listen … --admin-listen … <args>` as the
-    /// extender's own user
-    /// (`KUBECONFIG` = its kubeconfig) and waits until `/readyz` answers 200.
+    /// extender's own user (`KUBECONFIG` = its kubeconfig), in the install namespace, and
+    /// waits until `/readyz` answers 200.
     pub async fn start(plane: &ControlPlane, name: &str, binary: &Path, args: &[&str]) -> anyhow::Result<Extender> {
+        let pod = Pod { kubeconfig: &plane.extender_kubeconfig, namespace: INSTALL_NAMESPACE };
+        Extender::start_in(plane, name, binary, args, pod).await
+    }
+
+    /// `start`, as a container of a pod running as another ServiceAccount, in another
+    /// namespace (the downward API's `POD_NAMESPACE`).
+    pub async fn start_in(
+        plane: &ControlPlane,
+        name: &str,
+        binary: &Path,
+        args: &[&str],
+        pod: Pod<'_>,
+    ) -> anyhow::Result<Extender> {
         let port = free_port();
         let health_port = free_port();
         // Each its own: the default (127.0.0.1:8082) would collide between extenders.
@@ -40,11 +61,11 @@ impl Extender {
         ]);
         all.extend(args.iter().map(|a| a.to_string()));
         let env = [
-            ("KUBECONFIG".to_string(), plane.extender_kubeconfig.display().to_string()),
+            ("KUBECONFIG".to_string(), pod.kubeconfig.display().to_string()),
             ("RUST_LOG".to_string(), std::env::var("COLOC_E2E_LOG").unwrap_or_else(|_| "info".into())),
             // What the shipped Deployment gives each replica (the downward API).
             ("POD_NAME".to_string(), name.to_string()),
-            ("POD_NAMESPACE".to_string(), "kube-system".to_string()),
+            ("POD_NAMESPACE".to_string(), pod.namespace.to_string()),
         ];
         let proc = Proc::spawn(name, binary, &all, &env, plane.dir())?;
         let mut e = Extender {

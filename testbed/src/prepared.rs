@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use kube::Client;
 
-use crate::control_plane::Options;
+use crate::control_plane::{Options, INSTALL_NAMESPACE};
 use crate::{cluster, Binaries, ControlPlane};
 
 /// The online pods' namespace.
@@ -38,11 +38,15 @@ pub fn repo(rel: &str) -> PathBuf {
 
 /// Starts a control plane with `opts`, creates the two namespaces and the default
 /// policy's PriorityClasses, waits until the API server admits pods of each class, and
-/// applies `manifests` (paths from the repository's root).
+/// applies `manifests` (paths from the repository's root) in the install namespace, made
+/// for them (without them, an install applied whole brings its own).
 pub async fn start(bins: &Binaries, opts: Options, manifests: &[&str]) -> anyhow::Result<(ControlPlane, Client)> {
     let plane = ControlPlane::start(bins, opts).await?;
     let client = plane.client().await?;
     cluster::create_all(&client, vec![cluster::namespace(ONLINE), cluster::requeue_namespace(BATCH)]).await?;
+    if !manifests.is_empty() {
+        cluster::create(&client, cluster::namespace(INSTALL_NAMESPACE)).await?;
+    }
     cluster::create_all(&client, cluster::default_priority_classes()).await?;
     cluster::until_admitted(&client, BATCH, &["online-prod", "offline-batch", "free"]).await?;
     for f in manifests {

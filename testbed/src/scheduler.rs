@@ -186,16 +186,28 @@ impl Scheduler {
         )?;
         let client = crate::control_plane::component_client(plane, port).await?;
         let mut s = Scheduler { proc, port, config, client };
+        s.until_ready().await?;
+        Ok(s)
+    }
+
+    /// Starts it again with the same command line (after `proc.kill()`), and waits until
+    /// `/readyz` answers.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.proc.restart()?;
+        self.until_ready().await
+    }
+
+    async fn until_ready(&mut self) -> anyhow::Result<()> {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(status) = s.proc.exited() {
-                anyhow::bail!("kube-scheduler exited ({status}):\n{}", s.proc.log_tail(4000));
+            if let Some(status) = self.proc.exited() {
+                anyhow::bail!("kube-scheduler exited ({status}):\n{}", self.proc.log_tail(4000));
             }
-            if s.get("/readyz").await.is_ok_and(|b| b.trim() == "ok") {
-                return Ok(s);
+            if self.get("/readyz").await.is_ok_and(|b| b.trim() == "ok") {
+                return Ok(());
             }
             if std::time::Instant::now() > deadline {
-                anyhow::bail!("kube-scheduler not ready:\n{}", s.proc.log_tail(4000));
+                anyhow::bail!("kube-scheduler not ready:\n{}", self.proc.log_tail(4000));
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

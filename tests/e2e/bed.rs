@@ -11,6 +11,8 @@ use coloc_testbed::{kubelet, prepared, wait, Binaries, ControlPlane, Extender, E
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 
+use crate::coloc_pod::ColocPod;
+
 /// The extender binary this test run built.
 pub const EXTENDER: &str = env!("CARGO_BIN_EXE_coloc-extender");
 
@@ -44,6 +46,8 @@ pub struct Bed {
     pub mode: Mode,
     // Field order is drop order: kube-scheduler first, the control plane last.
     pub scheduler: Option<Scheduler>,
+    /// Pods of coloc-scheduler (the default install), as processes.
+    pub coloc: Vec<ColocPod>,
     pub extenders: Vec<Extender>,
     pub kubelet: Kubelet,
     pub client: Client,
@@ -75,9 +79,25 @@ impl Bed {
         kubelet_opts: kubelet::Options,
     ) -> anyhow::Result<Bed> {
         let rbac = [&prepared::BASE_RBAC[..], &prepared::REQUEUE_RBAC[..], &prepared::WAKE_RBAC[..]].concat();
-        let (plane, client) = prepared::start(&bins, opts, &rbac).await?;
+        Bed::up_applying(bins, mode, opts, kubelet_opts, &rbac).await
+    }
+
+    /// A bed with nothing of the install applied (no namespace of its own either): for
+    /// cases that apply a rendered install whole.
+    pub async fn up_without_install(bins: Binaries, mode: Mode, kubelet_opts: kubelet::Options) -> anyhow::Result<Bed> {
+        Bed::up_applying(bins, mode, Options::default(), kubelet_opts, &[]).await
+    }
+
+    async fn up_applying(
+        bins: Binaries,
+        mode: Mode,
+        opts: Options,
+        kubelet_opts: kubelet::Options,
+        manifests: &[&str],
+    ) -> anyhow::Result<Bed> {
+        let (plane, client) = prepared::start(&bins, opts, manifests).await?;
         let kubelet = Kubelet::start(client.clone(), kubelet_opts);
-        Ok(Bed { mode, scheduler: None, extenders: Vec::new(), kubelet, client, plane })
+        Ok(Bed { mode, scheduler: None, coloc: Vec::new(), extenders: Vec::new(), kubelet, client, plane })
     }
 
     /// Ready nodes `names`, each `milli_cpu` and 64 GiB, in zone-1.
@@ -135,7 +155,7 @@ impl Bed {
     /// Checks that hold at the end of every case: kube-scheduler never had a preemption
     /// fail on the extender's answer (a victim it does not have, an empty victim list).
     pub fn finish(&self) -> anyhow::Result<()> {
-        if let Some(k) = &self.scheduler {
+        for k in self.scheduler.iter().chain(self.coloc.iter().map(|p| &p.scheduler)) {
             let log = std::fs::read_to_string(&k.proc.log).unwrap_or_default();
             for bad in ["claims to preempt pod", "expected at least one victim pod"] {
                 if let Some(line) = log.lines().find(|l| l.contains(bad)) {
@@ -194,6 +214,9 @@ impl Bed {
         }
         if let Some(k) = &self.scheduler {
             s += &format!("--- kube-scheduler (last 3 KB) ---\n{}\n", k.proc.log_tail(3000));
+        }
+        for p in &self.coloc {
+            s += &p.logs();
         }
         s
     }

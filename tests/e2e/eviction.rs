@@ -82,7 +82,10 @@ async fn unrecorded_copy(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     forged["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
     let kc = kube::config::Kubeconfig::read_from(&bed.plane.extender_kubeconfig)?;
     let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-    config.auth_info.impersonate = Some("system:serviceaccount:kube-system:coloc-extender-requeue".into());
+    config.auth_info.impersonate = Some(coloc_testbed::control_plane::service_account(
+        coloc_testbed::control_plane::INSTALL_NAMESPACE,
+        "coloc-extender-requeue",
+    ));
     let as_requeue: Api<Pod> = Api::namespaced(kube::Client::try_from(config)?, "batch");
     as_requeue.create(&Default::default(), &serde_json::from_value(forged)?).await?;
     // Gated for as long as it lives, then deleted.

@@ -1,14 +1,13 @@
 //! Fails safe: no state of the install can stop anyone else's pod writes. The rendered
-//! install (base, requeue and wake components) in a namespace of its own, but its
+//! install (base, requeue and wake components) in its namespace of its own, but its
 //! Deployments (no image runs here); each of its objects deleted in turn, then the whole
-//! install namespace: an admin's and a tenant's pod create and delete, and kube-scheduler's
-//! preemption, go on; the extender's identities stay refused or unable to act. Each
-//! object is applied again after its turn, the wake component's included: a re-applied
-//! install admits the extender's own writes again. The mode does not reach admission: the
-//! two runs share the objects between them (every other one each), and each deletes the
-//! namespace.
+//! install namespace (its Namespace object, last): an admin's and a tenant's pod create
+//! and delete, and kube-scheduler's preemption, go on; the extender's identities stay
+//! refused or unable to act. Each object is applied again after its turn, the wake
+//! component's included: a re-applied install admits the extender's own writes again. The
+//! mode does not reach admission: the two runs share the objects between them (every
+//! other one each), and each deletes the namespace.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use coloc_extender::wake;
@@ -19,7 +18,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
 
-use crate::bed::repo;
+use crate::coloc_pod::{default_install_with, without};
 use crate::scenarios::MINUTE;
 use crate::{Bed, Case, Mode};
 
@@ -30,8 +29,8 @@ pub fn cases() -> Vec<Case> {
     }]
 }
 
-/// The install's namespace here: one that can be deleted (kube-system cannot).
-const HOME: &str = "coloc-system";
+/// The install's namespace, the base's: one that can be deleted (kube-system cannot).
+const HOME: &str = coloc_testbed::control_plane::INSTALL_NAMESPACE;
 /// How long each deletion is given to reach admission before the writes are judged, while
 /// the writes are tried over and over.
 const SETTLE: Duration = Duration::from_millis(1000);
@@ -39,7 +38,6 @@ const SETTLE: Duration = Duration::from_millis(1000);
 async fn no_missing_object_refuses_anyone(bins: coloc_testbed::Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
     let objects = render(&bed)?;
-    cluster::create(&bed.client, cluster::namespace(HOME)).await?;
     let dir = bed.plane.dir().join("install");
     std::fs::create_dir_all(&dir)?;
     let mut files = Vec::new();
@@ -120,39 +118,12 @@ async fn no_missing_object_refuses_anyone(bins: coloc_testbed::Binaries, mode: M
 }
 
 /// The install as a platform team renders it: the base with the requeue and wake
-/// components, in [`HOME`], but the Deployments.
+/// components, in [`HOME`], but the Deployments and its Namespace (whose deletion is the
+/// last turn).
 fn render(bed: &Bed) -> anyhow::Result<Vec<Value>> {
-    let overlay = bed.plane.dir().join("overlay");
-    std::fs::create_dir_all(&overlay)?;
-    let up = relative_root(&overlay);
-    let manifests = |c: &str| format!("{up}{}", repo(&format!("manifests/{c}")).display());
-    std::fs::write(
-        overlay.join("kustomization.yaml"),
-        format!(
-            "namespace: {HOME}\nresources: [{}]\ncomponents: [{}, {}]\ntransformers: [{}]\n",
-            manifests(""),
-            manifests("requeue"),
-            manifests("wake"),
-            manifests("install-namespace"),
-        ),
-    )?;
-    let text = bed.plane.kubectl(&["kustomize", &overlay.display().to_string()])?;
-    let mut objects = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let v: Value = serde::Deserialize::deserialize(doc)?;
-        if !v.is_null() && v["kind"] != "Deployment" {
-            objects.push(v);
-        }
-    }
+    let objects = without(&default_install_with(bed, &["requeue", "wake"])?, &["Deployment", "Namespace"]);
     anyhow::ensure!(objects.len() > 20, "the rendered install holds {} objects", objects.len());
     Ok(objects)
-}
-
-/// `../` up to the root from `dir`, so that an absolute path of the repository reads as
-/// relative (kustomize takes no absolute resource path).
-fn relative_root(dir: &Path) -> String {
-    let depth = PathBuf::from(dir).components().filter(|c| matches!(c, std::path::Component::Normal(_))).count();
-    "../".repeat(depth).trim_end_matches('/').to_string()
 }
 
 fn name(o: &Value) -> &str {

@@ -211,10 +211,10 @@ async fn permission_removed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     bed.finish()
 }
 
-/// The Warning Events `reason` on the extender's own pod, kube-system/`pod`.
+/// The Warning Events `reason` on the extender's own pod, in the install namespace.
 async fn replica_events(bed: &Bed, pod: &str, reason: &str) -> anyhow::Result<Vec<String>> {
     let events: kube::Api<k8s_openapi::api::events::v1::Event> =
-        kube::Api::namespaced(bed.client.clone(), "kube-system");
+        kube::Api::namespaced(bed.client.clone(), coloc_testbed::control_plane::INSTALL_NAMESPACE);
     Ok(events
         .list(&Default::default())
         .await?

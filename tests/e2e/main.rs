@@ -10,6 +10,7 @@
 mod admin;
 mod bed;
 mod budgets;
+mod coloc_pod;
 mod eviction;
 mod fails_safe;
 mod faults;

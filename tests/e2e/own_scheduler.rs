@@ -1,17 +1,19 @@
-//! The scheduler of its own, as shipped (manifests/scheduler-of-its-own, rendered with
-//! `kubectl kustomize manifests`): kube-scheduler runs twice, as `default-scheduler`
-//! without extenders and as `coloc-scheduler` with the component's configuration, flags,
-//! RBAC (its ServiceAccount's identity) and admission policy. Pods of the governed
-//! classes in labelled namespaces go to coloc-scheduler and through the extender; the
-//! rest stay with the default scheduler.
+//! The scheduler of its own, as shipped (the default install with the requeue component,
+//! rendered with `kubectl kustomize`): kube-scheduler runs twice, as `default-scheduler`
+//! without extenders and as a pod of coloc-scheduler, whose extender container runs beside
+//! it with the pod's identity acting as its own, called on loopback as the rendered
+//! configuration says; RBAC and admission policies as rendered. Pods of the governed
+//! classes in labelled namespaces go to coloc-scheduler and through the extender; the rest
+//! stay with the default scheduler.
 
 use coloc_testbed::cluster::{self, PodBuilder};
-use coloc_testbed::{Binaries, Scheduler};
+use coloc_testbed::control_plane::INSTALL_NAMESPACE;
+use coloc_testbed::Binaries;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
-use crate::bed::repo;
+use crate::coloc_pod::{apply, default_install_with, without, ColocPod, Template};
 use crate::invariants::{bare_pods, nothing_lost};
 use crate::scenarios::MINUTE;
 use crate::{Bed, Case, Mode};
@@ -39,92 +41,36 @@ enum Routing {
 }
 
 /// The label that hands a namespace's pods to coloc-scheduler.
-const GOVERNED: (&str, &str) = ("coloc-extender.io/scheduler", "coloc-scheduler");
+pub const GOVERNED: (&str, &str) = ("coloc-extender.io/scheduler", "coloc-scheduler");
 
-/// `kubectl kustomize manifests`, one object per document.
-fn rendered(bed: &Bed) -> anyhow::Result<Vec<Value>> {
-    let text = bed.plane.kubectl(&["kustomize", &repo("manifests").display().to_string()])?;
-    let mut objects = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let v: Value = serde::Deserialize::deserialize(doc)?;
-        if !v.is_null() {
-            objects.push(v);
-        }
+/// The rendered install with requeue, applied but its Deployment (the test bed runs the
+/// pod's containers itself) and, without the routing, the admission policy that routes.
+fn apply_install(bed: &Bed, routing: Routing) -> anyhow::Result<Vec<Value>> {
+    let objects = default_install_with(bed, &["requeue"])?;
+    let mut left_out = vec!["Deployment"];
+    if routing == Routing::SchedulerName {
+        left_out.extend(["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]);
     }
+    apply(bed, &without(&objects, &left_out), "install")?;
     Ok(objects)
 }
 
-fn find<'a>(objects: &'a [Value], kind: &str, name_prefix: &str) -> anyhow::Result<&'a Value> {
-    objects
-        .iter()
-        .find(|o| o["kind"] == kind && o["metadata"]["name"].as_str().is_some_and(|n| n.starts_with(name_prefix)))
-        .ok_or_else(|| anyhow::anyhow!("the rendered manifests have no {kind} {name_prefix}"))
+/// The API server loads admission policies asynchronously: waits until a dry-run pod of a
+/// governed class in `namespace` (labelled) comes back routed.
+pub async fn until_routing_applies(bed: &Bed, namespace: &str) -> anyhow::Result<()> {
+    let dry = PostParams { dry_run: true, ..Default::default() };
+    let api: Api<Pod> = Api::namespaced(bed.client.clone(), namespace);
+    let probe = PodBuilder::new(namespace, "probe", "online-prod", 100).build();
+    coloc_testbed::wait::until(MINUTE, "the routing policy active", || async {
+        let made = api.create(&dry, &probe).await.map_err(|e| e.to_string())?;
+        (scheduler_name(&made) == "coloc-scheduler")
+            .then_some(())
+            .ok_or(format!("schedulerName {:?}", scheduler_name(&made)))
+    })
+    .await
 }
 
-/// The component's KubeSchedulerConfiguration as shipped, pointed at the test bed: its
-/// ServiceAccount's kubeconfig, the extender on loopback (plain HTTP; the Service's TLS is
-/// not what this case shows), and this case's mode.
-fn scheduler_config(objects: &[Value], bed: &Bed, url: &str) -> anyhow::Result<String> {
-    let map = find(objects, "ConfigMap", "coloc-scheduler-config")?;
-    let text = map["data"]["config.yaml"].as_str().ok_or_else(|| anyhow::anyhow!("no config.yaml in {map}"))?;
-    let mut config: serde_yaml_ng::Value = serde_yaml_ng::from_str(text)?;
-    config["clientConnection"]["kubeconfig"] = bed.plane.scheduler_kubeconfig.display().to_string().into();
-    let extenders = config["extenders"].as_sequence_mut().ok_or_else(|| anyhow::anyhow!("no extenders in {text}"))?;
-    anyhow::ensure!(extenders.len() == 1, "one extender registration, not {}", extenders.len());
-    let e = &mut extenders[0];
-    anyhow::ensure!(e["nodeCacheCapable"].as_bool() == Some(true), "the component registers names mode");
-    e["urlPrefix"] = url.into();
-    e["enableHTTPS"] = false.into();
-    e["nodeCacheCapable"] = bed.mode.node_cache_capable().into();
-    if let Some(m) = e.as_mapping_mut() {
-        m.remove("tlsConfig");
-    }
-    Ok(serde_yaml_ng::to_string(&config)?)
-}
-
-/// The Deployment's kube-scheduler flags but --config (the test bed passes its own file),
-/// with the downward-API namespace the Deployment would give them.
-fn scheduler_flags(objects: &[Value]) -> anyhow::Result<Vec<String>> {
-    let d = find(objects, "Deployment", "coloc-scheduler")?;
-    let command = d["spec"]["template"]["spec"]["containers"][0]["command"]
-        .as_array()
-        .ok_or_else(|| anyhow::anyhow!("no command in the coloc-scheduler Deployment"))?;
-    let namespace = d["metadata"]["namespace"].as_str().unwrap_or("kube-system");
-    Ok(command
-        .iter()
-        .skip(1)
-        .filter_map(Value::as_str)
-        .filter(|f| !f.starts_with("--config"))
-        .map(|f| f.replace("$(POD_NAMESPACE)", namespace))
-        .collect())
-}
-
-/// The component's cluster objects: RBAC, and with the routing component the admission
-/// policy with its binding.
-fn apply_component(objects: &[Value], bed: &Bed, routing: Routing) -> anyhow::Result<()> {
-    let mut wanted = vec!["ClusterRoleBinding", "Role", "RoleBinding"];
-    if routing == Routing::AdmissionPolicy {
-        wanted.extend(["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]);
-    }
-    let docs: Vec<String> = objects
-        .iter()
-        .filter(|o| o["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("coloc-scheduler")))
-        .filter(|o| wanted.iter().any(|k| o["kind"] == *k))
-        .map(serde_yaml_ng::to_string)
-        .collect::<Result<_, _>>()?;
-    let expected = if routing == Routing::AdmissionPolicy { 6 } else { 4 };
-    anyhow::ensure!(
-        docs.len() == expected,
-        "expected 3 bindings and a role (and with routing the policy with its binding); found {}",
-        docs.len()
-    );
-    let path = bed.plane.dir().join("scheduler-of-its-own.yaml");
-    std::fs::write(&path, docs.join("---\n"))?;
-    bed.plane.apply(&path)?;
-    Ok(())
-}
-
-fn scheduler_name(p: &Pod) -> &str {
+pub fn scheduler_name(p: &Pod) -> &str {
     p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()).unwrap_or("")
 }
 
@@ -136,8 +82,7 @@ fn scheduler_name(p: &Pod) -> &str {
 /// the unlabelled namespace: that victim comes back too.
 async fn own_scheduler(bins: Binaries, mode: Mode, routing: Routing) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
-    let objects = rendered(&bed)?;
-    apply_component(&objects, &bed, routing)?;
+    let objects = apply_install(&bed, routing)?;
     let namespaces: Api<Namespace> = Api::all(bed.client.clone());
     for ns in ["online", "batch"].into_iter().filter(|_| routing == Routing::AdmissionPolicy) {
         let label = json!({"metadata": {"labels": {GOVERNED.0: GOVERNED.1}}});
@@ -145,19 +90,11 @@ async fn own_scheduler(bins: Binaries, mode: Mode, routing: Routing) -> anyhow::
     }
     cluster::create(&bed.client, cluster::namespace("other")).await?;
 
-    // The API server loads admission policies asynchronously: wait until a dry-run pod of
-    // a governed class comes back routed.
     let dry = PostParams { dry_run: true, ..Default::default() };
     let online_api: Api<Pod> = Api::namespaced(bed.client.clone(), "online");
     let probe = PodBuilder::new("online", "probe", "online-prod", 100).build();
     if routing == Routing::AdmissionPolicy {
-        coloc_testbed::wait::until(MINUTE, "the routing policy active", || async {
-            let made = online_api.create(&dry, &probe).await.map_err(|e| e.to_string())?;
-            (scheduler_name(&made) == "coloc-scheduler")
-                .then_some(())
-                .ok_or(format!("schedulerName {:?}", scheduler_name(&made)))
-        })
-        .await?;
+        until_routing_applies(&bed, "online").await?;
     } else {
         let made = online_api.create(&dry, &probe).await?;
         anyhow::ensure!(scheduler_name(&made) == "default-scheduler", "no routing: a pod keeps the default scheduler");
@@ -172,12 +109,9 @@ async fn own_scheduler(bins: Binaries, mode: Mode, routing: Routing) -> anyhow::
     bed.one_node_two_free_pods().await?;
     cluster::create(&bed.client, cluster::node("node-2", 500, 64, "zone-1")).await?;
     let originals = bare_pods(&bed, "batch").await?;
-    let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[]).await?;
-    let config = scheduler_config(&objects, &bed, &bed.extenders[e].url())?;
-    let flags = scheduler_flags(&objects)?;
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let coloc = Scheduler::start_configured(&bed.plane, "coloc-scheduler", config, &flags).await?;
+    let pod = ColocPod::start(&bed, &Template::of(&objects)?, "coloc-scheduler-0", &["--mode", "enforce"]).await?;
+    bed.coloc.push(pod);
 
     let mut web = PodBuilder::new("online", "web", "online-prod", 1500).build();
     if routing == Routing::SchedulerName {
@@ -192,8 +126,7 @@ async fn own_scheduler(bins: Binaries, mode: Mode, routing: Routing) -> anyhow::
                 format!("web: {:?}", pods.iter().map(|p| (cluster::name(p), cluster::node_of(p))).collect::<Vec<_>>())
             })
         })
-        .await
-        .map_err(|e| anyhow::anyhow!("{e:#}\n--- coloc-scheduler ---\n{}", coloc.proc.log_tail(3000)))?;
+        .await?;
     anyhow::ensure!(
         scheduler_name(&web) == "coloc-scheduler" && cluster::node_of(&web) == Some("node-1"),
         "web: {:?} on {:?}",
@@ -231,14 +164,13 @@ async fn own_scheduler(bins: Binaries, mode: Mode, routing: Routing) -> anyhow::
     );
 
     // Through the extender: it answered coloc-scheduler's preempt call with one victim.
-    let ext = &bed.extenders[e];
+    let ext = &bed.coloc[0].extender;
     let preempts = ext.metric_sum("coloc_requests_total", "verb=\"preempt\"").await?;
     let victims = ext.metric_sum("coloc_decisions_total", "verdict=\"victim\"").await?;
     anyhow::ensure!(preempts >= 1.0 && victims >= 1.0, "preempt calls {preempts}, victims {victims}");
     nothing_lost(&bed, "batch", &originals).await?;
     // The coloc-scheduler leader holds its own lease in the install namespace.
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(bed.client.clone(), "kube-system");
-    anyhow::ensure!(leases.get_opt("coloc-scheduler").await?.is_some(), "no lease kube-system/coloc-scheduler");
-    drop(coloc);
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(bed.client.clone(), INSTALL_NAMESPACE);
+    anyhow::ensure!(leases.get_opt("coloc-scheduler").await?.is_some(), "no lease {INSTALL_NAMESPACE}/coloc-scheduler");
     bed.finish()
 }

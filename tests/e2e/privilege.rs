@@ -24,7 +24,7 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// The shipped policies and bindings, applied as they are (the install namespace is
-/// kube-system here, as the files name it).
+/// coloc-system here, as the files name it).
 const POLICIES: [&str; 3] = [
     include_str!("../../manifests/admission/validatingadmissionpolicy.yaml"),
     include_str!("../../manifests/admission/validatingadmissionpolicy-marks.yaml"),
@@ -54,8 +54,10 @@ const NO_GRANT: &str = "cannot create resource \"pods\"";
 const POD_SECURITY: &str = "violates PodSecurity \"restricted:latest\"";
 
 /// The identities the extender's replicas act as (the requeue and wake components).
-const REQUEUE_USER: &str = "system:serviceaccount:kube-system:coloc-extender-requeue";
-const WAKE_USER: &str = "system:serviceaccount:kube-system:coloc-extender-wake";
+const REQUEUE_USER: &str = "system:serviceaccount:coloc-system:coloc-extender-requeue";
+const WAKE_USER: &str = "system:serviceaccount:coloc-system:coloc-extender-wake";
+/// The install namespace, as the files name it.
+const HOME: &str = coloc_testbed::control_plane::INSTALL_NAMESPACE;
 const MARK_LABELS: &str = "only coloc-extender sets the labels coloc-extender.io/requeued and coloc-extender.io/wake";
 const MARK_ANNOTATIONS: &str = "only coloc-extender sets the annotations coloc-extender.io/requeued-from-uid";
 const MARK_GATE: &str = "only coloc-extender adds or removes the scheduling gate coloc-extender.io/requeue";
@@ -175,8 +177,8 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
             && !unguarded.metadata.labels.unwrap_or_default().contains_key(GUARD),
         "the guard is gone"
     );
-    let system: Api<Pod> = Api::namespaced(as_wake.clone(), "kube-system");
-    let placeholder: Pod = serde_json::from_value(wake::placeholder("kube-system"))?;
+    let system: Api<Pod> = Api::namespaced(as_wake.clone(), HOME);
+    let placeholder: Pod = serde_json::from_value(wake::placeholder(HOME))?;
     let woke = system
         .create(&PostParams::default(), &placeholder)
         .await
@@ -195,14 +197,14 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     // Each identity writes only its own kind of pod.
     let plain = PodBuilder::new("batch", "plain-by-requeue", "free", 100).build();
     refused("a plain pod as the requeue identity", CREATE, copies.create(&PostParams::default(), &plain).await)?;
-    let requeue_system: Api<Pod> = Api::namespaced(as_requeue.clone(), "kube-system");
+    let requeue_system: Api<Pod> = Api::namespaced(as_requeue.clone(), HOME);
     refused(
         "a placeholder as the requeue identity",
         CREATE,
-        requeue_system.create(&PostParams::default(), &serde_json::from_value(wake::placeholder("kube-system"))?).await,
+        requeue_system.create(&PostParams::default(), &serde_json::from_value(wake::placeholder(HOME))?).await,
     )?;
     let mut copy_in_system = copy.clone();
-    copy_in_system["metadata"]["namespace"] = json!("kube-system");
+    copy_in_system["metadata"]["namespace"] = json!(HOME);
     refused(
         "a copy as the wake identity",
         CREATE,
@@ -213,7 +215,7 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         NO_GRANT,
         pods.create(&PostParams::default(), &serde_json::from_value(copy.clone())?).await,
     )?;
-    let mut bound = wake::placeholder("kube-system");
+    let mut bound = wake::placeholder(HOME);
     bound["spec"]["nodeName"] = json!("node-1");
     refused(
         "create a wake-labelled pod on a real node",
@@ -253,7 +255,7 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         }),
     ];
     for (how, change) in shapes {
-        let mut p = wake::placeholder("kube-system");
+        let mut p = wake::placeholder(HOME);
         change(&mut p);
         refused(
             &format!("create a placeholder {how}"),
@@ -362,17 +364,15 @@ async fn copies_stay_home(bed: &Bed, admin: &Client, as_requeue: &Client, copy: 
     let all = [
         cluster::namespace("plain"),
         namespace("locked", restricted)?,
-        namespace("coloc-system", json!({opt_in: enabled}))?,
+        namespace("other-install", json!({opt_in: enabled}))?,
         namespace("labelled-system", json!({opt_in: enabled}))?,
     ];
     cluster::create_all(admin, all.into()).await?;
-    Api::<Namespace>::all(admin.clone())
-        .patch(
-            "kube-system",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {opt_in: enabled}}})),
-        )
-        .await?;
+    for system in ["kube-system", HOME] {
+        Api::<Namespace>::all(admin.clone())
+            .patch(system, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {opt_in: enabled}}})))
+            .await?;
+    }
     let create = |ns: &str, pod: Pod| {
         let api: Api<Pod> = Api::namespaced(as_requeue.clone(), ns);
         async move { api.create(&PostParams::default(), &pod).await }
@@ -382,6 +382,11 @@ async fn copies_stay_home(bed: &Bed, admin: &Client, as_requeue: &Client, copy: 
         "a copy in kube-system, labelled or not",
         COPY_HOME,
         create("kube-system", in_namespace("kube-system", &keep)?).await,
+    )?;
+    refused(
+        "a copy in the install namespace, labelled or not",
+        COPY_HOME,
+        create(HOME, in_namespace(HOME, &keep)?).await,
     )?;
     refused("a copy in a namespace not opted in", COPY_HOME, create("plain", in_namespace("plain", &keep)?).await)?;
     let privileged =
@@ -393,11 +398,11 @@ async fn copies_stay_home(bed: &Bed, admin: &Client, as_requeue: &Client, copy: 
     let grant: ClusterRoleBinding = serde_json::from_value(json!({
         "metadata": {"name": "other-install-requeue"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "coloc-extender-requeue"},
-        "subjects": [{"kind": "ServiceAccount", "name": "coloc-extender-requeue", "namespace": "coloc-system"}],
+        "subjects": [{"kind": "ServiceAccount", "name": "coloc-extender-requeue", "namespace": "other-install"}],
     }))?;
     Api::<ClusterRoleBinding>::all(admin.clone()).create(&PostParams::default(), &grant).await?;
     let other =
-        acting_as(&bed.plane.admin_kubeconfig, "system:serviceaccount:coloc-system:coloc-extender-requeue").await?;
+        acting_as(&bed.plane.admin_kubeconfig, "system:serviceaccount:other-install:coloc-extender-requeue").await?;
     let theirs: Api<Pod> = Api::namespaced(other, "labelled-system");
     let elsewhere_copy = in_namespace("labelled-system", &keep)?;
     coloc_testbed::wait::until(MINUTE, "a same-named ServiceAccount elsewhere refused by the policy", || async {
@@ -485,7 +490,7 @@ async fn copies_reach_nothing_of_the_host(copies: &Api<Pod>, copy: &Value) -> an
 /// release reads; the shipped one, and any other ConfigMap, pass.
 async fn policy_files_refused_at_apply(admin: &Client) -> anyhow::Result<()> {
     use k8s_openapi::api::core::v1::ConfigMap;
-    let maps: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-system");
+    let maps: Api<ConfigMap> = Api::namespaced(admin.clone(), HOME);
     let map = |name: &str, text: &str| -> anyhow::Result<ConfigMap> {
         Ok(serde_json::from_value(json!({"metadata": {"name": name}, "data": {"policy.yaml": text}}))?)
     };

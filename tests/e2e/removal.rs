@@ -9,6 +9,7 @@ use anyhow::Context as _;
 
 use coloc_extender::requeue::GUARD;
 use coloc_testbed::cluster::{self, PodBuilder};
+use coloc_testbed::control_plane::INSTALL_NAMESPACE;
 use coloc_testbed::{wait, Binaries};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -66,15 +67,20 @@ async fn scheduler_of_its_own_goes(bins: Binaries, mode: Mode) -> anyhow::Result
     bed.plane.apply(&repo("manifests/uninstall/clusterrole.yaml"))?;
     bed.plane.apply(&repo("manifests/uninstall/clusterrolebinding.yaml"))?;
     bed.nodes(&["node-1"], 4000).await?;
-    let scheduler = PodBuilder::new("kube-system", "coloc-scheduler-0", "online-prod", 100)
-        .label("app.kubernetes.io/name", "coloc-scheduler")
-        .on("node-1");
-    bed.bound(vec![scheduler]).await?;
-    bed.until_running("kube-system", 1).await?;
+    // A pod of coloc-scheduler (its labels as the rendered Deployment gives them), which
+    // runs kube-scheduler and the extender.
+    let objects = crate::coloc_pod::default_install(&bed)?;
+    let template = &crate::coloc_pod::find(&objects, "Deployment", "coloc-scheduler")?["spec"]["template"];
+    let mut scheduler = PodBuilder::new(INSTALL_NAMESPACE, "coloc-scheduler-0", "online-prod", 100);
+    for (k, v) in template["metadata"]["labels"].as_object().into_iter().flatten() {
+        scheduler = scheduler.label(k, v.as_str().unwrap_or_default());
+    }
+    bed.bound(vec![scheduler.on("node-1")]).await?;
+    bed.until_running(INSTALL_NAMESPACE, 1).await?;
     let (ok, out) = uninstall(&bed, &[])?;
     anyhow::ensure!(!ok && out.contains("the scheduler of its own still runs (coloc-scheduler-0)"), "{out}");
     let now = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
-    Api::<Pod>::namespaced(bed.client.clone(), "kube-system").delete("coloc-scheduler-0", &now).await?;
+    Api::<Pod>::namespaced(bed.client.clone(), INSTALL_NAMESPACE).delete("coloc-scheduler-0", &now).await?;
 
     let batch: Api<Pod> = Api::namespaced(bed.client.clone(), "batch");
     let mut waiting = serde_json::to_value(PodBuilder::new("batch", "waiting", "free", 100).build())?;
@@ -300,7 +306,7 @@ async fn scaled_to_zero(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 fn uninstall(bed: &Bed, args: &[&str]) -> anyhow::Result<(bool, String)> {
     let out = std::process::Command::new(EXTENDER)
         .arg("uninstall")
-        .args(["--namespace", "kube-system"])
+        .args(["--namespace", INSTALL_NAMESPACE])
         .args(args)
         .env("KUBECONFIG", &bed.plane.uninstall_kubeconfig)
         .env_remove("POD_NAMESPACE")
