@@ -751,3 +751,21 @@ fn the_install_namespace_is_its_own_coloc_system_and_ships_with_it() {
     );
     assert!(base["resources"].as_sequence().unwrap().contains(&Value::from("namespace.yaml")));
 }
+
+/// The shipped mutating policies (routing, per-pod-verbs) leave a requeue copy as requeue
+/// built it: requeue releases only a copy whose spec is the one it built, so a copy
+/// mutated at its creation (another scheduler, a marker) would never run and its original
+/// would be lost.
+#[test]
+fn the_mutating_policies_leave_requeue_copies_alone() {
+    for file in ["routing/mutatingadmissionpolicy.yaml", "per-pod-verbs/mutatingadmissionpolicy.yaml"] {
+        let policy = load(file);
+        let conditions = policy["spec"]["matchConditions"].as_sequence().unwrap();
+        let skip = conditions.iter().find(|c| c["name"] == "not-a-requeue-copy").unwrap_or_else(|| panic!("{file}"));
+        let expression = skip["expression"].as_str().unwrap();
+        assert!(
+            expression.contains(&format!("'{}'", coloc_extender::requeue::LABEL)) && expression.contains("!= 'true'"),
+            "{file}: {expression}"
+        );
+    }
+}
