@@ -110,6 +110,16 @@ impl PodBuilder {
         self
     }
 
+    /// Tolerates the `NoSchedule` taint `key` (any value).
+    pub fn tolerate(mut self, key: &str) -> PodBuilder {
+        let toleration = json!({"key": key, "operator": "Exists", "effect": "NoSchedule"});
+        match self.0["spec"]["tolerations"].as_array_mut() {
+            Some(all) => all.push(toleration),
+            None => self.0["spec"]["tolerations"] = json!([toleration]),
+        }
+        self
+    }
+
     pub fn label(mut self, k: &str, v: &str) -> PodBuilder {
         self.0["metadata"]["labels"][k] = json!(v);
         self

@@ -8,6 +8,7 @@
 //! keeps every case's directory (logs, configs).
 
 mod admin;
+mod apart;
 mod bed;
 mod budgets;
 mod coloc_pod;
@@ -23,6 +24,7 @@ mod profiles;
 mod removal;
 mod scenarios;
 mod tls;
+mod upgrade;
 
 use std::time::{Duration, Instant};
 
@@ -52,6 +54,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(tls::cases());
     v.extend(admin::cases());
     v.extend(monitoring::cases());
+    v.extend(upgrade::cases());
     v
 }
 
