@@ -12,6 +12,7 @@ mod apart;
 mod bed;
 mod budgets;
 mod coloc_pod;
+mod deadlock;
 mod eviction;
 mod fails_safe;
 mod faults;
@@ -55,6 +56,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(admin::cases());
     v.extend(monitoring::cases());
     v.extend(upgrade::cases());
+    v.extend(deadlock::cases());
     v
 }
 
