@@ -19,12 +19,11 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use crate::apart::{in_pool, system_nodes};
+use crate::apart::{copies_placed, full_pool, in_pool, routed_pod_placed, system_nodes};
 use crate::coloc_pod::{apply, default_install_with, ColocPod, Template};
 use crate::invariants::nothing_lost;
 use crate::own_scheduler::{scheduler_name, until_routing_applies, GOVERNED};
 use crate::scenarios::MINUTE;
-use crate::upgrade::{copies_placed, pool_of_free_pods, routed_pod_placed};
 use crate::{Bed, Case, Mode};
 
 pub fn cases() -> Vec<Case> {
@@ -78,7 +77,7 @@ async fn every_replica_lost(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     // The pods created from here on are routed, their copies too (a copy keeps its
     // original's scheduler).
     until_routing_applies(&bed, "batch").await?;
-    let originals = pool_of_free_pods(&bed).await?;
+    let originals = full_pool(&bed, 2).await?;
     let template = Template::of(&objects)?;
     let first = placed_by_the_default_scheduler(&bed, &[]).await?;
     for p in &first {

@@ -16,6 +16,7 @@ mod deadlock;
 mod eviction;
 mod fails_safe;
 mod faults;
+mod install;
 mod invariants;
 mod jobs;
 mod monitoring;
@@ -57,6 +58,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(monitoring::cases());
     v.extend(upgrade::cases());
     v.extend(deadlock::cases());
+    v.extend(install::cases());
     v
 }
 

@@ -9,7 +9,7 @@
 //! template). What the case shows is the cluster's side: the old objects, identities and
 //! state, and the new install taking over from them.
 
-use coloc_testbed::cluster::{self, PodBuilder};
+use coloc_testbed::cluster;
 use coloc_testbed::control_plane::{service_account, EARLIER_NAMESPACE, INSTALL_NAMESPACE};
 use coloc_testbed::extender::Pod as PodIdentity;
 use coloc_testbed::{kubelet, Binaries, Extender, Scheduler};
@@ -17,10 +17,10 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{json, Value};
 
-use crate::apart::{in_pool, pool_nodes, system_nodes};
+use crate::apart::{copies_placed, full_pool, routed_pod_placed, system_nodes};
 use crate::bed::{repo, EXTENDER};
 use crate::coloc_pod::{apply, default_install_with, find, ColocPod, Template};
-use crate::invariants::{bare_pods, is_replacement, nothing_lost};
+use crate::invariants::nothing_lost;
 use crate::own_scheduler::{scheduler_name, until_routing_applies, GOVERNED};
 use crate::scenarios::MINUTE;
 use crate::{Bed, Case, Mode};
@@ -98,44 +98,6 @@ async fn earlier_topology(bed: &Bed, objects: &[Value]) -> anyhow::Result<(Exten
     Ok((extender, scheduler))
 }
 
-/// `web` (online, 2000m, in the pool: only a full node can make it room) is placed by
-/// coloc-scheduler.
-pub async fn routed_pod_placed(bed: &Bed, web: &str) -> anyhow::Result<()> {
-    cluster::create(&bed.client, in_pool(PodBuilder::new("online", web, "online-prod", 2000))).await?;
-    let placed = bed
-        .until_pods("online", MINUTE, &format!("online/{web} placed"), |pods| {
-            pods.iter()
-                .find(|p| cluster::name(p) == web && cluster::node_of(p).is_some())
-                .cloned()
-                .ok_or("pending".into())
-        })
-        .await?;
-    anyhow::ensure!(scheduler_name(&placed) == "coloc-scheduler", "{web}: {:?}", scheduler_name(&placed));
-    Ok(())
-}
-
-/// Two nodes of the pool full of bare free pods (routed too, so their copies name
-/// coloc-scheduler), two with room for a copy each but not for an online pod; the free
-/// pods as (name, uid).
-pub async fn pool_of_free_pods(bed: &Bed) -> anyhow::Result<Vec<(String, String)>> {
-    pool_nodes(bed, &["node-1", "node-2"], 4000).await?;
-    pool_nodes(bed, &["spare-1", "spare-2"], 1600).await?;
-    let free = |i: usize, node: &str| in_pool(PodBuilder::new("batch", &format!("free-{i}"), "free", 1500).on(node));
-    cluster::create_all(&bed.client, vec![free(1, "node-1"), free(2, "node-1"), free(3, "node-2"), free(4, "node-2")])
-        .await?;
-    bed.until_running("batch", 4).await?;
-    bare_pods(bed, "batch").await
-}
-
-/// Waits until `n` copies of the bare pods of batch are placed.
-pub async fn copies_placed(bed: &Bed, n: usize) -> anyhow::Result<()> {
-    bed.until_pods("batch", MINUTE, &format!("{n} copies placed"), |pods| {
-        let placed = pods.iter().filter(|p| is_replacement(p) && cluster::node_of(p).is_some()).count();
-        (placed >= n).then_some(()).ok_or(format!("{placed} placed"))
-    })
-    .await
-}
-
 /// What is left of the earlier release in kube-system: the names of the objects of `kinds`
 /// that carry its labels.
 fn left_in_kube_system(bed: &Bed, kinds: &str) -> anyhow::Result<Vec<String>> {
@@ -193,7 +155,7 @@ async fn from_kube_system(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     // The pods created from here on are routed, their copies too (a copy keeps its
     // original's scheduler).
     until_routing_applies(&bed, "batch").await?;
-    let originals = pool_of_free_pods(&bed).await?;
+    let originals = full_pool(&bed, 2).await?;
 
     // The earlier release runs and places a routed pod through its extender.
     let (mut old_extender, mut old_scheduler) = earlier_topology(&bed, &earlier).await?;
