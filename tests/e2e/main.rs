@@ -7,6 +7,7 @@
 //! saying why it skipped. `E2E_JOBS` (default 2) cases run at once; `COLOC_E2E_KEEP=1`
 //! keeps every case's directory (logs, configs).
 
+mod acting_as;
 mod admin;
 mod apart;
 mod bed;
@@ -59,6 +60,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(upgrade::cases());
     v.extend(deadlock::cases());
     v.extend(install::cases());
+    v.extend(acting_as::cases());
     v
 }
 

@@ -38,18 +38,19 @@ const BINDINGS: [&str; 3] = [
 /// The one default policy, as the install ships it.
 const SHIPPED_POLICY: &str = include_str!("../../manifests/policy.yaml");
 
-const CREATE: &str = "only coloc-extender-requeue (and the uninstall Job) may create a pod";
+pub const CREATE: &str = "only coloc-extender-requeue (and the uninstall Job) may create a pod";
 const COPY_HOME: &str = "coloc-extender may create a requeue copy only in a namespace that opted in";
 const COPY_HOST: &str = "coloc-extender may create a requeue copy only without access to its node";
-const DELETE: &str = "coloc-extender may delete only its own pods";
+pub const DELETE: &str = "coloc-extender may delete only its own pods";
 const SPEC: &str = "coloc-extender may not change a pod's spec";
 const LABELS: &str = "coloc-extender may not change a pod's labels";
 const FINALIZERS: &str = "coloc-extender may not change a pod's finalizers";
 const GATE_OWNER: &str = "coloc-extender may remove the gate coloc-extender.io/requeue only from a requeue replacement";
 const GATES: &str = "coloc-extender may change spec.schedulingGates only by removing";
-const PLACEHOLDER: &str = "coloc-extender may create a wake placeholder only as wake builds it, in its own namespace";
+pub const PLACEHOLDER: &str =
+    "coloc-extender may create a wake placeholder only as wake builds it, in its own namespace";
 /// RBAC's refusal of a create the identity holds no grant for.
-const NO_GRANT: &str = "cannot create resource \"pods\"";
+pub const NO_GRANT: &str = "cannot create resource \"pods\"";
 /// Pod Security admission's refusal.
 const POD_SECURITY: &str = "violates PodSecurity \"restricted:latest\"";
 
@@ -58,8 +59,9 @@ const REQUEUE_USER: &str = "system:serviceaccount:coloc-system:coloc-extender-re
 const WAKE_USER: &str = "system:serviceaccount:coloc-system:coloc-extender-wake";
 /// The install namespace, as the files name it.
 const HOME: &str = coloc_testbed::control_plane::INSTALL_NAMESPACE;
-const MARK_LABELS: &str = "only coloc-extender sets the labels coloc-extender.io/requeued and coloc-extender.io/wake";
-const MARK_ANNOTATIONS: &str = "only coloc-extender sets the annotations coloc-extender.io/requeued-from-uid";
+pub const MARK_LABELS: &str =
+    "only coloc-extender sets the labels coloc-extender.io/requeued and coloc-extender.io/wake";
+pub const MARK_ANNOTATIONS: &str = "only coloc-extender sets the annotations coloc-extender.io/requeued-from-uid";
 const MARK_GATE: &str = "only coloc-extender adds or removes the scheduling gate coloc-extender.io/requeue";
 const MARK_GUARD: &str = "only coloc-extender's earlier releases added coloc-extender.io/requeue-guard";
 
@@ -337,7 +339,7 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 
 /// A client from `kubeconfig` acting as `user`, as `serve` acts as its requeue and wake
 /// identities (the shipped impersonation Roles allow exactly these).
-async fn acting_as(kubeconfig: &std::path::Path, user: &str) -> anyhow::Result<Client> {
+pub async fn acting_as(kubeconfig: &std::path::Path, user: &str) -> anyhow::Result<Client> {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
     let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
     config.auth_info.impersonate = Some(user.into());
@@ -653,7 +655,7 @@ async fn tenant_marks(
     Ok(())
 }
 
-async fn json_patch(client: &Client, namespace: &str, name: &str, patch: Value) -> Result<String, kube::Error> {
+pub async fn json_patch(client: &Client, namespace: &str, name: &str, patch: Value) -> Result<String, kube::Error> {
     let request = axum::http::Request::patch(format!("/api/v1/namespaces/{namespace}/pods/{name}"))
         .header("Content-Type", "application/json-patch+json")
         .body(patch.to_string().into_bytes())
@@ -671,7 +673,7 @@ fn refused_invalid<T>(what: &str, message: &str, result: Result<T, kube::Error>)
 }
 
 /// `result` is a 403 carrying `message`.
-fn refused<T>(what: &str, message: &str, result: Result<T, kube::Error>) -> anyhow::Result<()> {
+pub fn refused<T>(what: &str, message: &str, result: Result<T, kube::Error>) -> anyhow::Result<()> {
     match result {
         Ok(_) => anyhow::bail!("{what}: admitted, should have been refused"),
         Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains(message) => Ok(()),
