@@ -1,7 +1,7 @@
 //! The scheduler-to-extender hop over mutual TLS, as shipped: kube-scheduler presents a
 //! client certificate from files (re-read at new handshakes) and trusts a CA file (read
 //! once, at start); the extender re-reads its three files. Rotating the CA as
-//! docs/deploy.md §2 says keeps every call going; done in the wrong order it shows in
+//! docs/deploy.md §4a says keeps every call going; done in the wrong order it shows in
 //! `coloc_tls_handshake_failures_total`.
 
 use std::path::{Path, PathBuf};

@@ -128,6 +128,11 @@ async fn may(bed: &Bed, user: &str, verb: &str) -> anyhow::Result<bool> {
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
+/// `text` with shell line continuations joined and every run of white space one space.
+fn one_line(text: &str) -> String {
+    text.replace("\\\n", " ").split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// The step's command line as kubectl's arguments (its one quoted selector kept whole).
 fn step_args() -> Vec<String> {
     let (words, selector) = STEP.split_once(" -l '").expect("the step selects by label");
@@ -178,6 +183,8 @@ async fn from_kube_system(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     anyhow::ensure!(binding["spec"]["paramRef"].is_null(), "the earlier binding's parameter is gone: {binding}");
 
     // The step, as documented; the old pods go with their Deployments.
+    let docs = std::fs::read_to_string(repo("docs/deploy.md"))?;
+    anyhow::ensure!(one_line(&docs).contains(STEP), "docs/deploy.md §8 gives another step than {STEP}");
     let args = step_args();
     bed.plane.kubectl(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
     old_scheduler.proc.kill();
