@@ -203,7 +203,8 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
     let mode = ctx.policy.mode;
     match verb {
         Verb::Filter => {
-            let args = wire::decode_extender_args_within(body, bounds)?;
+            // Node objects the view holds are read from the view: only their names here.
+            let args = wire::decode_extender_args_for(body, |n| ctx.view.is_some_and(|v| v.node(n).is_some()), bounds)?;
             bounds.check()?;
             let out = decide::filter(&args, &ctx);
             let body = match &args.nodes {
@@ -229,7 +230,7 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
             ))
         }
         Verb::Prioritize => {
-            let args = wire::decode_extender_args_within(body, bounds)?;
+            let args = wire::decode_extender_args_for(body, |n| ctx.view.is_some_and(|v| v.node(n).is_some()), bounds)?;
             bounds.check()?;
             let out = decide::prioritize(&args, &ctx);
             let summary = scores_summary(&out.scores);
