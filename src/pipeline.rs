@@ -8,9 +8,8 @@ use crate::decide::promised::PromisedRoom;
 use crate::decide::{self, Context, Detail, Explanation, Requeue};
 use crate::discarded::{self, Discarded};
 use crate::explanation::{Code, Verdict};
-use crate::model::Timestamp;
+use crate::model::{RequeueIntent, Timestamp};
 use crate::policy::{Mode, Policy};
-use crate::requeue::RequeueIntent;
 use crate::shadow::{self, Diffs};
 use crate::wire::{
     self, response::to_json, response::to_json_sized, Bounds, DecodeError, FilterResult, HostPriority, NodeSet,

@@ -19,9 +19,11 @@ use serde_json::{json, Value};
 
 use super::guard::{self, Finish};
 use super::kube::{api_code, pod_api, pod_ref, pod_resource, Requeuer};
-
 use super::{replacement, RequeueIntent, GUARD};
 use crate::model::Pod;
+
+// Its path before it moved to `kube`, still read by the end-to-end tests.
+pub use super::kube::decoded;
 
 /// Between two looks while guards are left, and once none are.
 const AGAIN_SOON: Duration = Duration::from_secs(5);
@@ -245,11 +247,4 @@ impl Requeuer {
             }
         }
     }
-}
-
-/// A listed pod as JSON (what a replacement is copied from) and as the model.
-pub fn decoded(object: &DynamicObject) -> Option<(Value, Pod)> {
-    let json = serde_json::to_value(object).ok()?;
-    let pod = serde_json::from_value::<crate::wire::k8s::Pod>(json.clone()).ok()?.into_model().ok()?;
-    Some((json, pod))
 }
