@@ -18,12 +18,9 @@ use kube::runtime::events::EventType;
 use serde_json::{json, Value};
 
 use super::guard::{self, Finish};
-use super::kube::{api_code, pod_api, pod_ref, pod_resource, Requeuer};
+use super::kube::{api_code, decoded, pod_api, pod_ref, pod_resource, Requeuer};
 use super::{replacement, RequeueIntent, GUARD};
 use crate::model::Pod;
-
-// Its path before it moved to `kube`, still read by the end-to-end tests.
-pub use super::kube::decoded;
 
 /// Between two looks while guards are left, and once none are.
 const AGAIN_SOON: Duration = Duration::from_secs(5);
