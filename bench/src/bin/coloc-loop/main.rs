@@ -17,7 +17,11 @@
 //!     target/release/coloc-loop --storm 300 --runs stock,echo,coloc-names,coloc-objects
 //!
 //! (`echo` there registers coloc-echo for every verb, preempt included: the protocol's
-//! floor, with kube-scheduler's own victims and nothing requeued.)
+//! floor, with kube-scheduler's own victims and nothing requeued; `requeue-only` is
+//! coloc-extender in shadow mode with requeue: stock's decisions with nothing lost.) With
+//! `--rounds N` it ends with each run's median time to place over the rounds, its spread,
+//! and its ratio to the echo floor of its mode (the median of the per-round ratios: each
+//! round's runs share the machine's state).
 
 mod binds;
 mod kinds;
@@ -109,7 +113,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let bins = Binaries::find().map_err(anyhow::Error::msg)?;
     let needs = |k: &[Kind]| args.runs.iter().any(|r| k.contains(r));
-    let extender = if needs(&[Kind::ColocNames, Kind::ColocObjects, Kind::ColocPerPodVerbs]) {
+    let extender = if needs(&[Kind::ColocNames, Kind::ColocObjects, Kind::ColocPerPodVerbs, Kind::RequeueOnly]) {
         program(args.extender.clone(), "coloc-extender")?
     } else {
         PathBuf::new()
@@ -155,9 +159,11 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         println!("{}", storm::table(&results));
+        let medians = storm::medians(&results);
+        println!("{}", storm::medians_table(&medians));
         write_json(
             &out.join("results.json"),
-            &serde_json::json!({"commit": commit, "storm_pods": args.storm, "scheduler_qps": args.qps, "storm": results}),
+            &serde_json::json!({"commit": commit, "storm_pods": args.storm, "scheduler_qps": args.qps, "storm": results, "medians": medians}),
         )?;
         eprintln!("coloc-loop: wrote {}", out.join("results.json").display());
         return Ok(());
