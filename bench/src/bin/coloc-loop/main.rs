@@ -81,6 +81,11 @@ struct Args {
     /// (the floor; echo-objects in objects mode), and echo-per-pod-verbs is skipped.
     #[arg(long, default_value_t = 0)]
     storm: usize,
+    /// In a storm, pin the API server and etcd to the last CPU and kube-scheduler and the
+    /// extender to the others (`taskset`): what a cluster whose control plane runs on nodes
+    /// of its own would see, where the API writes do not take kube-scheduler's CPU.
+    #[arg(long)]
+    pin_control_plane: bool,
 
     /// Build the cluster, print how to reach it (kubeconfig, API server's PID), and keep it
     /// until interrupted instead of running: for measuring by hand on the same cluster
@@ -143,6 +148,7 @@ async fn main() -> anyhow::Result<()> {
             qps: args.qps,
             timeout: Duration::from_secs(args.timeout_s),
             programs: Programs { extender: &extender, echo: &echo },
+            pin_control_plane: args.pin_control_plane,
         };
         let mut results = Vec::new();
         for round in 1..=args.rounds {
@@ -163,7 +169,7 @@ async fn main() -> anyhow::Result<()> {
         println!("{}", storm::medians_table(&medians));
         write_json(
             &out.join("results.json"),
-            &serde_json::json!({"commit": commit, "storm_pods": args.storm, "scheduler_qps": args.qps, "storm": results, "medians": medians}),
+            &serde_json::json!({"commit": commit, "storm_pods": args.storm, "scheduler_qps": args.qps, "control_plane_pinned": args.pin_control_plane, "storm": results, "medians": medians}),
         )?;
         eprintln!("coloc-loop: wrote {}", out.join("results.json").display());
         return Ok(());

@@ -130,6 +130,30 @@ pub struct Settings<'a> {
     pub qps: u32,
     pub timeout: Duration,
     pub programs: Programs<'a>,
+    /// API server and etcd on the last CPU, kube-scheduler and the extender on the others.
+    pub pin_control_plane: bool,
+}
+
+/// Pins process `pid` (all its threads) to `cpus` (a `taskset` list), if there is one.
+fn pin(pid: Option<u32>, cpus: &str) {
+    if let Some(pid) = pid {
+        let ok = std::process::Command::new("taskset")
+            .args(["-a", "-p", "-c", cpus, &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("coloc-loop: could not pin {pid} to CPUs {cpus} (taskset)");
+        }
+    }
+}
+
+/// The CPU list of the control plane (the last CPU) and of the rest (the others).
+fn cpu_lists() -> (String, String) {
+    let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let last = n.saturating_sub(1);
+    let rest = if last == 0 { "0".to_string() } else { format!("0-{}", last.saturating_sub(1)) };
+    (last.to_string(), rest)
 }
 
 pub async fn one(
@@ -171,6 +195,13 @@ pub async fn one(
     };
     let scheduler =
         Scheduler::start_with(&plane, &format!("kube-scheduler-{name}"), &entries, qps, kind.scheduler_flags()).await?;
+    if s.pin_control_plane {
+        let (control, rest) = cpu_lists();
+        pin(plane.apiserver.pid(), &control);
+        pin(plane.etcd.pid(), &control);
+        pin(scheduler.proc.pid(), &rest);
+        pin(ext_pid, &rest);
+    }
     // The online pods arrive at once, at a running kube-scheduler: time to place counts
     // from the start of their creation.
     let binds = Binds::watch(client.clone(), ONLINE).await?;
