@@ -7,10 +7,12 @@ pub mod copy_spec;
 mod job;
 mod labels;
 pub mod marks;
+mod requeue_intent;
 pub use job::{parse_index_ranges, DisruptionAction, Job, COMPLETION_INDEX, INDEX_FAILURE_COUNT, TRACKING_FINALIZER};
 
 pub use labels::Labels;
 pub(crate) use labels::LabelsVisitor;
+pub use requeue_intent::RequeueIntent;
 /// Seconds since the Unix epoch; decisions take `now` in the same unit.
 pub type Timestamp = i64;
 

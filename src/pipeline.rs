@@ -8,9 +8,8 @@ use crate::decide::promised::PromisedRoom;
 use crate::decide::{self, Context, Detail, Explanation, Requeue};
 use crate::discarded::{self, Discarded};
 use crate::explanation::{Code, Verdict};
-use crate::model::Timestamp;
+use crate::model::{RequeueIntent, Timestamp};
 use crate::policy::{Mode, Policy};
-use crate::requeue::RequeueIntent;
 use crate::shadow::{self, Diffs};
 use crate::wire::{
     self, response::to_json, response::to_json_sized, Bounds, DecodeError, FilterResult, HostPriority, NodeSet,
@@ -203,7 +202,8 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
     let mode = ctx.policy.mode;
     match verb {
         Verb::Filter => {
-            let args = wire::decode_extender_args_within(body, bounds)?;
+            // Node objects the view holds are read from the view: only their names here.
+            let args = wire::decode_extender_args_for(body, |n| ctx.view.is_some_and(|v| v.node(n).is_some()), bounds)?;
             bounds.check()?;
             let out = decide::filter(&args, &ctx);
             let body = match &args.nodes {
@@ -229,7 +229,7 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
             ))
         }
         Verb::Prioritize => {
-            let args = wire::decode_extender_args_within(body, bounds)?;
+            let args = wire::decode_extender_args_for(body, |n| ctx.view.is_some_and(|v| v.node(n).is_some()), bounds)?;
             bounds.check()?;
             let out = decide::prioritize(&args, &ctx);
             let summary = scores_summary(&out.scores);

@@ -1,8 +1,9 @@
 //! Arrows run downward only: a top-level module of `src/` names (`crate::x`) only modules
 //! listed below it here. A new module takes its place in `LAYERS`; an import that runs
-//! upward fails this test with the file that makes it.
+//! upward fails this test with the file that makes it. Inside a module, its files import
+//! each other in no circle.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Bottom first: plain types, the wire, the policy, the view, then decisions, then the edges.
@@ -17,8 +18,9 @@ const LAYERS: &[&str] = &[
     "wake",
     "explanation",
     "events",
-    "requeue",
+    // Decisions name nothing of the edge that carries their intents out (plain data in `model`).
     "decide",
+    "requeue",
     "shadow",
     "discarded",
     "pipeline",
@@ -86,4 +88,120 @@ fn every_top_level_module_has_a_layer() {
     let modules: BTreeSet<String> = files.iter().filter_map(|f| module_of(&src, f)).collect();
     let listed: BTreeSet<String> = LAYERS.iter().map(|l| l.to_string()).collect();
     assert_eq!(modules, listed);
+}
+
+/// The names a `use` or a path takes first in `rest`: `x` of `x::…`, or each item of a
+/// `{x, y::{…}, z}` group.
+fn names_at(rest: &str) -> Vec<String> {
+    let ident = |s: &str| s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect::<String>();
+    let Some(group) = rest.strip_prefix('{') else { return vec![ident(rest)] };
+    let (mut depth, mut items, mut start) = (0, Vec::new(), 0);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(&group[start..i]);
+                break;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&group[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.into_iter().map(|item| ident(item.trim())).collect()
+}
+
+/// The files of `dir` that `file` (inside `dir`) names, by the sibling they belong to: a
+/// sibling is `x.rs` with its folder `x/`. Read from the text, as `named` does: `super::x`
+/// from `dir`'s depth, and `crate::<dir>::x`.
+fn siblings_named(src: &Path, dir: &Path, file: &Path, text: &str) -> BTreeSet<String> {
+    let rel = file.strip_prefix(dir).unwrap();
+    let depth = rel.components().count() - usize::from(rel.ends_with("mod.rs"));
+    let in_crate: Vec<String> =
+        dir.strip_prefix(src).unwrap().components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+    let from_crate = format!("crate::{}::", in_crate.join("::"));
+    let mut found = BTreeSet::new();
+    for (i, _) in text.match_indices("super::") {
+        // Only where a chain of `super::` starts, and it climbs exactly to `dir`.
+        if text[..i].ends_with("super::") {
+            continue;
+        }
+        let (mut rest, mut supers) = (&text[i..], 0);
+        while let Some(after) = rest.strip_prefix("super::") {
+            (rest, supers) = (after, supers + 1);
+        }
+        if supers == depth {
+            found.extend(names_at(rest));
+        }
+    }
+    for (i, m) in text.match_indices(&from_crate) {
+        found.extend(names_at(&text[i + m.len()..]));
+    }
+    found
+}
+
+/// The sibling a file of `dir` belongs to (`None` for `dir/mod.rs`, the module itself).
+fn sibling_of(dir: &Path, file: &Path) -> Option<String> {
+    let first = file.strip_prefix(dir).unwrap().components().next()?.as_os_str().to_str()?;
+    (first != "mod.rs").then(|| first.trim_end_matches(".rs").to_string())
+}
+
+/// A circle among `edges` (sibling → siblings it names, with the file that names each), as
+/// the files that close it.
+fn a_circle(edges: &BTreeMap<String, BTreeMap<String, String>>) -> Option<Vec<String>> {
+    fn visit(
+        at: &str,
+        edges: &BTreeMap<String, BTreeMap<String, String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|p| p == at) {
+            let circle = &path[start..];
+            let hops = circle.iter().zip(circle.iter().cycle().skip(1));
+            return Some(hops.map(|(a, b)| format!("{} names {b}", edges[a][b])).collect());
+        }
+        if !done.insert(at.to_string()) {
+            return None;
+        }
+        path.push(at.to_string());
+        for next in edges.get(at).into_iter().flat_map(|e| e.keys()) {
+            if let Some(circle) = visit(next, edges, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    edges.keys().find_map(|start| visit(start, edges, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_files_of_a_module_import_each_other_in_no_circle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut dirs = vec![src.clone()];
+    let mut circles = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        let mut files = Vec::new();
+        rust_files(&dir, &mut files);
+        let mut edges: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for file in &files {
+            let Some(own) = sibling_of(&dir, file) else { continue };
+            let text = std::fs::read_to_string(file).unwrap();
+            for other in siblings_named(&src, &dir, file, &text) {
+                let exists = dir.join(format!("{other}.rs")).exists() || dir.join(&other).is_dir();
+                if other != own && exists {
+                    edges.entry(own.clone()).or_default().entry(other).or_insert_with(|| file.display().to_string());
+                }
+            }
+        }
+        if dir != src {
+            circles.extend(a_circle(&edges).map(|c| c.join("; ")));
+        }
+        dirs.extend(std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()));
+    }
+    assert!(circles.is_empty(), "files of one module that import each other in a circle:\n{}", circles.join("\n"));
 }

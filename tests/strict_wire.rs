@@ -168,7 +168,9 @@ async fn arrays_where_objects_belong_are_rejected(#[case] path: &str, #[case] bo
 }
 
 /// The same through the recorded payloads: any decoded object turned into the array of
-/// its values is rejected, with and without a cluster view.
+/// its values is rejected, with and without a cluster view. (A Node object the view holds
+/// is read for its name only, tests/objects_mode.rs: what it carries besides is
+/// kube-scheduler's, and goes back unread.)
 #[rstest]
 #[case::pod("/filter", R1, "0001-filter.json", "/Pod")]
 #[case::pod_spec("/filter", R1, "0001-filter.json", "/Pod/spec")]
@@ -193,6 +195,10 @@ async fn recorded_objects_turned_into_arrays_are_rejected(
     #[values(false, true)] with_view: bool,
 ) {
     let body = positional(payload_json(round, file), pointer);
+    if with_view && pointer.starts_with("/Nodes/items/") && pointer.ends_with("/status") {
+        ok_json(&app(Some(round)), path, body).await;
+        return;
+    }
     let error = err_json(&app(with_view.then_some(round)), path, body, 422, "invalid_field").await;
     assert!(error.contains("invalid type: sequence, expected"), "{pointer}: {error}");
 }

@@ -112,7 +112,7 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
     }
     let fate = match () {
         _ if victim.controller.is_some() => job_fate(ctx, class, victim)?,
-        _ if victim.owner.is_some() || crate::requeue::opted_out(victim) => Fate::LeftToOwner,
+        _ if victim.owner.is_some() || crate::model::marks::opted_out(victim) => Fate::LeftToOwner,
         _ => bare_fate(ctx, preemptor, class, victim)?,
     };
     let min = class.victim.min_runtime;
@@ -193,7 +193,7 @@ fn cannot_requeue(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> 
     if victim.host_access.is_some() {
         return Some(LostReason::HostAccess);
     }
-    if class.requeue.max_attempts.is_some_and(|max| crate::requeue::attempt_of(victim) >= max) {
+    if class.requeue.max_attempts.is_some_and(|max| crate::model::marks::attempt_of(victim) >= max) {
         return Some(LostReason::MaxAttempts);
     }
     if ctx.view.is_some_and(|v| !v.requeue_allowed_in(&victim.namespace)) {
@@ -214,7 +214,7 @@ pub fn not_requeued(reason: LostReason, class: &crate::policy::Class, victim: &P
         ),
         LostReason::MaxAttempts => format!(
             "requeued {} time(s) already; class {} allows requeue.maxAttempts {}",
-            crate::requeue::attempt_of(victim),
+            crate::model::marks::attempt_of(victim),
             class.name,
             class.requeue.max_attempts.unwrap_or_default()
         ),

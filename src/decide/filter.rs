@@ -47,7 +47,8 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
     let names = args.nodes.names();
     for (i, name) in names.iter().enumerate() {
         let node: Option<&Node> = match &args.nodes {
-            NodeSet::Objects(nodes) => Some(&nodes[i].node),
+            // A Node object the view holds was not decoded: the view's is read instead.
+            NodeSet::Objects(nodes) => nodes[i].node.as_ref().or_else(|| ctx.view_node(name)),
             NodeSet::Names(_) => ctx.view_node(name),
         };
         let Some(node) = node else {
@@ -93,7 +94,7 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
 
 /// Names mode with a view, a class without placement rules, and a pod that fits the
 /// smallest node's allocatable: every node is kept, whatever its name. (Objects mode
-/// reads nodes from the request, where checking each costs no lookup.)
+/// reads the nodes the view does not hold from the request, and checks each.)
 fn uniform_verdict<'v>(args: &ExtenderArgs, ctx: &Context<'v>, placement: &Placement) -> Option<&'v Node> {
     if !matches!(args.nodes, NodeSet::Names(_)) || !placement.is_empty() {
         return None;

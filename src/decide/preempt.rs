@@ -28,9 +28,8 @@ use super::eligibility::{self, Fate, Preemptor};
 use super::fit::{fits, NodeUsage};
 use super::{Context, Explanation};
 use crate::cluster::View;
-use crate::model::{GangInfo, Pod, PodRef, Timestamp};
+use crate::model::{GangInfo, Pod, PodRef, RequeueIntent, Timestamp};
 use crate::policy::{ClassId, PdbMode, ReplacementPreemption, WithoutView};
-use crate::requeue::RequeueIntent;
 use crate::wire::request::{MetaVictims, Victims};
 use crate::wire::{self, Candidates, PreemptArgs, PreemptionResult};
 
@@ -266,7 +265,7 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
         ));
         return out;
     }
-    if crate::requeue::is_replacement(pod)
+    if crate::model::marks::is_replacement(pod)
         && ctx.policy.class(class_id).requeue.preemption == ReplacementPreemption::Never
     {
         out.explanations.push(Explanation::request(

@@ -72,7 +72,7 @@ pub fn prioritize<'a>(args: &'a ExtenderArgs, ctx: &Context) -> PrioritizeOutcom
     for (i, name) in names.into_iter().enumerate() {
         let info = ctx.view.and_then(|v| v.node_info(name));
         let node: Option<&Node> = match &args.nodes {
-            NodeSet::Objects(nodes) => Some(&nodes[i].node),
+            NodeSet::Objects(nodes) => nodes[i].node.as_ref().or_else(|| info.and_then(NodeInfo::node)),
             NodeSet::Names(_) => info.and_then(NodeInfo::node),
         };
         // The aggregates describe the node only once the view has its Node object.

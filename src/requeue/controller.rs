@@ -10,8 +10,7 @@
 //! every pod, decoded whole, would double the API server's fan-out and hold 150,000 full
 //! pods, where the view keeps the bytes of only the pods being preempted.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -35,8 +34,6 @@ const TICK: Duration = Duration::from_secs(1);
 const CONCURRENT: usize = 16;
 /// How often the permissions copies need are checked.
 pub const ACCESS_EVERY: Duration = Duration::from_secs(5);
-/// Back-off after a failed action: doubling from `Settings::backoff`, up to this.
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// The first back-off after a failed action.
 pub const BACKOFF_FIRST: Duration = Duration::from_millis(500);
 
@@ -68,52 +65,6 @@ impl Settings {
 
     fn bounds(&self) -> plan::Bounds {
         plan::Bounds { stuck_after: self.stuck_after, unrecorded_after: self.unrecorded_after }
-    }
-}
-
-/// Per action: when it may be tried again, and how often it failed; or settled for good.
-#[derive(Default)]
-pub struct Retry(Mutex<HashMap<String, Attempts>>);
-
-#[derive(Debug, Clone, Copy)]
-struct Attempts {
-    failures: u32,
-    next: Instant,
-    /// Given up, or found to need no write: never tried again while the plan still asks.
-    settled: bool,
-}
-
-impl Retry {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Attempts>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn due(&self, key: &str, now: Instant) -> bool {
-        self.lock().get(key).is_none_or(|a| !a.settled && a.next <= now)
-    }
-
-    /// Counts a failure, to be tried again after `first` doubled per failure before it;
-    /// the failures so far.
-    fn failed(&self, key: &str, now: Instant, first: Duration) -> u32 {
-        let mut map = self.lock();
-        let a = map.entry(key.to_string()).or_insert(Attempts { failures: 0, next: now, settled: false });
-        a.failures += 1;
-        let wait = first.saturating_mul(1 << (a.failures - 1).min(10)).min(BACKOFF_MAX);
-        a.next = now + wait;
-        a.failures
-    }
-
-    fn succeeded(&self, key: &str) {
-        self.lock().remove(key);
-    }
-
-    fn settle(&self, key: &str) {
-        self.lock().insert(key.to_string(), Attempts { failures: 0, next: Instant::now(), settled: true });
-    }
-
-    /// Forgets actions the plan no longer asks for.
-    fn keep_only(&self, keys: &std::collections::HashSet<String>) {
-        self.lock().retain(|k, _| keys.contains(k));
     }
 }
 

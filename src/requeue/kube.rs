@@ -1,7 +1,10 @@
-//! The requeue edge: the writes `controller` carries out (store a copy, release it,
-//! delete it) and the Events that say so. Every write is idempotent: deterministic names,
-//! 409 on create checked to be our own copy (else the next of its names), JSON-patch
-//! `test` before a release, uid preconditions before a delete.
+//! The requeue edge's lowest floor: the `Requeuer`, the writes `controller` and
+//! `leftovers` carry out (store a copy, release it, delete it), the Events that say so, and
+//! pods as the API server serves them. Both build on it; it names neither.
+//!
+//! Every write is idempotent: deterministic names, 409 on create checked to be our own
+//! copy (else the next of its names), JSON-patch `test` before a release, uid
+//! preconditions before a delete.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, PostParams, Preconditions};
@@ -12,8 +15,8 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 use super::availability::Availability;
-use super::controller::Retry;
 use super::plan::Release;
+use super::retry::Retry;
 use super::tries::Tries;
 use super::{RequeueIntent, FROM_UID, GATE};
 use crate::cluster::evictions::NotRecorded;
@@ -113,6 +116,13 @@ pub(super) fn pod_ref(namespace: &str, name: &str, uid: &str) -> ObjectReference
         uid: (!uid.is_empty()).then(|| uid.into()),
         ..Default::default()
     }
+}
+
+/// A listed pod as JSON (what a replacement is copied from) and as the model.
+pub fn decoded(object: &DynamicObject) -> Option<(Value, crate::model::Pod)> {
+    let json = serde_json::to_value(object).ok()?;
+    let pod = serde_json::from_value::<crate::wire::k8s::Pod>(json.clone()).ok()?.into_model().ok()?;
+    Some((json, pod))
 }
 
 pub fn api_code(e: &kube::Error) -> Option<u16> {
@@ -268,7 +278,7 @@ impl Requeuer {
             Created::Found(_) => return Err(format!("a pod named {name} exists and is not this copy's twin")),
         };
         if released {
-            let (_, model) = super::leftovers::decoded(&stored).ok_or_else(|| format!("cannot read {name}"))?;
+            let (_, model) = decoded(&stored).ok_or_else(|| format!("cannot read {name}"))?;
             self.release_now(&model).await?;
         }
         self.delete(&copy.namespace, &copy.name, &copy.uid, "moved to another scheduler").await?;

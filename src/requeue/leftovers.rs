@@ -18,8 +18,7 @@ use kube::runtime::events::EventType;
 use serde_json::{json, Value};
 
 use super::guard::{self, Finish};
-use super::kube::{api_code, pod_api, pod_ref, pod_resource, Requeuer};
-
+use super::kube::{api_code, decoded, pod_api, pod_ref, pod_resource, Requeuer};
 use super::{replacement, RequeueIntent, GUARD};
 use crate::model::Pod;
 
@@ -245,11 +244,4 @@ impl Requeuer {
             }
         }
     }
-}
-
-/// A listed pod as JSON (what a replacement is copied from) and as the model.
-pub fn decoded(object: &DynamicObject) -> Option<(Value, Pod)> {
-    let json = serde_json::to_value(object).ok()?;
-    let pod = serde_json::from_value::<crate::wire::k8s::Pod>(json.clone()).ok()?.into_model().ok()?;
-    Some((json, pod))
 }

@@ -16,10 +16,14 @@ pub mod leftovers;
 pub mod pace;
 pub mod plan;
 pub mod replacement;
+mod retry;
 mod tries;
 
 use crate::model::Pod;
 use crate::policy::{BareVictims, Class};
+
+// Decisions make intents and the controller carries them out: plain data, in the model.
+pub use crate::model::RequeueIntent;
 
 // What requeue writes on pods is read below requeue too (the view, the wire decoder):
 // the names live in `model::marks`.
@@ -38,41 +42,6 @@ pub fn would_requeue(pod: &Pod, class: &Class) -> bool {
         && class.victim.allowed
         && class.victim.bare() == BareVictims::Requeue
         && class.requeue.max_attempts.is_none_or(|max| attempt_of(pod) < max)
-}
-
-/// A bare victim requeue brings back: what a preempt decision explains for it, and what
-/// the controller copies once it is evicted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequeueIntent {
-    pub namespace: String,
-    /// The original's name and UID.
-    pub name: String,
-    pub uid: String,
-    pub node: String,
-    /// The replacement's name (deterministic: two replicas or a retry name the same pod).
-    pub replacement: String,
-    pub attempt: u32,
-    /// `namespace/name` of the preemptor, where a decision knows it (kube-scheduler's mark
-    /// names none).
-    pub preemptor: String,
-}
-
-impl RequeueIntent {
-    pub fn for_victim(victim: &Pod, node: &str, preemptor: &str) -> RequeueIntent {
-        RequeueIntent {
-            namespace: victim.namespace.clone(),
-            name: victim.name.clone(),
-            uid: victim.uid.clone(),
-            node: node.to_string(),
-            replacement: replacement_name(victim),
-            attempt: attempt_of(victim) + 1,
-            preemptor: preemptor.to_string(),
-        }
-    }
-
-    pub fn original_key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
-    }
 }
 
 #[cfg(test)]

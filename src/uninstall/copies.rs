@@ -13,8 +13,8 @@ use super::settle::{settle, verify, Settle, Unverified};
 use super::twin::twin;
 use super::UninstallArgs;
 use crate::model::Pod;
+use crate::requeue::kube::decoded;
 use crate::requeue::kube::Requeuer;
-use crate::requeue::leftovers::decoded;
 use crate::requeue::{FROM_POD, FROM_UID, GATE, LABEL};
 
 /// What became of one gated copy.

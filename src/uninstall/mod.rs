@@ -34,8 +34,8 @@ use kube::api::{DeleteParams, DynamicObject, ListParams};
 
 pub use copies::{Outcome, Settled};
 
+use crate::requeue::kube::decoded;
 use crate::requeue::kube::Requeuer;
-use crate::requeue::leftovers::decoded;
 use crate::requeue::GATE;
 
 #[derive(clap::Args, Debug)]

@@ -21,11 +21,13 @@ use crate::model;
 use super::error::Clip;
 pub use super::error::{clip, clip_message, DecodeError, ItemAt, MESSAGE_LIMIT, QUOTE_LIMIT};
 
-/// One Node object from a `Nodes` list: its raw bytes (returned unchanged if kept) and
-/// the fields decisions read.
+/// One Node object from a `Nodes` list: its raw bytes (returned unchanged if kept), its
+/// name, and the fields decisions read, decoded only where the cluster view does not hold
+/// the node (decisions read the view's Node otherwise).
 pub struct WireNode<'a> {
     pub raw: &'a RawValue,
-    pub node: model::Node,
+    pub name: String,
+    pub node: Option<model::Node>,
 }
 
 /// Which nodes a filter/prioritize request carries: the answer mirrors the mode.
@@ -39,7 +41,7 @@ pub enum NodeSet<'a> {
 impl NodeSet<'_> {
     pub fn names(&self) -> Vec<&str> {
         match self {
-            NodeSet::Objects(n) => n.iter().map(|n| n.node.name.as_str()).collect(),
+            NodeSet::Objects(n) => n.iter().map(|n| n.name.as_str()).collect(),
             NodeSet::Names(n) => n.iter().map(|n| n.as_ref()).collect(),
         }
     }
@@ -138,6 +140,17 @@ pub fn decode_extender_args(body: &[u8]) -> Result<ExtenderArgs<'_>, DecodeError
 
 /// `decode_extender_args` under the request's caps and cancel flag.
 pub fn decode_extender_args_within<'a>(body: &'a [u8], bounds: &Bounds) -> Result<ExtenderArgs<'a>, DecodeError> {
+    decode_extender_args_for(body, |_| false, bounds)
+}
+
+/// `decode_extender_args_within`, reading only the name of each Node object the cluster
+/// view holds (`held`): decisions read the view's Node, and the object's bytes go back as
+/// they came. The rest are decoded whole, and checked.
+pub fn decode_extender_args_for<'a>(
+    body: &'a [u8],
+    held: impl Fn(&str) -> bool,
+    bounds: &Bounds,
+) -> Result<ExtenderArgs<'a>, DecodeError> {
     let raw = seeds::parse(body, ExtenderArgsSeed(bounds), bounds)?;
     let pod = raw.pod.ok_or(DecodeError::MissingPod)?.into_model().map_err(DecodeError::PodField)?;
     // Objects win when both are present: they carry everything names do.
@@ -149,15 +162,21 @@ pub fn decode_extender_args_within<'a>(body: &'a [u8], bounds: &Bounds) -> Resul
                     .enumerate()
                     .map(|(index, raw)| {
                         bounds.check()?;
+                        if let Some(name) = super::first_name::first_name(raw.get()).filter(|n| held(n)) {
+                            return Ok(WireNode { raw, name, node: None });
+                        }
                         let parsed: k8s::Node = strict::from_str(raw.get()).map_err(|error| DecodeError::Item {
                             at: ItemAt::Node { index },
                             name: name_of(raw, false),
                             error,
                         })?;
                         let name = parsed.metadata.name.clone();
-                        let node =
-                            parsed.into_model().map_err(|error| DecodeError::NodeField { index, name, error })?;
-                        Ok(WireNode { raw, node })
+                        let node = parsed.into_model().map_err(|error| DecodeError::NodeField {
+                            index,
+                            name: name.clone(),
+                            error,
+                        })?;
+                        Ok(WireNode { raw, name, node: Some(node) })
                     })
                     .collect::<Result<_, DecodeError>>()?,
             ),

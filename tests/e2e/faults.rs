@@ -20,7 +20,7 @@ pub fn cases() -> Vec<Case> {
         Case { name: "fault_apiserver_restarted_mid_storm", run: |b, m| Box::pin(apiserver_restarted(b, m)) },
         Case { name: "fault_watches_expire_410_under_churn", run: |b, m| Box::pin(watches_expire(b, m)) },
         Case {
-            name: "fault_requeue_permission_removed_bare_victims_spared",
+            name: "fault_requeue_permission_removed_bare_victims_only_a_last_resort",
             run: |b, m| Box::pin(permission_removed(b, m)),
         },
         Case {
@@ -183,13 +183,18 @@ async fn watches_expire(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 }
 
 /// The requeue RBAC binding is deleted mid-run: the extender finds it can no longer store
-/// copies, so bare victims are spared (the online pod waits) and never lost.
+/// copies, so its bare victims become victims of last resort: where a ReplicaSet worker
+/// places the online pod, the bare pods are spared and nothing is lost.
 async fn permission_removed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
     bed.one_node_two_free_pods().await?;
     let originals = bare_pods(&bed, "batch").await?;
     let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
+    // node-2 holds a worker its ReplicaSet recreates: the one victim that loses nothing.
+    bed.nodes(&["node-2"], 4000).await?;
+    cluster::create(&bed.client, cluster::replica_set("batch", "worker", 1, "free", 3000)).await?;
+    bed.until_running("batch", 3).await?;
     bed.plane.kubectl(&["delete", "clusterrolebinding", "coloc-extender-requeue"])?;
     coloc_testbed::wait::until(MINUTE, "the extender to find requeue unavailable", || async {
         let ready = bed.extenders[e].get("/readyz").await.map_err(|e| e.to_string())?;
@@ -197,12 +202,13 @@ async fn permission_removed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     })
     .await?;
     crate::scenarios::online(&bed, "web", 3000).await?;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    let node = crate::scenarios::online_placed(&bed, "web").await?;
+    anyhow::ensure!(node == "node-2", "web placed on {node}, not where the worker made room\n{}", bed.logs());
     let pods = cluster::pods(&bed.client, Some("batch")).await?;
     for (name, uid) in &originals {
         anyhow::ensure!(
             pods.iter().any(|p| p.metadata.uid.as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none()),
-            "{name} was evicted although its copy could not be stored\n{}",
+            "{name} was evicted although its copy could not be stored and a worker made room\n{}",
             bed.logs()
         );
     }

@@ -25,6 +25,7 @@ mod own_scheduler;
 mod privilege;
 mod profiles;
 mod removal;
+mod requeue_bounds;
 mod scenarios;
 mod tls;
 mod upgrade;
@@ -52,6 +53,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(fails_safe::cases());
     v.extend(profiles::cases());
     v.extend(removal::cases());
+    v.extend(requeue_bounds::cases());
     v.extend(privilege::cases());
     v.extend(own_scheduler::cases());
     v.extend(tls::cases());

@@ -149,7 +149,7 @@ async fn uninstall_checks_copies(bins: Binaries, mode: Mode) -> anyhow::Result<(
     preempt_as_kube_does(&bed, "batch", "free-1").await?;
     // As the replicas read it: every field the API server has.
     let going = coloc_extender::requeue::kube::pod_api(&bed.client, "batch").get("free-1").await?;
-    let (going, original) = coloc_extender::requeue::leftovers::decoded(&going).context("free-1 decoded")?;
+    let (going, original) = coloc_extender::requeue::kube::decoded(&going).context("free-1 decoded")?;
     let copy = replacement::build(&going, &RequeueIntent::for_victim(&original, "node-1", ""))?;
     let copy_name = copy["metadata"]["name"].as_str().unwrap_or_default().to_string();
     let batch: Api<Pod> = Api::namespaced(bed.client.clone(), "batch");

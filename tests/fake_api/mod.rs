@@ -9,6 +9,11 @@
 //! injected, and every request is recorded.
 //!
 //! Use it from a test file with `mod fake_api;`. Add kinds in `resources.rs`, one line each.
+//!
+//! It is for correctness: it keeps every object and its history, so that writes, resumed
+//! watches and faults behave as the API server's. `coloc-viewload` (bench/) has a fake of
+//! its own for size: it stores nothing and renders a cluster of any size on the fly,
+//! because it runs in the process it measures, where all this one holds would be counted.
 #![allow(dead_code)]
 
 pub mod patch;

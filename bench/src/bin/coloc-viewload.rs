@@ -14,6 +14,9 @@
 //!    500 items per chunk (the extender lists pods unpaginated, decoding as they come), carry
 //!    `metadata.resourceVersion`; the Pod watch streams newline-delimited
 //!    `{"type":"MODIFIED","object":...}` events this tool feeds it; other watches stay open.
+//!    Not `tests/fake_api`, which is for correctness (every object and its history kept,
+//!    writes, resumed watches, faults): this one runs in the process it measures, so it
+//!    holds nothing and spends little, and what is measured is the view's.
 //! 2. Runs `cluster::watch::run` against it (`kube::Client` on `http://127.0.0.1:PORT`, in a
 //!    2-worker runtime, like `serve`) and reports the initial sync time (spawn until
 //!    `ViewCell::is_ready()`), peak RSS (VmHWM), steady-state RSS, and the view's share of
@@ -429,6 +432,7 @@ fn preempt_body(spec: Spec, candidates: usize) -> Vec<u8> {
 }
 
 // ---- the fake API server -----------------------------------------------------------------
+// Lists and watches only, rendered from the pod index: nothing stored (see the top).
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {

@@ -181,10 +181,10 @@ impl<'a> Aftermath<'a> {
         if age > RECENTLY_BACK_S {
             return None;
         }
-        if crate::requeue::is_replacement(pod) {
+        if crate::model::marks::is_replacement(pod) {
             return Some(format!(
                 "requeued {age}s ago (attempt {}): evicted once already",
-                crate::requeue::attempt_of(pod)
+                crate::model::marks::attempt_of(pod)
             ));
         }
         let preempted_at = self.view.last_preemption_by_controller(pod)?;

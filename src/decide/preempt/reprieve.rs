@@ -238,7 +238,7 @@ pub(super) fn settle(
             },
             Fate::LeftToOwner => match &v.pod.owner {
                 Some(o) => (Code::LeftToOwner, format!("{why}; owned by {} {} (not a controller): not requeued, left to its owner", o.kind, o.name)),
-                None => (Code::LeftToOwner, format!("{why}; opted out of requeue ({}: never): not copied, left to whoever created it", crate::requeue::OPT_OUT)),
+                None => (Code::LeftToOwner, format!("{why}; opted out of requeue ({}: never): not copied, left to whoever created it", crate::model::marks::OPT_OUT)),
             },
             Fate::Recreated => match (&v.pod.controller, &v.job_note) {
                 (Some(_), Some(note)) => (Code::Chosen, format!("{why}; {note}")),

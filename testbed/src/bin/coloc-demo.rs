@@ -372,13 +372,14 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
     let rows: Vec<Row> = vec![
         ("online pods placed", Box::new(|o| format!("{}/{}", o.placed.len(), scenario.online.len()))),
         (
-            "time to place, max",
+            "time to place, p50 / p99 / max",
             Box::new(|o| {
-                o.placed
-                    .values()
-                    .map(|(_, s)| *s)
-                    .fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.max(s))))
-                    .map_or("-".into(), |s| format!("{s:.1} s"))
+                let waits: Vec<f64> = o.placed.values().map(|(_, s)| *s).collect();
+                if waits.is_empty() {
+                    return "-".into();
+                }
+                let max = waits.iter().copied().fold(0.0, f64::max);
+                format!("{:.1} / {:.1} / {max:.1} s", median(waits.clone()), quantile(waits, 0.99))
             }),
         ),
         ("evictions", Box::new(|o| o.evictions.to_string())),
@@ -470,6 +471,7 @@ fn figures(kind: RunKind, o: &Outcome, sc: &Scenario) -> serde_json::Value {
         "online_placed": o.placed.len(),
         "time_to_place_max_s": o.placed.values().map(|(_, s)| *s).fold(0.0, f64::max),
         "time_to_place_p50_s": median(o.placed.values().map(|(_, s)| *s).collect()),
+        "time_to_place_p99_s": quantile(o.placed.values().map(|(_, s)| *s).collect(), 0.99),
         "time_to_place_by_pod_s": o.placed.iter().map(|(p, (_, s))| (p.clone(), *s)).collect::<BTreeMap<_, _>>(),
         "online": sc.online.len(),
         "evictions": o.evictions,
@@ -507,6 +509,15 @@ fn median(mut v: Vec<f64>) -> f64 {
         0 => 0.0,
         n if n % 2 == 1 => v[n / 2],
         n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The `q` quantile of `v` (nearest rank), 0 for none.
+fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n => v[((n as f64 * q).ceil() as usize).clamp(1, n) - 1],
     }
 }
 

@@ -31,6 +31,9 @@ pub enum Kind {
     /// The per-pod-verbs registration with coloc-echo behind it: what the registration
     /// itself costs kube-scheduler, with no watches and no decisions.
     EchoPerPodVerbs,
+    /// coloc-extender in shadow mode with requeue (names mode, all verbs): kube-scheduler's
+    /// own decisions with nothing lost. Beside echo, the cost of nothing lost alone.
+    RequeueOnly,
 }
 
 /// The marker resource of the per-pod-verbs profile (`managedResources`).
@@ -43,6 +46,16 @@ pub struct Programs<'a> {
 }
 
 impl Kind {
+    /// The floor a run is measured against in a storm: the echo extender in the same mode
+    /// (requeue-only answers in names mode; stock and echo against themselves).
+    pub fn storm_floor(self) -> Option<Kind> {
+        match self {
+            Kind::ColocNames | Kind::RequeueOnly | Kind::ColocPerPodVerbs => Some(Kind::Echo),
+            Kind::ColocObjects => Some(Kind::EchoObjects),
+            _ => None,
+        }
+    }
+
     /// An echo extender: the protocol's floor, which decides nothing and writes nothing.
     pub fn is_echo(self) -> bool {
         matches!(self, Kind::Echo | Kind::EchoObjects | Kind::EchoPerPodVerbs)
@@ -58,6 +71,7 @@ impl Kind {
             Kind::ColocObjects => "coloc-objects",
             Kind::ColocPerPodVerbs => "coloc-per-pod-verbs",
             Kind::EchoPerPodVerbs => "echo-per-pod-verbs",
+            Kind::RequeueOnly => "requeue-only",
         }
     }
 
@@ -71,6 +85,7 @@ impl Kind {
             Kind::ColocNames | Kind::ColocObjects | Kind::ColocPerPodVerbs => {
                 Some((p.extender, &["--kube", "--mode", "enforce"]))
             }
+            Kind::RequeueOnly => Some((p.extender, &["--kube", "--mode", "shadow"])),
         }
     }
 
@@ -96,7 +111,7 @@ impl Kind {
                     ..ExtenderEntry::all_verbs(url, true)
                 },
             ],
-            _ => vec![ExtenderEntry::all_verbs(url, self == Kind::ColocNames)],
+            _ => vec![ExtenderEntry::all_verbs(url, matches!(self, Kind::ColocNames | Kind::RequeueOnly))],
         }
     }
 }

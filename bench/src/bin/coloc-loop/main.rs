@@ -17,7 +17,11 @@
 //!     target/release/coloc-loop --storm 300 --runs stock,echo,coloc-names,coloc-objects
 //!
 //! (`echo` there registers coloc-echo for every verb, preempt included: the protocol's
-//! floor, with kube-scheduler's own victims and nothing requeued.)
+//! floor, with kube-scheduler's own victims and nothing requeued; `requeue-only` is
+//! coloc-extender in shadow mode with requeue: stock's decisions with nothing lost.) With
+//! `--rounds N` it ends with each run's median time to place over the rounds, its spread,
+//! and its ratio to the echo floor of its mode (the median of the per-round ratios: each
+//! round's runs share the machine's state).
 
 mod binds;
 mod kinds;
@@ -77,6 +81,11 @@ struct Args {
     /// (the floor; echo-objects in objects mode), and echo-per-pod-verbs is skipped.
     #[arg(long, default_value_t = 0)]
     storm: usize,
+    /// In a storm, pin the API server and etcd to the last CPU and kube-scheduler and the
+    /// extender to the others (`taskset`): what a cluster whose control plane runs on nodes
+    /// of its own would see, where the API writes do not take kube-scheduler's CPU.
+    #[arg(long)]
+    pin_control_plane: bool,
 
     /// Build the cluster, print how to reach it (kubeconfig, API server's PID), and keep it
     /// until interrupted instead of running: for measuring by hand on the same cluster
@@ -109,7 +118,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let bins = Binaries::find().map_err(anyhow::Error::msg)?;
     let needs = |k: &[Kind]| args.runs.iter().any(|r| k.contains(r));
-    let extender = if needs(&[Kind::ColocNames, Kind::ColocObjects, Kind::ColocPerPodVerbs]) {
+    let extender = if needs(&[Kind::ColocNames, Kind::ColocObjects, Kind::ColocPerPodVerbs, Kind::RequeueOnly]) {
         program(args.extender.clone(), "coloc-extender")?
     } else {
         PathBuf::new()
@@ -139,6 +148,7 @@ async fn main() -> anyhow::Result<()> {
             qps: args.qps,
             timeout: Duration::from_secs(args.timeout_s),
             programs: Programs { extender: &extender, echo: &echo },
+            pin_control_plane: args.pin_control_plane,
         };
         let mut results = Vec::new();
         for round in 1..=args.rounds {
@@ -155,9 +165,11 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         println!("{}", storm::table(&results));
+        let medians = storm::medians(&results);
+        println!("{}", storm::medians_table(&medians));
         write_json(
             &out.join("results.json"),
-            &serde_json::json!({"commit": commit, "storm_pods": args.storm, "scheduler_qps": args.qps, "storm": results}),
+            &serde_json::json!({"commit": commit, "storm_pods": args.storm, "scheduler_qps": args.qps, "control_plane_pinned": args.pin_control_plane, "storm": results, "medians": medians}),
         )?;
         eprintln!("coloc-loop: wrote {}", out.join("results.json").display());
         return Ok(());

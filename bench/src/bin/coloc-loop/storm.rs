@@ -33,7 +33,7 @@ const VICTIMS_PER_NODE: usize = 4;
 /// Needs all four victims of a node gone (4 × 7.9 leaves 0.4 CPU).
 const ONLINE_MILLI_CPU: i64 = 31_000;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct StormResult {
     pub run: String,
     pub round: usize,
@@ -130,6 +130,30 @@ pub struct Settings<'a> {
     pub qps: u32,
     pub timeout: Duration,
     pub programs: Programs<'a>,
+    /// API server and etcd on the last CPU, kube-scheduler and the extender on the others.
+    pub pin_control_plane: bool,
+}
+
+/// Pins process `pid` (all its threads) to `cpus` (a `taskset` list), if there is one.
+fn pin(pid: Option<u32>, cpus: &str) {
+    if let Some(pid) = pid {
+        let ok = std::process::Command::new("taskset")
+            .args(["-a", "-p", "-c", cpus, &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("coloc-loop: could not pin {pid} to CPUs {cpus} (taskset)");
+        }
+    }
+}
+
+/// The CPU list of the control plane (the last CPU) and of the rest (the others).
+fn cpu_lists() -> (String, String) {
+    let n = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let last = n.saturating_sub(1);
+    let rest = if last == 0 { "0".to_string() } else { format!("0-{}", last.saturating_sub(1)) };
+    (last.to_string(), rest)
 }
 
 pub async fn one(
@@ -171,6 +195,13 @@ pub async fn one(
     };
     let scheduler =
         Scheduler::start_with(&plane, &format!("kube-scheduler-{name}"), &entries, qps, kind.scheduler_flags()).await?;
+    if s.pin_control_plane {
+        let (control, rest) = cpu_lists();
+        pin(plane.apiserver.pid(), &control);
+        pin(plane.etcd.pid(), &control);
+        pin(scheduler.proc.pid(), &rest);
+        pin(ext_pid, &rest);
+    }
     // The online pods arrive at once, at a running kube-scheduler: time to place counts
     // from the start of their creation.
     let binds = Binds::watch(client.clone(), ONLINE).await?;
@@ -377,4 +408,133 @@ pub fn table(results: &[StormResult]) -> String {
         );
     }
     s
+}
+
+/// One run kind over the rounds: medians and spreads.
+#[derive(Debug, serde::Serialize)]
+pub struct StormMedian {
+    pub run: String,
+    pub rounds: usize,
+    pub place_p50_s: Option<f64>,
+    /// Lowest and highest p50 over the rounds.
+    pub place_p50_spread_s: Option<(f64, f64)>,
+    pub place_max_s: Option<f64>,
+    /// The floor it is measured against (echo in its mode), and the median over the rounds
+    /// of its p50 divided by the floor's p50 in the same round.
+    pub floor: Option<String>,
+    pub vs_floor: Option<f64>,
+    pub vs_floor_spread: Option<(f64, f64)>,
+    pub preempt_p50_ms: Option<f64>,
+    pub preempt_p99_ms: Option<f64>,
+    pub lost: usize,
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(round3(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }))
+}
+
+fn spread(v: &[f64]) -> Option<(f64, f64)> {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (lo.is_finite() && hi.is_finite()).then(|| (round3(lo), round3(hi)))
+}
+
+/// Each run's medians over the rounds, in the order the runs first appear.
+pub fn medians(results: &[StormResult]) -> Vec<StormMedian> {
+    let mut runs: Vec<&str> = Vec::new();
+    for r in results {
+        if !runs.contains(&r.run.as_str()) {
+            runs.push(&r.run);
+        }
+    }
+    let kind_of =
+        |label: &str| <Kind as clap::ValueEnum>::value_variants().iter().copied().find(|k| k.label() == label);
+    runs.into_iter()
+        .map(|run| {
+            let mine: Vec<&StormResult> = results.iter().filter(|r| r.run == run).collect();
+            let p50s: Vec<f64> = mine.iter().filter_map(|r| r.place_p50_s).collect();
+            let floor = kind_of(run).and_then(Kind::storm_floor);
+            let ratios: Vec<f64> = floor
+                .map(|f| {
+                    mine.iter()
+                        .filter_map(|r| {
+                            let base = results.iter().find(|b| b.run == f.label() && b.round == r.round)?;
+                            Some(r.place_p50_s? / base.place_p50_s?)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            StormMedian {
+                run: run.to_string(),
+                rounds: mine.len(),
+                place_p50_s: median(p50s.clone()),
+                place_p50_spread_s: spread(&p50s),
+                place_max_s: median(mine.iter().filter_map(|r| r.place_max_s).collect()),
+                floor: floor.map(|f| f.label().to_string()),
+                vs_floor: median(ratios.clone()),
+                vs_floor_spread: spread(&ratios),
+                preempt_p50_ms: median(mine.iter().filter_map(|r| r.extender_preempt_p50_ms).collect()),
+                preempt_p99_ms: median(mine.iter().filter_map(|r| r.extender_preempt_p99_ms).collect()),
+                lost: mine.iter().map(|r| r.lost).max().unwrap_or(0),
+            }
+        })
+        .collect()
+}
+
+pub fn medians_table(medians: &[StormMedian]) -> String {
+    let mut s = String::from("| run | rounds | time to place p50, median (spread) s | max s, median | vs its echo floor, median (spread) | preempt p50 / p99 ms, median | lost (most in a round) |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+    let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v}"));
+    let pair = |x: Option<(f64, f64)>| x.map_or(String::new(), |(a, b)| format!(" ({a}-{b})"));
+    for m in medians {
+        s += &format!(
+            "| {} | {} | {}{} | {} | {}{} | {} / {} | {} |\n",
+            m.run,
+            m.rounds,
+            opt(m.place_p50_s),
+            pair(m.place_p50_spread_s),
+            opt(m.place_max_s),
+            m.vs_floor.map_or("-".into(), |v| format!("{v}× {}", m.floor.as_deref().unwrap_or(""))),
+            pair(m.vs_floor_spread),
+            opt(m.preempt_p50_ms),
+            opt(m.preempt_p99_ms),
+            m.lost
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(run: &str, round: usize, p50: f64) -> StormResult {
+        StormResult { run: run.into(), round, place_p50_s: Some(p50), ..Default::default() }
+    }
+
+    #[test]
+    fn a_run_is_judged_by_the_median_of_its_ratios_to_the_floor_of_the_same_round() {
+        // Round 2 is slow for everyone: the ratio of each round holds, the raw p50 does not.
+        let results = [
+            run("echo", 1, 10.0),
+            run("coloc-names", 1, 10.5),
+            run("echo", 2, 20.0),
+            run("coloc-names", 2, 20.0),
+            run("echo", 3, 11.0),
+            run("coloc-names", 3, 12.1),
+        ];
+        let m = medians(&results);
+        let names = m.iter().find(|m| m.run == "coloc-names").unwrap();
+        assert_eq!(names.rounds, 3);
+        assert_eq!(names.place_p50_s, Some(12.1));
+        assert_eq!(names.place_p50_spread_s, Some((10.5, 20.0)));
+        assert_eq!(names.floor.as_deref(), Some("echo"));
+        assert_eq!(names.vs_floor, Some(1.05));
+        assert_eq!(names.vs_floor_spread, Some((1.0, 1.1)));
+        assert_eq!(m.iter().find(|m| m.run == "echo").unwrap().vs_floor, None);
+    }
 }
