@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use coloc_testbed::scheduler::ClientTls;
 use coloc_testbed::ExtenderEntry;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -24,6 +25,10 @@ pub enum Kind {
     ColocNames,
     /// The same with nodeCacheCapable: false (full Node and Pod objects).
     ColocObjects,
+    /// coloc-names called over mutual TLS, as the standalone install (the cluster's own
+    /// kube-scheduler) calls it; on loopback, so the Service's network hop is not in it.
+    /// Beside coloc-names: what the default install's loopback hop saves.
+    ColocNamesTls,
     /// manifests/scheduler/kube-scheduler-config-per-pod-verbs.yaml: preempt for every
     /// pod, filter and prioritize only for pods carrying the marker resource (the online
     /// pods here carry none).
@@ -50,7 +55,7 @@ impl Kind {
     /// (requeue-only answers in names mode; stock and echo against themselves).
     pub fn storm_floor(self) -> Option<Kind> {
         match self {
-            Kind::ColocNames | Kind::RequeueOnly | Kind::ColocPerPodVerbs => Some(Kind::Echo),
+            Kind::ColocNames | Kind::ColocNamesTls | Kind::RequeueOnly | Kind::ColocPerPodVerbs => Some(Kind::Echo),
             Kind::ColocObjects => Some(Kind::EchoObjects),
             _ => None,
         }
@@ -68,6 +73,7 @@ impl Kind {
             Kind::Echo => "echo",
             Kind::EchoObjects => "echo-objects",
             Kind::ColocNames => "coloc-names",
+            Kind::ColocNamesTls => "coloc-names-tls",
             Kind::ColocObjects => "coloc-objects",
             Kind::ColocPerPodVerbs => "coloc-per-pod-verbs",
             Kind::EchoPerPodVerbs => "echo-per-pod-verbs",
@@ -82,7 +88,7 @@ impl Kind {
             Kind::Stock | Kind::StockNoBatching => None,
             Kind::Echo | Kind::EchoObjects | Kind::EchoPerPodVerbs => Some((p.echo, &[])),
             // The shipped default is in shadow: the benchmarks measure it enforcing.
-            Kind::ColocNames | Kind::ColocObjects | Kind::ColocPerPodVerbs => {
+            Kind::ColocNames | Kind::ColocNamesTls | Kind::ColocObjects | Kind::ColocPerPodVerbs => {
                 Some((p.extender, &["--kube", "--mode", "enforce"]))
             }
             Kind::RequeueOnly => Some((p.extender, &["--kube", "--mode", "shadow"])),
@@ -111,8 +117,59 @@ impl Kind {
                     ..ExtenderEntry::all_verbs(url, true)
                 },
             ],
-            _ => vec![ExtenderEntry::all_verbs(url, matches!(self, Kind::ColocNames | Kind::RequeueOnly))],
+            _ => vec![ExtenderEntry::all_verbs(
+                url,
+                matches!(self, Kind::ColocNames | Kind::ColocNamesTls | Kind::RequeueOnly),
+            )],
         }
+    }
+}
+
+/// How kube-scheduler reaches the extender: plain HTTP, or mutual TLS with files of a CA
+/// made for the run.
+pub enum Hop {
+    Plain,
+    Tls(coloc_testbed::pki::HopTls),
+}
+
+impl Hop {
+    /// The hop `kind` runs over; TLS files go into `dir`.
+    pub fn for_kind(kind: Kind, dir: &Path) -> anyhow::Result<Hop> {
+        if kind != Kind::ColocNamesTls {
+            return Ok(Hop::Plain);
+        }
+        Ok(Hop::Tls(coloc_testbed::pki::write_hop(dir, "coloc-extender")?))
+    }
+
+    /// The extender's flags for this hop.
+    pub fn extender_args(&self) -> Vec<String> {
+        match self {
+            Hop::Plain => Vec::new(),
+            Hop::Tls(t) => {
+                [("--tls-cert", &t.serving_cert), ("--tls-key", &t.serving_key), ("--client-ca", &t.ca_cert)]
+                    .iter()
+                    .flat_map(|(flag, path)| [flag.to_string(), path.display().to_string()])
+                    .collect()
+            }
+        }
+    }
+
+    /// `entries` as kube-scheduler registers them over this hop.
+    pub fn register(&self, entries: Vec<ExtenderEntry>) -> Vec<ExtenderEntry> {
+        let Hop::Tls(t) = self else { return entries };
+        entries
+            .into_iter()
+            .map(|e| ExtenderEntry {
+                url_prefix: e.url_prefix.replacen("http://", "https://", 1),
+                tls: Some(ClientTls {
+                    cert_file: t.client_cert.clone(),
+                    key_file: t.client_key.clone(),
+                    ca_file: t.ca_cert.clone(),
+                    server_name: t.server_name.clone(),
+                }),
+                ..e
+            })
+            .collect()
     }
 }
 

@@ -118,7 +118,13 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let bins = Binaries::find().map_err(anyhow::Error::msg)?;
     let needs = |k: &[Kind]| args.runs.iter().any(|r| k.contains(r));
-    let extender = if needs(&[Kind::ColocNames, Kind::ColocObjects, Kind::ColocPerPodVerbs, Kind::RequeueOnly]) {
+    let extender = if needs(&[
+        Kind::ColocNames,
+        Kind::ColocNamesTls,
+        Kind::ColocObjects,
+        Kind::ColocPerPodVerbs,
+        Kind::RequeueOnly,
+    ]) {
         program(args.extender.clone(), "coloc-extender")?
     } else {
         PathBuf::new()

@@ -8,7 +8,7 @@ use coloc_bench::procstat;
 use coloc_testbed::{Extender, Scheduler};
 
 use crate::binds::Binds;
-use crate::kinds::{self, Kind, Programs};
+use crate::kinds::{self, Hop, Kind, Programs};
 use crate::report::{self, round3, RunResult};
 use crate::world::{World, ONLINE};
 
@@ -31,13 +31,17 @@ pub async fn one(world: &World, kind: Kind, round: usize, s: &Settings<'_>, dir:
 
     let mut extender = None;
     let mut ready_s = None;
+    let hop = Hop::for_kind(kind, dir)?;
     if let Some((binary, args)) = kind.program(&s.programs) {
         let t = Instant::now();
-        extender = Some(Extender::start(&world.plane, &name, binary, args).await?);
+        let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        all.extend(hop.extender_args());
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        extender = Some(Extender::start(&world.plane, &name, binary, &all).await?);
         ready_s = Some(t.elapsed().as_secs_f64());
     }
     let ext_pid = extender.as_ref().and_then(|e| e.proc.pid());
-    let entries: Vec<_> = extender.iter().flat_map(|e| kind.entries(&e.url())).collect();
+    let entries = hop.register(extender.iter().flat_map(|e| kind.entries(&e.url())).collect());
 
     let binds = Binds::watch(world.client.clone(), ONLINE).await?;
     let ext_cpu0 = cpu(ext_pid);

@@ -23,7 +23,7 @@ use coloc_testbed::{kubelet, prepared, wait, Binaries, ControlPlane, Extender, K
 use serde::Serialize;
 
 use crate::binds::Binds;
-use crate::kinds::{Kind, Programs};
+use crate::kinds::{Hop, Kind, Programs};
 use crate::report::round3;
 use crate::world::{self, OFFLINE, ONLINE};
 
@@ -172,12 +172,15 @@ pub async fn one(
         .map(|p| (cluster::name(p).to_string(), p.metadata.uid.clone().unwrap_or_default()))
         .collect();
 
+    let hop = Hop::for_kind(kind, dir)?;
     let extender = match kind.program(&s.programs) {
         Some((binary, args)) => {
-            let mut all = args.to_vec();
+            let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
             if !kind.is_echo() {
-                all.push("--requeue");
+                all.push("--requeue".into());
             }
+            all.extend(hop.extender_args());
+            let all: Vec<&str> = all.iter().map(String::as_str).collect();
             Some(Extender::start(&plane, &name, binary, &all).await?)
         }
         None => None,
@@ -193,6 +196,7 @@ pub async fn one(
         }
         _ => extender.iter().flat_map(|e| kind.entries(&e.url())).collect(),
     };
+    let entries = hop.register(entries);
     let scheduler =
         Scheduler::start_with(&plane, &format!("kube-scheduler-{name}"), &entries, qps, kind.scheduler_flags()).await?;
     if s.pin_control_plane {
