@@ -658,7 +658,9 @@ async fn run(
     let plane = ControlPlane::start(bins, Options::default()).await?;
     let client = plane.client().await?;
     let batch = if batch_not_opted_in { cluster::namespace("batch") } else { cluster::requeue_namespace("batch") };
-    cluster::create_all(&client, vec![cluster::namespace("online"), batch]).await?;
+    // The install namespace too: the RBAC applied below lives there.
+    let install = cluster::namespace(coloc_testbed::control_plane::INSTALL_NAMESPACE);
+    cluster::create_all(&client, vec![cluster::namespace("online"), batch, install]).await?;
     let classes = cluster::default_priority_classes();
     let names: Vec<String> = classes.iter().filter_map(|c| c.metadata.name.clone()).collect();
     cluster::create_all(&client, classes).await?;
