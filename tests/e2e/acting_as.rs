@@ -132,6 +132,16 @@ async fn held_as_before(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     // marks policy like anyone's.
     let scheduler: Api<Pod> = Api::namespaced(coloc_testbed::control_plane::client_from(&pod).await?, "batch");
     let claim = json!({"metadata": {"annotations": {FROM_UID: "any"}}});
+    // The marks policy loads on its own, apart from the one waited for above: a dry run
+    // until it holds (a minute, then this fails as the write below would).
+    let dry_patch = PatchParams { dry_run: true, ..Default::default() };
+    coloc_testbed::wait::until(MINUTE, "the marks policy enforced", || async {
+        match scheduler.patch_status("stranger", &dry_patch, &Patch::Merge(&claim)).await {
+            Err(e) if e.to_string().contains(MARK_ANNOTATIONS) => Ok(()),
+            other => Err(format!("{:?}", other.map(|p| p.metadata.name))),
+        }
+    })
+    .await?;
     refused(
         "a mark added through pods/status as coloc-scheduler",
         MARK_ANNOTATIONS,
