@@ -13,11 +13,16 @@ pub struct Pki {
     pub service_account_pub: PathBuf,
 }
 
-pub fn write(dir: &Path) -> anyhow::Result<Pki> {
+/// A certificate authority of its own, named `cn`.
+fn self_signed_ca(cn: &str) -> anyhow::Result<CertifiedIssuer<'static, KeyPair>> {
     let mut ca = CertificateParams::new(Vec::<String>::new())?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(DnType::CommonName, "coloc-testbed-ca");
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?;
+    ca.distinguished_name.push(DnType::CommonName, cn);
+    Ok(CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?)
+}
+
+pub fn write(dir: &Path) -> anyhow::Result<Pki> {
+    let ca = self_signed_ca("coloc-testbed-ca")?;
     let mut serving = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
     serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
     let serving_key = KeyPair::generate()?;
@@ -52,10 +57,7 @@ pub struct HopTls {
 
 pub fn write_hop(dir: &Path, server_name: &str) -> anyhow::Result<HopTls> {
     use rcgen::ExtendedKeyUsagePurpose;
-    let mut ca = CertificateParams::new(Vec::<String>::new())?;
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(DnType::CommonName, "coloc-hop-ca");
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?;
+    let ca = self_signed_ca("coloc-hop-ca")?;
     let leaf = |cn: &str, usage: ExtendedKeyUsagePurpose| -> anyhow::Result<(String, String)> {
         let mut p = CertificateParams::new(vec![server_name.to_string()])?;
         p.distinguished_name.push(DnType::CommonName, cn);

@@ -45,11 +45,7 @@ const HOLD: &str = "bench.coloc-extender.io/hold";
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let bins = Binaries::find().map_err(anyhow::Error::msg)?;
-    let binary = match args.extender {
-        Some(p) => p,
-        None => std::env::current_exe()?.with_file_name("coloc-extender"),
-    };
-    anyhow::ensure!(binary.is_file(), "no {} (cargo build --release --locked --workspace)", binary.display());
+    let binary = coloc_bench::sibling_program(args.extender, "coloc-extender")?;
     let rbac = [&prepared::BASE_RBAC[..], &prepared::REQUEUE_RBAC[..]].concat();
     let (plane, client) = prepared::start(&bins, Options::default(), &rbac).await?;
     cluster::create(&client, cluster::node("node-1", 1_000_000, 4096, "zone-a")).await?;

@@ -93,16 +93,6 @@ struct Args {
     hold: bool,
 }
 
-/// `--flag` or the binary of that name beside this executable; it must exist.
-fn program(given: Option<PathBuf>, name: &str) -> anyhow::Result<PathBuf> {
-    let path = match given {
-        Some(p) => p,
-        None => std::env::current_exe()?.with_file_name(name),
-    };
-    anyhow::ensure!(path.is_file(), "no {} (build it: cargo build --release --locked --workspace)", path.display());
-    Ok(path)
-}
-
 /// `git describe` of the working directory, to say which build was measured.
 fn commit() -> Option<String> {
     let out = std::process::Command::new("git").args(["describe", "--always", "--dirty"]).output().ok()?;
@@ -125,12 +115,12 @@ async fn main() -> anyhow::Result<()> {
         Kind::ColocPerPodVerbs,
         Kind::RequeueOnly,
     ]) {
-        program(args.extender.clone(), "coloc-extender")?
+        coloc_bench::sibling_program(args.extender.clone(), "coloc-extender")?
     } else {
         PathBuf::new()
     };
     let echo = if needs(&[Kind::Echo, Kind::EchoObjects, Kind::EchoPerPodVerbs]) {
-        program(args.echo.clone(), "coloc-echo")?
+        coloc_bench::sibling_program(args.echo.clone(), "coloc-echo")?
     } else {
         PathBuf::new()
     };
