@@ -67,10 +67,13 @@ pub fn namespace(name: &str) -> Namespace {
     from(json!({"metadata": {"name": name}}))
 }
 
-/// A namespace labelled to take requeue copies of its preempted bare pods (the label the
-/// extender documents: the test bed depends on nothing of the extender's).
+/// The label by which a namespace takes requeue copies of its preempted bare pods (as the
+/// extender documents it: the test bed depends on nothing of the extender's).
+pub const REQUEUE_OPT_IN: &str = "coloc-extender.io/requeue";
+
+/// A namespace labelled to take requeue copies of its preempted bare pods.
 pub fn requeue_namespace(name: &str) -> Namespace {
-    from(json!({"metadata": {"name": name, "labels": {"coloc-extender.io/requeue": "enabled"}}}))
+    from(json!({"metadata": {"name": name, "labels": {REQUEUE_OPT_IN: "enabled"}}}))
 }
 
 /// A pod template's spec: one container requesting `milli_cpu` and 64 MiB.

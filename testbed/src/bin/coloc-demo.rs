@@ -36,11 +36,13 @@ use coloc_testbed::{kubelet, prepared, wait, Binaries, ControlPlane, Extender, E
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::watcher;
 use kube::Api;
+use serde_json::json;
 
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
@@ -655,19 +657,20 @@ async fn run(
     hold: bool,
     batch_not_opted_in: bool,
 ) -> anyhow::Result<(Outcome, Option<ControlPlane>)> {
-    let plane = ControlPlane::start(bins, Options::default()).await?;
-    let client = plane.client().await?;
-    let batch = if batch_not_opted_in { cluster::namespace("batch") } else { cluster::requeue_namespace("batch") };
-    // The install namespace too: the RBAC applied below lives there.
-    let install = cluster::namespace(coloc_testbed::control_plane::INSTALL_NAMESPACE);
-    cluster::create_all(&client, vec![cluster::namespace("online"), batch, install]).await?;
-    let classes = cluster::default_priority_classes();
-    let names: Vec<String> = classes.iter().filter_map(|c| c.metadata.name.clone()).collect();
-    cluster::create_all(&client, classes).await?;
-    cluster::until_admitted(&client, "batch", &names.iter().map(String::as_str).collect::<Vec<_>>()).await?;
-    for f in [&prepared::BASE_RBAC[..], &prepared::REQUEUE_RBAC[..], &prepared::WAKE_RBAC[..]].concat() {
-        plane.apply(&Path::new(REPO).join(f))?;
+    // The test bed's world: namespaces `online` and `batch` (opted in to requeue), the
+    // classes, and the extender's RBAC in the install namespace.
+    let rbac = [&prepared::BASE_RBAC[..], &prepared::REQUEUE_RBAC[..], &prepared::WAKE_RBAC[..]].concat();
+    let (plane, client) = prepared::start(bins, Options::default(), &rbac).await?;
+    if batch_not_opted_in {
+        // Taken off before any extender lists namespaces.
+        let label = json!({"metadata": {"labels": {cluster::REQUEUE_OPT_IN: null}}});
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        namespaces.patch(prepared::BATCH, &PatchParams::default(), &Patch::Merge(label)).await?;
     }
+    // Every class the scenario's pods name, beyond those the bed waits for.
+    let names: Vec<String> =
+        cluster::default_priority_classes().iter().filter_map(|c| c.metadata.name.clone()).collect();
+    cluster::until_admitted(&client, prepared::BATCH, &names.iter().map(String::as_str).collect::<Vec<_>>()).await?;
     let _kubelet = Kubelet::start(client.clone(), kubelet::Options::default());
     cluster::create_all(&client, sc.node_objects()).await?;
     cluster::create_all(&client, sc.bare_pods()).await?;
