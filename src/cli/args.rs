@@ -24,60 +24,39 @@ pub struct ServeArgs {
     /// Cluster view from the Kubernetes API (in-cluster config or KUBECONFIG).
     #[arg(long)]
     pub kube: bool,
-    /// Requeue bare victims of `requeue` classes: once kube-scheduler has preempted one
-    /// (whoever asked it to), store a gated copy of it, released once the original is gone.
-    /// Writes pods and events: needs the `manifests/requeue` RBAC component.
+    /// Count on the requeue controller (`coloc-extender requeue`, the requeue component's
+    /// Deployment coloc-requeue) to bring bare victims of `requeue` classes back, while its
+    /// Lease says it stores copies; otherwise they are victims of last resort. This process
+    /// writes no pod for it: it reads the Lease (--requeue-lease, in --namespace).
     #[arg(long, requires = "kube")]
     pub requeue: bool,
-    /// Accepted so that manifests of earlier releases still start, and ignored: guards are
-    /// no longer added (a finalizer outlives an extender scaled to zero). Guards an
-    /// earlier release left are always finished.
-    #[arg(long, hide = true, action = clap::ArgAction::Set, requires = "requeue")]
-    pub requeue_guard: Option<bool>,
-    /// Accepted so that manifests of earlier releases still start, and ignored: copies are
-    /// no longer stored while kube-scheduler waits for the answer.
-    #[arg(long, hide = true)]
-    pub requeue_budget_ms: Option<u64>,
+    /// The requeue controller's Lease, in --namespace.
+    #[arg(long, default_value = crate::requeue::lease::NAME)]
+    pub requeue_lease: String,
     /// Wake pods kube-scheduler parked while we could not answer a preempt well (restart,
     /// view not ready, a failed answer): once ready again, store and delete a
     /// placeholder pod bound to no real node, which kube-scheduler takes as a reason to
-    /// retry them. Writes pods in --wake-namespace: needs the `manifests/wake` RBAC component.
+    /// retry them. Writes pods in --namespace: needs the `manifests/wake` RBAC component.
     #[arg(long, requires = "kube")]
     pub wake: bool,
-    /// Namespace of the wake placeholders (default: $POD_NAMESPACE, else coloc-system).
+    /// The install namespace: where the wake placeholders and the requeue controller's
+    /// Lease are (default: $POD_NAMESPACE, else coloc-system).
     #[arg(long, env = "POD_NAMESPACE", default_value = "coloc-system")]
-    pub wake_namespace: String,
-    /// The identity every API call is made as but copies' and placeholders' (impersonated),
-    /// where the pod's own ServiceAccount is another's: beside kube-scheduler in
-    /// coloc-scheduler's pod, system:serviceaccount:<namespace>:coloc-extender. Copies and
-    /// placeholders are still written as --requeue-as and --wake-as, impersonated by the
-    /// pod's own identity. Default: the pod's own identity.
+    pub namespace: String,
+    /// The identity every API call is made as but placeholders' (impersonated), where the
+    /// pod's own ServiceAccount is another's: beside kube-scheduler in coloc-scheduler's
+    /// pod, system:serviceaccount:<namespace>:coloc-extender. Placeholders are still
+    /// written as --wake-as, impersonated by the pod's own identity. Default: the pod's own
+    /// identity.
     #[arg(long, requires = "kube")]
     pub act_as: Option<String>,
-    /// The identity copies are created as (impersonated; the `requeue` component grants
-    /// it pod create and this replica the right to impersonate it). Default:
-    /// system:serviceaccount:<--wake-namespace>:coloc-extender-requeue.
-    #[arg(long)]
-    pub requeue_as: Option<String>,
     /// The identity placeholders are written as (impersonated; the `wake` component).
-    /// Default: system:serviceaccount:<--wake-namespace>:coloc-extender-wake.
+    /// Default: system:serviceaccount:<--namespace>:coloc-extender-wake.
     #[arg(long)]
     pub wake_as: Option<String>,
     /// Least time between two wakes, e.g. 10s.
     #[arg(long, default_value = "10s", value_parser = parse_secs)]
     pub wake_min_interval: Duration,
-    /// Accepted so that manifests of earlier releases still start, and ignored: no copy is
-    /// stored before its original is evicted.
-    #[arg(long, hide = true, value_parser = parse_secs)]
-    pub requeue_evict_within: Option<Duration>,
-    /// A gated copy whose original is still terminating this long past its
-    /// deletionTimestamp (its node gone, say) is released anyway, with a Warning Event.
-    #[arg(long, default_value = "120s", value_parser = parse_secs)]
-    pub requeue_stuck_after: Duration,
-    /// A gated copy requeue did not record is deleted this long after its creation (never
-    /// released). For tests; the shipped bound is 10 minutes.
-    #[arg(long, hide = true, default_value = "600s", value_parser = parse_secs)]
-    pub requeue_unrecorded_after: Duration,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[arg(long, requires = "tls_key")]
@@ -112,6 +91,59 @@ pub struct ServeArgs {
     pub log_json: bool,
     #[command(flatten)]
     pub ops: OpsArgs,
+}
+
+/// The flags of `requeue`: the requeue controller in pods of its own, as the requeue
+/// identity, one replica leading.
+#[derive(clap::Args)]
+pub struct RequeueArgs {
+    /// Policy file, reloaded when it changes (default: the shipped default policy): which
+    /// classes requeue their bare victims, and how often.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Store copies of preempted bare pods. `--copies=false` only finishes what an earlier
+    /// run left (releases or deletes its gated copies): the way to turn requeue off without
+    /// leaving a copy gated for ever.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub copies: bool,
+    /// The install namespace, where the Lease is (default: $POD_NAMESPACE, else coloc-system).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "coloc-system")]
+    pub namespace: String,
+    /// The Lease its replicas elect a leader with, and where the leader says whether it
+    /// can store copies (what `serve --requeue` reads).
+    #[arg(long, default_value = crate::requeue::lease::NAME)]
+    pub lease: String,
+    /// This replica's name on the Lease (default: $POD_NAME, else the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub name: Option<String>,
+    /// A gated copy whose original is still terminating this long past its
+    /// deletionTimestamp (its node gone, say) is released anyway, with a Warning Event.
+    #[arg(long, default_value = "120s", value_parser = parse_secs)]
+    pub stuck_after: Duration,
+    /// A gated copy requeue did not record is deleted this long after its creation (never
+    /// released). For tests; the shipped bound is 10 minutes.
+    #[arg(long, hide = true, default_value = "600s", value_parser = parse_secs)]
+    pub unrecorded_after: Duration,
+    /// Plain-HTTP listener for /healthz and /readyz.
+    #[arg(long)]
+    pub health_listen: Option<SocketAddr>,
+    /// Plain-HTTP listener for /metrics, or `off`.
+    #[arg(long, default_value = "127.0.0.1:8083", value_parser = parse_admin_listen)]
+    pub admin_listen: AdminListen,
+    /// Who may read the admin port: `kube` (a bearer token the API server accepts and
+    /// allows) or `none` (whoever reaches it; the default on loopback).
+    #[arg(long, value_enum)]
+    pub admin_auth: Option<AdminAuth>,
+    /// Log lines as JSON (for log pipelines) instead of text.
+    #[arg(long)]
+    pub log_json: bool,
+}
+
+impl RequeueArgs {
+    /// Who may read the admin port (`admin_auth`); the controller always has the API.
+    pub fn admin_auth(&self) -> Result<AdminAuth, String> {
+        admin_auth(self.admin_auth, self.admin_listen, true)
+    }
 }
 
 /// Adoption and day-2 operations: shadow mode, decision lookup, Events.
@@ -256,34 +288,32 @@ fn parse_count(s: &str, max: usize, zero: &str) -> Result<usize, String> {
     }
 }
 
-impl ServeArgs {
-    /// Who may read the admin port, or why the flags do not say it safely: `kube` needs
-    /// the API server, and an admin port off loopback is never open unless asked for.
-    pub fn admin_auth(&self) -> Result<AdminAuth, String> {
-        if self.admin_auth == Some(AdminAuth::Kube) && !self.kube {
-            return Err("--admin-auth kube checks each bearer token with the Kubernetes API: it needs --kube".into());
-        }
-        match (self.admin_auth, self.admin_listen.0) {
-            (Some(auth), _) => Ok(auth),
-            (None, Some(addr)) if !addr.ip().is_loopback() => Err(format!(
-                "--admin-listen {addr} is not on loopback: whoever reaches it would read /decisions (pod names, why each was or was not preempted) and /metrics. Pass --admin-auth kube (with --kube: a bearer token the API server accepts and allows), or --admin-auth none to serve them to anyone who reaches the port"
-            )),
-            (None, _) => Ok(AdminAuth::Open),
-        }
+/// Who may read the admin port, or why the flags do not say it safely: `kube` needs the
+/// API server, and an admin port off loopback is never open unless asked for.
+fn admin_auth(asked: Option<AdminAuth>, listen: AdminListen, kube: bool) -> Result<AdminAuth, String> {
+    if asked == Some(AdminAuth::Kube) && !kube {
+        return Err("--admin-auth kube checks each bearer token with the Kubernetes API: it needs --kube".into());
     }
+    match (asked, listen.0) {
+        (Some(auth), _) => Ok(auth),
+        (None, Some(addr)) if !addr.ip().is_loopback() => Err(format!(
+            "--admin-listen {addr} is not on loopback: whoever reaches it would read /decisions (pod names, why each was or was not preempted) and /metrics. Pass --admin-auth kube (with --kube: a bearer token the API server accepts and allows), or --admin-auth none to serve them to anyone who reaches the port"
+        )),
+        (None, _) => Ok(AdminAuth::Open),
+    }
+}
 
-    /// Who copies are created as.
-    pub fn requeue_identity(&self) -> String {
-        self.requeue_as
-            .clone()
-            .unwrap_or_else(|| format!("system:serviceaccount:{}:coloc-extender-requeue", self.wake_namespace))
+impl ServeArgs {
+    /// Who may read the admin port (`admin_auth`).
+    pub fn admin_auth(&self) -> Result<AdminAuth, String> {
+        admin_auth(self.admin_auth, self.admin_listen, self.kube)
     }
 
     /// Who placeholders are written as.
     pub fn wake_identity(&self) -> String {
         self.wake_as
             .clone()
-            .unwrap_or_else(|| format!("system:serviceaccount:{}:coloc-extender-wake", self.wake_namespace))
+            .unwrap_or_else(|| format!("system:serviceaccount:{}:coloc-extender-wake", self.namespace))
     }
 }
 

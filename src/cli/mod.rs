@@ -1,18 +1,21 @@
-//! Command line: `serve` (the composition root is in serve.rs), `check-policy`,
-//! `policy-schema`, `replay`, `explain` and `uninstall`, one module each.
+//! Command line: `serve` (the extender's composition root is in serve.rs), `requeue` (the
+//! requeue controller's, requeue.rs), `check-policy`, `policy-schema`, `replay`, `explain`
+//! and `uninstall`, one module each.
 
+mod apart;
 mod args;
 mod check_policy;
 pub mod explain;
 mod policy_reload;
 mod replay;
+mod requeue;
 mod serve;
 
 use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
-pub use args::{AdminAuth, AdminListen, LimitArgs, OpsArgs, ServeArgs};
+pub use args::{AdminAuth, AdminListen, LimitArgs, OpsArgs, RequeueArgs, ServeArgs};
 
 use crate::pipeline::Verb;
 use crate::policy::{Mode, Policy};
@@ -30,6 +33,11 @@ pub struct Cli {
 pub enum Command {
     /// Serve filter, prioritize and preempt over HTTP(S).
     Serve(ServeArgs),
+    /// Run the requeue controller (in pods of its own, as the requeue identity): once
+    /// kube-scheduler preempts a bare pod of a `requeue` class, whoever asked it to, store a
+    /// gated copy of it and release it once the original is gone. One replica leads (a
+    /// Lease), and says there whether it can store copies: `serve --requeue` reads that.
+    Requeue(RequeueArgs),
     /// Validate a policy file and print its classes.
     CheckPolicy { file: PathBuf },
     /// Print the policy's JSON Schema (for editors and CI; check-policy also checks meaning,
@@ -52,7 +60,7 @@ pub enum Command {
         /// The decision time, RFC 3339 or Unix seconds (default: now).
         #[arg(long)]
         now: Option<String>,
-        /// Decide as `serve` without `--requeue` would: bare pods of `requeue` classes are
+        /// Decide as `serve` without a requeue controller would: bare pods of `requeue` classes are
         /// victims of last resort (taken only for an online pod nothing else places, and
         /// lost). By default replay shows what would be requeued (it never writes).
         #[arg(long)]
@@ -102,6 +110,11 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().worker_threads(args.io_threads).enable_all().build()?;
             runtime.block_on(serve::serve(args))
+        }
+        Command::Requeue(args) => {
+            init_logging(args.log_json);
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            runtime.block_on(requeue::run(args))
         }
     }
 }

@@ -247,6 +247,9 @@ pub struct View {
     /// Counts changes requeue reacts to (copies, pods marked or being deleted), so its
     /// controller skips a pass where no such change came.
     requeue_changes: u64,
+    /// Counts pods seen newly marked by a preemption: the requeue controller, in pods of
+    /// its own, makes way for kube-scheduler's writes while they keep coming.
+    preemptions_seen: u64,
 }
 
 /// Pods that left the view remembered at most; past that, the older half is forgotten.
@@ -320,6 +323,7 @@ impl View {
         view.preemptions = self.preemptions.clone();
         view.evictions = self.evictions.clone();
         view.requeue_changes = self.requeue_changes + 1;
+        view.preemptions_seen = self.preemptions_seen;
         for pod in self.pods.values() {
             view.apply_pod(pod.clone(), policy);
         }
@@ -356,6 +360,11 @@ impl View {
     /// Changes requeue reacts to, counted (`requeue_changes`).
     pub fn requeue_changes(&self) -> u64 {
         self.requeue_changes
+    }
+
+    /// Pods seen newly marked by a preemption, counted.
+    pub fn preemptions_seen(&self) -> u64 {
+        self.preemptions_seen
     }
 
     fn note_requeue_change(&mut self, pod: &Pod) {
@@ -504,6 +513,9 @@ impl View {
         self.jobs.observe_pod(&pod);
         self.note_preemption(&pod);
         self.note_requeue_change(&pod);
+        if pod.preempted && !self.pods.get(&key).is_some_and(|o| o.preempted) {
+            self.preemptions_seen += 1;
+        }
         if pod.preempted || pod.evicted {
             self.observe_eviction(&pod, false, policy);
         }

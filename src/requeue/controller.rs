@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use super::guard;
 use super::kube::{pod_api, pod_ref, Requeuer, StoreError};
+use super::leader::Leadership;
 use super::plan::{self, Action, Copy, Release, Unrecorded};
 use super::replacement;
 use crate::cluster::ViewCell;
@@ -90,10 +91,19 @@ struct Pass {
 
 impl Requeuer {
     /// Runs until the process ends: a pass after each burst of changes requeue reacts to
-    /// (most view changes are not: a bind, a status), and every `TICK` for retries and bounds.
-    pub async fn run(self: Arc<Self>, cell: Arc<ViewCell>, policy: Arc<ArcSwap<Policy>>, settings: Settings) {
+    /// (most view changes are not: a bind, a status), and every `TICK` for retries and
+    /// bounds, while this replica leads. A replica that stands by keeps its view, so it
+    /// has recorded the same evictions when it takes over.
+    pub async fn run(
+        self: Arc<Self>,
+        cell: Arc<ViewCell>,
+        policy: Arc<ArcSwap<Policy>>,
+        settings: Settings,
+        leadership: Arc<Leadership>,
+    ) {
         let mut changes = cell.subscribe();
         let mut seen = None;
+        let mut preemptions = None;
         let mut last_pass = Instant::now();
         let mut namespaces_said = !settings.copies;
         loop {
@@ -102,10 +112,15 @@ impl Requeuer {
                 _ = tokio::time::sleep(TICK) => {}
             }
             changes.borrow_and_update();
-            if !self.pace.may_go() {
-                continue; // kube-scheduler is preempting: its writes first
+            let now_seen = cell.read_latest(|v| (v.requeue_changes(), v.preemptions_seen()));
+            if now_seen.map(|s| s.1) != preemptions {
+                preemptions = now_seen.map(|s| s.1);
+                self.pace.preempt_seen();
             }
-            let now_seen = cell.read_latest(|v| v.requeue_changes());
+            if !leadership.is_leading() || !self.pace.may_go() {
+                continue; // another replica writes, or kube-scheduler is preempting: its writes first
+            }
+            let now_seen = now_seen.map(|s| s.0);
             if now_seen == seen && last_pass.elapsed() < TICK {
                 continue;
             }
@@ -148,15 +163,14 @@ impl Requeuer {
         }
     }
 
-    /// `None` if the API server lets the requeue identity create pods and this replica
-    /// patch them (cluster-wide, as the requeue component and the base grant), else why not.
+    /// `None` if the API server lets this identity create, patch and delete pods
+    /// (cluster-wide, as the requeue component grants), else why not.
     async fn may_write_copies(&self) -> Result<Option<String>, kube::Error> {
         use k8s_openapi::api::authorization::v1::{
             ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
         };
-        // Copies are created as the requeue identity and released as this replica's own.
-        for (verb, client) in [("create", &self.copier), ("patch", &self.client)] {
-            let reviews: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client.clone());
+        for verb in ["create", "patch", "delete"] {
+            let reviews: kube::Api<SelfSubjectAccessReview> = kube::Api::all(self.client.clone());
             let review = SelfSubjectAccessReview {
                 spec: SelfSubjectAccessReviewSpec {
                     resource_attributes: Some(ResourceAttributes {
@@ -169,19 +183,10 @@ impl Requeuer {
                 },
                 ..Default::default()
             };
-            let answer = match reviews.create(&kube::api::PostParams::default(), &review).await {
-                // The review itself is refused: this replica may not act as that identity.
-                Err(e) if super::kube::api_code(&e) == Some(403) => {
-                    let e = e.to_string();
-                    let e = crate::wire::request::clip(&e, 200);
-                    return Ok(Some(format!("this replica may not act as the identity that must {verb} pods ({e})")));
-                }
-                answer => answer?,
-            };
-            let status = answer.status.unwrap_or_default();
+            let status = reviews.create(&kube::api::PostParams::default(), &review).await?.status.unwrap_or_default();
             if !status.allowed {
                 let reason = status.reason.filter(|r| !r.is_empty()).unwrap_or_else(|| "no RBAC rule allows it".into());
-                return Ok(Some(format!("the API server does not let this replica {verb} pods ({reason})")));
+                return Ok(Some(format!("the API server does not let the requeue controller {verb} pods ({reason})")));
             }
         }
         Ok(None)

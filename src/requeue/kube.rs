@@ -24,11 +24,10 @@ use crate::cluster::evictions::NotRecorded;
 pub use crate::events::kube::REPORTER;
 
 pub struct Requeuer {
-    /// Reads, releases, deletes, Events: the replica's own identity.
+    /// Every read and write: the requeue identity, the only one admission lets create a
+    /// copy, release it or delete it (`coloc-extender requeue` runs as it; `uninstall` as
+    /// its own).
     pub(super) client: Client,
-    /// Creates copies: the requeue identity (`serve --requeue-as`), which admission lets
-    /// create copies and nothing else; the replica's own where none is set.
-    pub(super) copier: Client,
     recorder: Recorder,
     /// Failed tries to store the replacement of a guarded pod an earlier release left.
     pub(super) tries: Tries,
@@ -36,7 +35,7 @@ pub struct Requeuer {
     pub(super) retry: Retry,
     /// Whether copies can be stored now: what decisions count on.
     pub availability: Arc<Availability>,
-    /// Preempt calls seen by this replica: its writes make way for them.
+    /// Preemptions as the view sees them: its writes make way for kube-scheduler's.
     pub pace: Arc<super::pace::Pace>,
 }
 
@@ -169,13 +168,12 @@ pub fn register_metrics() {
 
 impl Requeuer {
     /// `instance` names this replica in Events (the pod name, typically); `copies`: it
-    /// stores copies of preempted pods (`serve --requeue`).
+    /// stores copies of preempted pods (`requeue`, unless `--copies=false`).
     pub fn new(client: Client, instance: Option<String>, copies: bool) -> Requeuer {
         register_metrics();
         let recorder = Recorder::new(client.clone(), crate::events::kube::reporter(instance));
         let availability = Arc::new(Availability::new(copies));
         Requeuer {
-            copier: client.clone(),
             client,
             recorder,
             tries: Default::default(),
@@ -183,12 +181,6 @@ impl Requeuer {
             availability,
             pace: Default::default(),
         }
-    }
-
-    /// Copies are created as `copier`'s identity.
-    pub fn with_copier(mut self, copier: Client) -> Requeuer {
-        self.copier = copier;
-        self
     }
 
     /// Creates the replacement `manifest` of `intent` under `intent.replacement`, or the
@@ -240,11 +232,11 @@ impl Requeuer {
         ))
     }
 
-    /// Creates `manifest` as `name` (as the copier, the only identity that may); where a
+    /// Creates `manifest` as `name`; where a
     /// pod of that name exists already, reads it for the caller to tell whose it is.
     async fn create_or_find(&self, namespace: &str, name: &str, manifest: Value) -> Result<Created, StoreError> {
         let object: DynamicObject = serde_json::from_value(manifest).map_err(|e| StoreError::new(e.to_string()))?;
-        match pod_api(&self.copier, namespace).create(&PostParams::default(), &object).await {
+        match pod_api(&self.client, namespace).create(&PostParams::default(), &object).await {
             Ok(created) => Ok(Created::New(created)),
             Err(e) if api_code(&e) == Some(409) => pod_api(&self.client, namespace)
                 .get(name)

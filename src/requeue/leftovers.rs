@@ -63,10 +63,14 @@ enum Outcome {
 }
 
 impl Requeuer {
-    /// Runs until the process ends; says at start what it found.
-    pub async fn finish_leftover_guards(self: std::sync::Arc<Self>) {
+    /// Runs until the process ends, while this replica leads; says at start what it found.
+    pub async fn finish_leftover_guards(self: std::sync::Arc<Self>, leadership: std::sync::Arc<super::leader::Leadership>) {
         let mut last: Option<GuardReport> = None;
         loop {
+            if !leadership.is_leading() {
+                tokio::time::sleep(AGAIN_SOON).await;
+                continue;
+            }
             let again = match self.finish_guards_once().await {
                 Ok(report) => {
                     // One line per look that found something new (per-pod detail is debug).

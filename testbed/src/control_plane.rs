@@ -28,9 +28,10 @@ pub const INSTALL_NAMESPACE: &str = "coloc-system";
 /// Where an earlier release installed itself: its identities authenticate too.
 pub const EARLIER_NAMESPACE: &str = "kube-system";
 /// The ServiceAccounts pods of the install run as, each with a token in both namespaces:
-/// the standalone extender, the uninstall Job, and coloc-scheduler (whose pods run the
-/// extender beside kube-scheduler).
-pub const ACCOUNTS: [&str; 3] = ["coloc-extender", "coloc-extender-uninstall", "coloc-scheduler"];
+/// the standalone extender, the uninstall Job, coloc-scheduler (whose pods run the
+/// extender beside kube-scheduler) and the requeue controller.
+pub const ACCOUNTS: [&str; 4] =
+    ["coloc-extender", "coloc-extender-uninstall", "coloc-scheduler", "coloc-extender-requeue"];
 
 /// The user a ServiceAccount authenticates as.
 pub fn service_account(namespace: &str, name: &str) -> String {

@@ -16,12 +16,12 @@ pub const BATCH: &str = "batch";
 
 /// What `serve --kube` needs.
 pub const BASE_RBAC: [&str; 2] = ["manifests/clusterrole.yaml", "manifests/clusterrolebinding.yaml"];
-/// What `--requeue` needs on top.
+/// What `--requeue` needs on top: the requeue controller's identity, grants and Lease.
 pub const REQUEUE_RBAC: [&str; 4] = [
     "manifests/requeue/serviceaccount.yaml",
-    "manifests/requeue/impersonate.yaml",
     "manifests/requeue/clusterrole.yaml",
     "manifests/requeue/clusterrolebinding.yaml",
+    "manifests/requeue/lease.yaml",
 ];
 /// What `--wake` needs on top.
 pub const WAKE_RBAC: [&str; 4] = [

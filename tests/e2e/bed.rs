@@ -210,7 +210,7 @@ impl Bed {
     pub fn logs(&self) -> String {
         let mut s = String::new();
         for e in &self.extenders {
-            s += &format!("--- {} (last 3 KB) ---\n{}\n", e.proc.name, e.proc.log_tail(3000));
+            s += &e.log_tails(3000);
         }
         if let Some(k) = &self.scheduler {
             s += &format!("--- kube-scheduler (last 3 KB) ---\n{}\n", k.proc.log_tail(3000));
