@@ -231,8 +231,8 @@ fn the_topology_follows(objects: &[serde_yaml_ng::Value], deployment: &str) {
         .filter(|o| o["kind"] == "RoleBinding")
         .filter(|o| o["metadata"]["name"].as_str().unwrap().starts_with("coloc-extender-act-as"))
         .collect();
-    let expected = if account == "coloc-extender" { 2 } else { 3 };
-    assert_eq!(bindings.len(), expected, "the requeue and wake identities (and beside kube-scheduler, the extender's)");
+    let expected = if account == "coloc-extender" { 1 } else { 2 };
+    assert_eq!(bindings.len(), expected, "the wake identity (and beside kube-scheduler, the extender's): nobody acts as the requeue identity");
     for b in bindings {
         let subjects = b["subjects"].as_sequence().unwrap();
         assert_eq!(subjects.len(), 1);
@@ -255,6 +255,12 @@ fn the_topology_follows(objects: &[serde_yaml_ng::Value], deployment: &str) {
         })
         .count();
     assert_eq!(selected, 1, "the extender's PodMonitor selects the pods of one Deployment");
+    // Copies are the requeue controller's, in pods of its own running as the requeue
+    // identity; the extender's pods only read its Lease.
+    let requeue = named(objects, "Deployment", "coloc-requeue");
+    let spec = &requeue["spec"]["template"]["spec"];
+    assert_eq!(spec["serviceAccountName"].as_str(), Some("coloc-extender-requeue"));
+    assert_ne!(account, "coloc-extender-requeue");
 }
 
 /// The example overlay (another namespace, every component on) puts every object where
@@ -346,6 +352,72 @@ fn copy_dir(from: &Path, to: &Path) {
             copy_dir(&path, &target);
         } else {
             std::fs::copy(&path, &target).unwrap();
+        }
+    }
+}
+
+/// Every kubectl this machine has (`KUBE_BIN_DIR`'s and each on `PATH`), by the
+/// kustomize it carries: a kustomize before v5.8 reads a replacement's target name as a
+/// literal where a later one reads a pattern, so an install that relied on patterns would
+/// silently name another namespace with the older tool.
+fn every_kubectl(bins: &Binaries) -> Vec<(String, PathBuf)> {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("kubectl")).filter(|k| k.is_file()).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let mut found: Vec<(String, PathBuf)> = Vec::new();
+    for kubectl in std::iter::once(bins.kubectl.clone()).chain(on_path) {
+        let Ok(out) = std::process::Command::new(&kubectl).args(["version", "--client", "-o", "json"]).output() else {
+            continue;
+        };
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let kustomize = v["kustomizeVersion"].as_str().unwrap_or("unknown").to_string();
+        if !found.iter().any(|(k, _)| *k == kustomize) {
+            found.push((kustomize, kubectl));
+        }
+    }
+    found
+}
+
+/// The same install whichever supported kubectl renders it: every documented overlay, for
+/// coloc-system and for another namespace, is the same text with each kubectl found (the
+/// machine image's v1.32, kustomize v5.5, beside v1.36's v5.8), and puts every object and
+/// every identity in the install namespace with each.
+#[test]
+fn every_supported_kubectl_renders_the_same_install() {
+    let bins = match Binaries::find() {
+        Ok(b) => b,
+        Err(why) => return println!("install_manifest: skipped: {why}"),
+    };
+    let kubectls = every_kubectl(&bins);
+    if kubectls.len() < 2 {
+        println!("install_manifest: one kustomize only ({kubectls:?}): nothing to compare the render with");
+    }
+    for (dir, namespace) in [("manifests", "coloc-system"), ("deploy/overlay-example", OVERLAY_NAMESPACE)] {
+        let mut first: Option<(String, String)> = None;
+        for (kustomize, kubectl) in &kubectls {
+            let out = std::process::Command::new(kubectl)
+                .args(["kustomize", &repo(dir).display().to_string()])
+                .output()
+                .expect("kubectl runs");
+            assert!(out.status.success(), "{kustomize}: kubectl kustomize {dir}: {}", String::from_utf8_lossy(&out.stderr));
+            let text = String::from_utf8(out.stdout).unwrap();
+            let objects: Vec<serde_yaml_ng::Value> = serde_yaml_ng::Deserializer::from_str(&text)
+                .map(|d| serde::Deserialize::deserialize(d).unwrap())
+                .filter(|v: &serde_yaml_ng::Value| !v.is_null())
+                .collect();
+            if dir != "manifests" {
+                every_object_in(&objects, namespace);
+            }
+            let identities = format!("system:serviceaccount:{namespace}:coloc-extender");
+            for p in objects.iter().filter(|o| o["kind"] == "ValidatingAdmissionPolicy") {
+                let spec = serde_yaml_ng::to_string(&p["spec"]).unwrap();
+                let names_identities = spec.contains("system:serviceaccount:");
+                assert!(!names_identities || spec.contains(&identities), "{kustomize}: {:?} names no identity of {namespace}", p["metadata"]["name"]);
+            }
+            match &first {
+                None => first = Some((kustomize.clone(), text)),
+                Some((k, t)) => assert!(t == &text, "{dir}: kustomize {kustomize} renders otherwise than {k}"),
+            }
         }
     }
 }

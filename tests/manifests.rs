@@ -57,9 +57,7 @@ fn the_cluster_role_reads_what_the_view_watches_and_writes_only_events_and_what_
     .collect();
     // Events on preemptors (serve --events): the Warning/Normal `kubectl describe pod` shows.
     expected.extend(["events.k8s.io/events:create".to_string(), "events.k8s.io/events:patch".to_string()]);
-    // What an earlier run left is finished in every mode (bounded by the admission policy):
-    // guards taken off and copies released (patch), copies never needed deleted (delete).
-    expected.extend(["/pods:patch".to_string(), "/pods:delete".to_string()]);
+    // No pod write: copies are the requeue controller's, as its own identity.
     // The admin port (--admin-auth kube) asks whose each token is and what they may get:
     // what system:auth-delegator grants.
     expected.extend([
@@ -380,21 +378,39 @@ fn a_rolling_update_keeps_serving_until_the_endpoint_is_gone_and_drains_within_t
 #[test]
 fn requeue_writes_are_an_opt_in_component_with_only_the_writes_it_needs() {
     let role = load("requeue/clusterrole.yaml");
-    // Events are in the base role already (serve --events).
-    // Copies only: their release and clean-up are the replicas' own (base role).
-    assert_eq!(grants(&role), ["/pods:create"]);
+    // Copies made, released and deleted: by the requeue identity alone (what it reads and
+    // its Events: the base role, bound to it too).
+    assert_eq!(grants(&role), ["/pods:create", "/pods:delete", "/pods:patch"]);
     let component = load("requeue/kustomization.yaml");
     assert_eq!(component["kind"], Value::from("Component"));
     assert!(serde_yaml_ng::to_string(&component["patches"]).unwrap().contains("--requeue"));
     assert_eq!(base_components(), ["scheduler-of-its-own", "routing"], "off unless an operator opts in");
-    let binding = load("requeue/clusterrolebinding.yaml");
-    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
-    assert_eq!(
-        binding["subjects"][0]["name"],
-        Value::from("coloc-extender-requeue"),
-        "granted to the requeue identity alone"
-    );
-    acted_as_by_the_pods_running_the_extender_alone("requeue", "coloc-extender-requeue");
+    let bindings = load_all("requeue/clusterrolebinding.yaml");
+    let roles: Vec<&Value> = bindings.iter().map(|b| &b["roleRef"]["name"]).collect();
+    assert_eq!(roles, [&role["metadata"]["name"], &Value::from("coloc-extender")]);
+    for b in &bindings {
+        assert_eq!(b["subjects"].as_sequence().map(Vec::len), Some(1));
+        assert_eq!(b["subjects"][0]["name"], Value::from("coloc-extender-requeue"), "granted to the requeue identity alone");
+    }
+    // Nobody acts as it: its own pods run as it, and only they mount its token.
+    assert!(!std::path::Path::new(&format!("{}/manifests/requeue/impersonate.yaml", env!("CARGO_MANIFEST_DIR"))).exists());
+    let account = load("requeue/serviceaccount.yaml");
+    assert_eq!(account["automountServiceAccountToken"], false);
+    let docs = load_all("requeue/deployment.yaml");
+    let d = docs.iter().find(|d| d["kind"] == Value::from("Deployment")).unwrap();
+    let spec = &d["spec"]["template"]["spec"];
+    assert_eq!(spec["serviceAccountName"], Value::from("coloc-extender-requeue"));
+    assert_eq!(spec["automountServiceAccountToken"], Value::Bool(true));
+    assert_eq!(spec["containers"][0]["args"][0], Value::from("requeue"));
+    assert_eq!(spec["schedulerName"], Value::Null, "placed by the default scheduler");
+    // The Lease: written by the requeue identity, read (get, nothing else) by the extender.
+    let lease = load_all("requeue/lease.yaml");
+    let writer = &lease[0];
+    assert_eq!(grants(writer), ["coordination.k8s.io/leases:create", "coordination.k8s.io/leases:get", "coordination.k8s.io/leases:update"]);
+    assert_eq!(lease[1]["subjects"][0]["name"], Value::from("coloc-extender-requeue"));
+    assert_eq!(grants(&lease[2]), ["coordination.k8s.io/leases:get"]);
+    assert_eq!(lease[2]["rules"][0]["resourceNames"], Value::from(vec!["coloc-requeue"]));
+    assert_eq!(lease[3]["subjects"][0]["name"], Value::from("coloc-extender"));
 }
 
 #[test]
