@@ -232,7 +232,11 @@ fn the_topology_follows(objects: &[serde_yaml_ng::Value], deployment: &str) {
         .filter(|o| o["metadata"]["name"].as_str().unwrap().starts_with("coloc-extender-act-as"))
         .collect();
     let expected = if account == "coloc-extender" { 1 } else { 2 };
-    assert_eq!(bindings.len(), expected, "the wake identity (and beside kube-scheduler, the extender's): nobody acts as the requeue identity");
+    assert_eq!(
+        bindings.len(),
+        expected,
+        "the wake identity (and beside kube-scheduler, the extender's): nobody acts as the requeue identity"
+    );
     for b in bindings {
         let subjects = b["subjects"].as_sequence().unwrap();
         assert_eq!(subjects.len(), 1);
@@ -399,7 +403,11 @@ fn every_supported_kubectl_renders_the_same_install() {
                 .args(["kustomize", &repo(dir).display().to_string()])
                 .output()
                 .expect("kubectl runs");
-            assert!(out.status.success(), "{kustomize}: kubectl kustomize {dir}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{kustomize}: kubectl kustomize {dir}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let text = String::from_utf8(out.stdout).unwrap();
             let objects: Vec<serde_yaml_ng::Value> = serde_yaml_ng::Deserializer::from_str(&text)
                 .map(|d| serde::Deserialize::deserialize(d).unwrap())
@@ -412,7 +420,11 @@ fn every_supported_kubectl_renders_the_same_install() {
             for p in objects.iter().filter(|o| o["kind"] == "ValidatingAdmissionPolicy") {
                 let spec = serde_yaml_ng::to_string(&p["spec"]).unwrap();
                 let names_identities = spec.contains("system:serviceaccount:");
-                assert!(!names_identities || spec.contains(&identities), "{kustomize}: {:?} names no identity of {namespace}", p["metadata"]["name"]);
+                assert!(
+                    !names_identities || spec.contains(&identities),
+                    "{kustomize}: {:?} names no identity of {namespace}",
+                    p["metadata"]["name"]
+                );
             }
             match &first {
                 None => first = Some((kustomize.clone(), text)),

@@ -390,14 +390,20 @@ fn requeue_writes_are_an_opt_in_component_with_only_the_writes_it_needs() {
     assert_eq!(roles, [&role["metadata"]["name"], &Value::from("coloc-extender")]);
     for b in &bindings {
         assert_eq!(b["subjects"].as_sequence().map(Vec::len), Some(1));
-        assert_eq!(b["subjects"][0]["name"], Value::from("coloc-extender-requeue"), "granted to the requeue identity alone");
+        assert_eq!(
+            b["subjects"][0]["name"],
+            Value::from("coloc-extender-requeue"),
+            "granted to the requeue identity alone"
+        );
     }
     // Nobody acts as it: its own pods run as it, and only they mount its token.
-    assert!(!std::path::Path::new(&format!("{}/manifests/requeue/impersonate.yaml", env!("CARGO_MANIFEST_DIR"))).exists());
+    assert!(
+        !std::path::Path::new(&format!("{}/manifests/requeue/impersonate.yaml", env!("CARGO_MANIFEST_DIR"))).exists()
+    );
     let account = load("requeue/serviceaccount.yaml");
     assert_eq!(account["automountServiceAccountToken"], false);
     let docs = load_all("requeue/deployment.yaml");
-    let d = docs.iter().find(|d| d["kind"] == Value::from("Deployment")).unwrap();
+    let d = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
     let spec = &d["spec"]["template"]["spec"];
     assert_eq!(spec["serviceAccountName"], Value::from("coloc-extender-requeue"));
     assert_eq!(spec["automountServiceAccountToken"], Value::Bool(true));
@@ -406,7 +412,10 @@ fn requeue_writes_are_an_opt_in_component_with_only_the_writes_it_needs() {
     // The Lease: written by the requeue identity, read (get, nothing else) by the extender.
     let lease = load_all("requeue/lease.yaml");
     let writer = &lease[0];
-    assert_eq!(grants(writer), ["coordination.k8s.io/leases:create", "coordination.k8s.io/leases:get", "coordination.k8s.io/leases:update"]);
+    assert_eq!(
+        grants(writer),
+        ["coordination.k8s.io/leases:create", "coordination.k8s.io/leases:get", "coordination.k8s.io/leases:update"]
+    );
     assert_eq!(lease[1]["subjects"][0]["name"], Value::from("coloc-extender-requeue"));
     assert_eq!(grants(&lease[2]), ["coordination.k8s.io/leases:get"]);
     assert_eq!(lease[2]["rules"][0]["resourceNames"], Value::from(vec!["coloc-requeue"]));

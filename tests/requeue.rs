@@ -69,10 +69,15 @@ struct Replica {
 }
 
 impl Replica {
-    /// One pass of the requeue controller (back-offs of a millisecond).
+    /// One pass of the requeue controller, leading (back-offs of a millisecond).
     async fn reconcile(&self) -> usize {
+        self.pass(true).await
+    }
+
+    /// One pass, leading or standing by.
+    async fn pass(&self, leading: bool) -> usize {
         let settings = Settings { backoff: Duration::from_millis(1), ..Settings::copying() };
-        self.requeuer.reconcile_once(&self.cell, &self.policy, settings).await
+        self.requeuer.reconcile_once(&self.cell, &self.policy, settings, leading).await
     }
 
     /// Passes until nothing is left to do (at most a few).
@@ -307,6 +312,33 @@ async fn two_replicas_store_one_copy_and_release_it_once() {
     assert!(!gated(&replacements_of(&api, &original)[0]));
     let requeued = api.list("Event").iter().filter(|e| e["reason"] == "Requeued").count();
     assert_eq!(requeued, 1, "one release: the other replica's patch found it done");
+}
+
+#[tokio::test]
+async fn a_replica_standing_by_steps_in_only_for_what_the_leader_has_left_undone() {
+    use coloc_extender::requeue::controller::STANDBY_AFTER;
+    let api = cluster().await;
+    let standby = replica(&api).await;
+    let original = uid_of(&api, VICTIM);
+    evict(&api, VICTIM).await;
+    assert!(eventually(|| standby.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
+    // The leader is down (restarting, or it lost touch): at first the standby only notes
+    // what the plan asks for.
+    assert_eq!(standby.pass(false).await, 0, "no write while the leader may still act");
+    assert!(replacements_of(&api, &original).is_empty());
+    tokio::time::sleep(STANDBY_AFTER).await;
+    assert_eq!(standby.pass(false).await, 1, "the copy, once it is overdue");
+    assert!(eventually(|| standby.cell.load().unwrap().replacements().count() == 1).await);
+    assert_eq!(standby.pass(false).await, 0, "its release is newly asked for");
+    tokio::time::sleep(STANDBY_AFTER).await;
+    assert_eq!(standby.pass(false).await, 1);
+    let stored = replacements_of(&api, &original);
+    assert_eq!(stored.len(), 1);
+    assert!(!gated(&stored[0]), "and its release, overdue in turn");
+    // Being said is the leader's alone: the standby wrote the Requeued Event of its release
+    // only (no Warning of its own).
+    let reasons: Vec<String> = api.list("Event").iter().map(|e| e["reason"].as_str().unwrap().to_string()).collect();
+    assert_eq!(reasons, ["Requeued"]);
 }
 
 #[tokio::test]

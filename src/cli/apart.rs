@@ -91,7 +91,6 @@ fn serve_apart(
     })
 }
 
-
 /// The health port (probes) and the admin port (`/metrics`, `/decisions`), if asked for,
 /// each until `stop` changes.
 pub(super) fn listen_apart(

@@ -311,9 +311,7 @@ impl ServeArgs {
 
     /// Who placeholders are written as.
     pub fn wake_identity(&self) -> String {
-        self.wake_as
-            .clone()
-            .unwrap_or_else(|| format!("system:serviceaccount:{}:coloc-extender-wake", self.namespace))
+        self.wake_as.clone().unwrap_or_else(|| format!("system:serviceaccount:{}:coloc-extender-wake", self.namespace))
     }
 }
 

@@ -16,7 +16,7 @@ use crate::cluster::{self, ViewCell};
 use crate::http::{self, AppState, ViewSource};
 use crate::requeue::controller::{Settings, ACCESS_EVERY, BACKOFF_FIRST};
 use crate::requeue::kube::Requeuer;
-use crate::requeue::leader::{self, LeaseRef, Leadership};
+use crate::requeue::leader::{self, Leadership, LeaseRef};
 
 pub async fn run(args: RequeueArgs) -> anyhow::Result<()> {
     let admin_auth = args.admin_auth().map_err(anyhow::Error::msg)?;
@@ -80,7 +80,9 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<()> {
         stuck_after_s = settings.stuck_after, health = ?args.health_listen, admin = ?args.admin_listen.0,
         "requeue controller: preempted bare pods are copied at the eviction, whoever evicts, by the replica that leads");
     if !args.copies {
-        tracing::warn!("--copies=false: no new copy is stored; gated copies an earlier run left are released or deleted");
+        tracing::warn!(
+            "--copies=false: no new copy is stored; gated copies an earlier run left are released or deleted"
+        );
     }
     http::server::shutdown_signal().await;
     let _ = stop_tx.send(true);

@@ -1,6 +1,7 @@
 //! Workload classes: loading, validation and classification of pods.
 
 mod model;
+pub mod routing;
 
 use std::path::Path;
 

@@ -37,6 +37,11 @@ const CONCURRENT: usize = 16;
 pub const ACCESS_EVERY: Duration = Duration::from_secs(5);
 /// The first back-off after a failed action.
 pub const BACKOFF_FIRST: Duration = Duration::from_millis(500);
+/// A replica standing by carries out an action the plan has asked for this long: the
+/// leader has not (it restarted and lost its records, it lost touch), and the standby's
+/// records are what brings the pod back. Every action is idempotent, so a late double is
+/// a no-op.
+pub const STANDBY_AFTER: Duration = Duration::from_secs(3);
 
 /// How this replica runs requeue.
 #[derive(Debug, Clone, Copy)]
@@ -117,8 +122,8 @@ impl Requeuer {
                 preemptions = now_seen.map(|s| s.1);
                 self.pace.preempt_seen();
             }
-            if !leadership.is_leading() || !self.pace.may_go() {
-                continue; // another replica writes, or kube-scheduler is preempting: its writes first
+            if !self.pace.may_go() {
+                continue; // kube-scheduler is preempting: its writes first
             }
             let now_seen = now_seen.map(|s| s.0);
             if now_seen == seen && last_pass.elapsed() < TICK {
@@ -126,10 +131,11 @@ impl Requeuer {
             }
             seen = now_seen;
             last_pass = Instant::now();
-            if !namespaces_said {
+            let leading = leadership.is_leading();
+            if leading && !namespaces_said {
                 namespaces_said = self.say_namespaces_not_opted_in(&cell, &policy.load()).await;
             }
-            self.reconcile_once(&cell, &policy.load(), settings).await;
+            self.reconcile_once(&cell, &policy.load(), settings, leading).await;
         }
     }
 
@@ -193,8 +199,11 @@ impl Requeuer {
     }
 
     /// One pass; nothing happens until the view is synced (a missing original must mean
-    /// "gone", never "not listed yet"). Returns the actions tried.
-    pub async fn reconcile_once(&self, cell: &ViewCell, policy: &Policy, settings: Settings) -> usize {
+    /// "gone", never "not listed yet"). The leader carries out every action and says what
+    /// is not requeued; a replica standing by only what the plan has asked for
+    /// `STANDBY_AFTER` (a copy, a release, a delete of a copy it recorded). Returns the
+    /// actions tried.
+    pub async fn reconcile_once(&self, cell: &ViewCell, policy: &Policy, settings: Settings, leading: bool) -> usize {
         let now = crate::clock::system_now();
         let Some(pass) = cell.read_latest(|view| Pass {
             actions: plan::reconcile(view, policy, now, settings.copies, settings.bounds()),
@@ -224,11 +233,22 @@ impl Requeuer {
             _ => None,
         }));
         self.retry.keep_only(&keys);
-        for (uid, key, reason, why) in pass.uncopied {
-            self.say_uncopied(&uid, &key, reason, &why).await;
+        self.planned.keep_only(&keys);
+        if leading {
+            for (uid, key, reason, why) in pass.uncopied {
+                self.say_uncopied(&uid, &key, reason, &why).await;
+            }
         }
         let at = Instant::now();
-        let due: Vec<Action> = pass.actions.into_iter().filter(|a| self.retry.due(&action_key(a), at)).collect();
+        let stepping_in = |a: &Action| {
+            !matches!(a, Action::Unrecorded(_)) && self.planned.for_how_long(&action_key(a), at) >= STANDBY_AFTER
+        };
+        let due: Vec<Action> = pass
+            .actions
+            .into_iter()
+            .filter(|a| self.retry.due(&action_key(a), at))
+            .filter(|a| leading || stepping_in(a))
+            .collect();
         let tried = due.len();
         futures::stream::iter(due).for_each_concurrent(CONCURRENT, |a| self.carry_out(a, now, settings.backoff)).await;
         tried

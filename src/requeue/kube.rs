@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::availability::Availability;
 use super::plan::Release;
-use super::retry::Retry;
+use super::retry::{Planned, Retry};
 use super::tries::Tries;
 use super::{RequeueIntent, FROM_UID, GATE};
 use crate::cluster::evictions::NotRecorded;
@@ -33,6 +33,8 @@ pub struct Requeuer {
     pub(super) tries: Tries,
     /// When each of the controller's failed actions may be tried again.
     pub(super) retry: Retry,
+    /// Since when each action has been asked for (a replica standing by steps in late).
+    pub(super) planned: Planned,
     /// Whether copies can be stored now: what decisions count on.
     pub availability: Arc<Availability>,
     /// Preemptions as the view sees them: its writes make way for kube-scheduler's.
@@ -178,6 +180,7 @@ impl Requeuer {
             recorder,
             tries: Default::default(),
             retry: Default::default(),
+            planned: Default::default(),
             availability,
             pace: Default::default(),
         }

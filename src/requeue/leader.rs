@@ -110,11 +110,7 @@ async fn look(
                 labels: Some([("app.kubernetes.io/name".to_string(), "coloc-requeue".to_string())].into()),
                 ..Default::default()
             },
-            spec: Some(LeaseSpec {
-                lease_transitions: Some(0),
-                acquire_time: Some(micro_now()),
-                ..Default::default()
-            }),
+            spec: Some(LeaseSpec { lease_transitions: Some(0), acquire_time: Some(micro_now()), ..Default::default() }),
         },
         Leading::TakeOver => {
             let mut l = found.unwrap_or_default();

@@ -64,7 +64,10 @@ enum Outcome {
 
 impl Requeuer {
     /// Runs until the process ends, while this replica leads; says at start what it found.
-    pub async fn finish_leftover_guards(self: std::sync::Arc<Self>, leadership: std::sync::Arc<super::leader::Leadership>) {
+    pub async fn finish_leftover_guards(
+        self: std::sync::Arc<Self>,
+        leadership: std::sync::Arc<super::leader::Leadership>,
+    ) {
         let mut last: Option<GuardReport> = None;
         loop {
             if !leadership.is_leading() {

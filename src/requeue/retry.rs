@@ -54,3 +54,20 @@ impl Retry {
         self.lock().retain(|k, _| keys.contains(k));
     }
 }
+
+/// Since when each action has been planned, while the plan keeps asking for it.
+#[derive(Default)]
+pub struct Planned(Mutex<HashMap<String, Instant>>);
+
+impl Planned {
+    /// How long `key` has been planned, counting from `now` if it is new.
+    pub(super) fn for_how_long(&self, key: &str, now: Instant) -> Duration {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        now.saturating_duration_since(*map.entry(key.to_string()).or_insert(now))
+    }
+
+    /// Forgets actions the plan no longer asks for.
+    pub(super) fn keep_only(&self, keys: &std::collections::HashSet<String>) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| keys.contains(k));
+    }
+}

@@ -35,6 +35,8 @@ pub struct Extender {
 /// The requeue controller of a replica: `coloc-extender requeue`, as its own identity.
 pub struct RequeueController {
     pub proc: Proc,
+    /// The admin port (`--admin-listen`): /metrics.
+    pub admin_port: u16,
     health: kube::Client,
     admin: kube::Client,
 }
@@ -43,8 +45,8 @@ pub struct RequeueController {
 /// `serve`'s: `--requeue` starts it (and tells `serve` to read its Lease);
 /// `--requeue-finish-only` starts it with `--copies=false` (finishing what an earlier run
 /// left) and `serve` without `--requeue`; `--requeue-stuck-after` and
-/// `--requeue-unrecorded-after` are passed on to it without their prefix; `--policy` goes
-/// to both.
+/// `--requeue-unrecorded-after` are passed on to it without their prefix; `--policy` and
+/// `--admin-auth` go to both.
 fn split_requeue_flags(args: &[&str]) -> (Vec<String>, Option<Vec<String>>) {
     let wanted = args.iter().any(|a| matches!(*a, "--requeue" | "--requeue-finish-only"));
     let (mut serve, mut requeue) = (Vec::new(), Vec::new());
@@ -57,10 +59,10 @@ fn split_requeue_flags(args: &[&str]) -> (Vec<String>, Option<Vec<String>>) {
                 requeue.push(format!("--{}", &a["--requeue-".len()..]));
                 requeue.extend(it.next().map(|v| v.to_string()));
             }
-            "--policy" => {
+            "--policy" | "--admin-auth" => {
                 let value = it.next().map(|v| v.to_string()).unwrap_or_default();
-                serve.extend(["--policy".to_string(), value.clone()]);
-                requeue.extend(["--policy".to_string(), value]);
+                serve.extend([a.to_string(), value.clone()]);
+                requeue.extend([a.to_string(), value]);
             }
             other => serve.push(other.to_string()),
         }
@@ -205,7 +207,12 @@ impl RequeueController {
         all.extend(flags.iter().cloned());
         let kubeconfig = plane.kubeconfig_of(INSTALL_NAMESPACE, "coloc-extender-requeue");
         let proc = Proc::spawn(name, binary, &all, &pod_env(&kubeconfig, name, INSTALL_NAMESPACE), plane.dir())?;
-        let mut r = RequeueController { proc, health: plain_client(health_port)?, admin: plain_client(admin_port)? };
+        let mut r = RequeueController {
+            proc,
+            admin_port,
+            health: plain_client(health_port)?,
+            admin: plain_client(admin_port)?,
+        };
         r.wait_ready(Duration::from_secs(60)).await?;
         Ok(r)
     }

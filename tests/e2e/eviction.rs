@@ -60,7 +60,7 @@ pub fn cases() -> Vec<Case> {
     ]
 }
 
-/// Whoever holds the requeue identity (impersonated here, as the replicas do) creates a
+/// Whoever holds the requeue identity (its token, as the requeue controller's pods do) creates a
 /// gated "copy" of no original: a copy's label, annotation and gate, root, another
 /// ServiceAccount, every toleration. The extender says so (a Warning Event on it), never
 /// releases it, and deletes it once the bound has passed (shortened here to 5 s).
@@ -80,13 +80,8 @@ async fn unrecorded_copy(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     forged["spec"]["serviceAccountName"] = json!("powerful");
     forged["spec"]["securityContext"] = json!({"runAsUser": 0});
     forged["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
-    let kc = kube::config::Kubeconfig::read_from(&bed.plane.extender_kubeconfig)?;
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-    config.auth_info.impersonate = Some(coloc_testbed::control_plane::service_account(
-        coloc_testbed::control_plane::INSTALL_NAMESPACE,
-        "coloc-extender-requeue",
-    ));
-    let as_requeue: Api<Pod> = Api::namespaced(kube::Client::try_from(config)?, "batch");
+    let requeue = bed.plane.kubeconfig_of(coloc_testbed::control_plane::INSTALL_NAMESPACE, "coloc-extender-requeue");
+    let as_requeue: Api<Pod> = Api::namespaced(coloc_testbed::control_plane::client_from(&requeue).await?, "batch");
     as_requeue.create(&Default::default(), &serde_json::from_value(forged)?).await?;
     // Gated for as long as it lives, then deleted.
     let pods: Api<Pod> = Api::namespaced(bed.client.clone(), "batch");
@@ -101,7 +96,8 @@ async fn unrecorded_copy(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         events.lines().any(|l| l.contains("RequeueCopyNotRecorded") && l.contains("ghost-rq-0000000001")),
         "no RequeueCopyNotRecorded Warning on the forged copy:\n{events}"
     );
-    let log = bed.extenders[e].proc.log_tail(20_000);
+    let controller = bed.extenders[e].requeue.as_ref().ok_or_else(|| anyhow::anyhow!("no requeue controller"))?;
+    let log = controller.proc.log_tail(20_000);
     anyhow::ensure!(log.contains("requeue replacement deleted"), "deleted by someone else:\n{log}");
     bed.finish()
 }

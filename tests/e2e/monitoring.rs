@@ -1,8 +1,9 @@
 //! The monitoring component as shipped, on a real Prometheus server: it scrapes the
-//! extender's admin port and kube-scheduler's secure port as the shipped PodMonitors say
+//! extender's admin port, the requeue controller's and kube-scheduler's secure port as the
+//! shipped PodMonitors say
 //! (path, scheme, TLS, the bearer token of the ServiceAccount each credentials Secret is
-//! for, the operator's job label) and evaluates the shipped PrometheusRule. Both targets
-//! are up only through the shipped RBAC; every series an alert reads is there from the
+//! for, the operator's job label) and evaluates the shipped PrometheusRule. Every target
+//! is up only through the shipped RBAC; every series an alert reads is there from the
 //! first scrape; all alerts are quiet; deleting requeue's RBAC binding, a real fault,
 //! puts ColocExtenderRequeueUnavailable pending and leaves the others quiet.
 
@@ -51,8 +52,8 @@ fn want(metric: &'static str, labels: &[(&'static str, &'static str)], reads: Re
     Want { metric, labels: labels.to_vec(), reads }
 }
 
-/// The extender's series the 14 alerts read, as a replica that has answered nothing yet
-/// exports them (serving TLS, with --requeue). Absent by design: each client
+/// The series the 14 alerts read, as a replica that has answered nothing yet exports them
+/// (serving TLS, with --requeue) and its requeue controller. Absent by design: each client
 /// certificate's expiry until that client's first handshake (a 0 would read as expired).
 /// kube-scheduler's `scheduler_schedule_attempts_total` (ColocExtenderFailingClosed) is
 /// its own: it appears at the first scheduling attempt.
@@ -175,12 +176,14 @@ async fn scraped_as_shipped(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         bed.plane.apply(&repo(&format!("manifests/{f}")))?;
     }
     let extender_job = prometheus::job("podmonitor.yaml", "extender-metrics-rbac.yaml")?;
+    let requeue_job = prometheus::job("podmonitor-requeue.yaml", "extender-metrics-rbac.yaml")?;
     let scheduler_job = prometheus::job("podmonitor-scheduler.yaml", "scheduler-metrics-rbac.yaml")?;
     anyhow::ensure!(
-        extender_job.port == "admin" && scheduler_job.port == "https",
-        "{extender_job:?} {scheduler_job:?}"
+        extender_job.port == "admin" && requeue_job.port == "admin" && scheduler_job.port == "https",
+        "{extender_job:?} {requeue_job:?} {scheduler_job:?}"
     );
     let extender_token = token_file(&bed, &extender_job.account).await?;
+    let requeue_token = token_file(&bed, &requeue_job.account).await?;
     let scheduler_token = token_file(&bed, &scheduler_job.account).await?;
 
     // The extender as the Deployment runs it (TLS with client certificates, the admin port
@@ -193,6 +196,7 @@ async fn scraped_as_shipped(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let tls = ["--tls-cert", &cert_arg, "--tls-key", &key_arg, "--client-ca", &ca_arg];
     let e = bed.extender(&[&["--requeue", "--events", "--admin-auth", "kube"][..], &tls[..]].concat()).await?;
     let admin_port = bed.extenders[e].admin_port;
+    let requeue_port = bed.extenders[e].requeue.as_ref().map(|r| r.admin_port).unwrap_or_default();
     let mut entry =
         ExtenderEntry::all_verbs(&format!("https://127.0.0.1:{}", bed.extenders[e].port), mode.node_cache_capable());
     entry.tls = Some(ClientTls { cert_file: cert, key_file: key, ca_file: ca, server_name: "localhost".into() });
@@ -211,6 +215,7 @@ async fn scraped_as_shipped(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let scheduler_port = scheduler.port;
     // Without a token neither port serves /metrics: a target up below is the token's doing.
     anyhow::ensure!(status_without_token(admin_port, "/metrics").await? == 401, "the admin port wants a token");
+    anyhow::ensure!(status_without_token(requeue_port, "/metrics").await? == 401, "the controller's wants one too");
     coloc_testbed::wait::until(HALF_MINUTE, "kube-scheduler refusing /metrics without a token", || async {
         match scheduler.metrics().await {
             Err(e) if format!("{e:?}").contains("403") => Ok(()),
@@ -223,6 +228,7 @@ async fn scraped_as_shipped(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 
     let jobs = [
         (extender_job, format!("127.0.0.1:{admin_port}"), extender_token),
+        (requeue_job, format!("127.0.0.1:{requeue_port}"), requeue_token),
         (scheduler_job, format!("127.0.0.1:{scheduler_port}"), scheduler_token),
     ];
     let names: Vec<String> = jobs.iter().map(|(j, _, _)| j.name.clone()).collect();
@@ -230,7 +236,7 @@ async fn scraped_as_shipped(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let logs =
         |e: anyhow::Error| anyhow::anyhow!("{e:#}\n--- prometheus ---\n{}\n{}", prom.proc.log_tail(3000), bed.logs());
 
-    coloc_testbed::wait::until(HALF_MINUTE, "both targets up", || async {
+    coloc_testbed::wait::until(HALF_MINUTE, "every target up", || async {
         let targets = prom.targets().await?;
         let up = names.iter().all(|n| targets.get(n).is_some_and(|(health, _)| health == "up"));
         up.then_some(()).ok_or(format!("{targets:?}"))

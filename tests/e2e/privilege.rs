@@ -1,6 +1,7 @@
-//! Least privilege, enforced: with the ValidatingAdmissionPolicy the base ships, the
-//! extender's ServiceAccount may write only the pods it makes, and only the changes it
-//! makes to them; RBAC alone grants it any pod.
+//! Least privilege, enforced: with the ValidatingAdmissionPolicy the base ships, each
+//! identity of the install may write only the pods it makes, and only the changes it makes
+//! to them (the requeue controller's identity: copies, their release and deletion; the wake
+//! identity: placeholders; the extender's own: none); RBAC alone grants them any pod.
 
 use coloc_extender::requeue::{replacement, RequeueIntent, GATE, GUARD, LABEL};
 use coloc_extender::wake;
@@ -54,8 +55,7 @@ pub const NO_GRANT: &str = "cannot create resource \"pods\"";
 /// Pod Security admission's refusal.
 const POD_SECURITY: &str = "violates PodSecurity \"restricted:latest\"";
 
-/// The identities the extender's replicas act as (the requeue and wake components).
-const REQUEUE_USER: &str = "system:serviceaccount:coloc-system:coloc-extender-requeue";
+/// The identity the extender's replicas act as for wakes (the wake component).
 const WAKE_USER: &str = "system:serviceaccount:coloc-system:coloc-extender-wake";
 /// The install namespace, as the files name it.
 const HOME: &str = coloc_testbed::control_plane::INSTALL_NAMESPACE;
@@ -93,10 +93,11 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     admin_pods.create(&PostParams::default(), &stranger).await?;
     admin_pods.create(&PostParams::default(), &serde_json::from_value(gated)?).await?;
 
-    // As the extender's replicas (the user its kubeconfig names is its ServiceAccount),
-    // and as the identities they act as for copies and wakes, as `serve` does.
+    // As the extender's replicas (the user its kubeconfig names is its ServiceAccount) and
+    // the wake identity they act as, as `serve` does; as the requeue controller, which runs
+    // as the requeue identity itself.
     let ext = client_from(&bed.plane.extender_kubeconfig).await?;
-    let as_requeue = acting_as(&bed.plane.extender_kubeconfig, REQUEUE_USER).await?;
+    let as_requeue = client_from(&bed.plane.kubeconfig_of(HOME, "coloc-extender-requeue")).await?;
     let as_wake = acting_as(&bed.plane.extender_kubeconfig, WAKE_USER).await?;
     let pods: Api<Pod> = Api::namespaced(ext.clone(), "batch");
     let copies: Api<Pod> = Api::namespaced(as_requeue.clone(), "batch");
@@ -140,34 +141,43 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     .await?;
 
     // Allowed: requeue's replacement, made by the extender's own builder as the requeue
-    // identity; its release (the JSON patch requeue sends) and its deletion, as the
-    // replicas'; the guard's removal; a wake, as the wake identity.
+    // identity; its release (the JSON patch requeue sends), its deletion and the guard's
+    // removal, as the same identity; a wake, as the wake identity. The replicas' own
+    // identity may do none of the requeue controller's writes.
     let made = copies.create(&PostParams::default(), &serde_json::from_value(copy.clone())?).await?;
     let made_uid = made.metadata.uid.clone().unwrap_or_default();
     let gates = json!([{"name": GATE}]);
-    json_patch(
-        &ext,
-        "batch",
-        "free-1-rq-1",
-        json!([
-            {"op": "test", "path": "/metadata/uid", "value": made_uid},
-            {"op": "test", "path": "/spec/schedulingGates", "value": gates},
-            {"op": "replace", "path": "/spec/schedulingGates", "value": []},
-        ]),
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("releasing a replacement was refused: {e}"))?;
+    let release_made = json!([
+        {"op": "test", "path": "/metadata/uid", "value": made_uid},
+        {"op": "test", "path": "/spec/schedulingGates", "value": gates},
+        {"op": "replace", "path": "/spec/schedulingGates", "value": []},
+    ]);
+    refused(
+        "releasing a copy as the replicas' own identity",
+        "cannot patch resource \"pods\"",
+        json_patch(&ext, "batch", "free-1-rq-1", release_made.clone()).await,
+    )?;
+    refused(
+        "deleting a copy as the replicas' own identity",
+        "cannot delete resource \"pods\"",
+        pods.delete("free-1-rq-1", &DeleteParams::default()).await,
+    )?;
+    json_patch(&as_requeue, "batch", "free-1-rq-1", release_made)
+        .await
+        .map_err(|e| anyhow::anyhow!("releasing a replacement was refused: {e}"))?;
     let uid_pre = |uid: &str| DeleteParams {
         preconditions: Some(Preconditions { uid: Some(uid.into()), resource_version: None }),
         ..Default::default()
     };
-    pods.delete("free-1-rq-1", &uid_pre(&made_uid))
+    copies
+        .delete("free-1-rq-1", &uid_pre(&made_uid))
         .await
         .map_err(|e| anyhow::anyhow!("deleting a replacement was refused: {e}"))?;
-    // The guard's removal exactly as the extender sends it (merge patch, resourceVersion).
+    // The guard's removal exactly as the requeue controller sends it (merge patch,
+    // resourceVersion).
     let current = serde_json::to_value(pods.get("free-1").await?)?;
     let model = serde_json::from_value::<coloc_extender::wire::k8s::Pod>(current.clone())?.into_model()?;
-    let requeuer = coloc_extender::requeue::kube::Requeuer::new(ext.clone(), None, true);
+    let requeuer = coloc_extender::requeue::kube::Requeuer::new(as_requeue.clone(), None, true);
     anyhow::ensure!(
         requeuer.remove_guard(&model, &current, "test").await,
         "removing a guard was refused (see the log above)"
@@ -275,31 +285,34 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     refused(
         "change another pod's image",
         SPEC,
-        pods.patch("stranger", &PatchParams::default(), &Patch::Strategic(image)).await,
+        copies.patch("stranger", &PatchParams::default(), &Patch::Strategic(image)).await,
     )?;
     refused(
         "add a label",
         LABELS,
-        pods.patch("stranger", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})))
+        copies
+            .patch("stranger", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})))
             .await,
     )?;
     refused(
         "change a label",
         LABELS,
-        pods.patch("stranger", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "y"}}})))
+        copies
+            .patch("stranger", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"app": "y"}}})))
             .await,
     )?;
     refused(
         "add a finalizer",
         FINALIZERS,
-        pods.patch("stranger", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": [GUARD]}})))
+        copies
+            .patch("stranger", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": [GUARD]}})))
             .await,
     )?;
     let release = json!([{"op": "replace", "path": "/spec/schedulingGates", "value": []}]);
     refused(
         "remove the gate of a pod that is no replacement",
         GATE_OWNER,
-        json_patch(&ext, "batch", "gated", release).await,
+        json_patch(&as_requeue, "batch", "gated", release).await,
     )?;
     // A replacement held by another gate too: only ours may go, and nothing else with it.
     copies
@@ -307,7 +320,7 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("a replacement with two gates was refused: {e}"))?;
     let theirs = json!([{"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": GATE}]}]);
-    refused("remove another controller's gate", GATES, json_patch(&ext, "batch", "free-1-rq-2", theirs).await)?;
+    refused("remove another controller's gate", GATES, json_patch(&as_requeue, "batch", "free-1-rq-2", theirs).await)?;
     let ours_and_image = json!([
         {"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": HOLD}]},
         {"op": "replace", "path": "/spec/containers/0/image", "value": "registry.example/other:2"},
@@ -315,15 +328,15 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     refused(
         "remove the gate and change the image",
         SPEC,
-        json_patch(&ext, "batch", "free-1-rq-2", ours_and_image).await,
+        json_patch(&as_requeue, "batch", "free-1-rq-2", ours_and_image).await,
     )?;
     let ours = json!([{"op": "replace", "path": "/spec/schedulingGates", "value": [{"name": HOLD}]}]);
-    json_patch(&ext, "batch", "free-1-rq-2", ours)
+    json_patch(&as_requeue, "batch", "free-1-rq-2", ours)
         .await
         .map_err(|e| anyhow::anyhow!("removing our gate beside another was refused: {e}"))?;
-    refused("delete another pod", DELETE, pods.delete("stranger", &DeleteParams::default()).await)?;
+    refused("delete another pod", DELETE, copies.delete("stranger", &DeleteParams::default()).await)?;
 
-    tenant_marks(&bed, &admin, &copies, &pods, &copy).await?;
+    tenant_marks(&bed, &admin, &copies, &copy).await?;
     policy_files_refused_at_apply(&admin).await?;
 
     // Control: without the bindings, RBAC alone lets the same write through.
@@ -337,8 +350,8 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     bed.finish()
 }
 
-/// A client from `kubeconfig` acting as `user`, as `serve` acts as its requeue and wake
-/// identities (the shipped impersonation Roles allow exactly these).
+/// A client from `kubeconfig` acting as `user`, as `serve` acts as its own and the wake
+/// identity (the shipped impersonation Roles allow exactly these).
 pub async fn acting_as(kubeconfig: &std::path::Path, user: &str) -> anyhow::Result<Client> {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig)?;
     let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
@@ -527,17 +540,10 @@ async fn policy_files_refused_at_apply(admin: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A JSON patch as requeue sends it (kube-rs's `Patch::Json` needs a feature we do not use).
 /// A tenant (anyone but the extender and cluster admins), allowed to edit pods in batch by
 /// RBAC, may not forge or change the marks decisions trust: a copy's, a placeholder's, a
 /// guard. What else it changes on a copy is its own business.
-async fn tenant_marks(
-    bed: &Bed,
-    admin: &Client,
-    copies: &Api<Pod>,
-    ext_pods: &Api<Pod>,
-    copy: &Value,
-) -> anyhow::Result<()> {
+async fn tenant_marks(bed: &Bed, admin: &Client, copies: &Api<Pod>, copy: &Value) -> anyhow::Result<()> {
     use coloc_extender::requeue::{ATTEMPT, FROM_UID};
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
     let role: Role = serde_json::from_value(json!({
@@ -615,7 +621,7 @@ async fn tenant_marks(
         MARK_GATE,
         json_patch(&alice.clone().into_client(), "batch", "free-1-rq-3", release).await,
     )?;
-    ext_pods.delete("free-1-rq-3", &DeleteParams::default()).await?;
+    copies.delete("free-1-rq-3", &DeleteParams::default()).await?;
 
     // Through the other doors that carry a pod's metadata: its status, and its binding
     // (the API server copies a Binding's annotations onto the pod).
@@ -655,6 +661,7 @@ async fn tenant_marks(
     Ok(())
 }
 
+/// A JSON patch as requeue sends it (kube-rs's `Patch::Json` needs a feature we do not use).
 pub async fn json_patch(client: &Client, namespace: &str, name: &str, patch: Value) -> Result<String, kube::Error> {
     let request = axum::http::Request::patch(format!("/api/v1/namespaces/{namespace}/pods/{name}"))
         .header("Content-Type", "application/json-patch+json")

@@ -253,8 +253,9 @@ async fn given_up(bed: &Bed, e: usize, reason: &str) -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!("{e:#}\n{}", bed.logs()))
 }
 
-/// Guards left by an earlier release, and this release runs without `--requeue`: every
-/// replica finishes them whatever its flags, and leaves the pods running.
+/// Guards left by an earlier release, and requeue is being turned off (its controller runs
+/// with `--copies=false`): the controller finishes them whatever its flags, and leaves the
+/// pods running.
 async fn requeue_off_with_guards(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
     bed.one_node_two_free_pods().await?;
@@ -262,7 +263,7 @@ async fn requeue_off_with_guards(bins: Binaries, mode: Mode) -> anyhow::Result<(
     for (name, _) in &originals {
         plant_guard(&bed, "batch", name).await?;
     }
-    let e = bed.extender(&[]).await?;
+    let e = bed.extender(&["--requeue-finish-only"]).await?;
     until_no_guard(&bed, MINUTE).await?;
     let running = bare_pods(&bed, "batch").await?;
     anyhow::ensure!(running == originals, "the pods are left running as they were: {running:?}");
@@ -593,8 +594,9 @@ fn copy_as_an_earlier_release_stored(pod: &Pod) -> Pod {
 }
 
 /// Copies an earlier release stored before answering, for two running bare pods;
-/// kube-scheduler then preempted one of them and not the other. A replica started without
-/// `--requeue` while the preempted one still terminates (its grace honoured) finishes both:
+/// kube-scheduler then preempted one of them and not the other. The requeue controller run
+/// with `--copies=false` (requeue being turned off) while the preempted one still
+/// terminates (its grace honoured) finishes both:
 /// the copy whose original is gone is released (the replica recorded its eviction at
 /// start), the other deleted (its original is not being deleted). Nothing lost, nothing
 /// left gated.
@@ -607,7 +609,7 @@ async fn requeue_off_finishes_copies(bins: Binaries, mode: Mode) -> anyhow::Resu
     let running = cluster::pods(&bed.client, Some("batch")).await?;
     cluster::create_all(&bed.client, running.iter().map(copy_as_an_earlier_release_stored).collect()).await?;
     preempt_as_kube_does(&bed, "batch", "free-1").await?;
-    let _ = bed.extender(&[]).await?;
+    let _ = bed.extender(&["--requeue-finish-only"]).await?;
     let copy_of = |pods: &[Pod], uid: &str| pods.iter().find(|p| crate::invariants::from_uid(p) == Some(uid)).cloned();
     bed.until_pods("batch", MINUTE, "free-1's copy released, free-2's deleted", |pods| {
         match (copy_of(pods, &uid1), copy_of(pods, &uid2)) {
