@@ -18,6 +18,7 @@ pub mod policy;
 pub mod quantity;
 pub mod reload;
 pub mod requeue;
+pub mod routing;
 pub mod service;
 pub mod shadow;
 pub mod tls;

@@ -21,6 +21,7 @@ const LAYERS: &[&str] = &[
     // Decisions name nothing of the edge that carries their intents out (plain data in `model`).
     "decide",
     "requeue",
+    "routing",
     "shadow",
     "discarded",
     "pipeline",

@@ -178,23 +178,56 @@ fn coloc_schedulers_pods_are_placed_by_the_default_scheduler() {
     let class = pod["priorityClassName"].as_str().unwrap();
     assert_eq!(class, "system-cluster-critical");
     let routing = load("routing/mutatingadmissionpolicy.yaml");
-    let condition = routing["spec"]["matchConditions"]
+    let guard = routing["spec"]["matchConditions"]
         .as_sequence()
         .unwrap()
         .iter()
-        .find(|c| c["name"] == "class-the-extender-governs")
+        .find(|c| c["name"] == "not-a-system-pod")
         .unwrap()["expression"]
         .as_str()
         .unwrap()
         .to_string();
-    assert!(!condition.contains(&format!("'{class}'")), "the routing names {class}");
-    // Its value (2,000,000,000) is above every priority range the routing sends.
-    let ceilings: Vec<i64> = condition
-        .split("object.spec.priority <= ")
-        .skip(1)
-        .map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap())
-        .collect();
-    assert!(!ceilings.is_empty() && ceilings.iter().all(|c| *c < 2_000_000_000), "{ceilings:?}");
+    // Whatever the policy's classes say, nothing above a user's highest priority is routed,
+    // and system-cluster-critical's value (2,000,000,000) is above it.
+    use coloc_extender::policy::routing::HIGHEST_USER_PRIORITY;
+    assert_eq!(guard, format!("object.spec.?priority.orValue(0) <= {HIGHEST_USER_PRIORITY}"));
+    assert!(2_000_000_000 > HIGHEST_USER_PRIORITY);
+}
+
+/// Which pods the routing and per-pod-verbs admission policies send is the policy's alone:
+/// each reads the classes the extender publishes (its parameter, the ConfigMap
+/// coloc-extender-classes, one selector a line) and does nothing where that ConfigMap is
+/// missing, which it is once no pod that runs the extender is left (it owns it).
+#[test]
+fn routing_and_per_pod_verbs_read_the_classes_the_extender_publishes_and_nothing_without_them() {
+    use coloc_extender::routing::{NAME, PER_POD_VERBS, ROUTED};
+    for (dir, key) in [("routing", ROUTED), ("per-pod-verbs", PER_POD_VERBS)] {
+        let policy = load(&format!("{dir}/mutatingadmissionpolicy.yaml"));
+        let spec = &policy["spec"];
+        assert_eq!(spec["paramKind"]["kind"], "ConfigMap", "{dir}");
+        let text = serde_yaml_ng::to_string(spec).unwrap();
+        assert!(text.contains(&format!("params.data.?{key}.orValue('')")), "{dir} reads {key}");
+        // The one place classes are named is the policy: no PriorityClass name here.
+        for name in ["online-prod", "offline-batch", "free-tier", "koord"] {
+            assert!(!text.contains(name), "{dir} names {name}");
+        }
+        let binding = load(&format!("{dir}/mutatingadmissionpolicybinding.yaml"));
+        let param = &binding["spec"]["paramRef"];
+        assert_eq!(param["name"], NAME, "{dir}");
+        assert_eq!(param["parameterNotFoundAction"], "Allow", "{dir}: a missing parameter routes nothing");
+    }
+    // Each Deployment that runs the extender publishes them, owned by its pod.
+    for file in EXTENDER_DEPLOYMENTS {
+        let d = load(file);
+        let container = extender_container(&d);
+        let args: Vec<&str> = container["args"].as_sequence().unwrap().iter().filter_map(|a| a.as_str()).collect();
+        assert!(args.contains(&"--publish-classes"), "{file}");
+        let env = serde_yaml_ng::to_string(&container["env"]).unwrap();
+        assert!(env.contains("POD_UID") && env.contains("metadata.uid"), "{file}");
+    }
+    let role = load_all("role-classes.yaml");
+    assert_eq!(grants(&role[0]), ["/configmaps:create", "/configmaps:get", "/configmaps:update"]);
+    assert_eq!(role[0]["rules"][1]["resourceNames"], Value::from(vec![NAME]));
 }
 
 /// The components that add the extender's flags patch the first container of every
@@ -509,7 +542,9 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
             "validatingadmissionpolicy-marks.yaml",
             "validatingadmissionpolicybinding-marks.yaml",
             "validatingadmissionpolicy-policy.yaml",
-            "validatingadmissionpolicybinding-policy.yaml"
+            "validatingadmissionpolicybinding-policy.yaml",
+            "validatingadmissionpolicy-classes.yaml",
+            "validatingadmissionpolicybinding-classes.yaml"
         ]
     );
     let backstop = load("admission-backstop/kustomization.yaml");
@@ -662,14 +697,14 @@ fn the_marker_policy_is_an_opt_in_component_that_marks_the_classes_needing_filte
     let binding = load("per-pod-verbs/mutatingadmissionpolicybinding.yaml");
     assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
 
-    // Every PriorityClass name of a default-policy class that needs filter/prioritize is
-    // marked; the online ones are not.
-    let conditions = serde_yaml_ng::to_string(&spec["matchConditions"]).unwrap();
+    // Which classes it marks: those the published `perPodVerbs` names, the policy's
+    // classes that need filter/prioritize (routing::tests); online ones are not.
     let default = Policy::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policy/default.yaml")).unwrap();
+    let marked = default.per_pod_verbs_selectors();
     for class in &default.classes {
         let needs = !class.per_pod_verbs_reasons().is_empty();
         for name in class.r#match.iter().flat_map(|s| &s.priority_class_names) {
-            assert_eq!(conditions.contains(&format!("'{name}'")), needs, "class {} name {name}", class.name);
+            assert_eq!(marked.contains(&format!("{name},")) || marked.contains(&format!("{name}|")), needs, "class {} name {name}", class.name);
         }
     }
 }
@@ -723,8 +758,7 @@ fn the_example_priority_classes_are_the_default_policys_and_routed() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/priorityclasses/priorityclasses.yaml"),
     )
     .unwrap();
-    let routing =
-        serde_yaml_ng::to_string(&load("routing/mutatingadmissionpolicy.yaml")["spec"]["matchConditions"]).unwrap();
+    let routing = policy.routed_selectors();
     let component = load("priorityclasses/kustomization.yaml");
     assert_eq!(component["kind"], Value::from("Component"));
     let mut seen = Vec::new();
@@ -746,7 +780,8 @@ fn the_example_priority_classes_are_the_default_policys_and_routed() {
             description.contains(&format!("coloc-extender class {class})")),
             "{name} is class {class}: {description}"
         );
-        assert!(routing.contains(&format!("'{name}'")), "the routing does not send {name} pods to coloc-scheduler");
+        let named = routing.lines().any(|l| l.split('|').next().unwrap().split(',').any(|n| n == name));
+        assert!(named, "the routing does not send {name} pods to coloc-scheduler");
         seen.push((name, class.clone()));
     }
     let classes: Vec<&str> = seen.iter().map(|(_, c)| c.as_str()).collect();

@@ -39,8 +39,19 @@ pub struct ServeArgs {
     /// retry them. Writes pods in --namespace: needs the `manifests/wake` RBAC component.
     #[arg(long, requires = "kube")]
     pub wake: bool,
-    /// The install namespace: where the wake placeholders and the requeue controller's
-    /// Lease are (default: $POD_NAMESPACE, else coloc-system).
+    /// Publish the policy's classes for admission: the ConfigMap coloc-extender-classes in
+    /// --namespace, owned by this replica's pod (--pod-name, --pod-uid), which the routing
+    /// and per-pod-verbs admission policies read; once no pod running the extender is left,
+    /// it goes, and so does the routing. Writes that one ConfigMap.
+    #[arg(long, requires = "kube", overrides_with = "publish_classes")]
+    pub publish_classes: bool,
+    /// This replica's pod (the downward API): an owner of what it publishes.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    #[arg(long, env = "POD_UID")]
+    pub pod_uid: Option<String>,
+    /// The install namespace: where the wake placeholders, the requeue controller's Lease
+    /// and the published classes are (default: $POD_NAMESPACE, else coloc-system).
     #[arg(long, env = "POD_NAMESPACE", default_value = "coloc-system")]
     pub namespace: String,
     /// The identity every API call is made as but placeholders' (impersonated), where the

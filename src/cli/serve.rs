@@ -180,6 +180,13 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
         state.waker = Some(waker);
         tracing::info!(namespace = %args.namespace, wakes_as = %args.wake_identity(), min_interval_s = args.wake_min_interval.as_secs(), "waking parked pods is on");
     }
+    if args.publish_classes {
+        let (Some(name), Some(uid)) = (args.pod_name.clone(), args.pod_uid.clone()) else {
+            bail!("--publish-classes needs this replica's pod (--pod-name and --pod-uid, or POD_NAME and POD_UID from the downward API): the ConfigMap it writes goes with the pods that run the extender");
+        };
+        let owner = crate::routing::OwnerPod { name, uid };
+        tokio::spawn(crate::routing::publish(client.clone(), args.namespace.clone(), owner, state.policy.clone()));
+    }
     watch_apart(config.clone(), view.clone(), state.policy.clone(), fresh)?;
     Ok(config)
 }

@@ -111,6 +111,20 @@ impl Policy {
                 return Err(invalid(field(".name"), format!("duplicate class name {:?}", c.name), Some(&c.name)));
             }
             for (j, s) in c.r#match.iter().enumerate() {
+                // Names as Kubernetes writes them: what admission reads of the classes
+                // (`routing`) is split on these characters.
+                let names = s.priority_class_names.iter().map(|n| ("priorityClassNames", n.as_str()));
+                let names = names.chain(s.namespaces.iter().map(|n| ("namespaces", n.as_str())));
+                let names = names.chain(s.labels.iter().flat_map(|(k, v)| [("labels", k), ("labels", v)]));
+                for (what, name) in names {
+                    if name.chars().any(|ch| matches!(ch, '|' | ',' | '=' | '\n' | '\r') || ch.is_whitespace()) {
+                        return Err(invalid(
+                            field(&format!(".match[{j}].{what}")),
+                            format!("{name:?} is no Kubernetes name: no spaces, '|', ',' or '='"),
+                            Some(name),
+                        ));
+                    }
+                }
                 if let Some(r) = s.priority {
                     if r.min > r.max {
                         return Err(invalid(

@@ -149,6 +149,16 @@ fn preemption_matrix_follows_preempts() {
 )]
 #[case::unknown_default("defaultClass: nope\nclasses: [{name: a}]\n", "defaultClass: unknown class \"nope\"", "line 1")]
 #[case::duplicate_name("defaultClass: a\nclasses:\n  - name: a\n  - name: a\n", "duplicate class name", "")]
+#[case::not_a_kubernetes_name(
+    "defaultClass: a\nclasses:\n  - name: a\n    match: [{priorityClassNames: [\"tier|1\"]}]\n",
+    "classes[0].match[0].priorityClassNames: \"tier|1\" is no Kubernetes name",
+    "line 4"
+)]
+#[case::a_label_value_with_a_comma(
+    "defaultClass: a\nclasses:\n  - name: a\n    match: [{labels: {team: \"a,b\"}}]\n",
+    "classes[0].match[0].labels: \"a,b\" is no Kubernetes name",
+    ""
+)]
 #[case::inverted_range(
     "defaultClass: a\nclasses:\n  - name: a\n    match: [{priority: {min: 10, max: 5}}]\n",
     "classes[0].match[0].priority: min 10 is greater than max 5",

@@ -9,11 +9,12 @@ use crate::process::Proc;
 use crate::ControlPlane;
 
 /// What a pod gives the process standing in for its container: the credentials of its
-/// ServiceAccount and its namespace.
+/// ServiceAccount, its namespace and, where a Pod object stands for it, its UID.
 #[derive(Clone, Copy)]
 pub struct Pod<'a> {
     pub kubeconfig: &'a Path,
     pub namespace: &'a str,
+    pub uid: Option<&'a str>,
 }
 
 pub struct Extender {
@@ -76,7 +77,7 @@ impl Extender {
     /// waits until `/readyz` answers 200; with `--requeue` in `args`, the requeue
     /// controller beside it too, as the requeue identity (`split_requeue_flags`).
     pub async fn start(plane: &ControlPlane, name: &str, binary: &Path, args: &[&str]) -> anyhow::Result<Extender> {
-        let pod = Pod { kubeconfig: &plane.extender_kubeconfig, namespace: INSTALL_NAMESPACE };
+        let pod = Pod { kubeconfig: &plane.extender_kubeconfig, namespace: INSTALL_NAMESPACE, uid: None };
         Extender::start_in(plane, name, binary, args, pod).await
     }
 
@@ -108,7 +109,9 @@ impl Extender {
             &format!("127.0.0.1:{admin_port}"),
         ]);
         all.extend(serve_args);
-        let proc = Proc::spawn(name, binary, &all, &pod_env(pod.kubeconfig, name, pod.namespace), plane.dir())?;
+        let mut env = pod_env(pod.kubeconfig, name, pod.namespace);
+        env.extend(pod.uid.map(|uid| ("POD_UID".to_string(), uid.to_string())));
+        let proc = Proc::spawn(name, binary, &all, &env, plane.dir())?;
         let mut e = Extender {
             proc,
             requeue,
@@ -241,8 +244,8 @@ impl RequeueController {
 
 /// What a pod gives the process standing in for its container: its ServiceAccount's
 /// credentials, its name and namespace (the downward API).
-fn pod_env(kubeconfig: &Path, name: &str, namespace: &str) -> [(String, String); 4] {
-    [
+fn pod_env(kubeconfig: &Path, name: &str, namespace: &str) -> Vec<(String, String)> {
+    vec![
         ("KUBECONFIG".to_string(), kubeconfig.display().to_string()),
         ("RUST_LOG".to_string(), std::env::var("COLOC_E2E_LOG").unwrap_or_else(|_| "info".into())),
         ("POD_NAME".to_string(), name.to_string()),

@@ -185,6 +185,26 @@ impl Template {
     }
 }
 
+/// The UID of the Pod object `namespace/name` these processes stand for: the Deployment's
+/// pod where the case applied the Deployment, else one made to stand for it (unscheduled:
+/// what the extender publishes is owned by it, and goes when it is deleted).
+async fn pod_object(bed: &Bed, namespace: &str, name: &str) -> anyhow::Result<String> {
+    use k8s_openapi::api::core::v1::Pod as PodObject;
+    let pods: kube::Api<PodObject> = kube::Api::namespaced(bed.client.clone(), namespace);
+    let pod = match pods.get_opt(name).await? {
+        Some(p) => p,
+        None => {
+            let stand_in: PodObject = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": namespace,
+                    "labels": {"app.kubernetes.io/name": "coloc-scheduler", "app.kubernetes.io/part-of": "coloc-extender"}},
+                "spec": {"schedulerName": "no-scheduler", "containers": [{"name": "stand-in", "image": "stand-in"}]},
+            }))?;
+            pods.create(&Default::default(), &stand_in).await?
+        }
+    };
+    pod.metadata.uid.ok_or_else(|| anyhow::anyhow!("pod {namespace}/{name} has no UID"))
+}
+
 impl ColocPod {
     /// Starts pod `name`'s containers, the extender first (ready) then kube-scheduler
     /// (ready), each with `extra` flags after the rendered ones.
@@ -201,7 +221,8 @@ impl ColocPod {
         let mut args = template.extender_flags(&policy)?;
         args.extend(extender_extra.iter().map(|a| a.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let pod = Pod { kubeconfig: &kubeconfig, namespace };
+        let uid = pod_object(bed, namespace, name).await?;
+        let pod = Pod { kubeconfig: &kubeconfig, namespace, uid: Some(&uid) };
         let extender =
             Extender::start_in(&bed.plane, &format!("{name}-extender"), Path::new(EXTENDER), &args, pod).await?;
         let config = template.scheduler_config(&kubeconfig, &extender, bed.mode.node_cache_capable())?;

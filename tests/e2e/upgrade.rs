@@ -61,7 +61,7 @@ async fn earlier_topology(bed: &Bed, objects: &[Value]) -> anyhow::Result<(Exten
     let text = find(objects, "ConfigMap", "coloc-extender-policy")?["data"]["policy.yaml"].as_str().unwrap_or_default();
     std::fs::write(&policy, text)?;
     let kubeconfig = bed.plane.kubeconfig_of(EARLIER_NAMESPACE, "coloc-extender");
-    let pod = PodIdentity { kubeconfig: &kubeconfig, namespace: EARLIER_NAMESPACE };
+    let pod = PodIdentity { kubeconfig: &kubeconfig, namespace: EARLIER_NAMESPACE, uid: None };
     let policy = policy.display().to_string();
     let flags =
         ["--kube", "--events", "--requeue", "--mode", "enforce", "--path-prefix", "/scheduler", "--policy", &policy];
