@@ -57,7 +57,12 @@ pub fn data_of(policy: &Policy) -> BTreeMap<String, String> {
 
 /// The ConfigMap to write, given the one found: `None` if it says `data` and names `owner`
 /// already. Owners of other replicas are kept (the garbage collector drops those gone).
-pub fn wanted(found: Option<&ConfigMap>, namespace: &str, data: &BTreeMap<String, String>, owner: &OwnerPod) -> Option<ConfigMap> {
+pub fn wanted(
+    found: Option<&ConfigMap>,
+    namespace: &str,
+    data: &BTreeMap<String, String>,
+    owner: &OwnerPod,
+) -> Option<ConfigMap> {
     let mut map = match found {
         Some(found) => found.clone(),
         None => ConfigMap {
@@ -136,7 +141,8 @@ mod tests {
         let first = wanted(None, "coloc-system", &data, &owner("a")).expect("created");
         assert_eq!(first.metadata.name.as_deref(), Some(NAME));
         assert_eq!(first.data.as_ref(), Some(&data));
-        let owners = |m: &ConfigMap| m.metadata.owner_references.iter().flatten().map(|o| o.uid.clone()).collect::<Vec<_>>();
+        let owners =
+            |m: &ConfigMap| m.metadata.owner_references.iter().flatten().map(|o| o.uid.clone()).collect::<Vec<_>>();
         assert_eq!(owners(&first), ["a"]);
         assert!(wanted(Some(&first), "coloc-system", &data, &owner("a")).is_none(), "nothing to write");
         let second = wanted(Some(&first), "coloc-system", &data, &owner("b")).expect("its owner added");
@@ -146,7 +152,10 @@ mod tests {
     #[test]
     fn a_changed_policy_rewrites_the_classes_and_keeps_the_owners() {
         let first = wanted(None, "coloc-system", &data_of(&Policy::builtin_default()), &owner("a")).unwrap();
-        let renamed = Policy::from_yaml("defaultClass: rest\nclasses:\n- name: web\n  match:\n  - priorityClassNames: [tier-1]\n- name: rest\n").unwrap();
+        let renamed = Policy::from_yaml(
+            "defaultClass: rest\nclasses:\n- name: web\n  match:\n  - priorityClassNames: [tier-1]\n- name: rest\n",
+        )
+        .unwrap();
         let changed = wanted(Some(&first), "coloc-system", &data_of(&renamed), &owner("a")).expect("rewritten");
         assert_eq!(changed.data.unwrap()[ROUTED], "tier-1|-2147483648|1000000000||");
         assert_eq!(changed.metadata.owner_references.unwrap().len(), 1);

@@ -297,7 +297,11 @@ async fn an_overlay_in_another_namespace_with_every_component_renders_right_and_
         .filter(|o| o["kind"] == "ValidatingAdmissionPolicy")
         .filter(|o| !o["metadata"]["name"].as_str().unwrap_or("").starts_with("coloc-extender-policy"))
         .collect();
-    assert_eq!(policies.len(), 6, "two policies on pods, one on the extender's ConfigMap, and their backstops");
+    assert_eq!(
+        policies.len(),
+        8,
+        "two policies on pods, one on the extender's ConfigMap, one on its identities, and their backstops"
+    );
     for p in policies {
         let text = serde_yaml_ng::to_string(&p["spec"]).unwrap();
         assert!(text.contains(&identities), "{:?} does not name {identities}", p["metadata"]["name"]);

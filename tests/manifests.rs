@@ -704,7 +704,12 @@ fn the_marker_policy_is_an_opt_in_component_that_marks_the_classes_needing_filte
     for class in &default.classes {
         let needs = !class.per_pod_verbs_reasons().is_empty();
         for name in class.r#match.iter().flat_map(|s| &s.priority_class_names) {
-            assert_eq!(marked.contains(&format!("{name},")) || marked.contains(&format!("{name}|")), needs, "class {} name {name}", class.name);
+            assert_eq!(
+                marked.contains(&format!("{name},")) || marked.contains(&format!("{name}|")),
+                needs,
+                "class {} name {name}",
+                class.name
+            );
         }
     }
 }

@@ -91,6 +91,7 @@ fn args(wait_for_originals: Duration) -> UninstallArgs {
         extender_host: "coloc-extender".into(),
         quiet_for: Duration::from_secs(120),
         wait_for_originals,
+        requeue_selector: "app.kubernetes.io/name=coloc-requeue".into(),
         scheduler_selector: "app.kubernetes.io/name=coloc-scheduler".into(),
         scheduler_name: "coloc-scheduler".into(),
         scheduler_after: "default-scheduler".into(),

@@ -1,8 +1,8 @@
 //! `coloc-extender uninstall`: takes out what the extender wrote, in a safe order, so that
 //! removing it leaves the cluster as it was.
 //!
-//! 1. Refuse while it could still be needed: an extender pod or the scheduler of its own
-//!    still runs, kube-scheduler reported a failing call to it within `--quiet-for` (it is
+//! 1. Refuse while it could still be needed: an extender pod, the requeue controller or
+//!    the scheduler of its own still runs, kube-scheduler reported a failing call to it within `--quiet-for` (it is
 //!    still registered), or pods that are not its copies wait for coloc-scheduler (nothing
 //!    would place them once it is gone).
 //! 2. Finish every guard an earlier release left (`requeue::leftovers`): a preempted pod
@@ -59,6 +59,10 @@ pub struct UninstallArgs {
     /// originals go: a copy is checked only while its original is there), e.g. 60s.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub wait_for_originals: Duration,
+    /// Label selector of the requeue controller's pods (in --namespace): none may still run
+    /// (it and this command would settle the same copies).
+    #[arg(long, default_value = "app.kubernetes.io/name=coloc-requeue")]
+    pub requeue_selector: String,
     /// Label selector of the scheduler of its own's pods (in --namespace): none may still run.
     #[arg(long, default_value = "app.kubernetes.io/name=coloc-scheduler")]
     pub scheduler_selector: String,
@@ -257,6 +261,15 @@ async fn still_in_use(client: &kube::Client, args: &UninstallArgs) -> anyhow::Re
         running.is_empty(),
         "the extender still runs ({}): unregister it from kube-scheduler's configuration, scale it to 0 (kubectl -n {} scale deploy/coloc-extender --replicas=0), then run uninstall again",
         running.join(", "),
+        args.namespace
+    );
+    let requeue = still_running(&pods, &args.requeue_selector)
+        .await
+        .with_context(|| format!("cannot list the requeue controller's pods in {}", args.namespace))?;
+    anyhow::ensure!(
+        requeue.is_empty(),
+        "the requeue controller still runs ({}): scale it to 0 (kubectl -n {} scale deploy/coloc-requeue --replicas=0), then run uninstall again",
+        requeue.join(", "),
         args.namespace
     );
     let scheduler = still_running(&pods, &args.scheduler_selector)

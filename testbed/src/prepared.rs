@@ -14,8 +14,9 @@ pub const ONLINE: &str = "online";
 /// The offline (batch) pods' namespace.
 pub const BATCH: &str = "batch";
 
-/// What `serve --kube` needs.
-pub const BASE_RBAC: [&str; 2] = ["manifests/clusterrole.yaml", "manifests/clusterrolebinding.yaml"];
+/// What `serve --kube` needs (and `--publish-classes`).
+pub const BASE_RBAC: [&str; 3] =
+    ["manifests/clusterrole.yaml", "manifests/clusterrolebinding.yaml", "manifests/role-classes.yaml"];
 /// What `--requeue` needs on top: the requeue controller's identity, grants and Lease.
 pub const REQUEUE_RBAC: [&str; 4] = [
     "manifests/requeue/serviceaccount.yaml",

@@ -48,6 +48,8 @@ pub struct Bed {
     pub scheduler: Option<Scheduler>,
     /// Pods of coloc-scheduler (the default install), as processes.
     pub coloc: Vec<ColocPod>,
+    /// Pods of coloc-requeue (the default install's requeue component), as processes.
+    pub requeue: Vec<coloc_testbed::extender::RequeueController>,
     pub extenders: Vec<Extender>,
     pub kubelet: Kubelet,
     pub client: Client,
@@ -97,7 +99,16 @@ impl Bed {
     ) -> anyhow::Result<Bed> {
         let (plane, client) = prepared::start(&bins, opts, manifests).await?;
         let kubelet = Kubelet::start(client.clone(), kubelet_opts);
-        Ok(Bed { mode, scheduler: None, coloc: Vec::new(), extenders: Vec::new(), kubelet, client, plane })
+        Ok(Bed {
+            mode,
+            scheduler: None,
+            coloc: Vec::new(),
+            requeue: Vec::new(),
+            extenders: Vec::new(),
+            kubelet,
+            client,
+            plane,
+        })
     }
 
     /// Ready nodes `names`, each `milli_cpu` and 64 GiB, in zone-1.
@@ -217,6 +228,9 @@ impl Bed {
         }
         for p in &self.coloc {
             s += &p.logs();
+        }
+        for r in &self.requeue {
+            s += &format!("--- {} (last 3 KB) ---\n{}\n", r.proc.name, r.proc.log_tail(3000));
         }
         s
     }

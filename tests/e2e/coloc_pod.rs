@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use coloc_testbed::extender::Pod;
+use coloc_testbed::extender::{Pod, RequeueController};
 use coloc_testbed::{Extender, Scheduler};
 use serde_json::Value;
 
@@ -185,10 +185,43 @@ impl Template {
     }
 }
 
+/// Is `p` a pod of the install's Deployment `name` (its `app.kubernetes.io/name`)?
+pub fn of_deployment(p: &k8s_openapi::api::core::v1::Pod, name: &str) -> bool {
+    p.metadata.labels.as_ref().and_then(|l| l.get("app.kubernetes.io/name")).map(String::as_str) == Some(name)
+}
+
+/// A pod of the rendered coloc-requeue Deployment (the requeue component): its container as
+/// a process, as the requeue identity, with the container's flags but the ports the test
+/// bed picks and the admin port's token check, and the policy ConfigMap's file.
+pub async fn start_requeue_pod(bed: &Bed, objects: &[Value], name: &str) -> anyhow::Result<RequeueController> {
+    let d = find(objects, "Deployment", "coloc-requeue")?;
+    let container = &d["spec"]["template"]["spec"]["containers"][0];
+    let policy = bed.plane.dir().join(format!("{name}-policy.yaml"));
+    let text = find(objects, "ConfigMap", "coloc-extender-policy")?["data"]["policy.yaml"].as_str().unwrap_or_default();
+    std::fs::write(&policy, text)?;
+    let mut flags = Vec::new();
+    let mut args = container["args"].as_array().into_iter().flatten().filter_map(Value::as_str);
+    anyhow::ensure!(args.next() == Some("requeue"), "coloc-requeue's container runs requeue");
+    while let Some(a) = args.next() {
+        match a {
+            "--health-listen" => {
+                args.next();
+            }
+            "--policy" => {
+                args.next();
+                flags.extend(["--policy".to_string(), policy.display().to_string()]);
+            }
+            _ if a.starts_with("--admin-listen") || a.starts_with("--admin-auth") => {}
+            _ => flags.push(a.to_string()),
+        }
+    }
+    RequeueController::start(&bed.plane, name, Path::new(EXTENDER), &flags).await
+}
+
 /// The UID of the Pod object `namespace/name` these processes stand for: the Deployment's
 /// pod where the case applied the Deployment, else one made to stand for it (unscheduled:
 /// what the extender publishes is owned by it, and goes when it is deleted).
-async fn pod_object(bed: &Bed, namespace: &str, name: &str) -> anyhow::Result<String> {
+pub async fn pod_object(bed: &Bed, namespace: &str, name: &str) -> anyhow::Result<String> {
     use k8s_openapi::api::core::v1::Pod as PodObject;
     let pods: kube::Api<PodObject> = kube::Api::namespaced(bed.client.clone(), namespace);
     let pod = match pods.get_opt(name).await? {
@@ -219,6 +252,8 @@ impl ColocPod {
         let policy = bed.plane.dir().join(format!("{name}-policy.yaml"));
         std::fs::write(&policy, &template.policy)?;
         let mut args = template.extender_flags(&policy)?;
+        // The pod's name, as the downward API gives it (the process is named otherwise).
+        args.extend(["--pod-name".to_string(), name.to_string()]);
         args.extend(extender_extra.iter().map(|a| a.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let uid = pod_object(bed, namespace, name).await?;

@@ -2,8 +2,10 @@
 //! the extender are placed by the default scheduler, which never calls it. Every
 //! coloc-scheduler pod (kube-scheduler and the extender beside it) lost at once, as a node
 //! pool lost or a bad rollout would do; their replacements are placed while no extender
-//! runs anywhere, and once their containers run again, routed pods are placed through the
-//! extender again. The registration is as shipped (ignorable: true).
+//! runs anywhere, and so is every new pod: the routing follows coloc-scheduler, so while
+//! none of its pods is left nothing waits for it. Once their containers run again, routed
+//! pods are placed through the extender again. The registration is as shipped
+//! (ignorable: true); the requeue controller, in pods of its own, runs throughout.
 //!
 //! What the test bed can show and what it cannot: no kubelet runs containers here, so the
 //! pods are the Deployment's own (created by its controller, placed by the default
@@ -20,9 +22,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use crate::apart::{copies_placed, full_pool, in_pool, routed_pod_placed, system_nodes};
-use crate::coloc_pod::{apply, default_install_with, ColocPod, Template};
+use crate::coloc_pod::{apply, default_install_with, of_deployment, start_requeue_pod, ColocPod, Template};
 use crate::invariants::nothing_lost;
-use crate::own_scheduler::{scheduler_name, until_routing_applies, GOVERNED};
+use crate::own_scheduler::{scheduler_name, until_routing_applies, until_routing_stops, GOVERNED};
 use crate::scenarios::MINUTE;
 use crate::{Bed, Case, Mode};
 
@@ -38,6 +40,7 @@ async fn placed_by_the_default_scheduler(bed: &Bed, not: &[String]) -> anyhow::R
     bed.until_pods(INSTALL_NAMESPACE, MINUTE, "coloc-scheduler's pods placed and running", |pods| {
         let new: Vec<Pod> = pods
             .iter()
+            .filter(|p| of_deployment(p, "coloc-scheduler"))
             .filter(|p| p.metadata.deletion_timestamp.is_none() && !not.contains(&uid(p)))
             .filter(|p| cluster::phase(p) == "Running" && cluster::node_of(p).is_some())
             .cloned()
@@ -61,8 +64,10 @@ fn uid(p: &Pod) -> String {
 /// default scheduler and their containers running; a routed pod placed through the
 /// extender. Then every container killed and every pod deleted at once: the new pods are
 /// placed while no extender runs (even with the install's own namespace labelled for
-/// routing: their class is never routed), a routed pod created meanwhile waits; the
-/// containers start again and place it through the extender, and its victim comes back.
+/// routing: their class is never routed); once the classes coloc-scheduler published are
+/// gone with its pods, a pod created meanwhile is the default scheduler's and is placed
+/// (its victim comes back too); the containers start again, the routing with them, and a
+/// routed pod is placed through the extender.
 async fn every_replica_lost(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up_without_install(bins, mode, kubelet::Options::default()).await?;
     system_nodes(&bed, &["system-1", "system-2"]).await?;
@@ -74,16 +79,17 @@ async fn every_replica_lost(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         let label = json!({"metadata": {"labels": {GOVERNED.0: GOVERNED.1}}});
         namespaces.patch(ns, &PatchParams::default(), &Patch::Merge(&label)).await?;
     }
-    // The pods created from here on are routed, their copies too (a copy keeps its
-    // original's scheduler).
-    until_routing_applies(&bed, "batch").await?;
-    let originals = full_pool(&bed, 2).await?;
     let template = Template::of(&objects)?;
     let first = placed_by_the_default_scheduler(&bed, &[]).await?;
     for p in &first {
         let pod = ColocPod::start(&bed, &template, cluster::name(p), &["--mode", "enforce"]).await?;
         bed.coloc.push(pod);
     }
+    bed.requeue.push(start_requeue_pod(&bed, &objects, "coloc-requeue-0").await?);
+    // The pods created from here on are routed, their copies too (a copy keeps its
+    // original's scheduler).
+    until_routing_applies(&bed, "batch").await?;
+    let originals = full_pool(&bed, 3).await?;
     routed_pod_placed(&bed, "web-1").await?;
     nothing_lost(&bed, "batch", &originals).await?;
 
@@ -95,30 +101,36 @@ async fn every_replica_lost(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let now = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
     pods.delete_collection(&now, &ListParams::default().labels("app.kubernetes.io/name=coloc-scheduler")).await?;
     let gone: Vec<String> = first.iter().map(uid).collect();
-    // A routed pod created now waits for coloc-scheduler; its replacements are placed
-    // meanwhile by the default scheduler, with no extender running anywhere.
-    cluster::create(&bed.client, in_pool(PodBuilder::new("online", "web-2", "online-prod", 2000))).await?;
+    // Their replacements are placed by the default scheduler, with no extender running.
     let second = placed_by_the_default_scheduler(&bed, &gone).await?;
-    let web = Api::<Pod>::namespaced(bed.client.clone(), "online").get("web-2").await?;
-    anyhow::ensure!(cluster::node_of(&web).is_none(), "web-2 placed with no coloc-scheduler running");
-
-    // Their containers run again (here: the same processes, started again, their counters
-    // from zero).
-    for pod in &mut bed.coloc {
-        pod.restart().await?;
-    }
     anyhow::ensure!(second.len() >= 2, "{} replacements", second.len());
-    bed.until_pods("online", MINUTE, "web-2 placed once the containers run again", |pods| {
-        pods.iter()
-            .find(|p| cluster::name(p) == "web-2" && cluster::node_of(p).is_some())
-            .map(drop)
-            .ok_or("pending".into())
-    })
-    .await?;
+    // The classes they published went with them: a pod created now is the default
+    // scheduler's, and is placed rather than left waiting for a scheduler that is not there.
+    until_routing_stops(&bed, "online").await?;
+    cluster::create(&bed.client, in_pool(PodBuilder::new("online", "web-2", "online-prod", 2000))).await?;
+    let web = bed
+        .until_pods("online", MINUTE, "web-2 placed with no coloc-scheduler running", |pods| {
+            pods.iter()
+                .find(|p| cluster::name(p) == "web-2" && cluster::node_of(p).is_some())
+                .cloned()
+                .ok_or("pending".into())
+        })
+        .await?;
+    anyhow::ensure!(scheduler_name(&web) == "default-scheduler", "web-2: {}", scheduler_name(&web));
+
+    // Their containers run in the replacement pods (here: processes started anew from the
+    // template, their counters from zero): the routing comes back with them.
+    bed.coloc.clear();
+    for p in &second {
+        let pod = ColocPod::start(&bed, &template, cluster::name(p), &["--mode", "enforce"]).await?;
+        bed.coloc.push(pod);
+    }
+    until_routing_applies(&bed, "online").await?;
+    routed_pod_placed(&bed, "web-3").await?;
     let asked = preempts(&bed).await?;
-    anyhow::ensure!(asked >= 1.0, "web-2 was placed without the extender (preempt calls {asked})");
+    anyhow::ensure!(asked >= 1.0, "web-3 was placed without the extender (preempt calls {asked})");
     nothing_lost(&bed, "batch", &originals).await?;
-    copies_placed(&bed, 2).await?;
+    copies_placed(&bed, 3).await?;
     bed.finish()
 }
 

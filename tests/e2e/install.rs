@@ -23,7 +23,7 @@ use crate::apart::{
     copies_placed, full_pool, in_pool, online_placed_by_coloc_scheduler, routed_pod_placed, system_nodes,
 };
 use crate::bed::{repo, EXTENDER};
-use crate::coloc_pod::{find, render, ColocPod, Template};
+use crate::coloc_pod::{find, of_deployment, render, start_requeue_pod, ColocPod, Template};
 use crate::invariants::{gated, nothing_lost};
 use crate::own_scheduler::{scheduler_name, until_routing_applies, GOVERNED};
 use crate::scenarios::MINUTE;
@@ -37,7 +37,7 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// The labels the install's objects carry, the uninstall Job's included.
-const OURS: &str = "app.kubernetes.io/name in (coloc-extender,coloc-scheduler,coloc-extender-uninstall)";
+const OURS: &str = "app.kubernetes.io/name in (coloc-extender,coloc-scheduler,coloc-requeue,coloc-extender-uninstall)";
 
 fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(to)?;
@@ -96,17 +96,24 @@ async fn readme_path(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     for ns in ["online", "batch"] {
         bed.plane.kubectl(&["label", "namespace", ns, &format!("{}={}", GOVERNED.0, GOVERNED.1)])?;
     }
-    until_routing_applies(&bed, "online").await?;
+    bed.plane.kubectl(&["-n", INSTALL_NAMESPACE, "rollout", "status", "deploy/coloc-requeue", "--timeout=60s"])?;
 
-    // The containers of coloc-scheduler's pods, as the rendered template runs them (the
-    // policy file says enforce).
+    // The containers of coloc-scheduler's and coloc-requeue's pods, as the rendered
+    // templates run them (the policy file says enforce).
     let template = Template::of(&objects)?;
     let pods = cluster::pods(&bed.client, Some(INSTALL_NAMESPACE)).await?;
     for p in pods.iter().filter(|p| cluster::node_of(p).is_some()) {
-        let pod = ColocPod::start(&bed, &template, cluster::name(p), &[]).await?;
-        bed.coloc.push(pod);
+        if of_deployment(p, "coloc-scheduler") {
+            let pod = ColocPod::start(&bed, &template, cluster::name(p), &[]).await?;
+            bed.coloc.push(pod);
+        } else if of_deployment(p, "coloc-requeue") {
+            bed.requeue.push(start_requeue_pod(&bed, &objects, cluster::name(p)).await?);
+        }
     }
     anyhow::ensure!(bed.coloc.len() == 2, "{} pods of coloc-scheduler placed", bed.coloc.len());
+    anyhow::ensure!(bed.requeue.len() == 2, "{} pods of coloc-requeue placed", bed.requeue.len());
+    // Routed once coloc-scheduler runs (it publishes the policy's classes).
+    until_routing_applies(&bed, "online").await?;
 
     // A routed pod, placed through the extender.
     routed_pod_placed(&bed, "web-1").await?;
@@ -144,11 +151,16 @@ async fn readme_path(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 /// install is left: no namespace, no cluster-scoped object, no gated copy, no placeholder.
 async fn uninstall(bed: &mut Bed, manifests: &Path) -> anyhow::Result<()> {
     bed.plane.kubectl(&["delete", "mutatingadmissionpolicybinding", "coloc-scheduler"])?;
-    bed.plane.kubectl(&["-n", INSTALL_NAMESPACE, "scale", "deploy/coloc-scheduler", "--replicas=0"])?;
+    for deployment in ["deploy/coloc-scheduler", "deploy/coloc-requeue"] {
+        bed.plane.kubectl(&["-n", INSTALL_NAMESPACE, "scale", deployment, "--replicas=0"])?;
+    }
     for pod in &mut bed.coloc {
         pod.kill();
     }
-    bed.until_pods(INSTALL_NAMESPACE, MINUTE, "coloc-scheduler's pods gone", |pods| {
+    for controller in &mut bed.requeue {
+        controller.proc.kill();
+    }
+    bed.until_pods(INSTALL_NAMESPACE, MINUTE, "coloc-scheduler's and coloc-requeue's pods gone", |pods| {
         pods.is_empty().then_some(()).ok_or(format!("{} left", pods.len()))
     })
     .await?;

@@ -17,6 +17,8 @@ mod deadlock;
 mod eviction;
 mod fails_safe;
 mod faults;
+mod grants;
+mod half_removed;
 mod install;
 mod invariants;
 mod jobs;
@@ -63,6 +65,8 @@ fn all_cases() -> Vec<Case> {
     v.extend(deadlock::cases());
     v.extend(install::cases());
     v.extend(acting_as::cases());
+    v.extend(half_removed::cases());
+    v.extend(grants::cases());
     v
 }
 

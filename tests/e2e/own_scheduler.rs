@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
-use crate::coloc_pod::{apply, default_install_with, without, ColocPod, Template};
+use crate::coloc_pod::{apply, default_install_with, start_requeue_pod, without, ColocPod, Template};
 use crate::invariants::{bare_pods, nothing_lost};
 use crate::scenarios::MINUTE;
 use crate::{Bed, Case, Mode};
@@ -70,6 +70,21 @@ pub async fn until_routing_applies(bed: &Bed, namespace: &str) -> anyhow::Result
     .await
 }
 
+/// Waits until a dry-run pod of a governed class in `namespace` (labelled) comes back
+/// with the default scheduler: nothing routes it any more.
+pub async fn until_routing_stops(bed: &Bed, namespace: &str) -> anyhow::Result<()> {
+    let dry = PostParams { dry_run: true, ..Default::default() };
+    let api: Api<Pod> = Api::namespaced(bed.client.clone(), namespace);
+    let probe = PodBuilder::new(namespace, "probe", "online-prod", 100).build();
+    coloc_testbed::wait::until(MINUTE, "the routing gone with coloc-scheduler's pods", || async {
+        let made = api.create(&dry, &probe).await.map_err(|e| e.to_string())?;
+        (scheduler_name(&made) == "default-scheduler")
+            .then_some(())
+            .ok_or(format!("schedulerName {:?}", scheduler_name(&made)))
+    })
+    .await
+}
+
 pub fn scheduler_name(p: &Pod) -> &str {
     p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()).unwrap_or("")
 }
@@ -93,12 +108,10 @@ async fn own_scheduler(bins: Binaries, mode: Mode, routing: Routing) -> anyhow::
     let dry = PostParams { dry_run: true, ..Default::default() };
     let online_api: Api<Pod> = Api::namespaced(bed.client.clone(), "online");
     let probe = PodBuilder::new("online", "probe", "online-prod", 100).build();
-    if routing == Routing::AdmissionPolicy {
-        until_routing_applies(&bed, "online").await?;
-    } else {
-        let made = online_api.create(&dry, &probe).await?;
-        anyhow::ensure!(scheduler_name(&made) == "default-scheduler", "no routing: a pod keeps the default scheduler");
-    }
+    // Routing follows coloc-scheduler: nothing is routed until a pod of it runs (and
+    // publishes the policy's classes).
+    let made = online_api.create(&dry, &probe).await?;
+    anyhow::ensure!(scheduler_name(&made) == "default-scheduler", "no coloc-scheduler running: the default scheduler");
     let other: Api<Pod> = Api::namespaced(bed.client.clone(), "other");
     let made = other.create(&dry, &PodBuilder::new("other", "probe", "online-prod", 100).build()).await?;
     anyhow::ensure!(
@@ -112,6 +125,10 @@ async fn own_scheduler(bins: Binaries, mode: Mode, routing: Routing) -> anyhow::
     bed.schedule_with(&[]).await?;
     let pod = ColocPod::start(&bed, &Template::of(&objects)?, "coloc-scheduler-0", &["--mode", "enforce"]).await?;
     bed.coloc.push(pod);
+    bed.requeue.push(start_requeue_pod(&bed, &objects, "coloc-requeue-0").await?);
+    if routing == Routing::AdmissionPolicy {
+        until_routing_applies(&bed, "online").await?;
+    }
 
     let mut web = PodBuilder::new("online", "web", "online-prod", 1500).build();
     if routing == Routing::SchedulerName {

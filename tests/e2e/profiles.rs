@@ -48,11 +48,19 @@ async fn per_pod_verbs(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     for f in ["mutatingadmissionpolicy.yaml", "mutatingadmissionpolicybinding.yaml"] {
         bed.plane.apply(&repo(&format!("manifests/per-pod-verbs/{f}")))?;
     }
-    // The API server loads policies asynchronously: wait until a dry-run offline pod comes
-    // back marked, and check that an online one does not.
+    // The classes it marks are those the extender publishes (from its policy), owned by the
+    // pod it runs in: nothing is marked before.
     let dry = PostParams { dry_run: true, ..Default::default() };
     let batch: Api<Pod> = Api::namespaced(bed.client.clone(), "batch");
     let probe = PodBuilder::new("batch", "probe", "offline-batch", 100).build();
+    anyhow::ensure!(!marked(&batch.create(&dry, &probe).await?), "marked with no extender running");
+    let home = coloc_testbed::control_plane::INSTALL_NAMESPACE;
+    let uid = crate::coloc_pod::pod_object(&bed, home, "coloc-extender-0").await?;
+    bed.nodes(&["node-1", "node-2"], 4000).await?;
+    let e =
+        bed.extender(&["--requeue", "--publish-classes", "--pod-name", "coloc-extender-0", "--pod-uid", &uid]).await?;
+    // The API server loads policies asynchronously: wait until a dry-run offline pod comes
+    // back marked, and check that an online one does not.
     coloc_testbed::wait::until(MINUTE, "the marker policy active", || async {
         let made = batch.create(&dry, &probe).await.map_err(|e| e.to_string())?;
         marked(&made).then_some(()).ok_or("offline pod not marked yet".to_string())
@@ -79,8 +87,6 @@ async fn per_pod_verbs(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         "an already marked pod is left as it was"
     );
 
-    bed.nodes(&["node-1", "node-2"], 4000).await?;
-    let e = bed.extender(&["--requeue"]).await?;
     let profile = per_pod_verbs_profile(&bed, e);
     bed.schedule_with(&profile).await?;
 
@@ -133,5 +139,17 @@ async fn per_pod_verbs(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         verbs_asked(&bed, "online/web-2").await?.contains("preempt"),
         "web-2's preempt is not among its decisions"
     );
+
+    // The extender gone (its pod deleted), the policy left behind marks nothing: no pod
+    // asks for a resource no node has once nothing would take it out.
+    bed.extenders[e].kill();
+    Api::<Pod>::namespaced(bed.client.clone(), home)
+        .delete("coloc-extender-0", &kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
+        .await?;
+    coloc_testbed::wait::until(MINUTE, "the marker policy idle once the extender's pod is gone", || async {
+        let made = batch.create(&dry, &probe).await.map_err(|e| e.to_string())?;
+        (!marked(&made)).then_some(()).ok_or("still marked".to_string())
+    })
+    .await?;
     bed.finish()
 }

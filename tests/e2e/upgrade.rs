@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use crate::apart::{copies_placed, full_pool, routed_pod_placed, system_nodes};
 use crate::bed::{repo, EXTENDER};
-use crate::coloc_pod::{apply, default_install_with, find, ColocPod, Template};
+use crate::coloc_pod::{apply, default_install_with, find, of_deployment, start_requeue_pod, ColocPod, Template};
 use crate::invariants::nothing_lost;
 use crate::own_scheduler::{scheduler_name, until_routing_applies, GOVERNED};
 use crate::scenarios::MINUTE;
@@ -206,7 +206,11 @@ async fn from_kube_system(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     // kube-scheduler and the extender, as the rendered pod template says.
     let placed = bed
         .until_pods(INSTALL_NAMESPACE, MINUTE, "coloc-scheduler's pods running", |pods| {
-            let running: Vec<Pod> = pods.iter().filter(|p| cluster::phase(p) == "Running").cloned().collect();
+            let running: Vec<Pod> = pods
+                .iter()
+                .filter(|p| of_deployment(p, "coloc-scheduler") && cluster::phase(p) == "Running")
+                .cloned()
+                .collect();
             (running.len() == 2).then_some(running).ok_or(format!("{} running", pods.len()))
         })
         .await?;
@@ -216,6 +220,9 @@ async fn from_kube_system(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let template = Template::of(&objects)?;
     let pod = ColocPod::start(&bed, &template, cluster::name(&placed[0]), &["--mode", "enforce"]).await?;
     bed.coloc.push(pod);
+    bed.requeue.push(start_requeue_pod(&bed, &objects, "coloc-requeue-0").await?);
+    // This release routes once its coloc-scheduler runs (it publishes the policy's classes).
+    until_routing_applies(&bed, "online").await?;
     routed_pod_placed(&bed, "web-2").await?;
     let asked = bed.coloc[0].extender.metric_sum("coloc_requests_total", "verb=\"preempt\"").await?;
     anyhow::ensure!(asked >= 1.0, "web-2 was placed without this release's extender");
