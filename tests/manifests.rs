@@ -191,7 +191,7 @@ fn coloc_schedulers_pods_are_placed_by_the_default_scheduler() {
     // and system-cluster-critical's value (2,000,000,000) is above it.
     use coloc_extender::policy::routing::HIGHEST_USER_PRIORITY;
     assert_eq!(guard, format!("object.spec.?priority.orValue(0) <= {HIGHEST_USER_PRIORITY}"));
-    assert!(2_000_000_000 > HIGHEST_USER_PRIORITY);
+    const { assert!(2_000_000_000 > HIGHEST_USER_PRIORITY) };
 }
 
 /// Which pods the routing and per-pod-verbs admission policies send is the policy's alone:
