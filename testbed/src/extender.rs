@@ -15,6 +15,9 @@ pub struct Pod<'a> {
     pub kubeconfig: &'a Path,
     pub namespace: &'a str,
     pub uid: Option<&'a str>,
+    /// Whom the requeue controller beside it runs as (`--requeue`): by default the
+    /// requeue identity of `namespace`.
+    pub requeue_kubeconfig: Option<&'a Path>,
 }
 
 pub struct Extender {
@@ -77,7 +80,12 @@ impl Extender {
     /// waits until `/readyz` answers 200; with `--requeue` in `args`, the requeue
     /// controller beside it too, as the requeue identity (`split_requeue_flags`).
     pub async fn start(plane: &ControlPlane, name: &str, binary: &Path, args: &[&str]) -> anyhow::Result<Extender> {
-        let pod = Pod { kubeconfig: &plane.extender_kubeconfig, namespace: INSTALL_NAMESPACE, uid: None };
+        let pod = Pod {
+            kubeconfig: &plane.extender_kubeconfig,
+            namespace: INSTALL_NAMESPACE,
+            uid: None,
+            requeue_kubeconfig: None,
+        };
         Extender::start_in(plane, name, binary, args, pod).await
     }
 
@@ -92,7 +100,12 @@ impl Extender {
     ) -> anyhow::Result<Extender> {
         let (serve_args, requeue_args) = split_requeue_flags(args);
         let requeue = match requeue_args {
-            Some(flags) => Some(RequeueController::start(plane, &format!("{name}-requeue"), binary, &flags).await?),
+            Some(flags) => {
+                let own = plane.kubeconfig_of(pod.namespace, "coloc-extender-requeue");
+                let kubeconfig = pod.requeue_kubeconfig.unwrap_or(&own);
+                let identity = Pod { kubeconfig, ..pod };
+                Some(RequeueController::start_in(plane, &format!("{name}-requeue"), binary, &flags, identity).await?)
+            }
             None => None,
         };
         let port = free_port();
@@ -198,6 +211,19 @@ impl RequeueController {
     /// Starts `binary requeue --health-listen … --admin-listen … <flags>` as the requeue
     /// identity, in the install namespace, and waits until it is ready.
     pub async fn start(plane: &ControlPlane, name: &str, binary: &Path, flags: &[String]) -> anyhow::Result<Self> {
+        let kubeconfig = plane.kubeconfig_of(INSTALL_NAMESPACE, "coloc-extender-requeue");
+        let pod = Pod { kubeconfig: &kubeconfig, namespace: INSTALL_NAMESPACE, uid: None, requeue_kubeconfig: None };
+        RequeueController::start_in(plane, name, binary, flags, pod).await
+    }
+
+    /// `start`, as `pod`'s identity, in its namespace.
+    pub async fn start_in(
+        plane: &ControlPlane,
+        name: &str,
+        binary: &Path,
+        flags: &[String],
+        pod: Pod<'_>,
+    ) -> anyhow::Result<Self> {
         let health_port = free_port();
         let admin_port = free_port();
         let mut all = strings(&[
@@ -208,8 +234,7 @@ impl RequeueController {
             &format!("127.0.0.1:{admin_port}"),
         ]);
         all.extend(flags.iter().cloned());
-        let kubeconfig = plane.kubeconfig_of(INSTALL_NAMESPACE, "coloc-extender-requeue");
-        let proc = Proc::spawn(name, binary, &all, &pod_env(&kubeconfig, name, INSTALL_NAMESPACE), plane.dir())?;
+        let proc = Proc::spawn(name, binary, &all, &pod_env(pod.kubeconfig, name, pod.namespace), plane.dir())?;
         let mut r = RequeueController {
             proc,
             admin_port,

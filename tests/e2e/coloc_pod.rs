@@ -257,7 +257,7 @@ impl ColocPod {
         args.extend(extender_extra.iter().map(|a| a.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let uid = pod_object(bed, namespace, name).await?;
-        let pod = Pod { kubeconfig: &kubeconfig, namespace, uid: Some(&uid) };
+        let pod = Pod { kubeconfig: &kubeconfig, namespace, uid: Some(&uid), requeue_kubeconfig: None };
         let extender =
             Extender::start_in(&bed.plane, &format!("{name}-extender"), Path::new(EXTENDER), &args, pod).await?;
         let config = template.scheduler_config(&kubeconfig, &extender, bed.mode.node_cache_capable())?;

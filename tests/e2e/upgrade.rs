@@ -61,7 +61,18 @@ async fn earlier_topology(bed: &Bed, objects: &[Value]) -> anyhow::Result<(Exten
     let text = find(objects, "ConfigMap", "coloc-extender-policy")?["data"]["policy.yaml"].as_str().unwrap_or_default();
     std::fs::write(&policy, text)?;
     let kubeconfig = bed.plane.kubeconfig_of(EARLIER_NAMESPACE, "coloc-extender");
-    let pod = PodIdentity { kubeconfig: &kubeconfig, namespace: EARLIER_NAMESPACE, uid: None };
+    // The earlier release copied and released in its extender's process, as identities
+    // this build's requeue controller (in a process of its own) does not split its writes
+    // between: here it writes with the admin's credentials, which no admission policy of
+    // either release judges. What this case shows is the step: the earlier objects and
+    // identities gone, the copies they made carried through.
+    let admin = bed.plane.admin_kubeconfig.clone();
+    let pod = PodIdentity {
+        kubeconfig: &kubeconfig,
+        namespace: EARLIER_NAMESPACE,
+        uid: None,
+        requeue_kubeconfig: Some(&admin),
+    };
     let policy = policy.display().to_string();
     let flags =
         ["--kube", "--events", "--requeue", "--mode", "enforce", "--path-prefix", "/scheduler", "--policy", &policy];
