@@ -1,6 +1,7 @@
 //! Workload classes: loading, validation and classification of pods.
 
 mod model;
+pub mod requeue_rule;
 
 use std::path::Path;
 
@@ -8,6 +9,8 @@ pub use model::{
     parse_duration, weight_in, BareVictims, Class, GangConfig, GangSources, JobVictims, Mode, PdbMode, Placement,
     Policy, ReplacementPreemption, RequeueRules, Scoring, Selector, TenantConfig, VictimRules, WithoutView,
 };
+
+pub use requeue_rule::{requeue_rule, CannotRequeue, Circumstances, NotRequeued};
 
 use crate::model::Pod;
 
