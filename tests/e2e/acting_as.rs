@@ -56,7 +56,7 @@ async fn held_as_before(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         name: "free-1".into(),
         uid: original.metadata.uid.clone().unwrap_or_default(),
         node: "node-1".into(),
-        replacement: "free-1-rq-1".into(),
+        replacement: "free-1-rq-0000000001".into(),
         attempt: 1,
         preemptor: "online/web-1".into(),
     };
@@ -86,7 +86,7 @@ async fn held_as_before(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         {"op": "test", "path": "/spec/schedulingGates", "value": [{"name": GATE}]},
         {"op": "replace", "path": "/spec/schedulingGates", "value": []},
     ]);
-    json_patch(&ext, "batch", "free-1-rq-1", release)
+    json_patch(&ext, "batch", "free-1-rq-0000000001", release)
         .await
         .map_err(|e| anyhow::anyhow!("releasing a copy, as coloc-scheduler acting as coloc-extender: {e}"))?;
     let pods: Api<Pod> = Api::namespaced(ext.clone(), "batch");
@@ -96,7 +96,9 @@ async fn held_as_before(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         preconditions: Some(Preconditions { uid: Some(made_uid), resource_version: None }),
         ..Default::default()
     };
-    pods.delete("free-1-rq-1", &own).await.map_err(|e| anyhow::anyhow!("deleting its copy was refused: {e}"))?;
+    pods.delete("free-1-rq-0000000001", &own)
+        .await
+        .map_err(|e| anyhow::anyhow!("deleting its copy was refused: {e}"))?;
 
     // As the wake identity: a placeholder as wake builds it, in the install namespace.
     let placeholders: Api<Pod> = Api::namespaced(waker, INSTALL_NAMESPACE);

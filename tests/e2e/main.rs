@@ -10,6 +10,7 @@
 mod acting_as;
 mod admin;
 mod apart;
+mod baseline;
 mod bed;
 mod budgets;
 mod coloc_pod;
@@ -20,6 +21,7 @@ mod faults;
 mod install;
 mod invariants;
 mod jobs;
+mod marks;
 mod monitoring;
 mod own_scheduler;
 mod privilege;
@@ -27,8 +29,10 @@ mod profiles;
 mod removal;
 mod requeue_bounds;
 mod scenarios;
+mod shipped_admission;
 mod tls;
 mod upgrade;
+mod wake;
 
 use std::time::{Duration, Instant};
 
@@ -63,6 +67,9 @@ fn all_cases() -> Vec<Case> {
     v.extend(deadlock::cases());
     v.extend(install::cases());
     v.extend(acting_as::cases());
+    v.extend(baseline::cases());
+    v.extend(marks::cases());
+    v.extend(wake::cases());
     v
 }
 
