@@ -243,7 +243,8 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         }),
         ("with an environment variable", |p| p["spec"]["containers"][0]["env"] = json!([{"name": "A", "value": "b"}])),
         ("running as another ServiceAccount", |p| p["spec"]["serviceAccountName"] = json!("coloc-scheduler")),
-        ("with pull secrets", |p| p["spec"]["imagePullSecrets"] = json!([{"name": "regcred"}])),
+        // (Pull secrets are admitted: admission ServiceAccount copies its default's in.)
+        ("running as root", |p| p["spec"]["securityContext"]["runAsUser"] = json!(0)),
         ("with an init container", |p| {
             p["spec"]["initContainers"] = json!([{"name": "i", "image": wake::IMAGE}]);
         }),
@@ -358,6 +359,8 @@ async fn copies_stay_home(bed: &Bed, admin: &Client, as_requeue: &Client, copy: 
     let in_namespace = |ns: &str, f: &dyn Fn(&mut Value)| -> anyhow::Result<Pod> {
         let mut v = copy.clone();
         v["metadata"]["namespace"] = json!(ns);
+        // As requeue builds it there: its original of the same namespace.
+        v["metadata"]["annotations"][coloc_extender::requeue::FROM_POD] = json!(format!("{ns}/free-1"));
         f(&mut v);
         Ok(serde_json::from_value(v)?)
     };
