@@ -146,7 +146,8 @@ pub struct Pod {
     pub requests: Resources,
     pub host_ports: Vec<HostPort>,
     /// The first control of Pod Security's baseline profile its spec exceeds, if any: a
-    /// requeue copy carries no such spec unless its namespace opted in to that.
+    /// requeue copy carries no such spec unless its namespace opted in to that. Decoded for
+    /// a bare pod only (no ownerReference): requeue copies no other.
     pub beyond_baseline: Option<BaselineControl>,
     /// The whole object as the API server last sent it, kept only for a bare pod that
     /// kube-scheduler marked `preempted`: requeue copies it, and with a grace period of 0

@@ -4,6 +4,10 @@
 //! not requeued elsewhere. The same checks as admission's, on the same fields. (`k8s`
 //! decodes the pod around these and hands them over: this file names nothing of it.)
 
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use crate::model::baseline::{
@@ -12,8 +16,8 @@ use crate::model::baseline::{
 };
 use crate::model::Labels;
 
-/// A pod's or container's `securityContext`: what baseline reads of either. (Absent and
-/// `null` read alike: every field is optional.)
+/// A pod's or container's `securityContext`: what baseline reads of either, each value
+/// judged as it is read (`Judged`: no string is kept). Absent and `null` read alike.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct SecurityContext {
@@ -22,7 +26,7 @@ pub struct SecurityContext {
     #[serde(default)]
     pub capabilities: Option<Capabilities>,
     #[serde(default)]
-    pub proc_mount: Option<String>,
+    pub proc_mount: Judged<NotDefaultProcMount>,
     #[serde(default)]
     pub seccomp_profile: Option<ProfileType>,
     #[serde(default)]
@@ -33,30 +37,30 @@ pub struct SecurityContext {
     pub windows_options: Option<WindowsOptions>,
     /// Pod level only.
     #[serde(default)]
-    pub sysctls: Option<Vec<Sysctl>>,
+    pub sysctls: AnyOf<Sysctl>,
 }
 
 #[derive(Deserialize, Default)]
 pub struct Capabilities {
     #[serde(default)]
-    pub add: Option<Vec<String>>,
+    pub add: AnyOf<Judged<BeyondDefaultCapabilities>>,
 }
 
 /// `seccompProfile` or `appArmorProfile`: only its type.
 #[derive(Deserialize, Default)]
 pub struct ProfileType {
     #[serde(rename = "type", default)]
-    pub type_: Option<String>,
+    pub type_: Judged<NotAllowedProfile>,
 }
 
 #[derive(Deserialize, Default)]
 pub struct SeLinuxOptions {
     #[serde(rename = "type", default)]
-    pub type_: Option<String>,
+    pub type_: Judged<NotBaselineSeLinuxType>,
     #[serde(default)]
-    pub user: Option<String>,
+    pub user: Judged<NonEmpty>,
     #[serde(default)]
-    pub role: Option<String>,
+    pub role: Judged<NonEmpty>,
 }
 
 #[derive(Deserialize, Default)]
@@ -69,7 +73,7 @@ pub struct WindowsOptions {
 #[derive(Deserialize, Default)]
 pub struct Sysctl {
     #[serde(default)]
-    pub name: Option<String>,
+    pub name: Judged<UnsafeSysctl>,
 }
 
 /// A volume: only whether it mounts a path of the host.
@@ -80,7 +84,7 @@ pub struct Volume {
     pub host_path: Option<serde::de::IgnoredAny>,
 }
 
-/// A probe or a lifecycle handler: only the host its httpGet or tcpSocket aims at.
+/// A probe or a lifecycle handler: only whether its httpGet or tcpSocket aims at a host.
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct Handler {
@@ -93,7 +97,7 @@ pub struct Handler {
 #[derive(Deserialize, Default)]
 pub struct HostOnly {
     #[serde(default)]
-    pub host: Option<String>,
+    pub host: Judged<NonEmpty>,
 }
 
 #[derive(Deserialize, Default)]
@@ -107,8 +111,152 @@ pub struct Lifecycle {
 
 impl Handler {
     fn aims_elsewhere(h: &Option<Handler>) -> bool {
-        let set = |x: &Option<HostOnly>| x.as_ref().and_then(|x| x.host.as_deref()).is_some_and(|h| !h.is_empty());
+        let set = |x: &Option<HostOnly>| x.as_ref().is_some_and(|x| x.host.forbidden());
         h.as_ref().is_some_and(|h| set(&h.http_get) || set(&h.tcp_socket))
+    }
+}
+
+/// What baseline forbids of a string field.
+pub trait Rule {
+    fn forbids(value: &str) -> bool;
+}
+
+/// Set at all (a probe's host, an SELinux user or role).
+pub struct NonEmpty;
+impl Rule for NonEmpty {
+    fn forbids(v: &str) -> bool {
+        !v.is_empty()
+    }
+}
+
+/// A seccomp or AppArmor profile type but RuntimeDefault and Localhost.
+pub struct NotAllowedProfile;
+impl Rule for NotAllowedProfile {
+    fn forbids(v: &str) -> bool {
+        !ALLOWED_PROFILE_TYPES.contains(&v)
+    }
+}
+
+/// An SELinux type outside baseline's.
+pub struct NotBaselineSeLinuxType;
+impl Rule for NotBaselineSeLinuxType {
+    fn forbids(v: &str) -> bool {
+        !ALLOWED_SELINUX_TYPES.contains(&v)
+    }
+}
+
+/// A `procMount` but Default.
+pub struct NotDefaultProcMount;
+impl Rule for NotDefaultProcMount {
+    fn forbids(v: &str) -> bool {
+        v != "Default"
+    }
+}
+
+/// A capability beyond the default set.
+pub struct BeyondDefaultCapabilities;
+impl Rule for BeyondDefaultCapabilities {
+    fn forbids(v: &str) -> bool {
+        !ALLOWED_CAPABILITIES.contains(&v)
+    }
+}
+
+/// A sysctl outside the safe set.
+pub struct UnsafeSysctl;
+impl Rule for UnsafeSysctl {
+    fn forbids(v: &str) -> bool {
+        !SAFE_SYSCTLS.contains(&v)
+    }
+}
+
+/// Something decoded only as far as whether baseline forbids it.
+pub trait Forbidden {
+    fn forbidden(&self) -> bool;
+}
+
+/// A string judged by `R` as it is read: nothing of it is kept, so nothing is allocated.
+/// Absent and `null` are allowed.
+pub struct Judged<R>(bool, PhantomData<R>);
+
+impl<R> Default for Judged<R> {
+    fn default() -> Self {
+        Judged(false, PhantomData)
+    }
+}
+
+impl<R> Forbidden for Judged<R> {
+    fn forbidden(&self) -> bool {
+        self.0
+    }
+}
+
+impl Forbidden for Sysctl {
+    fn forbidden(&self) -> bool {
+        self.name.forbidden()
+    }
+}
+
+impl<'de, R: Rule> Deserialize<'de> for Judged<R> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<R>(PhantomData<R>);
+        impl<'de, R: Rule> Visitor<'de> for V<R> {
+            type Value = Judged<R>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Judged(R::forbids(v), PhantomData))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Judged::default())
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Judged::default())
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// A list judged element by element (`T`) as it is read: is any forbidden? Nothing of it
+/// is kept. Absent and `null` are an empty list.
+pub struct AnyOf<T>(bool, PhantomData<T>);
+
+impl<T> Default for AnyOf<T> {
+    fn default() -> Self {
+        AnyOf(false, PhantomData)
+    }
+}
+
+impl<T> Forbidden for AnyOf<T> {
+    fn forbidden(&self) -> bool {
+        self.0
+    }
+}
+
+impl<'de, T: Deserialize<'de> + Forbidden> Deserialize<'de> for AnyOf<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de> + Forbidden> Visitor<'de> for V<T> {
+            type Value = AnyOf<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut any = false;
+                while let Some(item) = seq.next_element::<T>()? {
+                    any |= item.forbidden();
+                }
+                Ok(AnyOf(any, PhantomData))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(AnyOf::default())
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(AnyOf::default())
+            }
+        }
+        d.deserialize_any(V(PhantomData))
     }
 }
 
@@ -135,52 +283,59 @@ pub struct ContainerLevel<'a> {
 /// The first control of baseline the pod exceeds (its own fields, its containers and init
 /// containers, its annotations), in the standard's order; `None` for a pod baseline
 /// admits. Ephemeral containers are not looked at: a copy leaves them behind (they
-/// cannot be set at creation).
-pub fn first_exceeded<'a, C>(pod: PodLevel<'a>, containers: C, annotations: &Labels) -> Option<BaselineControl>
-where
-    C: Iterator<Item = ContainerLevel<'a>> + Clone,
-{
+/// cannot be set at creation). One pass over the pod, as it is decoded.
+pub fn first_exceeded<'a>(
+    pod: PodLevel<'a>,
+    containers: impl Iterator<Item = ContainerLevel<'a>>,
+    annotations: &Labels,
+) -> Option<BaselineControl> {
     use BaselineControl as B;
-    let any = |f: &dyn Fn(&ContainerLevel) -> bool| containers.clone().any(|c| f(&c));
-    let contexts = || std::iter::once(pod.security_context).chain(containers.clone().map(|c| c.security_context));
-    let forbidden = |p: &Option<ProfileType>| {
-        p.as_ref().and_then(|p| p.type_.as_deref()).is_some_and(|t| !ALLOWED_PROFILE_TYPES.contains(&t))
-    };
-    let set = |s: &Option<String>| s.as_deref().is_some_and(|s| !s.is_empty());
-    let selinux_forbidden = |o: &Option<SeLinuxOptions>| {
-        o.as_ref().is_some_and(|o| {
-            !ALLOWED_SELINUX_TYPES.contains(&o.type_.as_deref().unwrap_or_default()) || set(&o.user) || set(&o.role)
-        })
-    };
-    let exceeds = |control: B| match control {
-        B::HostProcess => contexts().any(|s| s.windows_options.as_ref().and_then(|w| w.host_process) == Some(true)),
-        B::HostNamespaces => [pod.host_network, pod.host_pid, pod.host_ipc].contains(&Some(true)),
-        B::Privileged => any(&|c| c.security_context.privileged == Some(true)),
-        B::Capabilities => any(&|c| {
-            let added = c.security_context.capabilities.as_ref().and_then(|c| c.add.as_deref()).unwrap_or_default();
-            added.iter().any(|a| !ALLOWED_CAPABILITIES.contains(&a.as_str()))
-        }),
-        B::HostPathVolumes => pod.volumes.iter().any(|v| v.host_path.is_some()),
-        B::HostPorts => any(&|c| c.host_port),
-        B::AppArmor => {
-            contexts().any(|s| forbidden(&s.app_armor_profile))
-                || annotations
-                    .iter()
-                    .any(|(k, v)| k.starts_with(APPARMOR_ANNOTATION_PREFIX) && !apparmor_annotation_allowed(v))
+    let mut found = Found::default();
+    found.mark(B::HostNamespaces, [pod.host_network, pod.host_pid, pod.host_ipc].contains(&Some(true)));
+    found.mark(B::HostPathVolumes, pod.volumes.iter().any(|v| v.host_path.is_some()));
+    found.mark(B::Sysctls, pod.security_context.sysctls.forbidden());
+    let apparmor = |(k, v): (&str, &str)| k.starts_with(APPARMOR_ANNOTATION_PREFIX) && !apparmor_annotation_allowed(v);
+    found.mark(B::AppArmor, annotations.iter().any(apparmor));
+    found.either_level(pod.security_context);
+    for c in containers {
+        let sc = c.security_context;
+        found.either_level(sc);
+        found.mark(B::Privileged, sc.privileged == Some(true));
+        found.mark(B::Capabilities, sc.capabilities.as_ref().is_some_and(|c| c.add.forbidden()));
+        found.mark(B::HostPorts, c.host_port);
+        found.mark(B::ProcMount, sc.proc_mount.forbidden() && pod.host_users != Some(false));
+        found.mark(B::ProbeOrLifecycleHost, c.handlers.iter().any(|h| Handler::aims_elsewhere(h)));
+    }
+    found.first()
+}
+
+/// The controls found exceeded, one bit each.
+#[derive(Default)]
+struct Found(u16);
+
+impl Found {
+    fn mark(&mut self, control: BaselineControl, exceeded: bool) {
+        if exceeded {
+            self.0 |= 1 << control as u16;
         }
-        B::SeLinux => contexts().any(|s| selinux_forbidden(&s.se_linux_options)),
-        B::ProcMount => {
-            pod.host_users != Some(false)
-                && any(&|c| c.security_context.proc_mount.as_deref().is_some_and(|m| m != "Default"))
-        }
-        B::Seccomp => contexts().any(|s| forbidden(&s.seccomp_profile)),
-        B::Sysctls => pod
-            .security_context
-            .sysctls
-            .iter()
-            .flatten()
-            .any(|s| !SAFE_SYSCTLS.contains(&s.name.as_deref().unwrap_or_default())),
-        B::ProbeOrLifecycleHost => any(&|c| c.handlers.iter().any(|h| Handler::aims_elsewhere(h))),
-    };
-    B::ALL.into_iter().find(|c| exceeds(*c))
+    }
+
+    /// What baseline reads alike on the pod's and on a container's security context.
+    fn either_level(&mut self, sc: &SecurityContext) {
+        use BaselineControl as B;
+        let forbidden = |p: &Option<ProfileType>| p.as_ref().is_some_and(|p| p.type_.forbidden());
+        let selinux = sc
+            .se_linux_options
+            .as_ref()
+            .is_some_and(|o| o.type_.forbidden() || o.user.forbidden() || o.role.forbidden());
+        self.mark(B::HostProcess, sc.windows_options.as_ref().and_then(|w| w.host_process) == Some(true));
+        self.mark(B::AppArmor, forbidden(&sc.app_armor_profile));
+        self.mark(B::SeLinux, selinux);
+        self.mark(B::Seccomp, forbidden(&sc.seccomp_profile));
+    }
+
+    /// The first in the standard's order.
+    fn first(&self) -> Option<BaselineControl> {
+        BaselineControl::ALL.into_iter().find(|c| self.0 & (1 << *c as u16) != 0)
+    }
 }

@@ -454,7 +454,8 @@ impl Pod {
         };
         let (preempted, evicted) = (disrupted("PreemptionByScheduler"), disrupted("EvictionByEvictionAPI"));
         let unready = self.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status != "True");
-        let beyond_baseline = spec.beyond_baseline(&m.annotations);
+        // Only a bare pod's is ever asked (requeue copies no other): an owned one pays nothing.
+        let beyond_baseline = m.owner_references.is_empty().then(|| spec.beyond_baseline(&m.annotations)).flatten();
         Ok(model::Pod {
             beyond_baseline,
             last_state: None,
