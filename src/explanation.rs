@@ -135,7 +135,19 @@ catalogue! {
         NamespaceNotOptedIn => "namespace_not_opted_in",
         MaxAttempts => "max_attempts",
         RequeueUnavailable => "requeue_unavailable",
-        HostAccess => "host_access",
+        BeyondBaseline => "beyond_baseline",
+    }
+}
+
+impl From<crate::policy::CannotRequeue> for LostReason {
+    fn from(c: crate::policy::CannotRequeue) -> LostReason {
+        use crate::policy::CannotRequeue as C;
+        match c {
+            C::Unavailable => LostReason::RequeueUnavailable,
+            C::BeyondBaseline(_) => LostReason::BeyondBaseline,
+            C::MaxAttempts { .. } => LostReason::MaxAttempts,
+            C::NamespaceNotOptedIn => LostReason::NamespaceNotOptedIn,
+        }
     }
 }
 
@@ -150,7 +162,9 @@ impl LostReason {
             LostReason::RequeueUnavailable => {
                 "requeue is off or cannot store copies (serve --kube --requeue and the requeue component)"
             }
-            LostReason::HostAccess => "it has host access a requeue copy may not carry",
+            LostReason::BeyondBaseline => {
+                "its spec exceeds Pod Security baseline, which a copy carries only where its namespace opted in (label coloc-extender.io/requeue-beyond-baseline=enabled)"
+            }
         }
     }
 }
@@ -325,5 +339,27 @@ impl std::fmt::Display for Explanation {
             (Some(n), None) => write!(f, "{:<12} node={n} [{}] {}", self.verdict, self.code, self.detail),
             _ => write!(f, "{:<12} [{}] {}", self.verdict, self.code, self.detail),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LostReason;
+    use crate::model::BaselineControl;
+    use crate::policy::CannotRequeue;
+
+    /// A loss is named alike on the decisions' metric and the controller's.
+    #[test]
+    fn each_reason_requeue_cannot_has_its_lost_reason_of_the_same_name() {
+        let all = [
+            CannotRequeue::Unavailable,
+            CannotRequeue::BeyondBaseline(BaselineControl::HostPorts),
+            CannotRequeue::MaxAttempts { done: 1, max: 1 },
+            CannotRequeue::NamespaceNotOptedIn,
+        ];
+        for c in all {
+            assert_eq!(LostReason::from(c).as_str(), c.code());
+        }
+        assert_eq!(all.len(), LostReason::ALL.len());
     }
 }

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+pub mod baseline;
 pub mod copy_spec;
 mod job;
 mod labels;
@@ -10,6 +11,7 @@ pub mod marks;
 mod requeue_intent;
 pub use job::{parse_index_ranges, DisruptionAction, Job, COMPLETION_INDEX, INDEX_FAILURE_COUNT, TRACKING_FINALIZER};
 
+pub use baseline::BaselineControl;
 pub use labels::Labels;
 pub(crate) use labels::LabelsVisitor;
 pub use requeue_intent::RequeueIntent;
@@ -88,38 +90,6 @@ fn is_wildcard(ip: &str) -> bool {
     ip.is_empty() || ip == "0.0.0.0" || ip == "::"
 }
 
-/// A way a pod reaches into its node. A requeue copy may carry none (admission refuses
-/// it), so a bare pod with one cannot be requeued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HostAccess {
-    HostNetwork,
-    HostPid,
-    HostIpc,
-    HostPath,
-    HostPort,
-    Privileged,
-    Capabilities,
-    ProcMount,
-    Unconfined,
-}
-
-impl HostAccess {
-    /// What it is, as a person reads it.
-    pub fn describe(self) -> &'static str {
-        match self {
-            HostAccess::HostNetwork => "the host's network (hostNetwork)",
-            HostAccess::HostPid => "the host's process namespace (hostPID)",
-            HostAccess::HostIpc => "the host's IPC namespace (hostIPC)",
-            HostAccess::HostPath => "a hostPath volume",
-            HostAccess::HostPort => "a hostPort",
-            HostAccess::Privileged => "a privileged container",
-            HostAccess::Capabilities => "added capabilities",
-            HostAccess::ProcMount => "an unmasked /proc (procMount)",
-            HostAccess::Unconfined => "an Unconfined seccomp or AppArmor profile",
-        }
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnerRef {
     pub kind: String,
@@ -175,8 +145,10 @@ pub struct Pod {
     /// Effective requests: max(init, sum(app)) + sidecars + overhead.
     pub requests: Resources,
     pub host_ports: Vec<HostPort>,
-    /// The first way it reaches into its node, if any (`HostAccess`).
-    pub host_access: Option<HostAccess>,
+    /// The first control of Pod Security's baseline profile its spec exceeds, if any: a
+    /// requeue copy carries no such spec unless its namespace opted in to that. Decoded for
+    /// a bare pod only (no ownerReference): requeue copies no other.
+    pub beyond_baseline: Option<BaselineControl>,
     /// The whole object as the API server last sent it, kept only for a bare pod that
     /// kube-scheduler marked `preempted`: requeue copies it, and with a grace period of 0
     /// the watch's last event is the only place left to read it from.
@@ -329,8 +301,16 @@ pub struct PriorityClass {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Namespace {
     pub name: String,
-    /// Labelled to opt in (`marks::namespace_opts_in`).
-    pub requeue: bool,
+    pub opt_in: NamespaceOptIn,
+}
+
+/// What a namespace opted in to, by its own labels (`marks::namespace_opt_in`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NamespaceOptIn {
+    /// Copies of its bare pods may be stored there.
+    pub copies: bool,
+    /// Copies may keep what their original had beyond Pod Security baseline.
+    pub beyond_baseline: bool,
 }
 
 pub type PodRef = Arc<Pod>;

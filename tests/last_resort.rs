@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use coloc_extender::decide::LostReason;
-use coloc_extender::model::{HostAccess, Pod};
+use coloc_extender::model::{BaselineControl, Pod};
 use coloc_extender::policy::Policy;
 use coloc_extender::requeue::{ATTEMPT, FROM_UID};
 use common::*;
@@ -59,7 +59,7 @@ fn stuck_of(class: &str, reason: LostReason, node: &str, cpu: i64) -> Pod {
     let p = pod("stuck", class, Some(node), cpu).bare().ns("plain").started(60);
     match reason {
         LostReason::MaxAttempts => p.annotate(FROM_UID, "uid-stuck-0").annotate(ATTEMPT, "2"),
-        LostReason::HostAccess => Pod { host_access: Some(HostAccess::HostPath), ..p },
+        LostReason::BeyondBaseline => Pod { beyond_baseline: Some(BaselineControl::HostPathVolumes), ..p },
         LostReason::NamespaceNotOptedIn | LostReason::RequeueUnavailable => p,
     }
 }
@@ -73,7 +73,7 @@ fn cluster(reason: LostReason, policy: Policy) -> Scenario {
             s.namespace("plain", &[]).namespace("default", &[("coloc-extender.io/requeue", "enabled")])
         }
         LostReason::RequeueUnavailable => Scenario { requeue: false, ..s },
-        LostReason::MaxAttempts | LostReason::HostAccess => s,
+        LostReason::MaxAttempts | LostReason::BeyondBaseline => s,
     }
 }
 
@@ -81,7 +81,7 @@ fn cluster(reason: LostReason, policy: Policy) -> Scenario {
 #[case::namespace_not_opted_in(LostReason::NamespaceNotOptedIn)]
 #[case::max_attempts(LostReason::MaxAttempts)]
 #[case::requeue_unavailable(LostReason::RequeueUnavailable)]
-#[case::host_access(LostReason::HostAccess)]
+#[case::beyond_baseline(LostReason::BeyondBaseline)]
 fn it_is_spared_where_another_victim_on_its_node_places_the_pod(#[case] reason: LostReason) {
     // Either pod frees the room; the recreated one ran for an hour, the stuck one a
     // minute: by value alone the stuck one would go.
@@ -97,7 +97,7 @@ fn it_is_spared_where_another_victim_on_its_node_places_the_pod(#[case] reason: 
 #[case::namespace_not_opted_in(LostReason::NamespaceNotOptedIn)]
 #[case::max_attempts(LostReason::MaxAttempts)]
 #[case::requeue_unavailable(LostReason::RequeueUnavailable)]
-#[case::host_access(LostReason::HostAccess)]
+#[case::beyond_baseline(LostReason::BeyondBaseline)]
 fn it_is_spared_where_another_candidate_node_places_the_pod_even_past_a_pdb(#[case] reason: LostReason) {
     // n1: only the stuck pod. n2: a recreated pod whose PDB allows no disruption (a
     // best-effort class): a violation, but its pod comes back; the stuck one would not.
@@ -119,7 +119,10 @@ fn it_is_spared_where_another_candidate_node_places_the_pod_even_past_a_pdb(#[ca
 )]
 #[case::max_attempts(LostReason::MaxAttempts, "requeued 2 time(s) already; class batch allows requeue.maxAttempts 2")]
 #[case::requeue_unavailable(LostReason::RequeueUnavailable, "requeue is off or cannot store copies")]
-#[case::host_access(LostReason::HostAccess, "it uses a hostPath volume, which a copy may not carry")]
+#[case::beyond_baseline(
+    LostReason::BeyondBaseline,
+    "it asks for a hostPath volume (hostPathVolumes), beyond Pod Security baseline"
+)]
 fn where_it_is_the_only_way_it_is_chosen_lost_and_said_to_be(#[case] reason: LostReason, #[case] why: &str) {
     let s = cluster(reason, requeue_policy()).node(node("n1", 1000, 8)).pods([stuck(reason, "n1", 1000)]);
     let out = s.preempt(online(1000), &["n1"]);

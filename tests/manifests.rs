@@ -544,7 +544,9 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
             "validatingadmissionpolicy-policy.yaml",
             "validatingadmissionpolicybinding-policy.yaml",
             "validatingadmissionpolicy-classes.yaml",
-            "validatingadmissionpolicybinding-classes.yaml"
+            "validatingadmissionpolicybinding-classes.yaml",
+            "validatingadmissionpolicy-identities.yaml",
+            "validatingadmissionpolicybinding-identities.yaml"
         ]
     );
     let backstop = load("admission-backstop/kustomization.yaml");
@@ -607,15 +609,20 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
     {
         assert!(text.contains(&format!("'{name}'")), "the policy does not name {name}, as the extender does");
     }
-    // The marks are reserved through every door that carries a pod's metadata, by a policy
-    // that exempts the same identities and nobody else.
+    // The marks are reserved through every path that carries a pod's metadata (every pods/*
+    // subresource, the legacy bindings), by a policy that exempts the same identities and
+    // nobody else; repairers are who RBAC grants the shipped mark writer's verb.
     let marks = load("admission/validatingadmissionpolicy-marks.yaml");
     let text = serde_yaml_ng::to_string(&marks["spec"]).unwrap();
     assert!(!text.contains("paramKind"));
     assert_eq!(
         marks["spec"]["matchConstraints"]["resourceRules"][0]["resources"],
-        Value::from(vec!["pods", "pods/status", "pods/binding", "pods/ephemeralcontainers", "pods/resize"])
+        Value::from(vec!["pods", "pods/*", "bindings"])
     );
+    let writer = load_all("clusterrole-mark-writer.yaml");
+    assert_eq!(grants(&writer[0]), ["coloc-extender.io/marks:write"]);
+    assert_eq!(writer[1]["subjects"][0]["name"], "coloc-extender:mark-writers");
+    assert!(text.contains("authorizer.group('coloc-extender.io').resource('marks').check('write')"));
     let exempt = marks["spec"]["matchConditions"][0]["expression"].as_str().unwrap();
     assert!(
         exempt.contains("matches('^system:serviceaccount:coloc-system:coloc-extender(-uninstall|-requeue|-wake)?$')")

@@ -155,7 +155,7 @@ fn default_policy_with_view_places_every_online_pod_and_requeues_bare_victims(
     let last_resort: Vec<&str> = a
         .explanations
         .iter()
-        .filter(|e| e.code == "last_resort" && e.lost_reason == Some(LostReason::HostAccess))
+        .filter(|e| e.code == "last_resort" && e.lost_reason == Some(LostReason::BeyondBaseline))
         .filter_map(|e| e.pod.as_deref()?.split_once('/').map(|(_, name)| name))
         .collect();
     assert_eq!(last_resort, if seq == "0043" { vec!["hostport-batch"] } else { vec![] }, "{reasons:?}");

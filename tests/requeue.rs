@@ -492,7 +492,7 @@ async fn a_gated_copy_of_no_recorded_eviction_is_never_released_said_and_deleted
 }
 
 #[tokio::test]
-async fn a_bare_pod_with_host_access_is_not_copied_and_its_loss_is_said() {
+async fn a_bare_pod_beyond_baseline_is_not_copied_and_its_loss_is_said() {
     let api = cluster().await;
     let r = replica(&api).await;
     let original = uid_of(&api, "hostport-batch");
@@ -753,7 +753,7 @@ async fn a_preempted_pod_guarded_by_an_earlier_release_is_requeued_before_its_gu
 }
 
 #[tokio::test]
-async fn a_preempted_pod_with_host_access_guarded_by_an_earlier_release_is_given_up_at_once() {
+async fn a_preempted_pod_beyond_baseline_guarded_by_an_earlier_release_is_given_up_at_once() {
     let api = cluster().await;
     guard_as_an_earlier_release_did(&api, "hostport-batch");
     let original = uid_of(&api, "hostport-batch");

@@ -20,10 +20,10 @@ use super::uid_index::UidIndex;
 use super::usage::{Aggregates, Counted};
 use crate::model::marks::GATE;
 use crate::model::{
-    DisruptionMode, GangInfo, GangRef, GangSource, Job, Namespace, Node, Pdb, Pod, PodGroup, PodRef, PriorityClass,
-    Resources, Timestamp,
+    DisruptionMode, GangInfo, GangRef, GangSource, Job, Namespace, NamespaceOptIn, Node, Pdb, Pod, PodGroup, PodRef,
+    PriorityClass, Resources, Timestamp,
 };
-use crate::policy::{ClassId, GangConfig, Policy};
+use crate::policy::{requeue_rule, Circumstances, ClassId, GangConfig, NotRequeued, Policy};
 
 /// Raw objects a view is built from.
 #[derive(Debug, Clone, Default)]
@@ -205,9 +205,9 @@ pub struct View {
     /// on every pod event so a decision reads a budget in O(1).
     pdb_present: PMap<String, i32>,
     priority_classes: PMap<String, i32>,
-    /// Per namespace, whether it opts in to requeue. `None` where the source has no
-    /// namespaces (a snapshot recorded without them): then every namespace does.
-    namespaces: Option<PMap<String, bool>>,
+    /// Per namespace, what it opted in to. `None` where the source has no namespaces (a
+    /// snapshot recorded without them): then every namespace takes copies (within baseline).
+    namespaces: Option<PMap<String, NamespaceOptIn>>,
     /// Bound members per gang, as the policy's gang sources declare them, and their work.
     gang_sizes: PMap<GangRef, GangTally>,
     /// PodGroup objects of every source, by gang. Members may come before their group
@@ -348,13 +348,15 @@ impl View {
         self.gone.insert(uid.to_string(), self.generation);
     }
 
-    /// Does `pod`'s class bring it back (requeue), marked as it is?
+    /// Is `pod`'s eviction requeue's, marked as it is: its class brings such a mark back,
+    /// and requeue would copy it or must say why it cannot (`requeue_rule`)?
     fn requeues(&self, pod: &Pod, policy: &Policy) -> bool {
-        let class = policy.classify(pod, self.priority_of(pod));
-        let class = policy.class(class);
-        class.victim.allowed
-            && class.victim.bare() == crate::policy::BareVictims::Requeue
-            && class.requeue.brings_back(pod)
+        let class = policy.class(policy.classify(pod, self.priority_of(pod)));
+        class.requeue.brings_back(pod)
+            && match self.requeue_verdict(pod, policy) {
+                Ok(()) => true,
+                Err(not) => not.cannot().is_some(),
+            }
     }
 
     /// Changes requeue reacts to, counted (`requeue_changes`).
@@ -411,7 +413,7 @@ impl View {
         // stopping) would keep them until its copy's release.
         let copied = self.evictions.get(&pod.uid).is_some_and(|e| e.copied);
         let wanted = self.requeues(&pod, policy)
-            && self.requeue_allowed_in(&pod.namespace)
+            && self.requeue_verdict(&pod, policy).is_ok()
             && !copied
             && !self.evictions.is_finished(&pod.uid);
         match bytes {
@@ -851,7 +853,7 @@ impl View {
         self.bump();
         // An opt-in that changes may let an eviction be copied, or no longer.
         self.requeue_changes += 1;
-        self.namespaces.get_or_insert_with(PMap::default).insert(ns.name, ns.requeue);
+        self.namespaces.get_or_insert_with(PMap::default).insert(ns.name, ns.opt_in);
     }
 
     pub fn remove_namespace(&mut self, name: &str) -> bool {
@@ -864,9 +866,26 @@ impl View {
     }
 
     /// May requeue store copies in `namespace`? Yes where the source has no namespaces;
-    /// otherwise only in one seen labelled to opt in (`marks::namespace_opts_in`).
+    /// otherwise only in one seen labelled to opt in (`marks::namespace_opt_in`).
     pub fn requeue_allowed_in(&self, namespace: &str) -> bool {
-        self.namespaces.as_ref().is_none_or(|m| m.get(namespace).copied().unwrap_or(false))
+        self.namespace_opt_in(namespace).copies
+    }
+
+    /// What `namespace` opted in to (`NamespaceOptIn::WITHOUT_NAMESPACES` where the source
+    /// has no namespaces; nothing for one not seen).
+    pub fn namespace_opt_in(&self, namespace: &str) -> NamespaceOptIn {
+        match &self.namespaces {
+            None => NamespaceOptIn::WITHOUT_NAMESPACES,
+            Some(m) => m.get(namespace).copied().unwrap_or_default(),
+        }
+    }
+
+    /// Does requeue bring `pod` back, as this view knows its namespace (`requeue_rule`;
+    /// whether copies can be stored now is the controller's to know, taken as yes)?
+    pub fn requeue_verdict(&self, pod: &Pod, policy: &Policy) -> Result<(), NotRequeued> {
+        let class = policy.class(policy.classify(pod, self.priority_of(pod)));
+        let at = Circumstances { requeue_available: true, namespace: self.namespace_opt_in(&pod.namespace) };
+        requeue_rule(pod, class, at)
     }
 
     pub fn apply_priority_class(&mut self, pc: PriorityClass) {

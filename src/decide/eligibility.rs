@@ -2,9 +2,9 @@
 
 use super::Context;
 use crate::decide::Explanation;
-use crate::explanation::{Code, LostReason, Verdict};
-use crate::model::Pod;
-use crate::policy::{BareVictims, ClassId, JobVictims};
+use crate::explanation::{Code, Verdict};
+use crate::model::{NamespaceOptIn, Pod};
+use crate::policy::{requeue_rule, BareVictims, CannotRequeue, Circumstances, ClassId, JobVictims};
 
 /// The pod asking for room.
 #[derive(Debug, Clone, Copy)]
@@ -53,7 +53,7 @@ pub enum Fate {
     LeftToOwner,
     /// A bare pod of a `requeue` class that requeue cannot bring back, for this reason:
     /// evicted only where no other victims place the preemptor, and then lost.
-    LastResort(LostReason),
+    LastResort(CannotRequeue),
 }
 
 impl Fate {
@@ -173,7 +173,7 @@ fn bare_fate(
                     Code::CannotRequeue,
                     format!(
                         "bare pod: {}; only an online pod takes it, as a last resort",
-                        not_requeued(reason, class, victim)
+                        reason.sentence(victim, class)
                     ),
                 )
             }
@@ -183,45 +183,12 @@ fn bare_fate(
     Ok(fate)
 }
 
-/// Why requeue cannot bring `victim` back, if it cannot: the first that holds of requeue
-/// off or unavailable, host access a copy may not carry, its class's `maxAttempts`
-/// reached, its namespace not opted in (admission refuses a copy there).
-fn cannot_requeue(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Option<LostReason> {
-    if !ctx.requeue.enabled {
-        return Some(LostReason::RequeueUnavailable);
-    }
-    if victim.host_access.is_some() {
-        return Some(LostReason::HostAccess);
-    }
-    if class.requeue.max_attempts.is_some_and(|max| crate::model::marks::attempt_of(victim) >= max) {
-        return Some(LostReason::MaxAttempts);
-    }
-    if ctx.view.is_some_and(|v| !v.requeue_allowed_in(&victim.namespace)) {
-        return Some(LostReason::NamespaceNotOptedIn);
-    }
-    None
-}
-
-/// Why a victim of last resort cannot be requeued, as a person reads it.
-pub fn not_requeued(reason: LostReason, class: &crate::policy::Class, victim: &Pod) -> String {
-    match reason {
-        LostReason::RequeueUnavailable => {
-            "requeue is off or cannot store copies (serve --kube --requeue; /readyz says why)".into()
-        }
-        LostReason::HostAccess => format!(
-            "it uses {}, which a copy may not carry (admission refuses it)",
-            victim.host_access.map_or("host access", |h| h.describe())
-        ),
-        LostReason::MaxAttempts => format!(
-            "requeued {} time(s) already; class {} allows requeue.maxAttempts {}",
-            crate::model::marks::attempt_of(victim),
-            class.name,
-            class.requeue.max_attempts.unwrap_or_default()
-        ),
-        LostReason::NamespaceNotOptedIn => format!(
-            "namespace {} has not opted in to copies ({}; never kube-system)",
-            victim.namespace,
-            crate::model::marks::namespace_opt_in_labels()
-        ),
-    }
+/// Why requeue cannot bring `victim` back, if it cannot (`requeue_rule`): requeue off or
+/// unavailable, its spec beyond baseline where its namespace did not opt in to that, its
+/// class's `maxAttempts` reached, its namespace not opted in (admission refuses a copy
+/// there). Without a view, its namespace is taken as opted in to copies within baseline.
+fn cannot_requeue(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Option<CannotRequeue> {
+    let namespace = ctx.view.map_or(NamespaceOptIn::WITHOUT_NAMESPACES, |v| v.namespace_opt_in(&victim.namespace));
+    let at = Circumstances { requeue_available: ctx.requeue.enabled, namespace };
+    requeue_rule(victim, class, at).err().and_then(|not| not.cannot())
 }

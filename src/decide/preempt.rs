@@ -58,7 +58,7 @@ pub struct PreemptOutcome {
 pub struct Cost {
     /// Work lost that nobody agreed to lose: a bare pod whose class asks for requeue but
     /// that cannot be requeued (namespace not opted in, `maxAttempts` reached, requeue
-    /// unavailable, host access: a victim of last resort), and a pod whose eviction fails
+    /// unavailable, beyond baseline: a victim of last resort), and a pod whose eviction fails
     /// its Job. First, ahead of PDB violations: a violated PDB's pods come back, these do
     /// not, and a `lose` class agreed to lose its pods. So such a victim is taken only
     /// where no other victims place the preemptor, and then as few as can be.

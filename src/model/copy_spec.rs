@@ -7,7 +7,10 @@
 //! Admission adds a new token and the priority to the copy as it is stored. The digest
 //! leaves all of these out, so the original's JSON and the copy as the API server returns
 //! it give the same digest, and any other change to the spec (a user, an image, a host
-//! path, a toleration, another ServiceAccount) gives another one.
+//! path, a toleration, another ServiceAccount) gives another one. So a copy released in a
+//! namespace that lets copies go beyond Pod Security baseline asks for nothing its original
+//! did not: every control of baseline is a field of the spec (the deprecated AppArmor
+//! annotation too: the API server writes it into the spec as it stores a pod).
 
 use serde_json::{Map, Value};
 
@@ -147,5 +150,30 @@ mod tests {
             assert_ne!(digest(&forged), digest(&original()), "{forged}");
         }
         assert_eq!(digest(&json!({"metadata": {}})), None);
+    }
+
+    /// Where copies may go beyond baseline, the digest is what holds a copy to its
+    /// original: one asking for any control of baseline more is never released.
+    #[test]
+    fn a_copy_asking_for_more_than_its_original_beyond_baseline_has_another_digest() {
+        let more: [fn(&mut Value); 12] = [
+            |c| c["spec"]["securityContext"] = json!({"windowsOptions": {"hostProcess": true}}),
+            |c| c["spec"]["hostNetwork"] = json!(true),
+            |c| c["spec"]["containers"][0]["securityContext"] = json!({"privileged": true}),
+            |c| c["spec"]["containers"][0]["securityContext"] = json!({"capabilities": {"add": ["SYS_ADMIN"]}}),
+            |c| c["spec"]["volumes"].as_array_mut().unwrap().push(json!({"name": "root", "hostPath": {"path": "/"}})),
+            |c| c["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80, "hostPort": 80}]),
+            |c| c["spec"]["containers"][0]["securityContext"] = json!({"appArmorProfile": {"type": "Unconfined"}}),
+            |c| c["spec"]["securityContext"] = json!({"seLinuxOptions": {"type": "spc_t"}}),
+            |c| c["spec"]["containers"][0]["securityContext"] = json!({"procMount": "Unmasked"}),
+            |c| c["spec"]["securityContext"] = json!({"seccompProfile": {"type": "Unconfined"}}),
+            |c| c["spec"]["securityContext"] = json!({"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}),
+            |c| c["spec"]["containers"][0]["livenessProbe"] = json!({"httpGet": {"host": "10.0.0.1", "port": 1}}),
+        ];
+        for change in more {
+            let mut forged = stored_copy();
+            change(&mut forged);
+            assert_ne!(digest(&forged), digest(&original()), "{forged}");
+        }
     }
 }

@@ -38,6 +38,12 @@ pub const NAMESPACE_OPT_IN: (&str, &str) = ("coloc-extender.io/requeue", "enable
 /// The routing label of the scheduler-of-its-own install: a namespace whose pods go to
 /// coloc-scheduler has opted in to the extender, requeue included.
 pub const NAMESPACE_ROUTED: (&str, &str) = ("coloc-extender.io/scheduler", "coloc-scheduler");
+/// A namespace that opted in to copies also lets them keep what their original had beyond
+/// Pod Security baseline (host ports, capabilities, ...) with this label (value `enabled`):
+/// explicitly, by the namespace's own label, never in kube-system or the install namespace.
+/// The controller releases only a copy whose spec is its original's (`copy_spec::digest`),
+/// so a copy never asks for more than its original had.
+pub const NAMESPACE_BEYOND_BASELINE: (&str, &str) = ("coloc-extender.io/requeue-beyond-baseline", "enabled");
 /// Never a home for copies, whatever its labels: it is usually exempt from Pod Security.
 pub const NEVER_REQUEUED_IN: &str = "kube-system";
 
@@ -47,9 +53,11 @@ pub fn namespace_opt_in_labels() -> String {
     format!("label {label}={value} or {routed}={to}")
 }
 
-/// Does a namespace of this name and these labels opt in to requeue?
-pub fn namespace_opts_in(name: &str, labels: &crate::model::Labels) -> bool {
-    name != NEVER_REQUEUED_IN && [NAMESPACE_OPT_IN, NAMESPACE_ROUTED].iter().any(|(k, v)| labels.get(k) == Some(*v))
+/// What a namespace of this name and these labels opted in to.
+pub fn namespace_opt_in(name: &str, labels: &crate::model::Labels) -> crate::model::NamespaceOptIn {
+    let has = |(k, v): (&str, &str)| labels.get(k) == Some(v);
+    let copies = name != NEVER_REQUEUED_IN && (has(NAMESPACE_OPT_IN) || has(NAMESPACE_ROUTED));
+    crate::model::NamespaceOptIn { copies, beyond_baseline: copies && has(NAMESPACE_BEYOND_BASELINE) }
 }
 
 /// Has `pod` opted out of requeue?

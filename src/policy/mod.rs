@@ -1,6 +1,7 @@
 //! Workload classes: loading, validation and classification of pods.
 
 mod model;
+pub mod requeue_rule;
 pub mod routing;
 
 use std::path::Path;
@@ -9,6 +10,8 @@ pub use model::{
     parse_duration, weight_in, BareVictims, Class, GangConfig, GangSources, JobVictims, Mode, PdbMode, Placement,
     Policy, ReplacementPreemption, RequeueRules, Scoring, Selector, TenantConfig, VictimRules, WithoutView,
 };
+
+pub use requeue_rule::{requeue_rule, CannotRequeue, Circumstances, NotRequeued};
 
 use crate::model::Pod;
 

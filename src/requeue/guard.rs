@@ -37,12 +37,13 @@ pub fn finish(pod: &Pod) -> Finish {
     let ending = pod.deletion_time.is_some() || pod.is_terminal();
     match () {
         _ if !pod.requeue_guarded => Finish::Nothing,
-        // Admission refuses its copy: trying would only hold the pod.
-        _ if pod.preempted && pod.is_bare() && pod.host_access.is_some() => Finish::GiveUp {
-            reason: "host_access",
+        // Admission refuses its copy unless its namespace opted in beyond baseline, which
+        // the pod alone does not say: trying would only hold the pod.
+        _ if pod.preempted && pod.is_bare() && pod.beyond_baseline.is_some() => Finish::GiveUp {
+            reason: "beyond_baseline",
             why: format!(
-                "it reaches into its node ({}), and admission refuses a copy that does",
-                pod.host_access.map(|a| a.describe()).unwrap_or_default()
+                "it asks for {} beyond Pod Security baseline, and admission refuses such a copy unless its namespace opted in",
+                pod.beyond_baseline.map(|c| c.describe()).unwrap_or_default()
             ),
         },
         // Marked by kube-scheduler and about to be deleted, or deleted already: the copy
@@ -113,15 +114,15 @@ mod tests {
     }
 
     #[test]
-    fn a_preempted_pod_with_host_access_is_given_up_at_once() {
+    fn a_preempted_pod_beyond_baseline_is_given_up_at_once() {
         let host = Pod {
             deletion_time: Some(1),
             preempted: true,
-            host_access: Some(crate::model::HostAccess::HostPort),
+            beyond_baseline: Some(crate::model::BaselineControl::HostPorts),
             ..guarded()
         };
         assert!(
-            matches!(finish(&host), Finish::GiveUp { reason: "host_access", why } if why.contains("admission refuses"))
+            matches!(finish(&host), Finish::GiveUp { reason: "beyond_baseline", why } if why.contains("admission refuses"))
         );
     }
 

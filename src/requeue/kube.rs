@@ -137,7 +137,7 @@ pub fn api_code(e: &kube::Error) -> Option<u16> {
 pub const GIVEN_UP_REASONS: &[&str] = &[
     "max_attempts",
     "namespace_not_opted_in",
-    "host_access",
+    "beyond_baseline",
     "name_taken",
     "state_not_kept",
     "namespace_terminating",

@@ -25,9 +25,6 @@ pub mod replacement;
 mod retry;
 mod tries;
 
-use crate::model::Pod;
-use crate::policy::{BareVictims, Class};
-
 // Decisions make intents and the controller carries them out: plain data, in the model.
 pub use crate::model::RequeueIntent;
 
@@ -38,21 +35,10 @@ pub use crate::model::marks::{
     FROM_POD, FROM_UID, GATE, GUARD, LABEL, OPT_OUT, PREEMPTED_ON,
 };
 
-/// Would requeue bring `pod` back if it were preempted as a pod of `class`? A bare pod of
-/// a class that may be evicted and requeues bare victims, with requeue attempts left, and
-/// that reaches into its node in no way (`Pod::host_access`: admission refuses such a copy).
-pub fn would_requeue(pod: &Pod, class: &Class) -> bool {
-    pod.is_bare()
-        && !opted_out(pod)
-        && pod.host_access.is_none()
-        && class.victim.allowed
-        && class.victim.bare() == BareVictims::Requeue
-        && class.requeue.max_attempts.is_none_or(|max| attempt_of(pod) < max)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Pod;
 
     fn pod(name: &str, uid: &str) -> Pod {
         Pod { name: name.into(), namespace: "batch".into(), uid: uid.into(), ..Default::default() }

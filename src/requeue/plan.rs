@@ -21,9 +21,9 @@ use std::sync::Arc;
 
 use crate::cluster::{Eviction, View};
 use crate::model::{marks, GangRef, Pod, Timestamp};
-use crate::policy::{BareVictims, Policy};
+use crate::policy::{CannotRequeue, NotRequeued, Policy};
 
-use super::{replacement_names, would_requeue, RequeueIntent, ATTEMPT, FROM_POD, FROM_UID, GATE};
+use super::{replacement_names, RequeueIntent, ATTEMPT, FROM_POD, FROM_UID, GATE};
 
 /// Seconds past an original's deletionTimestamp after which its copy is released anyway.
 pub const STUCK_AFTER: i64 = 120;
@@ -183,8 +183,7 @@ fn names_in_view(view: &View, pod: &Pod) -> Names {
 /// (`uncopied`), once.
 fn copy(view: &View, policy: &Policy, e: &Eviction) -> Option<Action> {
     let pod = &e.pod;
-    let class = policy.class(policy.classify(pod, view.priority_of(pod)));
-    if !would_requeue(pod, class) || !view.requeue_allowed_in(&pod.namespace) {
+    if view.requeue_verdict(pod, policy).is_err() {
         return None;
     }
     let Names::Free(names) = names_in_view(view, pod) else {
@@ -205,44 +204,26 @@ fn copy(view: &View, policy: &Policy, e: &Eviction) -> Option<Action> {
 
 /// Why a pod kube-scheduler preempted is not copied, if the policy says so: for the
 /// operator (an Event, a metric labelled by the first), since such a pod is gone for good.
+/// The reasons are `requeue_rule`'s (`CannotRequeue::code`), and `name_taken`.
 pub fn uncopied(view: &View, policy: &Policy, e: &Eviction) -> Option<(&'static str, String)> {
     let pod = &e.pod;
-    let class = policy.class(policy.classify(pod, view.priority_of(pod)));
-    let requeue_class = class.victim.allowed && class.victim.bare() == BareVictims::Requeue;
-    if let Some(access) = pod.host_access.filter(|_| requeue_class && pod.is_bare() && !marks::opted_out(pod)) {
-        let why = format!("it reaches into its node ({}), and admission refuses a copy that does", access.describe());
-        return Some(("host_access", why));
-    }
-    if would_requeue(pod, class) && !view.requeue_allowed_in(&pod.namespace) {
-        return Some(("namespace_not_opted_in", not_opted_in(&pod.namespace)));
-    }
-    if would_requeue(pod, class) {
-        if let Names::Taken(names) = names_in_view(view, pod) {
-            let why =
-                format!("every name its copy may take ({}) is held by a pod that is not its copy", names.join(", "));
-            return Some(("name_taken", why));
+    match view.requeue_verdict(pod, policy) {
+        Err(NotRequeued::Cannot(cannot)) => {
+            let class = policy.class(policy.classify(pod, view.priority_of(pod)));
+            Some((cannot.code(), cannot.sentence(pod, class)))
         }
+        Err(_) => None,
+        Ok(()) => match names_in_view(view, pod) {
+            Names::Taken(names) => {
+                let why = format!(
+                    "every name its copy may take ({}) is held by a pod that is not its copy",
+                    names.join(", ")
+                );
+                Some(("name_taken", why))
+            }
+            _ => None,
+        },
     }
-    match class.requeue.max_attempts {
-        Some(max)
-            if marks::attempt_of(pod) >= max && class.victim.allowed && class.victim.bare() == BareVictims::Requeue =>
-        {
-            let why = format!(
-                "requeued {} time(s) already; class {} allows requeue.maxAttempts {max}",
-                marks::attempt_of(pod),
-                class.name
-            );
-            Some(("max_attempts", why))
-        }
-        _ => None,
-    }
-}
-
-fn not_opted_in(namespace: &str) -> String {
-    let how = marks::namespace_opt_in_labels();
-    format!(
-        "namespace {namespace} has not opted in to copies ({how}; never kube-system), and admission refuses one there"
-    )
 }
 
 /// Namespaces holding bare pods that requeue would bring back were they in a namespace
@@ -250,13 +231,15 @@ fn not_opted_in(namespace: &str) -> String {
 /// them where nothing else places it, and they are lost), which a replica says at start so
 /// that an upgrade never silently stops requeue there.
 pub fn last_resort_namespaces(view: &View, policy: &Policy) -> Vec<(String, usize, String)> {
-    let mut found: BTreeMap<&str, usize> = BTreeMap::new();
-    for pod in view.all_pods().filter(|p| !view.requeue_allowed_in(&p.namespace) && !marks::is_replacement(p)) {
-        if would_requeue(pod, policy.class(policy.classify(pod, view.priority_of(pod)))) {
-            *found.entry(&pod.namespace).or_default() += 1;
+    let mut found: BTreeMap<&str, (usize, String)> = BTreeMap::new();
+    for pod in view.all_pods().filter(|p| !marks::is_replacement(p)) {
+        if let Err(NotRequeued::Cannot(CannotRequeue::NamespaceNotOptedIn)) = view.requeue_verdict(pod, policy) {
+            let class = policy.class(policy.classify(pod, view.priority_of(pod)));
+            let why = || CannotRequeue::NamespaceNotOptedIn.sentence(pod, class);
+            found.entry(&pod.namespace).or_insert_with(|| (0, why())).0 += 1;
         }
     }
-    found.into_iter().map(|(ns, n)| (ns.to_string(), n, not_opted_in(ns))).collect()
+    found.into_iter().map(|(ns, (n, why))| (ns.to_string(), n, why)).collect()
 }
 
 fn is_gated(r: &Pod) -> bool {
@@ -284,8 +267,7 @@ fn gangs_held_back(view: &View, policy: &Policy, now: Timestamp, stuck_after: i6
     let not_copied_yet = view
         .evictions()
         .iter()
-        .filter(|e| would_requeue(&e.pod, policy.class(policy.classify(&e.pod, view.priority_of(&e.pod)))))
-        .filter(|e| view.requeue_allowed_in(&e.pod.namespace))
+        .filter(|e| view.requeue_verdict(&e.pod, policy).is_ok())
         .filter(|e| names_in_view(view, &e.pod) != Names::Stored)
         .filter_map(|e| view.gang_of(&e.pod));
     copies_waiting.chain(not_copied_yet).collect()

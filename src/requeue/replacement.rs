@@ -195,6 +195,21 @@ mod tests {
         assert_eq!(r["spec"]["schedulingGates"], json!([{"name": GATE}]));
     }
 
+    /// Admission refuses a copy with any finalizer or owner: the builder carries neither
+    /// of the original's (a foreign finalizer would keep the copy, and its namespace, for
+    /// ever).
+    #[test]
+    fn a_copy_carries_none_of_its_originals_finalizers_or_owners() {
+        let mut o = original();
+        o["metadata"]["finalizers"] = json!(["example.com/cleanup", GUARD]);
+        o["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "x"}]);
+        o["metadata"]["generateName"] = json!("free-");
+        let r = build(&o, &intent()).unwrap();
+        for gone in ["finalizers", "ownerReferences", "generateName"] {
+            assert!(r["metadata"].get(gone).is_none(), "{gone} copied");
+        }
+    }
+
     #[test]
     fn existing_gates_are_kept_and_ours_is_added_once() {
         let mut o = original();

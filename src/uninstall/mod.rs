@@ -34,6 +34,8 @@ use kube::api::{DeleteParams, DynamicObject, ListParams};
 
 pub use copies::{Outcome, Settled};
 
+use crate::model::NamespaceOptIn;
+use crate::policy::{requeue_rule, Circumstances};
 use crate::requeue::kube::decoded;
 use crate::requeue::kube::Requeuer;
 use crate::requeue::GATE;
@@ -206,10 +208,9 @@ async fn adopt(
     for object in &listed.items {
         let Some((json, pod)) = decoded(object) else { continue };
         let class = policy.class(policy.classify(&pod, pod.priority.unwrap_or(0)));
-        if !(class.requeue.brings_back(&pod)
-            && pod.deletion_time.is_some()
-            && crate::requeue::would_requeue(&pod, class))
-        {
+        // Uninstall reads no namespaces: it tries, and admission judges the namespace.
+        let at = Circumstances { requeue_available: true, namespace: NamespaceOptIn::ADMISSION_DECIDES };
+        if !(class.requeue.brings_back(&pod) && pod.deletion_time.is_some() && requeue_rule(&pod, class, at).is_ok()) {
             continue;
         }
         if crate::requeue::is_replacement(&pod) && pod.scheduling_gates.iter().any(|g| g == GATE) {

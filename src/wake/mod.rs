@@ -45,7 +45,14 @@ impl Reason {
     }
 }
 
+/// Why a placeholder exists, on it for whoever finds one (admission admits this text only).
+pub const WHY: &str = "wakes pods kube-scheduler parked while the extender could not answer; deleted at once";
+/// The user and group a placeholder would run as: nobody (it never runs).
+pub const NOBODY: i64 = 65534;
+
 /// The placeholder pod: bound to [`NODE`], of [`IMAGE`], no requests, no token, never run.
+/// Pod Security "restricted" as it stands, so that an install namespace enforcing it admits
+/// the placeholder (admission checks exactly this shape).
 pub fn placeholder(namespace: &str) -> Value {
     json!({
         "apiVersion": "v1",
@@ -54,13 +61,23 @@ pub fn placeholder(namespace: &str) -> Value {
             "generateName": "coloc-extender-wake-",
             "namespace": namespace,
             "labels": {LABEL: "true", "app.kubernetes.io/managed-by": "coloc-extender"},
-            "annotations": {"coloc-extender.io/why": "wakes pods kube-scheduler parked while the extender could not answer; deleted at once"},
+            "annotations": {"coloc-extender.io/why": WHY},
         },
         "spec": {
             "nodeName": NODE,
             "automountServiceAccountToken": false,
             "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "wake", "image": IMAGE}],
+            "securityContext": {
+                "runAsNonRoot": true,
+                "runAsUser": NOBODY,
+                "runAsGroup": NOBODY,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [{
+                "name": "wake",
+                "image": IMAGE,
+                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}},
+            }],
         }
     })
 }
@@ -78,6 +95,22 @@ mod tests {
         assert_eq!(p["spec"]["automountServiceAccountToken"], false);
         assert_eq!(p["metadata"]["labels"][LABEL], "true");
         assert_eq!(p["metadata"]["namespace"], "kube-system");
+    }
+
+    #[test]
+    fn a_placeholder_is_what_pod_security_restricted_asks_and_its_metadata_what_admission_admits() {
+        let p = placeholder("ns");
+        let policy = include_str!("../../manifests/admission/validatingadmissionpolicy.yaml");
+        assert!(policy.contains(&format!("'coloc-extender.io/why': '{WHY}'")), "the policy admits the annotation");
+        assert!(policy.contains(&format!("runAsUser.orValue(0) == {NOBODY}")));
+        assert_eq!(p["spec"]["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(p["spec"]["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+        let c = &p["spec"]["containers"][0]["securityContext"];
+        assert_eq!(
+            (c["allowPrivilegeEscalation"].clone(), c["capabilities"].clone()),
+            (json!(false), json!({"drop": ["ALL"]}))
+        );
+        assert!(p["metadata"].get("finalizers").is_none() && p["metadata"].get("ownerReferences").is_none());
     }
 
     #[test]

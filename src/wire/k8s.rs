@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer};
 
+use super::baseline;
+pub use super::baseline::{Handler, Lifecycle, SecurityContext, Volume};
 use crate::model::{self, HostPort, Labels, LabelsVisitor, OwnerRef, Resources, Selector, SelectorRequirement, Taint};
 use crate::quantity;
 
@@ -109,43 +111,52 @@ pub struct Container {
     pub restart_policy: Option<String>,
     #[serde(default, deserialize_with = "nullable")]
     pub security_context: SecurityContext,
-}
-
-/// A pod's or container's `securityContext`: only what gives a pod the host's access.
-#[derive(Deserialize, Default)]
-#[serde(rename_all = "camelCase")]
-pub struct SecurityContext {
     #[serde(default)]
-    pub privileged: Option<bool>,
-    #[serde(default, deserialize_with = "nullable")]
-    pub capabilities: Capabilities,
+    pub liveness_probe: Option<Handler>,
     #[serde(default)]
-    pub proc_mount: Option<String>,
-    #[serde(default, deserialize_with = "nullable")]
-    pub seccomp_profile: ProfileType,
-    #[serde(default, deserialize_with = "nullable")]
-    pub app_armor_profile: ProfileType,
-}
-
-#[derive(Deserialize, Default)]
-pub struct Capabilities {
-    #[serde(default, deserialize_with = "nullable")]
-    pub add: Vec<serde::de::IgnoredAny>,
-}
-
-/// `seccompProfile` or `appArmorProfile`: only its type.
-#[derive(Deserialize, Default)]
-pub struct ProfileType {
-    #[serde(rename = "type", default)]
-    pub type_: Option<String>,
-}
-
-/// A volume: only whether it mounts a path of the host.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Volume {
+    pub readiness_probe: Option<Handler>,
     #[serde(default)]
-    pub host_path: Option<serde::de::IgnoredAny>,
+    pub startup_probe: Option<Handler>,
+    #[serde(default)]
+    pub lifecycle: Option<Lifecycle>,
+}
+
+/// A lifecycle without handlers, for containers that have none.
+static NO_HANDLER: Option<Handler> = None;
+
+impl Container {
+    /// What Pod Security's baseline reads of it.
+    fn baseline(&self) -> baseline::ContainerLevel<'_> {
+        let lifecycle = self.lifecycle.as_ref();
+        baseline::ContainerLevel {
+            security_context: &self.security_context,
+            host_port: self.ports.iter().any(|p| p.host_port.is_some_and(|p| p != 0)),
+            handlers: [
+                &self.liveness_probe,
+                &self.readiness_probe,
+                &self.startup_probe,
+                lifecycle.map_or(&NO_HANDLER, |l| &l.post_start),
+                lifecycle.map_or(&NO_HANDLER, |l| &l.pre_stop),
+            ],
+        }
+    }
+}
+
+impl PodSpec {
+    /// The first control of Pod Security's baseline this spec (with the pod's
+    /// `annotations`) exceeds, if any.
+    fn beyond_baseline(&self, annotations: &Labels) -> Option<model::BaselineControl> {
+        let pod = baseline::PodLevel {
+            host_network: self.host_network,
+            host_pid: self.host_pid,
+            host_ipc: self.host_ipc,
+            host_users: self.host_users,
+            security_context: &self.security_context,
+            volumes: &self.volumes,
+        };
+        let containers = self.containers.iter().chain(&self.init_containers).map(Container::baseline);
+        baseline::first_exceeded(pod, containers, annotations)
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -175,41 +186,13 @@ pub struct PodSpec {
     pub host_pid: Option<bool>,
     #[serde(rename = "hostIPC", default)]
     pub host_ipc: Option<bool>,
+    /// `false`: the pod runs in a user namespace (baseline then allows any procMount).
+    #[serde(default)]
+    pub host_users: Option<bool>,
     #[serde(default, deserialize_with = "nullable")]
     pub security_context: SecurityContext,
     #[serde(default, deserialize_with = "nullable")]
     pub volumes: Vec<Volume>,
-}
-
-/// The first way `spec` reaches into its node (the host's namespaces, paths, devices or
-/// ports, or a sandbox left open), if any: what a requeue copy may not carry, so such a
-/// bare pod cannot be requeued. Pod Security's "baseline" checks of the same.
-fn host_access(spec: &PodSpec, annotations: &Labels) -> Option<model::HostAccess> {
-    use model::HostAccess as H;
-    let unconfined = |p: &ProfileType| p.type_.as_deref() == Some("Unconfined");
-    let containers = || spec.containers.iter().chain(&spec.init_containers);
-    let found = [
-        (spec.host_network == Some(true), H::HostNetwork),
-        (spec.host_pid == Some(true), H::HostPid),
-        (spec.host_ipc == Some(true), H::HostIpc),
-        (spec.volumes.iter().any(|v| v.host_path.is_some()), H::HostPath),
-        (containers().any(|c| c.ports.iter().any(|p| p.host_port.is_some_and(|p| p > 0))), H::HostPort),
-        (containers().any(|c| c.security_context.privileged == Some(true)), H::Privileged),
-        (containers().any(|c| !c.security_context.capabilities.add.is_empty()), H::Capabilities),
-        (containers().any(|c| c.security_context.proc_mount.as_deref().is_some_and(|m| m != "Default")), H::ProcMount),
-        (
-            unconfined(&spec.security_context.seccomp_profile)
-                || unconfined(&spec.security_context.app_armor_profile)
-                || containers().any(|c| {
-                    unconfined(&c.security_context.seccomp_profile) || unconfined(&c.security_context.app_armor_profile)
-                })
-                || annotations.iter().any(|(k, v)| {
-                    k.starts_with("container.apparmor.security.beta.kubernetes.io/") && v == "unconfined"
-                }),
-            H::Unconfined,
-        ),
-    ];
-    found.into_iter().find(|(yes, _)| *yes).map(|(_, what)| what)
 }
 
 /// `spec.schedulingGroup` (Kubernetes v1.36+): the pod's native PodGroup.
@@ -363,8 +346,8 @@ pub struct NamespaceJson {
 
 impl NamespaceJson {
     pub fn into_model(self) -> model::Namespace {
-        let requeue = model::marks::namespace_opts_in(&self.metadata.name, &self.metadata.labels);
-        model::Namespace { name: self.metadata.name, requeue }
+        let opt_in = model::marks::namespace_opt_in(&self.metadata.name, &self.metadata.labels);
+        model::Namespace { name: self.metadata.name, opt_in }
     }
 }
 
@@ -471,9 +454,10 @@ impl Pod {
         };
         let (preempted, evicted) = (disrupted("PreemptionByScheduler"), disrupted("EvictionByEvictionAPI"));
         let unready = self.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status != "True");
-        let host_access = host_access(&spec, &m.annotations);
+        // Only a bare pod's is ever asked (requeue copies no other): an owned one pays nothing.
+        let beyond_baseline = m.owner_references.is_empty().then(|| spec.beyond_baseline(&m.annotations)).flatten();
         Ok(model::Pod {
-            host_access,
+            beyond_baseline,
             last_state: None,
             spec_digest: None,
             preempted,
@@ -690,32 +674,100 @@ mod tests {
         );
     }
 
-    fn access(spec: &str, annotations: &str) -> Option<model::HostAccess> {
+    // ---- Pod Security baseline: the first control a pod exceeds ----
+
+    use model::BaselineControl as B;
+
+    fn exceeded(spec: &str, annotations: &str) -> Option<B> {
         let json = format!(r#"{{"metadata":{{"name":"p","annotations":{annotations}}},"spec":{spec}}}"#);
-        serde_json::from_str::<Pod>(&json).unwrap().into_model().unwrap().host_access
+        serde_json::from_str::<Pod>(&json).unwrap().into_model().unwrap().beyond_baseline
+    }
+
+    fn with_container(security_context: &str) -> String {
+        format!(r#"{{"containers":[{{"name":"c","securityContext":{security_context}}}]}}"#)
+    }
+
+    /// Everything baseline allows, set explicitly: nothing is exceeded.
+    #[test]
+    fn a_pod_within_baseline_exceeds_nothing() {
+        let within = r#"{"hostNetwork":false,"hostPID":false,"hostIPC":false,
+            "securityContext":{"runAsUser":1000,"seccompProfile":{"type":"RuntimeDefault"},
+                "appArmorProfile":{"type":"Localhost","localhostProfile":"p"},
+                "seLinuxOptions":{"type":"container_t","level":"s0:c123,c456"},
+                "windowsOptions":{"hostProcess":false},
+                "sysctls":[{"name":"net.ipv4.tcp_keepalive_time","value":"60"},{"name":"net.ipv4.tcp_rmem","value":"4096 87380 6291456"}]},
+            "volumes":[{"name":"v","emptyDir":{}}],
+            "containers":[{"name":"c","ports":[{"containerPort":80,"hostPort":0}],
+                "securityContext":{"privileged":false,"capabilities":{"drop":["ALL"],"add":["NET_BIND_SERVICE","CHOWN","SYS_CHROOT"]},
+                    "procMount":"Default","seccompProfile":{"type":"Localhost","localhostProfile":"x.json"},
+                    "appArmorProfile":{"type":"RuntimeDefault"},"seLinuxOptions":{"type":"container_engine_t"}},
+                "livenessProbe":{"httpGet":{"path":"/","port":80}},"readinessProbe":{"tcpSocket":{"port":80,"host":""}},
+                "lifecycle":{"preStop":{"exec":{"command":["true"]}}}}],
+            "initContainers":[{"name":"i","securityContext":{"procMount":"Default"}}]}"#;
+        let annotations = r#"{"container.apparmor.security.beta.kubernetes.io/c":"localhost/p","team":"ml"}"#;
+        assert_eq!(exceeded(within, annotations), None);
+        // An unmasked /proc is baseline in a user namespace.
+        let user_ns = r#"{"hostUsers":false,"containers":[{"name":"c","securityContext":{"procMount":"Unmasked"}}]}"#;
+        assert_eq!(exceeded(user_ns, "null"), None);
+    }
+
+    /// Each control on its own, at every place baseline looks for it.
+    #[test]
+    fn each_control_of_baseline_is_found_wherever_it_is_set() {
+        let container = with_container;
+        let init =
+            |sc: &str| format!(r#"{{"containers":[],"initContainers":[{{"name":"i","securityContext":{sc}}}]}}"#);
+        let pod_level = |sc: &str| format!(r#"{{"containers":[],"securityContext":{sc}}}"#);
+        let probe = |which: &str, handler: &str| format!(r#"{{"containers":[{{"name":"c","{which}":{handler}}}]}}"#);
+        let cases: Vec<(String, B)> = vec![
+            (pod_level(r#"{"windowsOptions":{"hostProcess":true}}"#), B::HostProcess),
+            (container(r#"{"windowsOptions":{"hostProcess":true}}"#), B::HostProcess),
+            (r#"{"hostNetwork":true,"containers":[]}"#.into(), B::HostNamespaces),
+            (r#"{"hostPID":true,"containers":[]}"#.into(), B::HostNamespaces),
+            (r#"{"hostIPC":true,"containers":[]}"#.into(), B::HostNamespaces),
+            (init(r#"{"privileged":true}"#), B::Privileged),
+            (container(r#"{"capabilities":{"add":["NET_RAW"]}}"#), B::Capabilities),
+            (container(r#"{"capabilities":{"add":["CHOWN","SYS_ADMIN"]}}"#), B::Capabilities),
+            (r#"{"volumes":[{"name":"root","hostPath":{"path":"/"}}],"containers":[]}"#.into(), B::HostPathVolumes),
+            (r#"{"containers":[{"ports":[{"containerPort":80,"hostPort":8080}]}]}"#.into(), B::HostPorts),
+            (
+                r#"{"initContainers":[{"ports":[{"containerPort":80,"hostPort":1}]}],"containers":[]}"#.into(),
+                B::HostPorts,
+            ),
+            (pod_level(r#"{"appArmorProfile":{"type":"Unconfined"}}"#), B::AppArmor),
+            (container(r#"{"appArmorProfile":{"type":"Unconfined"}}"#), B::AppArmor),
+            (pod_level(r#"{"seLinuxOptions":{"type":"spc_t"}}"#), B::SeLinux),
+            (container(r#"{"seLinuxOptions":{"type":"unconfined_t"}}"#), B::SeLinux),
+            (init(r#"{"seLinuxOptions":{"user":"system_u"}}"#), B::SeLinux),
+            (container(r#"{"seLinuxOptions":{"role":"system_r"}}"#), B::SeLinux),
+            (container(r#"{"procMount":"Unmasked"}"#), B::ProcMount),
+            (pod_level(r#"{"seccompProfile":{"type":"Unconfined"}}"#), B::Seccomp),
+            (init(r#"{"seccompProfile":{"type":"Unconfined"}}"#), B::Seccomp),
+            (pod_level(r#"{"sysctls":[{"name":"kernel.msgmax","value":"65536"}]}"#), B::Sysctls),
+            (
+                pod_level(
+                    r#"{"sysctls":[{"name":"kernel.shm_rmid_forced","value":"1"},{"name":"net.core.somaxconn","value":"1024"}]}"#,
+                ),
+                B::Sysctls,
+            ),
+            (probe("livenessProbe", r#"{"httpGet":{"host":"10.0.0.1","port":80}}"#), B::ProbeOrLifecycleHost),
+            (probe("readinessProbe", r#"{"tcpSocket":{"host":"metadata","port":80}}"#), B::ProbeOrLifecycleHost),
+            (probe("startupProbe", r#"{"httpGet":{"host":"a","port":1}}"#), B::ProbeOrLifecycleHost),
+            (probe("lifecycle", r#"{"postStart":{"httpGet":{"host":"a","port":1}}}"#), B::ProbeOrLifecycleHost),
+            (probe("lifecycle", r#"{"preStop":{"tcpSocket":{"host":"a","port":1}}}"#), B::ProbeOrLifecycleHost),
+        ];
+        for (spec, want) in cases {
+            assert_eq!(exceeded(&spec, "null"), Some(want), "{spec}");
+        }
+        let annotated = r#"{"container.apparmor.security.beta.kubernetes.io/c":"unconfined"}"#;
+        assert_eq!(exceeded(&container("{}"), annotated), Some(B::AppArmor));
     }
 
     #[test]
-    fn a_pod_reaching_into_its_node_says_how_and_an_ordinary_one_does_not() {
-        use model::HostAccess as H;
-        let plain = r#"{"containers":[{"name":"c","securityContext":{"privileged":false,"capabilities":{"drop":["ALL"],"add":null},"procMount":"Default","seccompProfile":{"type":"RuntimeDefault"}}}],"volumes":[{"name":"v","emptyDir":{}}],"hostNetwork":false,"securityContext":{"runAsUser":1000}}"#;
-        assert_eq!(access(plain, "null"), None);
-        let cases = [
-            (r#"{"hostNetwork":true,"containers":[]}"#, H::HostNetwork),
-            (r#"{"hostPID":true,"containers":[]}"#, H::HostPid),
-            (r#"{"hostIPC":true,"containers":[]}"#, H::HostIpc),
-            (r#"{"volumes":[{"name":"root","hostPath":{"path":"/"}}],"containers":[]}"#, H::HostPath),
-            (r#"{"containers":[{"ports":[{"containerPort":80,"hostPort":8080}]}]}"#, H::HostPort),
-            (r#"{"initContainers":[{"securityContext":{"privileged":true}}],"containers":[]}"#, H::Privileged),
-            (r#"{"containers":[{"securityContext":{"capabilities":{"add":["SYS_ADMIN"]}}}]}"#, H::Capabilities),
-            (r#"{"containers":[{"securityContext":{"procMount":"Unmasked"}}]}"#, H::ProcMount),
-            (r#"{"securityContext":{"seccompProfile":{"type":"Unconfined"}},"containers":[]}"#, H::Unconfined),
-            (r#"{"containers":[{"securityContext":{"appArmorProfile":{"type":"Unconfined"}}}]}"#, H::Unconfined),
-        ];
-        for (spec, want) in cases {
-            assert_eq!(access(spec, "null"), Some(want), "{spec}");
-        }
-        let annotated = r#"{"container.apparmor.security.beta.kubernetes.io/c":"unconfined"}"#;
-        assert_eq!(access(r#"{"containers":[{"name":"c"}]}"#, annotated), Some(H::Unconfined));
+    fn every_control_is_tried_and_the_first_in_the_standards_order_is_named() {
+        let both = r#"{"hostNetwork":true,"containers":[{"name":"c","securityContext":{"privileged":true}}]}"#;
+        assert_eq!(exceeded(both, "null"), Some(B::HostNamespaces));
+        let ids: std::collections::BTreeSet<_> = B::ALL.iter().map(|c| c.id()).collect();
+        assert_eq!(ids.len(), 12, "one check of pod-security-admission each");
     }
 }

@@ -1,5 +1,6 @@
 //! The extender wire format: decoding requests, encoding answers.
 
+pub mod baseline;
 pub mod bounds;
 mod error;
 mod first_name;

@@ -4,7 +4,7 @@
 use futures::{stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{ApiResource, DynamicObject, ListParams, PostParams};
@@ -65,6 +65,11 @@ pub async fn until_admitted(client: &Client, namespace: &str, classes: &[&str]) 
 
 pub fn namespace(name: &str) -> Namespace {
     from(json!({"metadata": {"name": name}}))
+}
+
+/// A ServiceAccount (the `default` one the ServiceAccount controller would make).
+pub fn service_account(namespace: &str, name: &str) -> ServiceAccount {
+    from(json!({"metadata": {"name": name, "namespace": namespace}}))
 }
 
 /// The label by which a namespace takes requeue copies of its preempted bare pods (as the

@@ -74,11 +74,15 @@ pub struct Options {
     pub controllers: bool,
     /// Extra kube-apiserver flags (e.g. a short watch cache for 410 tests).
     pub apiserver_args: Vec<String>,
+    /// Keep admission `ServiceAccount` on, as in a real cluster: every namespace a pod is
+    /// created in then needs its `default` ServiceAccount, which the case makes (no
+    /// controller here does).
+    pub service_account_admission: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { controllers: true, apiserver_args: Vec::new() }
+        Options { controllers: true, apiserver_args: Vec::new(), service_account_admission: false }
     }
 }
 
@@ -150,7 +154,11 @@ impl ControlPlane {
             "--service-cluster-ip-range",
             "10.0.0.0/24",
             "--disable-admission-plugins",
-            "ServiceAccount,TaintNodesByCondition",
+            if opts.service_account_admission {
+                "TaintNodesByCondition"
+            } else {
+                "ServiceAccount,TaintNodesByCondition"
+            },
             "--endpoint-reconciler-type",
             "none",
             "--allow-privileged=true",

@@ -42,11 +42,19 @@ pub fn repo(rel: &str) -> PathBuf {
 /// applies `manifests` (paths from the repository's root) in the install namespace, made
 /// for them (without them, an install applied whole brings its own).
 pub async fn start(bins: &Binaries, opts: Options, manifests: &[&str]) -> anyhow::Result<(ControlPlane, Client)> {
+    let service_accounts = opts.service_account_admission;
     let plane = ControlPlane::start(bins, opts).await?;
     let client = plane.client().await?;
     cluster::create_all(&client, vec![cluster::namespace(ONLINE), cluster::requeue_namespace(BATCH)]).await?;
+    let mut namespaces = vec![ONLINE, BATCH];
     if !manifests.is_empty() {
         cluster::create(&client, cluster::namespace(INSTALL_NAMESPACE)).await?;
+        namespaces.push(INSTALL_NAMESPACE);
+    }
+    if service_accounts {
+        // What the ServiceAccount controller would make, which admission then looks up.
+        let defaults = namespaces.iter().map(|ns| cluster::service_account(ns, "default")).collect();
+        cluster::create_all(&client, defaults).await?;
     }
     cluster::create_all(&client, cluster::default_priority_classes()).await?;
     cluster::until_admitted(&client, BATCH, &["online-prod", "offline-batch", "free"]).await?;

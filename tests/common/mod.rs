@@ -218,11 +218,11 @@ impl Scenario {
     /// requeue copies (as a watched cluster's).
     pub fn namespace(mut self, name: &str, labels: &[(&str, &str)]) -> Self {
         let labels: Labels = labels.iter().copied().collect();
-        let requeue = coloc_extender::model::marks::namespace_opts_in(name, &labels);
+        let opt_in = coloc_extender::model::marks::namespace_opt_in(name, &labels);
         self.objects
             .namespaces
             .get_or_insert_with(Vec::new)
-            .push(coloc_extender::model::Namespace { name: name.into(), requeue });
+            .push(coloc_extender::model::Namespace { name: name.into(), opt_in });
         self
     }
 

@@ -66,7 +66,7 @@ async fn scheduler_pod_mints_no_pods(bins: Binaries, mode: Mode) -> anyhow::Resu
         name: "free-1".into(),
         uid: original.metadata.uid.clone().unwrap_or_default(),
         node: "node-1".into(),
-        replacement: "free-1-rq-1".into(),
+        replacement: "free-1-rq-0000000001".into(),
         attempt: 1,
         preemptor: "online/web-1".into(),
     };
@@ -116,24 +116,27 @@ async fn scheduler_pod_mints_no_pods(bins: Binaries, mode: Mode) -> anyhow::Resu
         refused(
             &format!("the copy's gate lifted as {who}"),
             &no_grant_to("patch"),
-            json_patch(client, "batch", "free-1-rq-1", release.clone()).await,
+            json_patch(client, "batch", "free-1-rq-0000000001", release.clone()).await,
         )?;
     }
     refused(
         "the copy deleted as the extender",
         &no_grant_to("delete"),
-        as_extender.delete("free-1-rq-1", &DeleteParams::default()).await,
+        as_extender.delete("free-1-rq-0000000001", &DeleteParams::default()).await,
     )?;
 
     // The requeue controller releases and deletes its copy.
-    json_patch(&requeue, "batch", "free-1-rq-1", release)
+    json_patch(&requeue, "batch", "free-1-rq-0000000001", release)
         .await
         .map_err(|e| anyhow::anyhow!("releasing a copy, as the requeue controller: {e}"))?;
     let own = DeleteParams {
         preconditions: Some(Preconditions { uid: Some(made_uid), resource_version: None }),
         ..Default::default()
     };
-    copies.delete("free-1-rq-1", &own).await.map_err(|e| anyhow::anyhow!("deleting its copy was refused: {e}"))?;
+    copies
+        .delete("free-1-rq-0000000001", &own)
+        .await
+        .map_err(|e| anyhow::anyhow!("deleting its copy was refused: {e}"))?;
 
     // As the wake identity: a placeholder as wake builds it, in the install namespace, and
     // nothing that could run.

@@ -37,7 +37,7 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// The labels the install's objects carry, the uninstall Job's included.
-const OURS: &str = "app.kubernetes.io/name in (coloc-extender,coloc-scheduler,coloc-requeue,coloc-extender-uninstall)";
+const OURS: &str = "app.kubernetes.io/name in (coloc-extender,coloc-scheduler,coloc-requeue,coloc-extender-uninstall,coloc-extender-mark-writer)";
 
 fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(to)?;

@@ -10,6 +10,7 @@
 mod acting_as;
 mod admin;
 mod apart;
+mod baseline;
 mod bed;
 mod budgets;
 mod coloc_pod;
@@ -22,6 +23,7 @@ mod half_removed;
 mod install;
 mod invariants;
 mod jobs;
+mod marks;
 mod monitoring;
 mod own_scheduler;
 mod privilege;
@@ -29,8 +31,10 @@ mod profiles;
 mod removal;
 mod requeue_bounds;
 mod scenarios;
+mod shipped_admission;
 mod tls;
 mod upgrade;
+mod wake;
 
 use std::time::{Duration, Instant};
 
@@ -67,6 +71,9 @@ fn all_cases() -> Vec<Case> {
     v.extend(acting_as::cases());
     v.extend(half_removed::cases());
     v.extend(grants::cases());
+    v.extend(baseline::cases());
+    v.extend(marks::cases());
+    v.extend(wake::cases());
     v
 }
 

@@ -226,7 +226,7 @@ pub(super) fn settle(
                 (Code::Requeued, detail)
             }
             Fate::LastResort(reason) => {
-                let why_not = eligibility::not_requeued(reason, ctx.policy.class(v.class), v.pod);
+                let why_not = reason.sentence(v.pod, ctx.policy.class(v.class));
                 (
                     Code::LastResort,
                     format!("{why}; bare pod: {why_not}; chosen as a last resort: no other victims place the pod; lost"),
@@ -260,7 +260,7 @@ pub(super) fn settle(
         };
         let line = Explanation::pod(node, &v.pod.key(), Verdict::Victim, code, detail);
         ex.push(match v.fate {
-            Fate::LastResort(reason) => line.lost_for(reason),
+            Fate::LastResort(reason) => line.lost_for(reason.into()),
             _ => line,
         });
     }

@@ -201,7 +201,8 @@ fn a_pod_requeued_max_attempts_times_is_not_copied_and_says_why() {
 }
 
 fn namespace(name: &str, requeue: bool) -> crate::model::Namespace {
-    crate::model::Namespace { name: name.into(), requeue }
+    let opt_in = crate::model::NamespaceOptIn { copies: requeue, beyond_baseline: false };
+    crate::model::Namespace { name: name.into(), opt_in }
 }
 
 #[test]
@@ -376,14 +377,27 @@ fn a_copy_whose_original_went_before_any_replica_saw_it_go_is_unrecorded() {
 // ---- what is copied, and how ---------------------------------------------------------------
 
 #[test]
-fn a_bare_pod_with_host_access_is_not_copied_and_says_which() {
-    let host = Pod { host_access: Some(crate::model::HostAccess::HostPath), ..deleting(marked()) };
+fn a_bare_pod_beyond_baseline_is_not_copied_and_says_which_control() {
+    let host = Pod { beyond_baseline: Some(crate::model::BaselineControl::HostPathVolumes), ..deleting(marked()) };
     let v = view_of(vec![host]);
     assert!(copies(&actions(&v)).is_empty());
     let e = v.evictions().get("u-1").expect("its eviction is recorded");
     let (reason, why) = uncopied(&v, &policy(), e).expect("said");
-    assert_eq!(reason, "host_access");
-    assert!(why.contains("a hostPath volume"), "{why}");
+    assert_eq!(reason, "beyond_baseline");
+    assert!(why.contains("a hostPath volume") && why.contains("requeue-beyond-baseline=enabled"), "{why}");
+}
+
+#[test]
+fn a_namespace_that_opted_in_beyond_baseline_gets_its_copy() {
+    let ports = Pod { beyond_baseline: Some(crate::model::BaselineControl::HostPorts), ..deleting(marked()) };
+    let mut v = view_of(vec![ports]);
+    v.watch_namespaces();
+    v.apply_namespace(namespace("batch", true));
+    assert!(copies(&actions(&v)).is_empty(), "within baseline only, by default");
+    let beyond = crate::model::NamespaceOptIn { copies: true, beyond_baseline: true };
+    v.apply_namespace(crate::model::Namespace { name: "batch".into(), opt_in: beyond });
+    assert_eq!(copies(&actions(&v)), [("free-3", false)]);
+    assert!(uncopied(&v, &policy(), v.evictions().get("u-1").expect("recorded")).is_none());
 }
 
 /// A pod of `name` that is not the copy of free-3 (another original's, or no copy at all).
