@@ -17,6 +17,7 @@ use coloc_extender::http::{router, AppState, ViewSource};
 use coloc_extender::policy::Policy;
 use coloc_extender::requeue::controller::Settings;
 use coloc_extender::requeue::kube::Requeuer;
+use coloc_extender::requeue::remove_after_0_1::tries::Tries;
 use coloc_extender::requeue::{FROM_UID, GATE, GUARD, PREEMPTED_ON};
 use fake_api::FakeApi;
 use http_body_util::BodyExt;
@@ -705,9 +706,10 @@ fn last_request(api: &FakeApi, method: &str, path: &str) -> Option<usize> {
 
 #[tokio::test]
 async fn no_guard_is_ever_added() {
+    let tries = Tries::default();
     let api = cluster().await;
     let r = replica(&api).await;
-    r.requeuer.finish_guards_once().await.unwrap();
+    r.requeuer.finish_guards_once(&tries).await.unwrap();
     let (status, answer) = preempt(&r).await;
     assert_eq!(status, StatusCode::OK);
     assert!(!victims(&answer).is_empty(), "{answer}");
@@ -717,10 +719,11 @@ async fn no_guard_is_ever_added() {
 
 #[tokio::test]
 async fn a_guard_left_on_a_running_pod_is_taken_off_and_the_pod_left_running() {
+    let tries = Tries::default();
     let api = cluster().await;
     guard_as_an_earlier_release_did(&api, "hostport-batch");
     let r = replica(&api).await;
-    let report = r.requeuer.finish_guards_once().await.unwrap();
+    let report = r.requeuer.finish_guards_once(&tries).await.unwrap();
     assert_eq!((report.found, report.unguarded), (1, 1), "{report:?}");
     assert_eq!(guards_left(&api), 0);
     assert!(api.get("Pod", "batch", "hostport-batch").is_some());
@@ -728,13 +731,14 @@ async fn a_guard_left_on_a_running_pod_is_taken_off_and_the_pod_left_running() {
 
 #[tokio::test]
 async fn a_preempted_pod_guarded_by_an_earlier_release_is_requeued_before_its_guard_goes() {
+    let tries = Tries::default();
     let api = cluster().await;
     guard_as_an_earlier_release_did(&api, VICTIM);
     let original = uid_of(&api, VICTIM);
     evict(&api, VICTIM).await;
     assert!(guarded(&api, VICTIM), "held, terminating, by the old guard");
     let r = replica(&api).await;
-    let report = r.requeuer.finish_guards_once().await.unwrap();
+    let report = r.requeuer.finish_guards_once(&tries).await.unwrap();
     assert_eq!(report.requeued, 1, "{report:?}");
     assert!(api.get("Pod", "batch", VICTIM).is_none(), "let go once its replacement is stored");
     let stored = replacements_of(&api, &original);
@@ -754,12 +758,13 @@ async fn a_preempted_pod_guarded_by_an_earlier_release_is_requeued_before_its_gu
 
 #[tokio::test]
 async fn a_preempted_pod_beyond_baseline_guarded_by_an_earlier_release_is_given_up_at_once() {
+    let tries = Tries::default();
     let api = cluster().await;
     guard_as_an_earlier_release_did(&api, "hostport-batch");
     let original = uid_of(&api, "hostport-batch");
     evict(&api, "hostport-batch").await;
     let r = replica(&api).await;
-    let report = r.requeuer.finish_guards_once().await.unwrap();
+    let report = r.requeuer.finish_guards_once(&tries).await.unwrap();
     assert_eq!((report.given_up, report.left), (1, 0), "{report:?}");
     assert_eq!(api.count("create", "Pod"), 0, "no copy tried: admission refuses one with a hostPort");
     assert!(replacements_of(&api, &original).is_empty());
@@ -770,6 +775,7 @@ async fn a_preempted_pod_beyond_baseline_guarded_by_an_earlier_release_is_given_
 
 #[tokio::test]
 async fn a_guard_is_not_removed_from_a_pod_that_changed_since_it_was_read() {
+    let tries = Tries::default();
     let api = cluster().await;
     guard_as_an_earlier_release_did(&api, VICTIM);
     let r = replica(&api).await;
@@ -780,21 +786,22 @@ async fn a_guard_is_not_removed_from_a_pod_that_changed_since_it_was_read() {
     evict(&api, VICTIM).await;
     assert!(!r.requeuer.remove_guard(&stale, &read, "test").await, "refused: the pod changed");
     assert!(guarded(&api, VICTIM), "still held: its copy is not stored yet");
-    r.requeuer.finish_guards_once().await.unwrap();
+    r.requeuer.finish_guards_once(&tries).await.unwrap();
     assert_eq!(replacements_of(&api, &stale.uid).len(), 1, "looked at again: requeued");
 }
 
 #[tokio::test]
 async fn a_copy_refused_for_good_is_given_up_visibly_and_holds_nothing() {
+    let tries = Tries::default();
     let api = cluster().await;
     guard_as_an_earlier_release_did(&api, VICTIM);
     evict(&api, VICTIM).await;
     api.fail("create", "Pod", 403, u32::MAX);
     let r = replica(&api).await;
-    for _ in 1..coloc_extender::requeue::guard::MAX_TRIES {
-        r.requeuer.finish_guards_once().await.unwrap();
+    for _ in 1..coloc_extender::requeue::give_up::MAX_TRIES {
+        r.requeuer.finish_guards_once(&tries).await.unwrap();
     }
-    let report = r.requeuer.finish_guards_once().await.unwrap();
+    let report = r.requeuer.finish_guards_once(&tries).await.unwrap();
     assert_eq!(report.given_up, 1, "{report:?}");
     assert!(api.get("Pod", "batch", VICTIM).is_none(), "the guard is gone, and with it the pod");
     let warnings: Vec<Value> = api.list("Event").into_iter().filter(|e| e["reason"] == "RequeueGivenUp").collect();
@@ -804,43 +811,47 @@ async fn a_copy_refused_for_good_is_given_up_visibly_and_holds_nothing() {
 
 #[tokio::test]
 async fn a_copy_that_keeps_failing_is_given_up_after_a_bound() {
+    let tries = Tries::default();
     let api = cluster().await;
     guard_as_an_earlier_release_did(&api, VICTIM);
     evict(&api, VICTIM).await;
     api.fail("create", "Pod", 500, u32::MAX);
     let r = replica(&api).await;
-    for _ in 1..coloc_extender::requeue::guard::MAX_TRIES {
-        assert_eq!(r.requeuer.finish_guards_once().await.unwrap().left, 1, "a passing error: retried");
+    for _ in 1..coloc_extender::requeue::give_up::MAX_TRIES {
+        assert_eq!(r.requeuer.finish_guards_once(&tries).await.unwrap().left, 1, "a passing error: retried");
         assert!(guarded(&api, VICTIM));
     }
-    assert_eq!(r.requeuer.finish_guards_once().await.unwrap().given_up, 1);
+    assert_eq!(r.requeuer.finish_guards_once(&tries).await.unwrap().given_up, 1);
     assert_eq!(guards_left(&api), 0);
 }
 
 #[tokio::test]
 async fn a_guarded_pod_deleted_by_its_owner_is_let_go_without_a_replacement() {
+    let tries = Tries::default();
     let api = cluster().await;
     guard_as_an_earlier_release_did(&api, "hostport-batch");
     let original = uid_of(&api, "hostport-batch");
     let pods: Api<Pod> = Api::namespaced(api.client(), "batch");
     pods.delete("hostport-batch", &DeleteParams::default()).await.unwrap();
     let r = replica(&api).await;
-    r.requeuer.finish_guards_once().await.unwrap();
+    r.requeuer.finish_guards_once(&tries).await.unwrap();
     assert!(api.get("Pod", "batch", "hostport-batch").is_none());
     assert!(replacements_of(&api, &original).is_empty());
 }
 
 #[tokio::test]
 async fn two_replicas_finishing_the_same_guard_store_one_replacement() {
+    let tries = Tries::default();
+    let tries_b = Tries::default();
     let api = cluster().await;
     guard_as_an_earlier_release_did(&api, VICTIM);
     let original = uid_of(&api, VICTIM);
     evict(&api, VICTIM).await;
     let (a, b) = (replica(&api).await, replica(&api).await);
-    let (ra, rb) = tokio::join!(a.requeuer.finish_guards_once(), b.requeuer.finish_guards_once());
+    let (ra, rb) = tokio::join!(a.requeuer.finish_guards_once(&tries), b.requeuer.finish_guards_once(&tries_b));
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     assert!(ra.given_up + rb.given_up == 0, "{ra:?} {rb:?}");
-    a.requeuer.finish_guards_once().await.unwrap();
+    a.requeuer.finish_guards_once(&tries).await.unwrap();
     assert!(api.get("Pod", "batch", VICTIM).is_none());
     assert_eq!(replacements_of(&api, &original).len(), 1);
 }

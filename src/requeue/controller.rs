@@ -18,7 +18,7 @@ use futures::StreamExt;
 use kube::runtime::events::EventType;
 use serde_json::Value;
 
-use super::guard;
+use super::give_up;
 use super::kube::{pod_api, pod_ref, Requeuer, StoreError};
 use super::leader::Leadership;
 use super::plan::{self, Action, Copy, Release, Unrecorded};
@@ -335,14 +335,14 @@ impl Requeuer {
     async fn copy_failed(&self, c: &Copy, key: &str, e: StoreError, now: Timestamp, backoff: Duration) {
         metrics::counter!("coloc_requeue_replacements_total", "outcome" => "failed").increment(1);
         let tries = self.retry.failed(key, Instant::now(), backoff);
-        if guard::refused_for_good(e.code, &e.message) == Some("forbidden") {
+        if give_up::refused_for_good(e.code, &e.message) == Some("forbidden") {
             // Decisions stop counting on copies at once, not at the next check.
             self.access_found(Some(format!("a copy was refused: {}", crate::wire::request::clip(&e.message, 200))));
         }
         // A terminating original still counts against the namespace's quota: a refusal is
         // final only once the original has had time to go.
         let reason = e.given_up.or_else(|| {
-            guard::give_up_after(tries, e.code, &e.message)
+            give_up::give_up_after(tries, e.code, &e.message)
                 .filter(|r| *r == "namespace_terminating" || now > c.since + plan::STUCK_AFTER)
         });
         let Some(reason) = reason else {

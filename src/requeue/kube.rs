@@ -1,5 +1,5 @@
 //! The requeue edge's lowest floor: the `Requeuer`, the writes `controller` and
-//! `leftovers` carry out (store a copy, release it, delete it), the Events that say so, and
+//! `remove_after_0_1::finish` carry out (store a copy, release it, delete it), the Events that say so, and
 //! pods as the API server serves them. Both build on it; it names neither.
 //!
 //! Every write is idempotent: deterministic names, 409 on create checked to be our own
@@ -17,7 +17,6 @@ use std::sync::Arc;
 use super::availability::Availability;
 use super::plan::Release;
 use super::retry::{Planned, Retry};
-use super::tries::Tries;
 use super::{RequeueIntent, FROM_UID, GATE};
 use crate::cluster::evictions::NotRecorded;
 
@@ -29,8 +28,6 @@ pub struct Requeuer {
     /// its own).
     pub(super) client: Client,
     recorder: Recorder,
-    /// Failed tries to store the replacement of a guarded pod an earlier release left.
-    pub(super) tries: Tries,
     /// When each of the controller's failed actions may be tried again.
     pub(super) retry: Retry,
     /// Since when each action has been asked for (a replica standing by steps in late).
@@ -133,7 +130,7 @@ pub fn api_code(e: &kube::Error) -> Option<u16> {
     }
 }
 
-/// Every reason `guard::give_up_after` may give, `plan::uncopied`'s and the copy's own.
+/// Every reason `give_up::give_up_after` may give, `plan::uncopied`'s and the copy's own.
 pub const GIVEN_UP_REASONS: &[&str] = &[
     "max_attempts",
     "namespace_not_opted_in",
@@ -178,7 +175,6 @@ impl Requeuer {
         Requeuer {
             client,
             recorder,
-            tries: Default::default(),
             retry: Default::default(),
             planned: Default::default(),
             availability,

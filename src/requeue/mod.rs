@@ -13,17 +13,16 @@
 
 pub mod availability;
 pub mod controller;
-pub mod guard;
+pub mod give_up;
 pub mod kube;
 pub mod leader;
 pub mod lease;
-pub mod leftovers;
 pub mod pace;
 pub mod plan;
 pub mod published;
+pub mod remove_after_0_1;
 pub mod replacement;
 mod retry;
-mod tries;
 
 // Decisions make intents and the controller carries them out: plain data, in the model.
 pub use crate::model::RequeueIntent;

@@ -5,7 +5,7 @@
 //!    the scheduler of its own still runs, kube-scheduler reported a failing call to it within `--quiet-for` (it is
 //!    still registered), or pods that are not its copies wait for coloc-scheduler (nothing
 //!    would place them once it is gone).
-//! 2. Finish every guard an earlier release left (`requeue::leftovers`): a preempted pod
+//! 2. Finish every guard an earlier release left (`requeue::remove_after_0_1`): a preempted pod
 //!    is requeued first, any other let go. Then copy every preempted bare pod still
 //!    terminating whose copy no replica stored (`adopt`): what the extender's replicas
 //!    would have done, had one run until it was gone.
@@ -135,8 +135,9 @@ pub async fn uninstall(client: &kube::Client, args: &UninstallArgs) -> anyhow::R
     println!("2. guards left by earlier releases");
     let requeuer = Requeuer::new(client.clone(), Some("uninstall".into()), false);
     let mut left = 0;
-    for pass in 0..=crate::requeue::guard::MAX_TRIES {
-        let report = requeuer.finish_all_guards().await.context("cannot list pods")?;
+    let tries = crate::requeue::remove_after_0_1::tries::Tries::default();
+    for pass in 0..=crate::requeue::give_up::MAX_TRIES {
+        let report = requeuer.finish_all_guards(&tries).await.context("cannot list pods")?;
         if pass == 0 || report.found > 0 {
             println!("   {}", report.summary());
         }

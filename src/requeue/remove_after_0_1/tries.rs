@@ -9,19 +9,19 @@ use std::sync::Mutex;
 pub struct Tries(Mutex<HashMap<String, u32>>);
 
 impl Tries {
-    pub(super) fn failed(&self, uid: &str) -> u32 {
+    pub(crate) fn failed(&self, uid: &str) -> u32 {
         let mut tries = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let n = tries.entry(uid.to_string()).or_default();
         *n += 1;
         *n
     }
 
-    pub(super) fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
     }
 
     /// Keeps only the pods still guarded: one that went meanwhile is not counted forever.
-    pub(super) fn keep_only(&self, guarded: &std::collections::HashSet<&str>) {
+    pub(crate) fn keep_only(&self, guarded: &std::collections::HashSet<&str>) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).retain(|uid, _| guarded.contains(uid.as_str()));
     }
 }

@@ -6,7 +6,7 @@
 //! whose copy admission refuses, is given up at once); any other guard just goes. A guard
 //! is removed by a merge patch that carries the `resourceVersion` read, so a pod that
 //! changed meanwhile (kube-scheduler marking it preempted) is looked at again first. A
-//! replacement that cannot be stored is given up after `guard::MAX_TRIES` tries (about
+//! replacement that cannot be stored is given up after `give_up::MAX_TRIES` tries (about
 //! 20 s), or at once when its namespace is being deleted: the guard goes, and a Warning
 //! Event, a metric and the log say the pod is lost, so nothing waits forever on a write
 //! that can never succeed.
@@ -18,9 +18,11 @@ use kube::runtime::events::EventType;
 use serde_json::{json, Value};
 
 use super::guard::{self, Finish};
-use super::kube::{api_code, decoded, pod_api, pod_ref, pod_resource, Requeuer};
-use super::{replacement, RequeueIntent, GUARD};
+use super::tries::Tries;
 use crate::model::Pod;
+use crate::requeue::give_up;
+use crate::requeue::kube::{api_code, decoded, pod_api, pod_ref, pod_resource, Requeuer};
+use crate::requeue::{replacement, RequeueIntent, GUARD};
 
 /// Between two looks while guards are left, and once none are.
 const AGAIN_SOON: Duration = Duration::from_secs(5);
@@ -66,15 +68,16 @@ impl Requeuer {
     /// Runs until the process ends, while this replica leads; says at start what it found.
     pub async fn finish_leftover_guards(
         self: std::sync::Arc<Self>,
-        leadership: std::sync::Arc<super::leader::Leadership>,
+        leadership: std::sync::Arc<crate::requeue::leader::Leadership>,
     ) {
         let mut last: Option<GuardReport> = None;
+        let tries = Tries::default();
         loop {
             if !leadership.is_leading() {
                 tokio::time::sleep(AGAIN_SOON).await;
                 continue;
             }
-            let again = match self.finish_guards_once().await {
+            let again = match self.finish_guards_once(&tries).await {
                 Ok(report) => {
                     // One line per look that found something new (per-pod detail is debug).
                     match &last {
@@ -104,19 +107,19 @@ impl Requeuer {
     }
 
     /// One look: every pod with the guard label listed and finished.
-    pub async fn finish_guards_once(&self) -> Result<GuardReport, kube::Error> {
+    pub async fn finish_guards_once(&self, tries: &Tries) -> Result<GuardReport, kube::Error> {
         let listed = kube::Api::<DynamicObject>::all_with(self.client.clone(), &pod_resource())
             .list(&ListParams::default().labels(GUARD))
             .await?;
         let uids: std::collections::HashSet<&str> =
             listed.items.iter().filter_map(|o| o.metadata.uid.as_deref()).collect();
-        self.tries.keep_only(&uids);
-        Ok(self.finish_listed(listed.items).await)
+        tries.keep_only(&uids);
+        Ok(self.finish_listed(listed.items, tries).await)
     }
 
     /// Every pod listed, so that a guard whose label someone removed is found too
     /// (`uninstall`, once: a whole list is not for every minute).
-    pub async fn finish_all_guards(&self) -> Result<GuardReport, kube::Error> {
+    pub async fn finish_all_guards(&self, tries: &Tries) -> Result<GuardReport, kube::Error> {
         let listed = kube::Api::<DynamicObject>::all_with(self.client.clone(), &pod_resource())
             .list(&ListParams::default())
             .await?;
@@ -124,10 +127,10 @@ impl Requeuer {
             o.metadata.finalizers.iter().flatten().any(|f| f == GUARD)
                 || o.metadata.labels.as_ref().is_some_and(|l| l.contains_key(GUARD))
         };
-        Ok(self.finish_listed(listed.items.into_iter().filter(has_guard).collect()).await)
+        Ok(self.finish_listed(listed.items.into_iter().filter(has_guard).collect(), tries).await)
     }
 
-    async fn finish_listed(&self, listed: Vec<DynamicObject>) -> GuardReport {
+    async fn finish_listed(&self, listed: Vec<DynamicObject>, tries: &Tries) -> GuardReport {
         let mut report = GuardReport::default();
         for object in listed {
             let Some((json, pod)) = decoded(&object) else { continue };
@@ -137,7 +140,7 @@ impl Requeuer {
                 continue;
             }
             report.found += 1;
-            match self.finish_guarded(&pod, &json).await {
+            match self.finish_guarded(&pod, &json, tries).await {
                 Outcome::Requeued => report.requeued += 1,
                 Outcome::Unguarded => report.unguarded += 1,
                 Outcome::GivenUp => report.given_up += 1,
@@ -153,12 +156,12 @@ impl Requeuer {
         report
     }
 
-    async fn finish_guarded(&self, pod: &Pod, json: &Value) -> Outcome {
+    async fn finish_guarded(&self, pod: &Pod, json: &Value, tries: &Tries) -> Outcome {
         match guard::finish(pod) {
             Finish::Nothing => Outcome::Nothing,
             Finish::GiveUp { reason, why } => {
                 let note = format!("preempted and not requeued: {why}; the guard is removed and the pod is lost");
-                self.give_up(pod, json, reason, note).await
+                self.give_up(pod, json, reason, note, tries).await
             }
             Finish::Unguard(why) => match self.try_remove_guard(pod, json, why).await {
                 Ok(()) => Outcome::Unguarded,
@@ -172,13 +175,13 @@ impl Requeuer {
                 );
                 let stored = match replacement::build(json, &intent) {
                     Ok(manifest) => self.create_replacement(&intent, manifest).await,
-                    Err(e) => Err(super::kube::StoreError::new(e.to_string())),
+                    Err(e) => Err(crate::requeue::kube::StoreError::new(e.to_string())),
                 };
                 match stored {
                     Ok(stored) => {
                         metrics::counter!("coloc_requeue_replacements_total", "outcome" => stored.outcome())
                             .increment(1);
-                        self.tries.forget(&pod.uid);
+                        tries.forget(&pod.uid);
                         match self.try_remove_guard(pod, json, "preempted; its replacement is stored").await {
                             Ok(()) => Outcome::Requeued,
                             Err(e) => Outcome::Left(e),
@@ -186,17 +189,17 @@ impl Requeuer {
                     }
                     Err(e) => {
                         metrics::counter!("coloc_requeue_replacements_total", "outcome" => "failed").increment(1);
-                        let tries = self.tries.failed(&pod.uid);
-                        let reason = e.given_up.or_else(|| guard::give_up_after(tries, e.code, &e.message));
+                        let failed = tries.failed(&pod.uid);
+                        let reason = e.given_up.or_else(|| give_up::give_up_after(failed, e.code, &e.message));
                         match reason {
                             Some(reason) => {
                                 let error = crate::wire::request::clip(&e.message, 300);
-                                let note = format!("preempted, and its replacement {} could not be stored after {tries} tries ({reason}: {error}); the guard is removed and the pod is lost", intent.replacement);
-                                self.give_up(pod, json, reason, note).await
+                                let note = format!("preempted, and its replacement {} could not be stored after {failed} tries ({reason}: {error}); the guard is removed and the pod is lost", intent.replacement);
+                                self.give_up(pod, json, reason, note, tries).await
                             }
                             None => {
-                                tracing::debug!(original = %pod.key(), replacement = %intent.replacement, tries, error = %e.message, "requeue replacement not stored; will retry");
-                                Outcome::Left(format!("replacement not stored (try {tries}): {}", e.message))
+                                tracing::debug!(original = %pod.key(), replacement = %intent.replacement, tries = failed, error = %e.message, "requeue replacement not stored; will retry");
+                                Outcome::Left(format!("replacement not stored (try {failed}): {}", e.message))
                             }
                         }
                     }
@@ -206,11 +209,11 @@ impl Requeuer {
     }
 
     /// The replacement can never be stored: the guard goes and the pod is lost, visibly.
-    async fn give_up(&self, pod: &Pod, json: &Value, reason: &'static str, note: String) -> Outcome {
+    async fn give_up(&self, pod: &Pod, json: &Value, reason: &'static str, note: String, tries: &Tries) -> Outcome {
         if let Err(e) = self.try_remove_guard(pod, json, "its replacement cannot be stored").await {
             return Outcome::Left(e);
         }
-        self.tries.forget(&pod.uid);
+        tries.forget(&pod.uid);
         metrics::counter!("coloc_requeue_given_up_total", "reason" => reason).increment(1);
         tracing::error!(original = %pod.key(), reason, why = %note, "requeue given up: the preempted pod is lost");
         self.event(pod_ref(&pod.namespace, &pod.name, &pod.uid), EventType::Warning, "RequeueGivenUp", note).await;
