@@ -260,13 +260,12 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
                 answer.explanations.push(Explanation::request(Verdict::Discards, Code::DiscardedWork, line));
             }
             let picked = (discarded.as_ref().map(|d| d.node.clone()), would_discard.as_ref().map(|d| d.node.clone()));
-            let promised = result
-                .node_name_to_meta_victims
-                .keys()
-                .map(|node| PromisedRoom { node: node.clone(), pod: args.pod.clone(), at: ctx.now })
-                .collect();
-            answer.preempt =
-                Some(PreemptPart { requeues: out.requeues, view_behind: out.view_behind, discarded, promised });
+            answer.preempt = Some(PreemptPart {
+                requeues: out.requeues,
+                view_behind: out.view_behind,
+                discarded,
+                promised: out.promised,
+            });
             Ok(answer.in_mode(
                 mode,
                 would_discard,

@@ -1,17 +1,21 @@
-//! The per-request logic of the verbs, with no HTTP in it: how many decisions a preempt
-//! needs (the view catching up with kube-scheduler's proposal), and which pod a failed
-//! preempt leaves to wake. The HTTP edge (`http::handlers`) reads the request, hands this
-//! a way to decide once, and writes the answer. A preempt answers from the decision alone:
-//! requeue copies evicted pods on its own (`requeue::controller`), never in the answer path.
+//! The per-request logic of the verbs, with no HTTP in it: one room for the state a
+//! preempt flow carries between requests. `Service::answer` decides a verb: for a preempt,
+//! again while the view catches up with kube-scheduler's proposal, counting the room
+//! earlier answers promised (`Promises`), remembering what this one promises, and asking
+//! for a wake when it answers in doubt. The HTTP edge (`http::handlers`) reads the request,
+//! hands this a way to decide once, and writes the answer. A preempt answers from the
+//! decision alone: requeue copies evicted pods on its own, in pods of its own, never in
+//! the answer path.
 
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::cluster::ViewCell;
 use crate::decide::promised::PromisedRoom;
 use crate::model::Timestamp;
-use crate::pipeline::Answer;
+use crate::pipeline::{Answer, Verb};
+use crate::wake::kube::Waker;
 use crate::wake::Reason as WakeReason;
 
 /// How long a preempt waits for the view to catch up with kube-scheduler's cache. The
@@ -19,11 +23,54 @@ use crate::wake::Reason as WakeReason;
 /// deleted since kube-scheduler looked) costs the scheduling thread.
 pub const VIEW_CATCH_UP: Duration = Duration::from_millis(250);
 
+/// How long an answer's promise holds its room without the view showing the nomination:
+/// the watch shows it within milliseconds; a preemption kube-scheduler gave up (its
+/// victims not all gone) releases the room after this.
+pub const PROMISE_HOLDS: Timestamp = 5;
+
+/// What the verbs' answers share from one request to the next.
+#[derive(Default)]
+pub struct Service {
+    /// The view fed by watches, which may trail kube-scheduler's cache (`None`: a
+    /// snapshot or no view, which nothing will catch up).
+    watched: Option<Arc<ViewCell>>,
+    promises: Arc<Promises>,
+    /// Wakes pods kube-scheduler parked after a preempt answered in doubt (`--wake`).
+    waker: Option<Arc<Waker>>,
+}
+
+impl Service {
+    pub fn new(watched: Option<Arc<ViewCell>>, waker: Option<Arc<Waker>>) -> Service {
+        Service { watched, promises: Arc::default(), waker }
+    }
+
+    /// `verb`'s answer. `decide` makes one decision, reading the room earlier answers
+    /// promised (a preempt's; `None` for the other verbs) at its own decision time; `ready`
+    /// says whether the extender was ready (a preempt answered while not is woken later).
+    pub async fn answer<D, F, E>(&self, verb: Verb, ready: bool, decide: D) -> Result<Answer, E>
+    where
+        D: Fn(Option<Arc<Promises>>) -> F,
+        F: Future<Output = Result<Answer, E>>,
+    {
+        if verb != Verb::Preempt {
+            return decide(None).await;
+        }
+        let answer = preempt(|| decide(Some(self.promises.clone())), self.watched.as_deref()).await;
+        if let Ok(answer) = &answer {
+            self.promises.record(answer);
+        }
+        if let (Some(waker), Some(reason)) = (&self.waker, wake_reason(answer.as_ref().ok(), ready)) {
+            waker.request(reason);
+        }
+        answer
+    }
+}
+
 /// A preempt decided on a view that has caught up with what kube-scheduler proposed.
-/// `decide` makes one decision; `watched` is the view fed by watches, which may trail
-/// kube-scheduler's cache (`None` for a snapshot or no view: nothing will catch up). A
-/// pod bound a moment ago may be missing from the view: deciding without it would drop
-/// its node as "fits without evictions" and pick a worse one (a gang member's node).
+/// `decide` makes one decision; `watched` is the view fed by watches (`None`: nothing will
+/// catch up). A pod bound a moment ago may be missing from the view: deciding without it
+/// would drop its node as "fits without evictions" and pick a worse one (a gang member's
+/// node).
 pub async fn preempt<D, F, E>(decide: D, watched: Option<&ViewCell>) -> Result<Answer, E>
 where
     D: Fn() -> F,
@@ -54,11 +101,6 @@ pub fn wake_reason(answered: Option<&Answer>, ready: bool) -> Option<WakeReason>
         Some(_) => None,
     }
 }
-
-/// How long an answer's promise holds its room without the view showing the nomination:
-/// the watch shows it within milliseconds; a preemption kube-scheduler gave up (its
-/// victims not all gone) releases the room after this.
-pub const PROMISE_HOLDS: Timestamp = 5;
 
 /// The rooms recent preempt answers promised (`PromisedRoom`), one per preemptor and node,
 /// read by the next decisions. Held for `PROMISE_HOLDS` at most; the decision itself stops

@@ -174,12 +174,16 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
         tracing::info!(lease = %format!("{}/{}", args.namespace, args.requeue_lease),
             "requeue: bare victims of requeue classes count as coming back while the requeue controller's Lease says it stores copies");
     }
-    if args.wake {
-        let waker = crate::wake::kube::Waker::new(acting_as(&own, &args.wake_identity())?, args.namespace.clone());
-        tokio::spawn(waker.clone().run(view.clone(), args.wake_min_interval));
-        state.waker = Some(waker);
-        tracing::info!(namespace = %args.namespace, wakes_as = %args.wake_identity(), min_interval_s = args.wake_min_interval.as_secs(), "waking parked pods is on");
-    }
+    let waker = match args.wake {
+        true => {
+            let waker = crate::wake::kube::Waker::new(acting_as(&own, &args.wake_identity())?, args.namespace.clone());
+            tokio::spawn(waker.clone().run(view.clone(), args.wake_min_interval));
+            tracing::info!(namespace = %args.namespace, wakes_as = %args.wake_identity(), min_interval_s = args.wake_min_interval.as_secs(), "waking parked pods is on");
+            Some(waker)
+        }
+        false => None,
+    };
+    state.service = Arc::new(crate::service::Service::new(Some(view.clone()), waker));
     if args.publish_classes {
         let (Some(name), Some(uid)) = (args.pod_name.clone(), args.pod_uid.clone()) else {
             bail!("--publish-classes needs this replica's pod (--pod-name and --pod-uid, or POD_NAME and POD_UID from the downward API): the ConfigMap it writes goes with the pods that run the extender");

@@ -44,6 +44,9 @@ pub struct PreemptOutcome {
     /// still unbound there): its cache is ahead, and a moment later the view may decide
     /// better (the edge may wait for the next view and decide again).
     pub view_behind: bool,
+    /// The room this answer promises its preemptor on each node it returns, to be held for
+    /// the next preemptors until the view shows the nomination (`promised`).
+    pub promised: Vec<super::promised::PromisedRoom>,
 }
 
 /// What evicting a victim set costs; compared field by field, lower is better.
@@ -386,6 +389,7 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
 
     // 5. Rank.
     (out.result, out.requeues) = rank(ctx, preemptor, plans, ex);
+    out.promised = super::promised::PromisedRoom::of(pod, out.result.node_name_to_meta_victims.keys(), ctx.now);
     out
 }
 

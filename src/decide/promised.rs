@@ -5,8 +5,9 @@
 //! pod's status update comes back through the watch, milliseconds later. A second
 //! preemptor of the same wave answered in between would be given the same room, and find
 //! it taken after its victims are gone: one more attempt, after kube-scheduler's back-off.
-//! So the edge remembers what it answered (`service::Promises`) and decisions count it as
-//! nominated room until the view has caught up (or the promise expires).
+//! So a decision says what it promised (`PreemptOutcome::promised`), the edge remembers it
+//! (`service::Promises`) and the next decisions count it as nominated room until the view
+//! has caught up (or the promise expires).
 
 use crate::cluster::View;
 use crate::model::{Pod, Timestamp};
@@ -21,6 +22,11 @@ pub struct PromisedRoom {
 }
 
 impl PromisedRoom {
+    /// What an answer returning `nodes` to `pod` at `now` promises it.
+    pub fn of<'n>(pod: &Pod, nodes: impl Iterator<Item = &'n String>, now: Timestamp) -> Vec<PromisedRoom> {
+        nodes.map(|node| PromisedRoom { node: node.clone(), pod: pod.clone(), at: now }).collect()
+    }
+
     /// The view does not show it yet: not nominated there, not bound, not seen gone. Once it
     /// does, the view's own nominations (or the bound pod) hold the room instead.
     pub fn unseen_by(&self, view: &View) -> bool {

@@ -1,5 +1,5 @@
-//! Request handlers: admission, one decision on the right thread, metrics and the
-//! response. What a verb decides and in how many rounds is `service`'s.
+//! Request handlers: HTTP only. Admission, one decision on the right thread, metrics and
+//! the response; what a verb decides and in how many rounds is `service`'s.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,7 +16,7 @@ use super::workers::{Cancel, Workers};
 use super::{memory, metrics};
 use crate::decide::{Context, Detail, Requeue};
 use crate::pipeline::{self, Answer, Verb};
-use crate::service;
+use crate::service::Promises;
 use crate::wire::{Bounds, DecodeError};
 
 /// What the verb routes share besides `AppState`: admission budgets and the workers.
@@ -52,7 +52,9 @@ async fn handle(
     let result = match verbs.gate.admit(&parts.headers, body, &state.limits).await {
         Ok((body, admitted)) => {
             body_bytes = body.len();
-            run(verb, &state, &verbs, AdmittedRequest { body, admitted: Arc::new(admitted), cancel }).await
+            let req = AdmittedRequest { body, admitted: Arc::new(admitted), cancel };
+            let decide = |promises| decide(verb, &state, &verbs, &req, promises);
+            state.service.answer(verb, state.is_ready(), decide).await
         }
         Err(e) => Err(e),
     };
@@ -61,9 +63,6 @@ async fn handle(
         verbs.workers.detach(memory::trim);
     }
     let seconds = || started.elapsed().as_secs_f64();
-    if verb == Verb::Preempt {
-        ask_wake(&state, &result);
-    }
     match result {
         Ok(answer) => {
             log_answer(verb, &answer, started);
@@ -80,15 +79,6 @@ async fn handle(
     }
 }
 
-/// A preempt answered in doubt leaves its pod parked in kube-scheduler: ask for a wake,
-/// carried out once the cause has cleared (`wake`).
-fn ask_wake(state: &AppState, result: &Result<Answer, ApiError>) {
-    let Some(waker) = &state.waker else { return };
-    if let Some(reason) = service::wake_reason(result.as_ref().ok(), state.is_ready()) {
-        waker.request(reason);
-    }
-}
-
 /// An admitted request: its body, what it holds, and its cancel flag.
 struct AdmittedRequest {
     body: Bytes,
@@ -96,22 +86,16 @@ struct AdmittedRequest {
     cancel: Cancel,
 }
 
-async fn run(verb: Verb, state: &AppState, verbs: &Verbs, req: AdmittedRequest) -> Result<Answer, ApiError> {
-    let once = || decide(verb, state, verbs, &req);
-    if verb != Verb::Preempt {
-        return once().await;
-    }
-    state.pace.preempt_seen();
-    // A snapshot view is the whole truth: nothing will catch up.
-    let watched = (state.view_source == ViewSource::Kubernetes).then_some(&*state.view);
-    let answer = service::preempt(once, watched).await?;
-    state.promises.record(&answer);
-    Ok(answer)
-}
-
-/// One decision. Large bodies are decided on the workers, which keep the request's
-/// admission until they finish and stop early once it is cancelled.
-async fn decide(verb: Verb, state: &AppState, verbs: &Verbs, req: &AdmittedRequest) -> Result<Answer, ApiError> {
+/// One decision, counting the room `promises` hold at its time. Large bodies are decided on
+/// the workers, which keep the request's admission until they finish and stop early once
+/// it is cancelled.
+async fn decide(
+    verb: Verb,
+    state: &AppState,
+    verbs: &Verbs,
+    req: &AdmittedRequest,
+    promises: Option<Arc<Promises>>,
+) -> Result<Answer, ApiError> {
     let policy = state.policy.load_full();
     let view = state.view.load();
     let clock = state.clock.clone();
@@ -120,7 +104,6 @@ async fn decide(verb: Verb, state: &AppState, verbs: &Verbs, req: &AdmittedReque
     let caps = state.limits.caps;
     let (body, admitted, cancel) = (req.body.clone(), req.admitted.clone(), req.cancel.clone());
     let requeue = if state.requeue.copies_possible() { Requeue::enabled() } else { Requeue::disabled() };
-    let promises = (verb == Verb::Preempt).then(|| state.promises.clone());
     let work = move || {
         let _admitted = admitted;
         let now = clock();

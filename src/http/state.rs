@@ -62,11 +62,10 @@ pub struct AppState {
     pub limits: Limits,
     /// Seconds since the epoch; replaceable so tests are deterministic.
     pub clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
-    /// Whether the requeue controller copies preempted bare pods (`serve --kube --requeue`)
-    /// and may now; while it cannot, `requeue` classes protect their bare pods.
+    /// Whether the requeue controller copies preempted bare pods (its Lease, `serve
+    /// --requeue`); while it cannot, bare pods of `requeue` classes are victims of last
+    /// resort.
     pub requeue: Arc<crate::requeue::availability::Availability>,
-    /// Preempt calls as they come: requeue's writes wait for a pause in them.
-    pub pace: Arc<crate::requeue::pace::Pace>,
     /// Per-kind watch health, with `--kube` (for `/readyz` detail).
     pub freshness: Option<Arc<Freshness>>,
     /// Why the policy file could not be reloaded (the last good policy is in force).
@@ -75,15 +74,15 @@ pub struct AppState {
     pub decisions: Arc<DecisionLog>,
     /// Writes Events on preemptors (`serve --kube --events`).
     pub events: Option<Arc<crate::events::kube::EventSink>>,
-    /// Wakes pods kube-scheduler parked after a preempt we could not answer well
-    /// (`serve --kube --wake`).
-    pub waker: Option<Arc<crate::wake::kube::Waker>>,
-    /// The room recent preempt answers promised, held for the next preemptors.
-    pub promises: Arc<crate::service::Promises>,
+    /// What the verbs' answers share between requests: the preempt flow's catch-up, the
+    /// room recent answers promised, wakes.
+    pub service: Arc<crate::service::Service>,
 }
 
 impl AppState {
     pub fn new(policy: Policy, view: Arc<ViewCell>, view_source: ViewSource) -> Self {
+        // Only a watched view trails kube-scheduler: a snapshot is the whole truth.
+        let watched = (view_source == ViewSource::Kubernetes).then(|| view.clone());
         AppState {
             policy: Arc::new(ArcSwap::from_pointee(policy)),
             view,
@@ -91,13 +90,11 @@ impl AppState {
             limits: Limits::default(),
             clock: Arc::new(system_now),
             requeue: Arc::new(crate::requeue::availability::Availability::new(false)),
-            pace: Default::default(),
             freshness: None,
             policy_problem: Arc::new(ArcSwapOption::empty()),
             decisions: Arc::new(DecisionLog::default()),
             events: None,
-            waker: None,
-            promises: Default::default(),
+            service: Arc::new(crate::service::Service::new(watched, None)),
         }
     }
 

@@ -1,5 +1,6 @@
-//! Requeue's writes (copies, releases) yield to kube-scheduler: while preempt requests keep
-//! coming, they wait for a pause of `QUIET`, at most `MAX_WAIT`. The API server then serves
+//! Requeue's writes (copies, releases) yield to kube-scheduler: while its preemptions keep
+//! coming (new marks in the requeue controller's view), they wait for a pause of `QUIET`,
+//! at most `MAX_WAIT`. The API server then serves
 //! kube-scheduler's deletions and bindings first, and released copies do not queue beside
 //! the online pods that are still being placed. Evicted pods wait in the view meanwhile
 //! (their bytes are kept), so nothing is lost by waiting unless every replica dies within
