@@ -136,7 +136,8 @@ impl Answer {
         self
     }
 
-    /// Replacements to store before the body may be sent (preempt only).
+    /// The bare victims the requeue controller brings back once they are evicted (preempt
+    /// only; explained, never stored by the answer).
     pub fn requeues(&self) -> &[RequeueIntent] {
         self.preempt.as_ref().map_or(&[], |p| &p.requeues)
     }

@@ -48,7 +48,7 @@ fn run_apart<F: std::future::Future<Output = ()>>(
 /// The watches get a thread, runtime and client of their own: an event that arrives alone
 /// (a bind, every few ms) then wakes one thread, not a worker of the shared runtime that
 /// wakes the other to share work it does not have (measured: the watch path's CPU per pod
-/// bound, docs/performance-journal.md, "The watch path on a thread of its own").
+/// bound, docs/journal/performance.md, "The watch path on a thread of its own").
 pub(super) fn watch_apart(
     config: kube::Config,
     view: Arc<cluster::ViewCell>,

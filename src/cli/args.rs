@@ -94,7 +94,7 @@ pub struct ServeArgs {
     /// Threads serving the verbs and running requeue, Events and wakes. kube-scheduler calls
     /// one verb at a time and large decisions run on --decision-workers, so one thread
     /// spares the wake-ups of handing each request between two (measured:
-    /// docs/performance-journal.md, "One I/O thread").
+    /// docs/journal/performance.md, "One I/O thread").
     #[arg(long, default_value_t = 1, value_parser = parse_threads)]
     pub io_threads: usize,
     /// Log lines as JSON (for log pipelines) instead of text.

@@ -154,7 +154,7 @@ impl ViewCell {
     /// Lets readers see the staged view, from now on. The first reader takes the first
     /// clone: handed out now, it would share every node with the staged view, and the next
     /// event on each node would copy it even if no reader ever came (the per-pod-verbs
-    /// profile, where only `preempt` reads: measured, docs/performance-journal.md, "The watch path on a thread of its own").
+    /// profile, where only `preempt` reads: measured, docs/journal/performance.md, "The watch path on a thread of its own").
     pub fn open(&self) {
         let mut staged = self.lock();
         if !staged.open {

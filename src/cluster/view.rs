@@ -47,7 +47,7 @@ pub struct NodeInfo {
     pub node: Option<Arc<Node>>,
     /// Bound, non-terminal pods, in no particular order: a bind appends, a delete swaps the
     /// last one into its place. Keeping them sorted cost a binary search over other pods'
-    /// names on every bind, each a cache miss by then (docs/performance-journal.md, "The watch path, event by event"); the rare
+    /// names on every bind, each a cache miss by then (docs/journal/performance.md, "The watch path, event by event"); the rare
     /// readers that show pods in order (`preempt`'s explanations) sort what they read.
     pods: Vec<PodRef>,
     /// How each of `pods` (same index) is counted in `usage`.

@@ -39,7 +39,7 @@
 //! `--metrics` installs `serve`'s Prometheus recorder first (the watch counts every event);
 //! `--omit-current-healthy` serves PDBs without `status.currentHealthy`; `--heap-all` keeps
 //! the heap count running to the end (a leak shows there, fragmentation does not). Figures
-//! and method: docs/performance-journal.md, "Cluster view".
+//! and method: docs/journal/performance.md, "Cluster view".
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;

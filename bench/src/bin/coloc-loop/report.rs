@@ -96,7 +96,7 @@ fn opt(x: Option<f64>, decimals: usize) -> String {
     x.map_or("-".into(), |v| format!("{v:.decimals$}"))
 }
 
-/// A Markdown table (printed, and pasted into docs/performance-journal.md as it is).
+/// A Markdown table (printed, and pasted into docs/journal/performance.md as it is).
 fn markdown(head: &[&str], rows: impl Iterator<Item = Vec<String>>) -> String {
     let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
     let mut s = line(&head.iter().map(|h| h.to_string()).collect::<Vec<_>>());
