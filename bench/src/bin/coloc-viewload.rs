@@ -27,7 +27,7 @@
 //!    through `ViewCell::load()`.
 //! 4. Event-to-visible latency: events at `--rate`/s for `--seconds`; each is stamped with
 //!    its send `Instant` in a side table (pod key, sequence number carried in the
-//!    annotation `viewload.example.com/seq`), and a dedicated thread polls `cell.load()`
+//!    label `viewload.example.com/seq`: the view keeps no annotation it does not read), and a dedicated thread polls `cell.load()`
 //!    until that pod shows that sequence number (spinning for 50 µs, then napping 20 µs
 //!    between looks, only while an event is outstanding: ~0.1 ms resolution).
 //! 5. Decisions: `pipeline::answer` (= `answer_in` with the `Context` it builds) for a
@@ -157,7 +157,7 @@ fn mib_b(b: isize) -> f64 {
 
 const NAMESPACES: usize = 16;
 const APPS: usize = 64;
-const SEQ_ANNOTATION: &str = "viewload.example.com/seq";
+const SEQ_LABEL: &str = "viewload.example.com/seq";
 /// Decision time: pods started in January 2026, long past every minRuntime.
 const NOW: i64 = 1_800_000_000;
 const TS: &str = "2026-01-05T10:00:00Z";
@@ -257,13 +257,13 @@ fn write_pod(out: &mut String, spec: Spec, p: usize, rv: u64, seq: Option<u64>) 
     let uid = pod_uid(p);
     let rs_uid = uuid(2, mix(p as u64 % (NAMESPACES * APPS) as u64));
     let h = mix(p as u64 ^ 0x5eed);
-    let seq_ann = seq.map(|s| format!(r#","{SEQ_ANNOTATION}":"{s}""#)).unwrap_or_default();
+    let seq_label = seq.map(|s| format!(r#","{SEQ_LABEL}":"{s}""#)).unwrap_or_default();
     let _ = write!(
         out,
         concat!(
             r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","generateName":"{rs}-","namespace":"{ns}","uid":"{uid}","resourceVersion":"{rv}","creationTimestamp":"{ts}","#,
-            r#""labels":{{"app":"{app}","app.kubernetes.io/name":"{app}","app.kubernetes.io/part-of":"{ns}","pod-template-hash":"{hash}","workload-class":"{class}","team":"{ns}"}},"#,
-            r#""annotations":{{"kubectl.kubernetes.io/restartedAt":"{ts}","prometheus.io/scrape":"true","prometheus.io/port":"9090"{seq_ann}}},"#,
+            r#""labels":{{"app":"{app}","app.kubernetes.io/name":"{app}","app.kubernetes.io/part-of":"{ns}","pod-template-hash":"{hash}","workload-class":"{class}","team":"{ns}"{seq_label}}},"#,
+            r#""annotations":{{"kubectl.kubernetes.io/restartedAt":"{ts}","prometheus.io/scrape":"true","prometheus.io/port":"9090"}},"#,
             r#""ownerReferences":[{{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"{rs}","uid":"{rs_uid}","controller":true,"blockOwnerDeletion":true}}],"#,
             r#""managedFields":[{{"manager":"kube-controller-manager","operation":"Update","apiVersion":"v1","time":"{ts}","fieldsType":"FieldsV1","fieldsV1":{{"f:metadata":{{"f:generateName":{{}},"f:labels":{{".":{{}},"f:app":{{}},"f:pod-template-hash":{{}}}},"f:ownerReferences":{{".":{{}},"k:{{\"uid\":\"{rs_uid}\"}}":{{}}}}}},"f:spec":{{"f:containers":{{"k:{{\"name\":\"main\"}}":{{".":{{}},"f:image":{{}},"f:name":{{}},"f:resources":{{".":{{}},"f:requests":{{".":{{}},"f:cpu":{{}},"f:memory":{{}}}}}}}}}}}}}}}},"#,
             r#"{{"manager":"kubelet","operation":"Update","apiVersion":"v1","time":"{ts}","fieldsType":"FieldsV1","fieldsV1":{{"f:status":{{"f:conditions":{{}},"f:containerStatuses":{{}},"f:hostIP":{{}},"f:phase":{{}},"f:podIP":{{}},"f:startTime":{{}}}}}},"subresource":"status"}}]}},"#,
@@ -286,7 +286,7 @@ fn write_pod(out: &mut String, spec: Spec, p: usize, rv: u64, seq: Option<u64>) 
         app = id.app,
         hash = id.hash,
         class = id.class.name(),
-        seq_ann = seq_ann,
+        seq_label = seq_label,
         rs_uid = rs_uid,
         cpu = cpu,
         memory = memory,
@@ -623,9 +623,7 @@ impl Events {
 
 /// The sequence number the view shows for `key` (0 if none).
 fn visible_seq(cell: &ViewCell, key: &str) -> u64 {
-    cell.load()
-        .and_then(|v| v.pod(key).and_then(|p| p.annotations.get(SEQ_ANNOTATION)).and_then(|s| s.parse().ok()))
-        .unwrap_or(0)
+    cell.load().and_then(|v| v.pod(key).and_then(|p| p.labels.get(SEQ_LABEL)).and_then(|s| s.parse().ok())).unwrap_or(0)
 }
 
 /// Polls `cell.load()` until `key` shows `seq` or later; the instant it was seen. Spins
