@@ -404,22 +404,19 @@ impl View {
     /// requeue reads them, if requeue may copy it; else any it kept are forgotten. (Kept
     /// apart, so that the bound can drop them without touching the pod, and an eviction's
     /// record holds none.)
-    fn keep(&mut self, pod: PodRef, policy: &Policy) -> PodRef {
-        let annotations = self.annotations_read.kept(&pod.annotations);
+    fn keep(&mut self, mut pod: PodRef, policy: &Policy) -> PodRef {
+        if let Some(annotations) = self.annotations_read.kept(&pod.annotations) {
+            // In place: a pod just decoded is the watch's alone.
+            Arc::make_mut(&mut pod).annotations = annotations;
+        }
         if pod.last_state.is_none() {
             // Its mark is gone, or it is too large to keep.
             if !self.kept.is_empty() {
                 self.kept.forget(&pod.uid);
             }
-            return match annotations {
-                None => pod,
-                Some(annotations) => Arc::new(Pod { annotations, ..Arc::unwrap_or_clone(pod) }),
-            };
+            return pod;
         }
         let mut pod = Arc::unwrap_or_clone(pod);
-        if let Some(annotations) = annotations {
-            pod.annotations = annotations;
-        }
         let bytes = pod.last_state.take();
         // Not once its copy is stored: the original's last events (its containers
         // stopping) would keep them until its copy's release.

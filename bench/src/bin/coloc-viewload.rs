@@ -9,8 +9,8 @@
 //! 1. Starts a fake API server on 127.0.0.1 (axum, its own 1-thread runtime) that serves a
 //!    synthetic cluster generated on the fly from the pod index (nothing is held in memory):
 //!    `--nodes` Nodes, `--pods-per-node` Running Pods each (ReplicaSet-owned, labels,
-//!    annotations, managedFields, requests; ~3 kB of JSON apiece), 16 PDBs, 5
-//!    PriorityClasses. Lists honour `limit`/`continue` (kube-rs pages by 500), are streamed
+//!    annotations, managedFields, requests; ~3 kB of JSON apiece), 16 Namespaces with a
+//!    PDB each, 5 PriorityClasses, no Jobs. Lists honour `limit`/`continue` (kube-rs pages by 500), are streamed
 //!    500 items per chunk (the extender lists pods unpaginated, decoding as they come), carry
 //!    `metadata.resourceVersion`; the Pod watch streams newline-delimited
 //!    `{"type":"MODIFIED","object":...}` events this tool feeds it; other watches stay open.
@@ -353,6 +353,15 @@ fn write_pdb(out: &mut String, i: usize, healthy: Option<usize>) {
     );
 }
 
+/// Namespace `team-i`, where the pods of every `NAMESPACES`th index run.
+fn write_namespace(out: &mut String, i: usize) {
+    let _ = write!(
+        out,
+        r#"{{"apiVersion":"v1","kind":"Namespace","metadata":{{"name":"team-{i:02}","uid":"{uid}","resourceVersion":"700","labels":{{"kubernetes.io/metadata.name":"team-{i:02}"}}}},"spec":{{"finalizers":["kubernetes"]}},"status":{{"phase":"Active"}}}}"#,
+        uid = uuid(6, i as u64),
+    );
+}
+
 /// Batch pods in namespace `team-i`: what the disruption controller would count.
 fn batch_pods_in(spec: Spec, i: usize) -> usize {
     (0..spec.pods()).filter(|p| p % NAMESPACES == i && Class::of_slot(p % spec.per_node) == Class::Batch).count()
@@ -442,6 +451,8 @@ enum Kind {
     PriorityClass,
     /// Served empty: the synthetic cluster has no Jobs (the view requires the kind).
     Job,
+    /// The pods' namespaces (the view requires the kind).
+    Namespace,
 }
 
 struct Server {
@@ -468,6 +479,7 @@ impl Server {
             Kind::Pdb => NAMESPACES,
             Kind::PriorityClass => PRIORITY_CLASSES.len(),
             Kind::Job => 0,
+            Kind::Namespace => NAMESPACES,
         }
     }
 }
@@ -486,6 +498,7 @@ async fn list_or_watch(
                 Kind::Pdb => "PodDisruptionBudget",
                 Kind::PriorityClass => "PriorityClass",
                 Kind::Job => "Job",
+                Kind::Namespace => "Namespace",
             };
             let mut w = server.watches.lock().unwrap();
             let n = w.entry(name).or_default();
@@ -517,6 +530,7 @@ async fn list_or_watch(
         Kind::Pdb => ("policy/v1", "PodDisruptionBudgetList"),
         Kind::PriorityClass => ("scheduling.k8s.io/v1", "PriorityClassList"),
         Kind::Job => ("batch/v1", "JobList"),
+        Kind::Namespace => ("v1", "NamespaceList"),
     };
     let cont = if to < total { format!(r#","continue":"{to}""#) } else { String::new() };
     let header = format!(
@@ -545,6 +559,7 @@ async fn list_or_watch(
                     Kind::Pdb => write_pdb(&mut out, i, server.current_healthy.then(|| batch_pods_in(server.spec, i))),
                     Kind::PriorityClass => write_priority_class(&mut out, i),
                     Kind::Job => unreachable!("no Jobs are served"),
+                    Kind::Namespace => write_namespace(&mut out, i),
                 }
             }
             let next = if end < to {
@@ -576,7 +591,8 @@ async fn start_server(server: Arc<Server>) -> anyhow::Result<SocketAddr> {
             "/apis/scheduling.k8s.io/v1/priorityclasses",
             get(list_or_watch).with_state((server.clone(), Kind::PriorityClass)),
         )
-        .route("/apis/batch/v1/jobs", get(list_or_watch).with_state((server, Kind::Job)));
+        .route("/apis/batch/v1/jobs", get(list_or_watch).with_state((server.clone(), Kind::Job)))
+        .route("/api/v1/namespaces", get(list_or_watch).with_state((server, Kind::Namespace)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     // Like the real API server (Go sets TCP_NODELAY by default): without it, Nagle's
