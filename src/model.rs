@@ -103,7 +103,9 @@ pub struct Pod {
     pub namespace: String,
     pub uid: String,
     pub labels: Labels,
-    /// Annotations, minus the bulky `last-applied-configuration`.
+    /// Annotations, minus the bulky `last-applied-configuration`; in the cluster view,
+    /// only those decisions read (`policy::AnnotationsRead`): read no other of a pod the
+    /// view holds without adding it there.
     pub annotations: Labels,
     /// The managing controller (ownerReference with `controller: true`), if any.
     pub controller: Option<OwnerRef>,

@@ -84,9 +84,13 @@ impl Drop for Watched {
 }
 
 async fn watched(api: &fake_api::FakeApi) -> Watched {
+    watched_under(api, Arc::new(ArcSwap::from_pointee(Policy::builtin_default().enforced()))).await
+}
+
+/// `watched`, under a policy the test may reload.
+async fn watched_under(api: &fake_api::FakeApi, policy: Arc<ArcSwap<Policy>>) -> Watched {
     let cell = Arc::new(ViewCell::default());
     let fresh = Arc::new(Freshness::default());
-    let policy = Arc::new(ArcSwap::from_pointee(Policy::builtin_default().enforced()));
     let run = watch::run_with(
         api.client(),
         cell.clone(),
@@ -207,4 +211,41 @@ async fn a_podgroup_deleted_while_its_pods_run_leaves_the_view_and_its_gang_need
     );
     let after = gang_of(&w.cell.load().unwrap(), "ml/m-1").unwrap();
     assert_eq!((after.size, after.min, after.priority), (2, 2, None), "{after:?}");
+}
+
+/// The view keeps of each pod only the annotations the policy reads: a reloaded policy that
+/// names another gang minimum finds it once the pods are listed again, which a reload
+/// that reads no new key does not cost.
+#[tokio::test]
+async fn a_minimum_annotation_a_reloaded_policy_names_is_read_from_the_pods_listed_again() {
+    const MIN_MEMBERS: &str = "example.com/min-members";
+    let declare = |p: &mut Value| {
+        p["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io/name"] = json!("train");
+        p["metadata"]["annotations"][MIN_MEMBERS] = json!("2");
+    };
+    let api = fake_api::FakeApi::start().await;
+    for v in ALL {
+        api.unserve(v);
+    }
+    api.seed(&[node("n1"), member("m-1", declare), member("m-2", declare), member("m-3", declare)]);
+    let policy = Arc::new(ArcSwap::from_pointee(Policy::builtin_default().enforced()));
+    let w = watched_under(&api, policy.clone()).await;
+    let minimum = || gang_of(&w.cell.load().unwrap(), "ml/m-1").map(|g| (g.min, g.min_from));
+    assert_eq!(minimum(), Some((3, "no minimum declared: all 3 members".into())), "not a key the policy reads yet");
+    let lists = api.count("list", "Pod");
+
+    let mut reads_it = Policy::builtin_default().enforced();
+    reads_it.gangs.min_member_annotations.push(MIN_MEMBERS.into());
+    policy.store(Arc::new(reads_it.clone()));
+    assert!(wait_until(|| minimum() == Some((2, "min-members 2".into()))).await, "{:?}", minimum());
+    assert_eq!(api.count("list", "Pod"), lists + 1, "the pods were listed once again");
+    assert!(w.cell.is_ready(), "the view stayed ready while they were");
+
+    // Reading fewer keys, or the same ones, needs no list.
+    let mut same_keys = reads_it;
+    same_keys.max_candidates += 1;
+    policy.store(Arc::new(same_keys));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(api.count("list", "Pod"), lists + 1);
+    assert_eq!(minimum(), Some((2, "min-members 2".into())));
 }

@@ -624,6 +624,45 @@ async fn a_pod_too_large_to_keep_is_copied_from_the_api_server_or_its_loss_is_sa
     assert!(matches!(&said[..], [n] if n.starts_with("gone ") && n.contains("state_not_kept")), "{said:?}");
 }
 
+/// The view keeps of a pod only the annotations decisions read; a copy is built from the
+/// pod's whole JSON (its kept bytes, or a read of it), so it carries every annotation.
+#[tokio::test]
+async fn a_copy_carries_every_annotation_its_original_had_though_the_view_keeps_none_of_them() {
+    let per_pod = coloc_extender::cluster::kept::PER_POD;
+    let api = cluster().await;
+    let r = replica(&api).await;
+    let in_view = |uid: &str| r.cell.load().unwrap().pod_by_uid(uid).cloned();
+    let mut originals = Vec::new();
+    // Gone at the delete (grace 0), copied from the bytes the view kept; held terminating
+    // and too large to keep, copied from a read of it.
+    for (name, size) in [("kept", 200 * 1024), ("read", per_pod + 1)] {
+        let mut p = large(&api, name, size);
+        p["metadata"]["annotations"]["team"] = json!("ml");
+        api.apply(p);
+        let uid = uid_of(&api, name);
+        assert!(eventually(|| in_view(&uid).is_some()).await);
+        assert!(in_view(&uid).unwrap().annotations.is_empty(), "the view keeps none of {name}'s");
+        originals.push((name, size, uid));
+    }
+    evict(&api, "kept").await;
+    evict_gracefully(&api, "read").await;
+    assert!(eventually(|| r.cell.load().unwrap().evictions().len() == 2).await);
+    let kept = |uid: &str| r.cell.load().unwrap().last_state(uid).is_some();
+    assert!(kept(&originals[0].2) && !kept(&originals[1].2), "kept's bytes, the only copy of it left");
+    r.settle().await;
+    for (name, size, uid) in originals {
+        let stored = replacements_of(&api, &uid);
+        assert_eq!(stored.len(), 1, "{name} copied");
+        let annotations = &stored[0]["metadata"]["annotations"];
+        assert_eq!(annotations["team"], "ml", "{name}");
+        assert_eq!(annotations["example.com/blob"].as_str().map(str::len), Some(size), "{name}");
+        // Released once its original is gone: its spec's digest is the one the view took
+        // of the original's whole JSON.
+        assert_eq!(gated(&stored[0]), name == "read", "{name}");
+    }
+    assert_eq!(reads_of(&api, "read"), 1, "copied from a read");
+}
+
 #[tokio::test]
 async fn a_tenants_many_large_pods_marked_and_held_keep_the_kept_bytes_under_their_bound() {
     use coloc_extender::cluster::kept::{PER_POD, TOTAL};

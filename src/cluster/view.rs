@@ -23,7 +23,7 @@ use crate::model::{
     DisruptionMode, GangInfo, GangRef, GangSource, Job, Namespace, NamespaceOptIn, Node, Pdb, Pod, PodGroup, PodRef,
     PriorityClass, Resources, Timestamp,
 };
-use crate::policy::{requeue_rule, Circumstances, ClassId, GangConfig, NotRequeued, Policy};
+use crate::policy::{requeue_rule, AnnotationsRead, Circumstances, ClassId, GangConfig, NotRequeued, Policy};
 
 /// Raw objects a view is built from.
 #[derive(Debug, Clone, Default)]
@@ -215,6 +215,8 @@ pub struct View {
     pod_groups: PMap<GangRef, Arc<PodGroup>>,
     /// Which declarations make a gang (the policy's, kept so reads need no policy).
     gangs: Arc<GangConfig>,
+    /// The annotations decisions read: all a pod keeps of its annotations here.
+    annotations_read: Arc<AnnotationsRead>,
     /// Requests held by evictable classes, per tenant (fair sharing).
     tenant_usage: PMap<String, Resources>,
     tenant_weights: Arc<BTreeMap<String, f64>>,
@@ -270,6 +272,7 @@ impl View {
         View {
             tenant_weights: Arc::new(policy.tenants.weights.clone()),
             gangs: Arc::new(policy.gangs.clone()),
+            annotations_read: Arc::new(AnnotationsRead::of(&policy.gangs)),
             ..View::default()
         }
     }
@@ -396,10 +399,16 @@ impl View {
         &self.kept
     }
 
-    /// Moves the bytes a marked bare pod's state carries into `kept`, where requeue reads
-    /// them, if requeue may copy it; else forgets any it kept. (Kept apart, so that the
-    /// bound can drop them without touching the pod, and an eviction's record holds none.)
-    fn keep_state(&mut self, pod: PodRef, policy: &Policy) -> PodRef {
+    /// What the view keeps of `pod`: the annotations decisions read (`AnnotationsRead`),
+    /// and no bytes. The bytes a marked bare pod's state carries move into `kept`, where
+    /// requeue reads them, if requeue may copy it; else any it kept are forgotten. (Kept
+    /// apart, so that the bound can drop them without touching the pod, and an eviction's
+    /// record holds none.)
+    fn keep(&mut self, mut pod: PodRef, policy: &Policy) -> PodRef {
+        if let Some(annotations) = self.annotations_read.kept(&pod.annotations) {
+            // In place: a pod just decoded is the watch's alone.
+            Arc::make_mut(&mut pod).annotations = annotations;
+        }
         if pod.last_state.is_none() {
             // Its mark is gone, or it is too large to keep.
             if !self.kept.is_empty() {
@@ -507,7 +516,7 @@ impl View {
     /// kube-scheduler's cache holds only bound, non-terminal pods.
     pub fn apply_pod(&mut self, pod: PodRef, policy: &Policy) {
         let key = pod.key();
-        let pod = self.keep_state(pod, policy);
+        let pod = self.keep(pod, policy);
         self.place_pod(pod, key, policy);
     }
 
@@ -621,7 +630,7 @@ impl View {
         // view's last.
         let gone = match last {
             Some(last) if last.uid == old.uid && (last.preempted || last.evicted) && last.spec_digest.is_some() => {
-                self.keep_state(Arc::new(last.clone()), policy)
+                self.keep(Arc::new(last.clone()), policy)
             }
             _ => old.clone(),
         };

@@ -21,7 +21,7 @@ use super::lean::{
     JobKind, Lean, LeanKind, NamespaceKind, NodeKind, PdbKind, PodGroupApi, PodGroupKind, PodKind, PriorityClassKind,
 };
 use super::{View, ViewCell};
-use crate::policy::Policy;
+use crate::policy::{AnnotationsRead, Policy};
 
 /// Seconds a watch may fail before the view counts as stale: `/readyz` turns 503 and
 /// decisions fall back to each class's `withoutView` behaviour.
@@ -458,7 +458,9 @@ pub async fn run_with(
     gang_kinds.discover(&client, &shared, policy_seen.gangs.sources).await;
     let mut discovered_at = tokio::time::Instant::now();
     // Terminal pods never hold resources in kube-scheduler's cache either.
-    let pods = cached::list_watch::<PodKind>(client.clone(), Some("status.phase!=Succeeded,status.phase!=Failed"));
+    let (relist_pods, relist) = tokio::sync::watch::channel(());
+    let pods =
+        cached::list_watch::<PodKind>(client.clone(), Some("status.phase!=Succeeded,status.phase!=Failed"), relist);
     tokio::spawn(follow(pods, shared.clone()));
     tokio::spawn(follow(watcher_of::<NodeKind>(client.clone()), shared.clone()));
     tokio::spawn(follow(watcher_of::<PdbKind>(client.clone()), shared.clone()));
@@ -485,7 +487,10 @@ pub async fn run_with(
         if Arc::ptr_eq(&current, &policy_seen) {
             continue;
         }
-        policy_seen = current.clone();
+        let before = std::mem::replace(&mut policy_seen, current.clone());
+        // The view keeps of each pod only the annotations the policy reads: one that reads
+        // a key the view left out needs every pod read again, once re-indexed.
+        let relist = AnnotationsRead::of(&current.gangs).reads_more_than(&AnnotationsRead::of(&before.gangs));
         let sources = current.gangs.sources;
         let shared_now = shared.clone();
         // O(cluster): keep it off the threads that answer requests.
@@ -499,6 +504,10 @@ pub async fn run_with(
             tracing::info!(nodes, pods, "cluster view re-indexed for the new policy");
         })
         .await;
+        if relist {
+            tracing::info!("pods listed again: the policy reads annotations the view did not keep");
+            relist_pods.send_replace(());
+        }
         // A gang source switched on or off takes effect now, not at the next discovery.
         gang_kinds.discover(&client, &shared, sources).await;
     }

@@ -1,5 +1,6 @@
 //! Workload classes: loading, validation and classification of pods.
 
+pub mod annotations_read;
 mod model;
 pub mod requeue_rule;
 pub mod routing;
@@ -11,6 +12,7 @@ pub use model::{
     Policy, ReplacementPreemption, RequeueRules, Scoring, Selector, TenantConfig, VictimRules, WithoutView,
 };
 
+pub use annotations_read::AnnotationsRead;
 pub use requeue_rule::{requeue_rule, CannotRequeue, Circumstances, NotRequeued};
 
 use crate::model::Pod;

@@ -6,8 +6,9 @@
 //! beyond, a copy is built from a read of the original.
 //!
 //! Real kube-apiserver (`KUBE_BIN_DIR`), no kube-scheduler; the extender as `serve --kube
-//! --requeue`. Marks `--pods` pods of `--kib` KiB each in waves of `--step`, and after each
-//! wave reports the kept bytes and states the extender exports and its resident memory.
+//! --requeue`. Creates `--unmarked` pods of `--kib` KiB each that it never marks, then marks
+//! `--pods` more, in waves of `--step`, and after each wave reports the kept bytes and states
+//! the extender exports and its resident memory.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -34,6 +35,10 @@ struct Args {
     /// Pods marked between two readings.
     #[arg(long, default_value_t = 100)]
     step: usize,
+    /// Pods of the same size the tenant creates first and never marks (what the view keeps
+    /// of every pod, apart from requeue's bytes).
+    #[arg(long, default_value_t = 0)]
+    unmarked: usize,
     /// The extender binary (default: coloc-extender beside this executable).
     #[arg(long)]
     extender: Option<PathBuf>,
@@ -51,6 +56,8 @@ async fn main() -> anyhow::Result<()> {
     cluster::create(&client, cluster::node("node-1", 1_000_000, 4096, "zone-a")).await?;
     let extender = Extender::start(&plane, "coloc-kept", &binary, &["--kube", "--requeue"]).await?;
     let pid = extender.proc.pid().context("the extender has no pid")?.to_string();
+    let requeue = extender.requeue.as_ref().context("no requeue controller beside the extender")?;
+    let pids = [pid, requeue.proc.pid().context("the requeue controller has no pid")?.to_string()];
     let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), prepared::BATCH);
 
     println!(
@@ -60,23 +67,29 @@ async fn main() -> anyhow::Result<()> {
         kept::PER_POD / 1024,
         kept::TOTAL / (1024 * 1024)
     );
-    println!("| pods marked | marked bytes, MiB | kept states | kept bytes, MiB | extender RSS, MiB | peak RSS, MiB |");
-    println!("|---|---|---|---|---|---|");
-    report(&extender, &pid, 0, 0).await?;
+    println!(
+        "| pods unmarked | pods marked | marked bytes, MiB | kept states | kept bytes, MiB | extender RSS (peak), MiB | requeue controller RSS (peak), MiB |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     let notes = "n".repeat(args.kib * 1024);
+    let held = |name: &str| {
+        let mut pod = PodBuilder::new(prepared::BATCH, name, "free", 10).on("node-1").annotate("notes", &notes).build();
+        pod.metadata.finalizers = Some(vec![HOLD.into()]);
+        pod
+    };
+    let mut unmarked = 0;
+    report(&extender, &pids, unmarked, 0, 0).await?;
+    while unmarked < args.unmarked {
+        let wave = unmarked..(unmarked + args.step).min(args.unmarked);
+        unmarked = wave.end;
+        cluster::create_all_with(&client, wave.map(|i| held(&format!("plain-{i:05}"))).collect(), 8).await?;
+        wait_for_view(&extender, unmarked).await?;
+        report(&extender, &pids, unmarked, 0, 0).await?;
+    }
     let mut marked = 0;
     while marked < args.pods {
         let wave: Vec<String> = (marked..(marked + args.step).min(args.pods)).map(|i| format!("held-{i:05}")).collect();
-        let objects = wave
-            .iter()
-            .map(|name| {
-                let mut pod =
-                    PodBuilder::new(prepared::BATCH, name, "free", 10).on("node-1").annotate("notes", &notes).build();
-                pod.metadata.finalizers = Some(vec![HOLD.into()]);
-                pod
-            })
-            .collect();
-        cluster::create_all_with(&client, objects, 8).await?;
+        cluster::create_all_with(&client, wave.iter().map(|name| held(name)).collect(), 8).await?;
         for name in &wave {
             // What kube-scheduler writes before it deletes a victim; the tenant writes it here.
             let mark = json!({"status": {"conditions": [{
@@ -88,7 +101,7 @@ async fn main() -> anyhow::Result<()> {
         }
         marked += wave.len();
         settle(&extender).await?;
-        report(&extender, &pid, marked, marked * args.kib).await?;
+        report(&extender, &pids, unmarked, marked, marked * args.kib).await?;
     }
     // The holds go with the control plane; nothing outlives this run.
     Ok(())
@@ -110,16 +123,36 @@ async fn settle(e: &Extender) -> anyhow::Result<()> {
     anyhow::bail!("the kept states did not settle within two minutes")
 }
 
-async fn report(e: &Extender, pid: &str, marked: usize, marked_kib: usize) -> anyhow::Result<()> {
+/// Waits until the extender's view holds `pods` pods.
+async fn wait_for_view(e: &Extender, pods: usize) -> anyhow::Result<()> {
+    for _ in 0..240 {
+        if e.metric_sum("coloc_view_pods", "").await? >= pods as f64 {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    anyhow::bail!("the view did not hold {pods} pods within two minutes")
+}
+
+async fn report(
+    e: &Extender,
+    pids: &[String; 2],
+    unmarked: usize,
+    marked: usize,
+    marked_kib: usize,
+) -> anyhow::Result<()> {
     let states = e.metric_sum("coloc_requeue_kept_states", "").await?;
     let bytes = e.metric_sum("coloc_requeue_kept_bytes", "").await?;
     let mib = |kib: Option<u64>| kib.map_or("-".into(), |k| format!("{:.1}", k as f64 / 1024.0));
+    let rss = |pid: &str| {
+        format!("{} ({})", mib(procstat::status_kib(pid, "VmRSS:")), mib(procstat::status_kib(pid, "VmHWM:")))
+    };
     println!(
-        "| {marked} | {:.1} | {states} | {:.1} | {} | {} |",
+        "| {unmarked} | {marked} | {:.1} | {states} | {:.1} | {} | {} |",
         marked_kib as f64 / 1024.0,
         bytes / (1024.0 * 1024.0),
-        mib(procstat::status_kib(pid, "VmRSS:")),
-        mib(procstat::status_kib(pid, "VmHWM:")),
+        rss(&pids[0]),
+        rss(&pids[1]),
     );
     Ok(())
 }

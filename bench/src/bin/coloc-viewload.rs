@@ -9,8 +9,8 @@
 //! 1. Starts a fake API server on 127.0.0.1 (axum, its own 1-thread runtime) that serves a
 //!    synthetic cluster generated on the fly from the pod index (nothing is held in memory):
 //!    `--nodes` Nodes, `--pods-per-node` Running Pods each (ReplicaSet-owned, labels,
-//!    annotations, managedFields, requests; ~3 kB of JSON apiece), 16 PDBs, 5
-//!    PriorityClasses. Lists honour `limit`/`continue` (kube-rs pages by 500), are streamed
+//!    annotations, managedFields, requests; ~3 kB of JSON apiece), 16 Namespaces with a
+//!    PDB each, 5 PriorityClasses, no Jobs. Lists honour `limit`/`continue` (kube-rs pages by 500), are streamed
 //!    500 items per chunk (the extender lists pods unpaginated, decoding as they come), carry
 //!    `metadata.resourceVersion`; the Pod watch streams newline-delimited
 //!    `{"type":"MODIFIED","object":...}` events this tool feeds it; other watches stay open.
@@ -27,7 +27,7 @@
 //!    through `ViewCell::load()`.
 //! 4. Event-to-visible latency: events at `--rate`/s for `--seconds`; each is stamped with
 //!    its send `Instant` in a side table (pod key, sequence number carried in the
-//!    annotation `viewload.example.com/seq`), and a dedicated thread polls `cell.load()`
+//!    label `viewload.example.com/seq`: the view keeps no annotation it does not read), and a dedicated thread polls `cell.load()`
 //!    until that pod shows that sequence number (spinning for 50 µs, then napping 20 µs
 //!    between looks, only while an event is outstanding: ~0.1 ms resolution).
 //! 5. Decisions: `pipeline::answer` (= `answer_in` with the `Context` it builds) for a
@@ -157,7 +157,7 @@ fn mib_b(b: isize) -> f64 {
 
 const NAMESPACES: usize = 16;
 const APPS: usize = 64;
-const SEQ_ANNOTATION: &str = "viewload.example.com/seq";
+const SEQ_LABEL: &str = "viewload.example.com/seq";
 /// Decision time: pods started in January 2026, long past every minRuntime.
 const NOW: i64 = 1_800_000_000;
 const TS: &str = "2026-01-05T10:00:00Z";
@@ -257,13 +257,13 @@ fn write_pod(out: &mut String, spec: Spec, p: usize, rv: u64, seq: Option<u64>) 
     let uid = pod_uid(p);
     let rs_uid = uuid(2, mix(p as u64 % (NAMESPACES * APPS) as u64));
     let h = mix(p as u64 ^ 0x5eed);
-    let seq_ann = seq.map(|s| format!(r#","{SEQ_ANNOTATION}":"{s}""#)).unwrap_or_default();
+    let seq_label = seq.map(|s| format!(r#","{SEQ_LABEL}":"{s}""#)).unwrap_or_default();
     let _ = write!(
         out,
         concat!(
             r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","generateName":"{rs}-","namespace":"{ns}","uid":"{uid}","resourceVersion":"{rv}","creationTimestamp":"{ts}","#,
-            r#""labels":{{"app":"{app}","app.kubernetes.io/name":"{app}","app.kubernetes.io/part-of":"{ns}","pod-template-hash":"{hash}","workload-class":"{class}","team":"{ns}"}},"#,
-            r#""annotations":{{"kubectl.kubernetes.io/restartedAt":"{ts}","prometheus.io/scrape":"true","prometheus.io/port":"9090"{seq_ann}}},"#,
+            r#""labels":{{"app":"{app}","app.kubernetes.io/name":"{app}","app.kubernetes.io/part-of":"{ns}","pod-template-hash":"{hash}","workload-class":"{class}","team":"{ns}"{seq_label}}},"#,
+            r#""annotations":{{"kubectl.kubernetes.io/restartedAt":"{ts}","prometheus.io/scrape":"true","prometheus.io/port":"9090"}},"#,
             r#""ownerReferences":[{{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"{rs}","uid":"{rs_uid}","controller":true,"blockOwnerDeletion":true}}],"#,
             r#""managedFields":[{{"manager":"kube-controller-manager","operation":"Update","apiVersion":"v1","time":"{ts}","fieldsType":"FieldsV1","fieldsV1":{{"f:metadata":{{"f:generateName":{{}},"f:labels":{{".":{{}},"f:app":{{}},"f:pod-template-hash":{{}}}},"f:ownerReferences":{{".":{{}},"k:{{\"uid\":\"{rs_uid}\"}}":{{}}}}}},"f:spec":{{"f:containers":{{"k:{{\"name\":\"main\"}}":{{".":{{}},"f:image":{{}},"f:name":{{}},"f:resources":{{".":{{}},"f:requests":{{".":{{}},"f:cpu":{{}},"f:memory":{{}}}}}}}}}}}}}}}},"#,
             r#"{{"manager":"kubelet","operation":"Update","apiVersion":"v1","time":"{ts}","fieldsType":"FieldsV1","fieldsV1":{{"f:status":{{"f:conditions":{{}},"f:containerStatuses":{{}},"f:hostIP":{{}},"f:phase":{{}},"f:podIP":{{}},"f:startTime":{{}}}}}},"subresource":"status"}}]}},"#,
@@ -286,7 +286,7 @@ fn write_pod(out: &mut String, spec: Spec, p: usize, rv: u64, seq: Option<u64>) 
         app = id.app,
         hash = id.hash,
         class = id.class.name(),
-        seq_ann = seq_ann,
+        seq_label = seq_label,
         rs_uid = rs_uid,
         cpu = cpu,
         memory = memory,
@@ -350,6 +350,15 @@ fn write_pdb(out: &mut String, i: usize, healthy: Option<usize>) {
         i = i,
         uid = uuid(4, i as u64),
         current = current,
+    );
+}
+
+/// Namespace `team-i`, where the pods of every `NAMESPACES`th index run.
+fn write_namespace(out: &mut String, i: usize) {
+    let _ = write!(
+        out,
+        r#"{{"apiVersion":"v1","kind":"Namespace","metadata":{{"name":"team-{i:02}","uid":"{uid}","resourceVersion":"700","labels":{{"kubernetes.io/metadata.name":"team-{i:02}"}}}},"spec":{{"finalizers":["kubernetes"]}},"status":{{"phase":"Active"}}}}"#,
+        uid = uuid(6, i as u64),
     );
 }
 
@@ -442,6 +451,8 @@ enum Kind {
     PriorityClass,
     /// Served empty: the synthetic cluster has no Jobs (the view requires the kind).
     Job,
+    /// The pods' namespaces (the view requires the kind).
+    Namespace,
 }
 
 struct Server {
@@ -468,6 +479,7 @@ impl Server {
             Kind::Pdb => NAMESPACES,
             Kind::PriorityClass => PRIORITY_CLASSES.len(),
             Kind::Job => 0,
+            Kind::Namespace => NAMESPACES,
         }
     }
 }
@@ -486,6 +498,7 @@ async fn list_or_watch(
                 Kind::Pdb => "PodDisruptionBudget",
                 Kind::PriorityClass => "PriorityClass",
                 Kind::Job => "Job",
+                Kind::Namespace => "Namespace",
             };
             let mut w = server.watches.lock().unwrap();
             let n = w.entry(name).or_default();
@@ -517,6 +530,7 @@ async fn list_or_watch(
         Kind::Pdb => ("policy/v1", "PodDisruptionBudgetList"),
         Kind::PriorityClass => ("scheduling.k8s.io/v1", "PriorityClassList"),
         Kind::Job => ("batch/v1", "JobList"),
+        Kind::Namespace => ("v1", "NamespaceList"),
     };
     let cont = if to < total { format!(r#","continue":"{to}""#) } else { String::new() };
     let header = format!(
@@ -545,6 +559,7 @@ async fn list_or_watch(
                     Kind::Pdb => write_pdb(&mut out, i, server.current_healthy.then(|| batch_pods_in(server.spec, i))),
                     Kind::PriorityClass => write_priority_class(&mut out, i),
                     Kind::Job => unreachable!("no Jobs are served"),
+                    Kind::Namespace => write_namespace(&mut out, i),
                 }
             }
             let next = if end < to {
@@ -576,7 +591,8 @@ async fn start_server(server: Arc<Server>) -> anyhow::Result<SocketAddr> {
             "/apis/scheduling.k8s.io/v1/priorityclasses",
             get(list_or_watch).with_state((server.clone(), Kind::PriorityClass)),
         )
-        .route("/apis/batch/v1/jobs", get(list_or_watch).with_state((server, Kind::Job)));
+        .route("/apis/batch/v1/jobs", get(list_or_watch).with_state((server.clone(), Kind::Job)))
+        .route("/api/v1/namespaces", get(list_or_watch).with_state((server, Kind::Namespace)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     // Like the real API server (Go sets TCP_NODELAY by default): without it, Nagle's
@@ -623,9 +639,7 @@ impl Events {
 
 /// The sequence number the view shows for `key` (0 if none).
 fn visible_seq(cell: &ViewCell, key: &str) -> u64 {
-    cell.load()
-        .and_then(|v| v.pod(key).and_then(|p| p.annotations.get(SEQ_ANNOTATION)).and_then(|s| s.parse().ok()))
-        .unwrap_or(0)
+    cell.load().and_then(|v| v.pod(key).and_then(|p| p.labels.get(SEQ_LABEL)).and_then(|s| s.parse().ok())).unwrap_or(0)
 }
 
 /// Polls `cell.load()` until `key` shows `seq` or later; the instant it was seen. Spins

@@ -403,6 +403,26 @@ fn a_marked_pods_bytes_are_kept_apart_and_go_once_nothing_needs_them() {
     assert!(view.rebuild(&p).last_state("uid-batch-d").is_some());
 }
 
+/// The pod and its eviction's record keep only the annotations decisions read; the bytes
+/// requeue copies from keep every one.
+#[test]
+fn a_marked_pod_keeps_the_annotations_decisions_read_and_its_bytes_all_of_them() {
+    use crate::model::{marks, Labels};
+    let p = policy();
+    let mut view = View::empty(&p);
+    let notes = "n".repeat(64 * 1024);
+    let json: Arc<str> = Arc::from(format!(r#"{{"metadata":{{"annotations":{{"notes":"{notes}"}}}}}}"#));
+    let annotations = Labels::from([("notes", notes.as_str()), (marks::BASE_NAME, "first"), ("team", "ml")]);
+    let d = Pod { annotations, last_state: Some(json.clone()), ..marked("d", 0) };
+    view.apply_pod(Arc::new(d.clone()), &p);
+    let read = Labels::from([(marks::BASE_NAME, "first")]);
+    assert_eq!(view.pod("batch/d").unwrap().annotations, read);
+    // Gone at the delete: the record is made from the event's pod.
+    view.remove_deleted_pod("batch/d", &d, &p);
+    assert_eq!(view.evictions().get("uid-batch-d").unwrap().pod.annotations, read);
+    assert_eq!(view.last_state("uid-batch-d"), Some(&json));
+}
+
 #[test]
 fn many_large_marked_pods_held_terminating_keep_the_bytes_under_their_bound() {
     let p = policy();

@@ -27,7 +27,7 @@ use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::runtime::watcher::{Error, Event};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Deserialize;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::super::lean::{Lean, LeanKind};
@@ -79,21 +79,27 @@ struct State<K: LeanKind> {
     api: Api<Lean<K>>,
     fields: Option<String>,
     stage: Stage<K>,
+    /// Asks for the whole list again: the view now keeps more of each object than it
+    /// kept of those it has.
+    relist: watch::Receiver<()>,
     /// Events ready to hand out (a batch's objects, then `InitDone`).
     ready: VecDeque<Event<Lean<K>>>,
 }
 
 /// Every object of `K` matching the field selector `fields`, then every change, as kube-rs'
-/// `watcher(…)` would yield them (`follow` adds its back-off).
+/// `watcher(…)` would yield them (`follow` adds its back-off); all of them again from a
+/// new list whenever `relist` is sent to.
 pub fn list_watch<K: LeanKind>(
     client: Client,
     fields: Option<&str>,
+    relist: watch::Receiver<()>,
 ) -> impl Stream<Item = Result<Event<Lean<K>>, Error>> + Send {
     let state = State {
         api: Api::all(client.clone()),
         client,
         fields: fields.map(str::to_string),
         stage: Stage::Unlisted,
+        relist,
         ready: VecDeque::new(),
     };
     futures::stream::unfold(state, |mut state| async move {
@@ -186,27 +192,38 @@ impl<K: LeanKind> State<K> {
             }
             match std::mem::replace(&mut self.stage, Stage::Unlisted) {
                 Stage::Unlisted => {
+                    // This list reads everything: a new one asked for until now is this one.
+                    self.relist.borrow_and_update();
                     let request = self.list_request().map_err(Error::InitialListFailed)?;
                     let (tx, objects) = mpsc::channel(BATCHES_IN_FLIGHT);
                     let reader = tokio::spawn(read_list(self.client.clone(), request, tx));
                     self.stage = Stage::Listing { objects, reader };
                     return Ok(Event::Init);
                 }
-                Stage::Listing { mut objects, reader } => match objects.recv().await {
-                    Some(Listed::Objects(batch)) => {
-                        self.ready.extend(batch.into_iter().map(Event::InitApply));
-                        self.stage = Stage::Listing { objects, reader };
+                Stage::Listing { mut objects, reader } => {
+                    // Asked to list again: this list goes (what it read is read again).
+                    let Some(listed) = next_or_relist(objects.recv(), &mut self.relist).await else {
+                        reader.abort();
+                        continue;
+                    };
+                    match listed {
+                        Some(Listed::Objects(batch)) => {
+                            self.ready.extend(batch.into_iter().map(Event::InitApply));
+                            self.stage = Stage::Listing { objects, reader };
+                        }
+                        Some(Listed::Done { rv: Some(rv) }) if !rv.is_empty() => {
+                            self.stage = Stage::Listed { rv };
+                            return Ok(Event::InitDone);
+                        }
+                        Some(Listed::Done { .. }) => return Err(Error::NoResourceVersion),
+                        Some(Listed::Failed(e)) => return Err(Error::InitialListFailed(e)),
+                        None => {
+                            return Err(Error::InitialListFailed(kube::Error::Service(
+                                "the list reader stopped".into(),
+                            )))
+                        }
                     }
-                    Some(Listed::Done { rv: Some(rv) }) if !rv.is_empty() => {
-                        self.stage = Stage::Listed { rv };
-                        return Ok(Event::InitDone);
-                    }
-                    Some(Listed::Done { .. }) => return Err(Error::NoResourceVersion),
-                    Some(Listed::Failed(e)) => return Err(Error::InitialListFailed(e)),
-                    None => {
-                        return Err(Error::InitialListFailed(kube::Error::Service("the list reader stopped".into())))
-                    }
-                },
+                }
                 Stage::Listed { rv } => match self.api.watch(&self.watch_params(), &rv).await {
                     Ok(stream) => self.stage = Stage::Watching { rv, stream: stream.boxed() },
                     Err(e) => {
@@ -215,11 +232,13 @@ impl<K: LeanKind> State<K> {
                     }
                 },
                 Stage::Watching { rv, mut stream } => {
-                    let next = tokio::time::timeout(
-                        Duration::from_secs(WATCH_TIMEOUT_SECS.into()) + IDLE_GRACE,
-                        stream.next(),
-                    )
-                    .await;
+                    let within = Duration::from_secs(WATCH_TIMEOUT_SECS.into()) + IDLE_GRACE;
+                    // Asked to list again: the watch goes, and a new list begins.
+                    let Some(next) =
+                        next_or_relist(tokio::time::timeout(within, stream.next()), &mut self.relist).await
+                    else {
+                        continue;
+                    };
                     match next {
                         Ok(Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj)))) => {
                             self.stage = Stage::Watching { rv: current_rv(&obj, rv), stream };
@@ -248,6 +267,16 @@ impl<K: LeanKind> State<K> {
                 }
             }
         }
+    }
+}
+
+/// `next`'s output, or `None` once a new list is asked for (never, if nobody can ask).
+async fn next_or_relist<T>(next: impl std::future::Future<Output = T>, relist: &mut watch::Receiver<()>) -> Option<T> {
+    tokio::pin!(next);
+    tokio::select! {
+        out = &mut next => Some(out),
+        // A closed channel disables this branch: `next` alone is awaited.
+        Ok(()) = relist.changed() => None,
     }
 }
 
