@@ -23,6 +23,7 @@ const LAYERS: &[&str] = &[
     "requeue",
     "shadow",
     "discarded",
+    "waiting",
     "pipeline",
     "service",
     "tls",

@@ -206,6 +206,7 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
         state.waker = Some(waker);
         tracing::info!(namespace = %args.wake_namespace, wakes_as = %args.wake_identity(), min_interval_s = args.wake_min_interval.as_secs(), "waking parked pods is on");
     }
+    tokio::spawn(state.waits.clone().run(view.clone()));
     watch_apart(config.clone(), view.clone(), state.policy.clone(), fresh)?;
     Ok(config)
 }

@@ -80,6 +80,9 @@ pub struct AppState {
     pub waker: Option<Arc<crate::wake::kube::Waker>>,
     /// The room recent preempt answers promised, held for the next preemptors.
     pub promises: Arc<crate::service::Promises>,
+    /// Enforced preempt answers whose victims are not all gone: their expected wait is
+    /// checked against the one observed (`serve --kube`).
+    pub waits: Arc<super::waits::Waits>,
 }
 
 impl AppState {
@@ -98,6 +101,7 @@ impl AppState {
             events: None,
             waker: None,
             promises: Default::default(),
+            waits: Default::default(),
         }
     }
 
