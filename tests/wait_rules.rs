@@ -57,13 +57,10 @@ fn where_all_else_is_equal_the_victims_that_stop_sooner_win() {
 fn sooner_by_more_than_the_tolerance_wins_over_less_work_thrown_away() {
     // n1's victim ran 10 minutes, n2's an hour: n1 throws away less, but its victim takes
     // 10 minutes to stop, n2's 5 s.
-    let s = Scenario::new(policy("strict", ""))
-        .node(node("n1", 2000, 8))
-        .node(node("n2", 2000, 8))
-        .pods([
-            pod("young-slow", "batch", Some("n1"), 2000).started(600).grace(600),
-            pod("old-fast", "batch", Some("n2"), 2000).started(3600).grace(5),
-        ]);
+    let s = Scenario::new(policy("strict", "")).node(node("n1", 2000, 8)).node(node("n2", 2000, 8)).pods([
+        pod("young-slow", "batch", Some("n1"), 2000).started(600).grace(600),
+        pod("old-fast", "batch", Some("n2"), 2000).started(3600).grace(5),
+    ]);
     let out = s.preempt(online(2000), &["n1", "n2"]);
     assert_eq!(chosen(&out), "n2", "{}", out.explain());
     assert!(out.explain().contains("room free ~5.0 s"), "{}", out.explain());
@@ -72,13 +69,10 @@ fn sooner_by_more_than_the_tolerance_wins_over_less_work_thrown_away() {
 #[test]
 fn within_the_tolerance_the_least_work_thrown_away_wins() {
     // 8 s against 5 s: within twice the soonest (plus 2 s), so as soon.
-    let s = Scenario::new(policy("strict", ""))
-        .node(node("n1", 2000, 8))
-        .node(node("n2", 2000, 8))
-        .pods([
-            pod("young", "batch", Some("n1"), 2000).started(600).grace(8),
-            pod("old", "batch", Some("n2"), 2000).started(3600).grace(5),
-        ]);
+    let s = Scenario::new(policy("strict", "")).node(node("n1", 2000, 8)).node(node("n2", 2000, 8)).pods([
+        pod("young", "batch", Some("n1"), 2000).started(600).grace(8),
+        pod("old", "batch", Some("n2"), 2000).started(3600).grace(5),
+    ]);
     let out = s.preempt(online(2000), &["n1", "n2"]);
     assert_eq!(chosen(&out), "n1", "{}", out.explain());
 }
@@ -86,13 +80,10 @@ fn within_the_tolerance_the_least_work_thrown_away_wins() {
 #[test]
 fn with_a_tolerance_of_0_the_wait_only_breaks_ties() {
     let tie_only = policy("strict", "").with_wait_tolerance("online", 0.0);
-    let s = Scenario::new(tie_only)
-        .node(node("n1", 2000, 8))
-        .node(node("n2", 2000, 8))
-        .pods([
-            pod("young-slow", "batch", Some("n1"), 2000).started(600).grace(600),
-            pod("old-fast", "batch", Some("n2"), 2000).started(3600).grace(5),
-        ]);
+    let s = Scenario::new(tie_only).node(node("n1", 2000, 8)).node(node("n2", 2000, 8)).pods([
+        pod("young-slow", "batch", Some("n1"), 2000).started(600).grace(600),
+        pod("old-fast", "batch", Some("n2"), 2000).started(3600).grace(5),
+    ]);
     assert_eq!(chosen(&s.preempt(online(2000), &["n1", "n2"])), "n1");
 }
 
@@ -116,7 +107,10 @@ fn the_wait_never_outranks_a_loss() {
     let mut s = Scenario::new(policy("prefer", "").with_bare("batch", BareVictims::Requeue))
         .node(node("n1", 2000, 8))
         .node(node("n2", 2000, 8))
-        .pods([pod("bare", "batch", Some("n1"), 2000).bare().grace(1), pod("slow", "batch", Some("n2"), 2000).grace(600)]);
+        .pods([
+            pod("bare", "batch", Some("n1"), 2000).bare().grace(1),
+            pod("slow", "batch", Some("n2"), 2000).grace(600),
+        ]);
     s.requeue = false;
     let out = s.preempt(online(2000), &["n1", "n2"]);
     assert_eq!(chosen(&out), "n2", "{}", out.explain());
@@ -125,10 +119,10 @@ fn the_wait_never_outranks_a_loss() {
 #[test]
 fn the_wait_never_outranks_the_victims_class() {
     // Evicting free before batch is the policy's order; the wait comes after it.
-    let s = Scenario::new(policy("strict", ""))
-        .node(node("n1", 2000, 8))
-        .node(node("n2", 2000, 8))
-        .pods([pod("batch-fast", "batch", Some("n1"), 2000).grace(1), pod("free-slow", "free", Some("n2"), 2000).grace(600)]);
+    let s = Scenario::new(policy("strict", "")).node(node("n1", 2000, 8)).node(node("n2", 2000, 8)).pods([
+        pod("batch-fast", "batch", Some("n1"), 2000).grace(1),
+        pod("free-slow", "free", Some("n2"), 2000).grace(600),
+    ]);
     assert_eq!(chosen(&s.preempt(online(2000), &["n1", "n2"])), "n2");
 }
 
@@ -273,4 +267,38 @@ fn the_answer_says_how_soon_beside_kube_schedulers_own_choice() {
     );
     let expected = a.preempt.as_ref().and_then(|p| p.expected.as_ref()).expect("the sent answer's wait");
     assert_eq!((expected.node.as_str(), expected.wait.ms, &expected.victims[..]), ("n2", 5_000, &uids(&["fast"])[..]));
+}
+
+#[test]
+fn the_expected_wait_is_checked_against_the_one_observed() {
+    use coloc_extender::http::waits::{Seen, Waits, FOLLOWED_FOR};
+    use coloc_extender::pipeline::{answer, Verb};
+    use std::time::{Duration, Instant};
+    let s =
+        Scenario::new(policy("strict", ""))
+            .node(node("n1", 2000, 8))
+            .pods([pod("fast", "batch", Some("n1"), 2000).grace(5)]);
+    let body = serde_json::json!({
+        "Pod": {"metadata": {"name": "preemptor", "namespace": "default", "uid": "uid-preemptor"},
+                "spec": {"priorityClassName": "online", "priority": 10000,
+                         "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}},
+        "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "uid-fast"}], "NumPDBViolations": 0}}
+    });
+    let view = s.view();
+    let a = answer(Verb::Preempt, body.to_string().as_bytes(), &s.policy, Some(&view), NOW).unwrap();
+    let waits = Waits::default();
+    let t0 = Instant::now();
+    waits.record(&a, t0);
+    assert!(waits.check(&view, t0 + Duration::from_secs(1)).is_empty(), "its victim is still there");
+    let mut gone = s.view();
+    gone.remove_pod("default/fast", &s.policy);
+    assert_eq!(
+        waits.check(&gone, t0 + Duration::from_secs(9)),
+        [Seen::Gone { expected: Duration::from_secs(5), observed: Duration::from_secs(9), basis: "declared" }]
+    );
+    assert!(waits.check(&gone, t0 + Duration::from_secs(10)).is_empty(), "said once");
+    // An answer whose victims never go is given up, and said so.
+    waits.record(&a, t0);
+    assert!(waits.check(&view, t0 + FOLLOWED_FOR).is_empty());
+    assert_eq!(waits.check(&view, t0 + FOLLOWED_FOR + Duration::from_secs(1)), [Seen::Unobserved]);
 }

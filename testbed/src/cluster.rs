@@ -145,6 +145,18 @@ impl PodBuilder {
         self
     }
 
+    /// Requests `quantity` of memory instead of 64 MiB.
+    pub fn memory(mut self, quantity: &str) -> PodBuilder {
+        self.0["spec"]["containers"][0]["resources"]["requests"]["memory"] = json!(quantity);
+        self
+    }
+
+    /// Any other change, to the pod's JSON.
+    pub fn edit(mut self, f: impl FnOnce(&mut Value)) -> PodBuilder {
+        f(&mut self.0);
+        self
+    }
+
     pub fn build(self) -> Pod {
         from(self.0)
     }
