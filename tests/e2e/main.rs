@@ -27,6 +27,7 @@ mod profiles;
 mod removal;
 mod requeue_bounds;
 mod scenarios;
+mod sooner;
 mod tls;
 mod upgrade;
 
@@ -48,6 +49,7 @@ fn all_cases() -> Vec<Case> {
     let mut v = scenarios::cases();
     v.extend(jobs::cases());
     v.extend(budgets::cases());
+    v.extend(sooner::cases());
     v.extend(eviction::cases());
     v.extend(faults::cases());
     v.extend(fails_safe::cases());
