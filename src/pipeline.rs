@@ -266,7 +266,7 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
             let picked = (discarded.as_ref().map(|d| d.node.clone()), would_discard.as_ref().map(|d| d.node.clone()));
             // How soon the room is free: the policy's plan and kube-scheduler's own choice.
             let policy_wait = waiting::of_plan(&args, &result, &out.waits, &ctx);
-            let kube_wait = waiting::of(&args, kube.as_ref().unwrap_or(&shadow::kube_candidates(&args)), &ctx);
+            let kube_wait = waiting::of_kube(&args, &ctx);
             if let Some(line) = waiting::line(policy_wait.as_ref(), kube_wait.as_ref(), mode == Mode::Shadow) {
                 answer.explanations.push(Explanation::request(Verdict::Waits, Code::ExpectedWait, line));
             }

@@ -6,8 +6,8 @@
 
 use crate::decide::wait::{self, Wait};
 use crate::decide::Context;
-use crate::shadow::{pick, Resolver};
-use crate::wire::{PreemptArgs, PreemptionResult};
+use crate::shadow::{pick, pick_among, Resolver};
+use crate::wire::{Candidates, PreemptArgs, PreemptionResult};
 
 /// Where the room comes free and when.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,14 +39,38 @@ impl Expected {
 pub fn of(args: &PreemptArgs, result: &PreemptionResult, ctx: &Context) -> Option<Expected> {
     let pods = Resolver::new(args, ctx);
     let node = pick(result, &pods, ctx)?;
-    let victims: Vec<String> = result.node_name_to_meta_victims[node].pods.iter().map(|p| p.uid.clone()).collect();
+    let victims = result.node_name_to_meta_victims[node].pods.iter().map(|p| p.uid.as_str());
+    Some(expected(node, victims, &pods, ctx))
+}
+
+/// The wait of kube-scheduler's own choice: the node it picks among the candidates it
+/// proposed, with its own victims.
+pub fn of_kube(args: &PreemptArgs, ctx: &Context) -> Option<Expected> {
+    let pods = Resolver::new(args, ctx);
+    let node = match &args.candidates {
+        Candidates::Full(m) => {
+            pick_among(m.iter().map(|(n, v)| (n, v.uids.iter().map(String::as_str), v.num_pdb_violations)), &pods, ctx)
+        }
+        Candidates::Meta(m) => {
+            pick_among(m.iter().map(|(n, v)| (n, v.uids.iter().map(String::as_str), v.num_pdb_violations)), &pods, ctx)
+        }
+    }?;
+    let victims: &[String] = match &args.candidates {
+        Candidates::Full(m) => &m[node].uids,
+        Candidates::Meta(m) => &m[node].uids,
+    };
+    Some(expected(node, victims.iter().map(String::as_str), &pods, ctx))
+}
+
+fn expected<'u>(node: &str, victims: impl Iterator<Item = &'u str>, pods: &Resolver, ctx: &Context) -> Expected {
+    let victims: Vec<String> = victims.map(str::to_string).collect();
     let known: Vec<_> = victims.iter().filter_map(|uid| pods.pod(uid)).collect();
-    Some(Expected {
-        node: node.clone(),
+    Expected {
+        node: node.to_string(),
         wait: wait::until_gone(ctx, known.iter().copied()),
         unknown: victims.len() - known.len(),
         victims,
-    })
+    }
 }
 
 /// The policy's answer's wait on the node kube-scheduler picks among it: its plan's, where

@@ -7,7 +7,11 @@
 //! Per owner (its controller; a Deployment's ReplicaSets count as the Deployment, so a
 //! rollout keeps what was learned) and per class of pods with the same declared grace in
 //! a namespace (bare pods, and owners seen for the first time), an exponentially weighted
-//! mean of the observed stops: O(1) per event, at most `KEPT` keys.
+//! mean of the observed stops: O(1) per event, at most `KEPT` keys. Keys are hashes of
+//! `namespace/Kind/name` and `namespace/class C/grace G` (64 bits: a decision looks one up
+//! per candidate victim, without building a string).
+
+use std::hash::Hasher;
 
 use super::PMap;
 use crate::model::{Pod, Timestamp};
@@ -35,8 +39,28 @@ pub struct Learned {
 /// Learned stop times, by owner and by class.
 #[derive(Debug, Clone, Default)]
 pub struct StopTimes {
-    by_key: PMap<String, Learned>,
+    by_key: PMap<u64, Learned>,
     seq: u64,
+}
+
+/// The key of the text the parts make, end to end (what `StopTimes::get` hashes whole).
+fn key(parts: &[&[u8]]) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    parts.iter().for_each(|p| h.write(p));
+    h.finish()
+}
+
+/// `n` in decimal, in `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
 }
 
 /// Where an expected stop comes from.
@@ -94,26 +118,29 @@ pub fn deleted_at_ms(pod: &Pod) -> Option<i64> {
 
 /// The key of a pod's owner: `namespace/Kind/name` of its controller, a Deployment's
 /// ReplicaSet (named `<deployment>-<pod-template-hash>`) as the Deployment.
-pub fn owner_key(pod: &Pod) -> Option<String> {
+pub fn owner_key(pod: &Pod) -> Option<u64> {
     let c = pod.controller.as_ref()?;
     let deployment = (c.kind == "ReplicaSet")
         .then(|| pod.labels.get("pod-template-hash"))
         .flatten()
         .and_then(|hash| c.name.strip_suffix(hash)?.strip_suffix('-'));
+    let ns = pod.namespace.as_bytes();
     Some(match deployment {
-        Some(d) => format!("{}/Deployment/{d}", pod.namespace),
-        None => format!("{}/{}/{}", pod.namespace, c.kind, c.name),
+        Some(d) => key(&[ns, b"/Deployment/", d.as_bytes()]),
+        None => key(&[ns, b"/", c.kind.as_bytes(), b"/", c.name.as_bytes()]),
     })
 }
 
 /// The key of pods of `class` in the pod's namespace declaring its grace period.
-pub fn class_key(pod: &Pod, class: &str) -> String {
-    format!("{}/class {class}/grace {}", pod.namespace, declared_grace_ms(pod) / 1000)
+pub fn class_key(pod: &Pod, class: &str) -> u64 {
+    let mut buf = [0u8; 20];
+    let grace = decimal((declared_grace_ms(pod) / 1000).max(0) as u64, &mut buf);
+    key(&[pod.namespace.as_bytes(), b"/class ", class.as_bytes(), b"/grace ", grace])
 }
 
 impl StopTimes {
     /// A stop of `ms` milliseconds of a pod with these keys.
-    pub fn observe(&mut self, owner: Option<String>, class: String, ms: i64) {
+    pub fn observe(&mut self, owner: Option<u64>, class: u64, ms: i64) {
         let ms = ms.max(0);
         if self.by_key.len() + 2 > KEPT {
             self.forget_older_half();
@@ -139,8 +166,13 @@ impl StopTimes {
         self.by_key.retain(|_, l| l.updated > cut);
     }
 
+    /// What was learned for `key` (`namespace/Kind/name`, `namespace/class C/grace G`).
     pub fn get(&self, key: &str) -> Option<Learned> {
-        self.by_key.get(key).copied()
+        self.learned(self::key(&[key.as_bytes()]))
+    }
+
+    fn learned(&self, key: u64) -> Option<Learned> {
+        self.by_key.get(&key).copied()
     }
 
     pub fn len(&self) -> usize {
@@ -156,10 +188,13 @@ impl StopTimes {
     /// Never more than its grace: the kubelet stops it then.
     pub fn expected(&self, pod: &Pod, class: &str) -> Stop {
         let grace = declared_grace_ms(pod);
+        if self.by_key.is_empty() {
+            return Stop { ms: grace, basis: Basis::Declared };
+        }
         let learned = owner_key(pod)
-            .and_then(|k| self.get(&k))
+            .and_then(|k| self.learned(k))
             .map(|l| (l, Basis::Owner(l.seen)))
-            .or_else(|| self.get(&class_key(pod, class)).map(|l| (l, Basis::Class(l.seen))));
+            .or_else(|| self.learned(class_key(pod, class)).map(|l| (l, Basis::Class(l.seen))));
         match learned {
             Some((l, basis)) => Stop { ms: l.ms.min(grace), basis },
             None => Stop { ms: grace, basis: Basis::Declared },
@@ -231,20 +266,24 @@ mod tests {
         let mut old = pod(Some(30));
         old.controller = Some(OwnerRef { kind: "ReplicaSet".into(), name: "web-5d9f".into() });
         old.labels.insert("pod-template-hash".into(), "5d9f".into());
-        assert_eq!(owner_key(&old).as_deref(), Some("batch/Deployment/web"));
+        let mut t = StopTimes::default();
+        t.observe(owner_key(&old), class_key(&old, "batch"), 2_000);
+        assert!(t.get("batch/Deployment/web").is_some() && t.get("batch/class batch/grace 30").is_some());
         let mut plain = old.clone();
         plain.labels = Default::default();
-        assert_eq!(owner_key(&plain).as_deref(), Some("batch/ReplicaSet/web-5d9f"));
+        assert_eq!(owner_key(&plain), Some(key(&[b"batch/ReplicaSet/web-5d9f"])));
+        assert_eq!(decimal(0, &mut [0; 20]), b"0");
+        assert_eq!(decimal(600, &mut [0; 20]), b"600");
     }
 
     #[test]
     fn memory_is_bounded() {
         let mut t = StopTimes::default();
-        for i in 0..3 * KEPT {
-            t.observe(Some(format!("o{i}")), format!("c{i}"), 1);
+        for i in 0..3 * KEPT as u64 {
+            t.observe(Some(2 * i), 2 * i + 1, 1);
             assert!(t.len() <= KEPT);
         }
-        assert!(t.get(&format!("o{}", 3 * KEPT - 1)).is_some(), "the latest is kept");
+        assert!(t.learned(2 * (3 * KEPT as u64 - 1)).is_some(), "the latest is kept");
     }
 
     #[test]

@@ -575,7 +575,7 @@ fn victim<'a>(
         pod_priority,
         // Like kube-scheduler, a pod that never started has run for no time at all.
         running_since: pod.start_time,
-        left_ms: wait::left(ctx, pod).0,
+        left_ms: wait::left_in(ctx, pod, eligible.class).0,
         tenant_share: view.map(|v| v.tenant_share(&ctx.policy.tenants.tenant_of(pod))).unwrap_or(0.0),
         gang,
         proposed,

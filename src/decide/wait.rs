@@ -6,6 +6,7 @@
 use super::Context;
 use crate::cluster::stop_times::{self, Basis, Stop};
 use crate::model::Pod;
+use crate::policy::ClassId;
 
 /// The room waits for pods to go: how long, and for whom last.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -45,8 +46,13 @@ pub fn seconds(ms: i64) -> String {
 /// How long `pod`, if deleted now (or what is left, if it is being deleted), is expected
 /// to take to go.
 pub fn left(ctx: &Context, pod: &Pod) -> (i64, Basis) {
+    left_in(ctx, pod, ctx.class_of(pod))
+}
+
+/// `left`, for a pod whose class is known.
+pub fn left_in(ctx: &Context, pod: &Pod, class: ClassId) -> (i64, Basis) {
     let stop = match ctx.view {
-        Some(view) => view.expected_stop(pod, &ctx.policy.class(ctx.class_of(pod)).name),
+        Some(view) => view.expected_stop(pod, &ctx.policy.class(class).name),
         None => Stop { ms: stop_times::declared_grace_ms(pod), basis: Basis::Declared },
     };
     (stop_times::left_ms(pod, stop, ctx.now), stop.basis)

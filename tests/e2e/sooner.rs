@@ -77,7 +77,10 @@ async fn sooner_than_stock(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     bed.schedule_with(&[]).await?;
     let patience = Duration::from_secs(CHECKPOINT as u64 + 60);
     let (stock_node, stock_took) = place(&bed, "web-stock", "a", patience).await?;
-    anyhow::ensure!(stock_node == "a-1", "kube-scheduler alone placed web-stock on {stock_node}, not a-1 (its lowest-priority victim)");
+    anyhow::ensure!(
+        stock_node == "a-1",
+        "kube-scheduler alone placed web-stock on {stock_node}, not a-1 (its lowest-priority victim)"
+    );
     anyhow::ensure!(
         stock_took >= Duration::from_secs(CHECKPOINT as u64 - 10),
         "web-stock was placed after {stock_took:?}, before its victim's {CHECKPOINT} s checkpoint could end"
@@ -88,11 +91,21 @@ async fn sooner_than_stock(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let e = bed.extender(&["--requeue", "--events"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
     let (node, took) = place(&bed, "web-1", "b", Duration::from_secs(CHECKPOINT as u64 / 2)).await?;
-    anyhow::ensure!(node == "b-2", "web-1 placed on {node}: b-2's victim stops in {QUICK} s, b-1's in {CHECKPOINT} s\n{}", bed.logs());
+    anyhow::ensure!(
+        node == "b-2",
+        "web-1 placed on {node}: b-2's victim stops in {QUICK} s, b-1's in {CHECKPOINT} s\n{}",
+        bed.logs()
+    );
     let batch = cluster::pods(&bed.client, Some("batch")).await?;
-    let slow = batch.iter().find(|p| uid(p) == uid_of("checkpoint-b")).ok_or_else(|| anyhow::anyhow!("checkpoint-b is gone"))?;
+    let slow = batch
+        .iter()
+        .find(|p| uid(p) == uid_of("checkpoint-b"))
+        .ok_or_else(|| anyhow::anyhow!("checkpoint-b is gone"))?;
     anyhow::ensure!(slow.metadata.deletion_timestamp.is_none(), "checkpoint-b was evicted too");
-    println!("{}: stock placed web-stock on a-1 in {stock_took:.1?}; the extender web-1 on b-2 in {took:.1?}", mode.label());
+    println!(
+        "{}: stock placed web-stock on a-1 in {stock_took:.1?}; the extender web-1 on b-2 in {took:.1?}",
+        mode.label()
+    );
 
     // Said where people look: the preemptor's Event names both waits...
     let events = coloc_testbed::wait::until(Duration::from_secs(30), "web-1's PreemptionVictims Event", || async {
@@ -104,7 +117,8 @@ async fn sooner_than_stock(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     })
     .await?;
     anyhow::ensure!(
-        events.contains("room free on b-2 in ~30.0 s") && events.contains("kube-scheduler's own choice: b-1 in ~2 min 0 s"),
+        events.contains("room free on b-2 in ~30.0 s")
+            && events.contains("kube-scheduler's own choice: b-1 in ~2 min 0 s"),
         "web-1's Event does not say both waits: {events}"
     );
     // ...and the wait observed is counted beside the one expected.
