@@ -545,6 +545,37 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `call`, again after a failure (a busy API server closing a connection), up to 10 times
+/// a second apart: a long run is not lost to one dropped request.
+async fn persist<T, F, Fut>(what: &str, mut call: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match call().await {
+            Ok(t) => return Ok(t),
+            Err(e) if tries < 10 => {
+                tries += 1;
+                eprintln!("coloc-demo: {what}: {e:#}; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(e.context(format!("{what}, 10 times"))),
+        }
+    }
+}
+
+/// Creates `pod`; one already there (a retry after a dropped answer) is fine.
+async fn create_once(client: &kube::Client, pod: Pod) -> anyhow::Result<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
+    match api.create(&Default::default(), &pod).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// How deleted pods stop in every run, as the figures say it.
 fn termination(args: &Args) -> String {
     let scale = match args.time_scale {
@@ -891,12 +922,15 @@ async fn run(
             now_due.push(o);
         }
         if !now_due.is_empty() {
-            cluster::create_all(&client, now_due.iter().map(|o| o.pod()).collect()).await?;
+            for o in &now_due {
+                persist("create an arrival", || create_once(&client, o.pod())).await?;
+            }
             arrived.extend(now_due.iter().map(|o| (format!("{}/{}", o.namespace, o.name), Instant::now())));
             deadline = Instant::now() + patience;
         }
         for ns in &arrival_namespaces {
-            for p in cluster::pods(&client, Some(ns)).await? {
+            // A poll that fails (the API server busy) is only skipped.
+            for p in cluster::pods(&client, Some(ns)).await.unwrap_or_default() {
                 let key = format!("{ns}/{}", cluster::name(&p));
                 if let (Some(node), Some(at)) = (cluster::node_of(&p), arrived.get(&key)) {
                     out.placed.entry(key).or_insert((node.to_string(), at.elapsed().as_secs_f64()));
@@ -918,7 +952,7 @@ async fn run(
     tokio::time::sleep(Duration::from_secs(15)).await;
 
     let end = Timestamp::now();
-    let after = cluster::pods(&client, Some("batch")).await?;
+    let after = persist("list the offline pods", || cluster::pods(&client, Some("batch"))).await?;
     let alive = |uid: &str| {
         after.iter().any(|p| p.metadata.uid.as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none())
     };
@@ -963,7 +997,7 @@ async fn run(
     }
     let jobs: Api<Job> = Api::namespaced(client.clone(), "batch");
     for j in &sc.jobs {
-        let job = jobs.get(&j.name).await?;
+        let job = persist("read a Job", || async { Ok(jobs.get(&j.name).await?) }).await?;
         let failed = job
             .status
             .as_ref()
@@ -973,7 +1007,10 @@ async fn run(
             out.jobs_failed.insert(j.name.clone());
         }
     }
-    let events = Api::<Event>::namespaced(client.clone(), "batch").list(&Default::default()).await?;
+    let events = persist("list the Events", || async {
+        Ok(Api::<Event>::namespaced(client.clone(), "batch").list(&Default::default()).await?)
+    })
+    .await?;
     for task in recording {
         task.abort();
     }
