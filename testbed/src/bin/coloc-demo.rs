@@ -39,6 +39,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use coloc_testbed::cluster::{self};
 use coloc_testbed::control_plane::Options;
 use coloc_testbed::scenario::{OnlinePod, Scenario};
@@ -566,16 +567,6 @@ where
     }
 }
 
-/// Creates `pod`; one already there (a retry after a dropped answer) is fine.
-async fn create_once(client: &kube::Client, pod: Pod) -> anyhow::Result<()> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), pod.metadata.namespace.as_deref().unwrap_or("default"));
-    match api.create(&Default::default(), &pod).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// How deleted pods stop in every run, as the figures say it.
 fn termination(args: &Args) -> String {
     let scale = match args.time_scale {
@@ -826,7 +817,7 @@ async fn run(
     // The test bed's world: namespaces `online` and `batch` (opted in to requeue), the
     // classes, and the extender's RBAC in the install namespace.
     let rbac = [&prepared::BASE_RBAC[..], &prepared::REQUEUE_RBAC[..], &prepared::WAKE_RBAC[..]].concat();
-    let (plane, client) = prepared::start(bins, Options::default(), &rbac).await?;
+    let (plane, client) = prepared::start(bins, Options::default(), &rbac).await.context("start the control plane")?;
     if batch_not_opted_in {
         // Taken off before any extender lists namespaces.
         let label = json!({"metadata": {"labels": {cluster::REQUEUE_OPT_IN: null}}});
@@ -836,7 +827,9 @@ async fn run(
     // Every class the scenario's pods name, beyond those the bed waits for.
     let names: Vec<String> =
         cluster::default_priority_classes().iter().filter_map(|c| c.metadata.name.clone()).collect();
-    cluster::until_admitted(&client, prepared::BATCH, &names.iter().map(String::as_str).collect::<Vec<_>>()).await?;
+    cluster::until_admitted(&client, prepared::BATCH, &names.iter().map(String::as_str).collect::<Vec<_>>())
+        .await
+        .context("wait for the PriorityClasses")?;
     // Namespaces arrivals name beyond the bed's two (without the requeue opt-in label).
     let arrival_namespaces: BTreeSet<&str> = sc.online.iter().map(|o| o.namespace.as_str()).collect();
     let others: Vec<Namespace> = arrival_namespaces
@@ -846,15 +839,15 @@ async fn run(
         .collect();
     cluster::create_all(&client, others).await?;
     let _kubelet = Kubelet::start(client.clone(), kubelet::Options { grace: args.grace, ..Default::default() });
-    cluster::create_all(&client, sc.node_objects()).await?;
-    cluster::create_all(&client, sc.bare_pods()).await?;
-    cluster::create_all(&client, sc.job_objects()).await?;
-    cluster::create_all(&client, sc.replica_set_objects()).await?;
-    cluster::create_all(&client, sc.pdb_objects()).await?;
+    cluster::create_each(&client, sc.node_objects()).await.context("create the nodes")?;
+    cluster::create_each(&client, sc.bare_pods()).await.context("create the bare pods")?;
+    cluster::create_each(&client, sc.job_objects()).await.context("create the Jobs")?;
+    cluster::create_each(&client, sc.replica_set_objects()).await.context("create the ReplicaSets")?;
+    cluster::create_each(&client, sc.pdb_objects()).await.context("create the PDBs")?;
     let want = sc.offline_pod_count();
     // Job pods are placed by kube-scheduler: start it for them, without the extender, then
     // stop it, so both runs begin from the same cluster.
-    let warmup = Scheduler::start(&plane, "kube-scheduler-warmup", &[], 1000).await?;
+    let warmup = Scheduler::start(&plane, "kube-scheduler-warmup", &[], 1000).await.context("start kube-scheduler")?;
     let before = wait::until(Duration::from_secs(90), "the offline pods running", || async {
         let pods = cluster::pods(&client, Some("batch")).await.map_err(|e| e.to_string())?;
         let running: Vec<_> = pods.iter().filter(|p| cluster::phase(p) == "Running").collect();
@@ -880,7 +873,11 @@ async fn run(
     for (name, _, app) in &before {
         let started = jiff::Timestamp::from_second(now - sc.age_of(name, app.as_deref()))?;
         let patch = serde_json::json!({"status": {"startTime": started.to_string()}});
-        pods.patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await?;
+        let params = kube::api::PatchParams::default();
+        persist("move a start time back", || async {
+            Ok(pods.patch_status(name, &params, &kube::api::Patch::Merge(&patch)).await?)
+        })
+        .await?;
     }
 
     let (record, recording) = record(client.clone());
@@ -893,7 +890,7 @@ async fn run(
             if let Some(policy) = e.policy {
                 flags.extend(["--policy", policy]);
             }
-            Some(Extender::start(&plane, "coloc-extender", e.binary, &flags).await?)
+            Some(Extender::start(&plane, "coloc-extender", e.binary, &flags).await.context("start the extender")?)
         }
         None => None,
     };
@@ -904,7 +901,8 @@ async fn run(
     // The online phase: the offline work executed is counted from here (the offline pods'
     // start times were moved back, before it).
     let t0 = Timestamp::now();
-    let _scheduler = Scheduler::start(&plane, "kube-scheduler", &entries, 1000).await?;
+    let _scheduler =
+        Scheduler::start(&plane, "kube-scheduler", &entries, 1000).await.context("start kube-scheduler")?;
     let mut out = Outcome::default();
     let mut arrived: BTreeMap<String, Instant> = BTreeMap::new();
     // Arrivals at their time (a wave's: its number × the interval), in order.
@@ -922,9 +920,9 @@ async fn run(
             now_due.push(o);
         }
         if !now_due.is_empty() {
-            for o in &now_due {
-                persist("create an arrival", || create_once(&client, o.pod())).await?;
-            }
+            cluster::create_each(&client, now_due.iter().map(|o| o.pod()).collect())
+                .await
+                .context("create the arrivals")?;
             arrived.extend(now_due.iter().map(|o| (format!("{}/{}", o.namespace, o.name), Instant::now())));
             deadline = Instant::now() + patience;
         }
