@@ -7,3 +7,8 @@ use crate::model::Timestamp;
 pub fn system_now() -> Timestamp {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
+
+/// Milliseconds since the Unix epoch.
+pub fn system_now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}

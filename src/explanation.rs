@@ -68,6 +68,7 @@ catalogue! {
         Unresolvable => "unresolvable",
         Protected => "protected",
         Victim => "victim",
+        Waits => "waits",
     }
 }
 
@@ -84,6 +85,7 @@ catalogue! {
         Classified => "classified",
         DiscardedWork => "discarded_work",
         DoesNotFit => "does_not_fit",
+        ExpectedWait => "expected_wait",
         ExceedsAllocatable => "exceeds_allocatable",
         FairShare => "fair_share",
         FollowOn => "follow_on",
@@ -184,6 +186,9 @@ impl Code {
             Code::Classified => "the preemptor's class and priority",
             Code::DiscardedWork => "the run time the sent answer discards (and in shadow mode the policy's)",
             Code::DoesNotFit => "the preemptor does not fit even with every evictable pod gone",
+            Code::ExpectedWait => {
+                "how soon the room of the answer is expected free, and of kube-scheduler's own choice"
+            }
             Code::ExceedsAllocatable => "the pod asks for more than the node can ever offer",
             Code::FairShare => "spared by fair sharing: its tenant holds no more than the preemptor's",
             Code::FollowOn => "evicting it is expected to set off further evictions when it comes back",
@@ -214,7 +219,7 @@ impl Code {
             Code::ReplacementWaits => "a requeued pod whose class says requeue.preemption: never waits for free room",
             Code::Reprieved => "spared: the preemptor fits with it in place",
             Code::RoomOnItsWay => {
-                "room freed by earlier evictions is on its way (or already free) where the pod fits: no new evictions"
+                "room freed by earlier evictions is on its way (or already free) where the pod fits: no new evictions, unless they free room sooner by more than waitTolerance"
             }
             Code::Score => "prioritize: a node's score and why",
             Code::Selected => "the candidate returned, and its rank",

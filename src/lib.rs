@@ -23,5 +23,6 @@ pub mod service;
 pub mod shadow;
 pub mod tls;
 pub mod uninstall;
+pub mod waiting;
 pub mod wake;
 pub mod wire;

@@ -115,6 +115,12 @@ pub struct Pod {
     pub creation_time: Option<Timestamp>,
     pub start_time: Option<Timestamp>,
     pub deletion_time: Option<Timestamp>,
+    /// `spec.terminationGracePeriodSeconds` (saturated to i32): how long its containers get
+    /// after a delete. `None`: the API server's default, 30 s.
+    pub grace_period: Option<i32>,
+    /// `metadata.deletionGracePeriodSeconds` of a pod being deleted: the grace the delete
+    /// gave it (its deletionTimestamp less this is when the delete came).
+    pub deletion_grace_period: Option<i32>,
     pub priority: Option<i32>,
     pub priority_class_name: Option<String>,
     /// `Never` means the pod may not preempt.

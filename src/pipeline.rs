@@ -11,6 +11,7 @@ use crate::explanation::{Code, Verdict};
 use crate::model::{RequeueIntent, Timestamp};
 use crate::policy::{Mode, Policy};
 use crate::shadow::{self, Diffs};
+use crate::waiting::{self, Expected};
 use crate::wire::{
     self, response::to_json, response::to_json_sized, Bounds, DecodeError, FilterResult, HostPriority, NodeSet,
     PreemptionResult,
@@ -79,6 +80,9 @@ pub struct PreemptPart {
     /// next preemptors until the view shows the nomination (none in shadow mode: the answer
     /// is kube-scheduler's own).
     pub promised: Vec<PromisedRoom>,
+    /// How soon the sent answer's room is expected free (in shadow mode: kube-scheduler's
+    /// own choice), on the node kube-scheduler picks.
+    pub expected: Option<Expected>,
 }
 
 /// What shadow mode keeps aside: the policy's answer and what it would have changed.
@@ -261,11 +265,22 @@ pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) ->
                 answer.explanations.push(Explanation::request(Verdict::Discards, Code::DiscardedWork, line));
             }
             let picked = (discarded.as_ref().map(|d| d.node.clone()), would_discard.as_ref().map(|d| d.node.clone()));
+            // How soon the room is free: the policy's plan and kube-scheduler's own choice.
+            let policy_wait = waiting::of_plan(&args, &result, &out.waits, &ctx);
+            let kube_wait = waiting::of_kube(&args, &ctx);
+            if let Some(line) = waiting::line(policy_wait.as_ref(), kube_wait.as_ref(), mode == Mode::Shadow) {
+                answer.explanations.push(Explanation::request(Verdict::Waits, Code::ExpectedWait, line));
+            }
+            let expected = match mode {
+                Mode::Shadow => kube_wait,
+                Mode::Enforce => policy_wait,
+            };
             answer.preempt = Some(PreemptPart {
                 requeues: out.requeues,
                 view_behind: out.view_behind,
                 discarded,
                 promised: out.promised,
+                expected,
             });
             Ok(answer.in_mode(
                 mode,

@@ -197,18 +197,30 @@ impl<'a> Resolver<'a> {
 /// PDB violations, then lowest highest victim priority, lowest priority sum, fewest
 /// victims; remaining ties by name (kube-scheduler then prefers the latest start time).
 pub(crate) fn pick<'r>(candidates: &'r PreemptionResult, pods: &Resolver, ctx: &Context) -> Option<&'r String> {
+    let nodes = candidates.node_name_to_meta_victims.iter();
+    pick_among(nodes.map(|(n, v)| (n, v.pods.iter().map(|p| p.uid.as_str()), v.num_pdb_violations)), pods, ctx)
+}
+
+/// `pick` over candidates in any form: (node, its victims' UIDs, NumPDBViolations).
+pub(crate) fn pick_among<'r, U: Iterator<Item = &'r str>>(
+    candidates: impl Iterator<Item = (&'r String, U, i64)>,
+    pods: &Resolver,
+    ctx: &Context,
+) -> Option<&'r String> {
     let priority = |uid: &str| pods.pod(uid).map_or(0, |p| ctx.priority_of(p) as i64);
     candidates
-        .node_name_to_meta_victims
-        .iter()
-        .min_by_key(|(node, v)| {
-            let prios: Vec<i64> = v.pods.iter().map(|p| priority(&p.uid)).collect();
-            let highest = prios.iter().copied().max().unwrap_or(i64::MIN);
-            // kube-scheduler offsets each priority by MaxInt32+1 so that more victims cost more.
-            let sum: i64 = prios.iter().map(|p| p + i32::MAX as i64 + 1).sum();
-            (v.num_pdb_violations, highest, sum, v.pods.len(), (*node).clone())
+        .map(|(node, uids, pdb)| {
+            let (mut highest, mut sum, mut count) = (i64::MIN, 0i64, 0usize);
+            for p in uids.map(priority) {
+                highest = highest.max(p);
+                // kube-scheduler offsets each priority by MaxInt32+1 so that more victims cost more.
+                sum += p + i32::MAX as i64 + 1;
+                count += 1;
+            }
+            ((pdb, highest, sum, count, node), node)
         })
-        .map(|(node, _)| node)
+        .min_by(|(a, _), (b, _)| a.cmp(b))
+        .map(|(_, node)| node)
 }
 
 /// What evicting one candidate's victims does.

@@ -82,6 +82,13 @@ async fn a_preempt_decision_is_served_with_every_reason_on_the_admin_port_only()
         expected
     );
     assert!(d.reasons.iter().any(|r| r.verdict == "preemptor" && r.code == "classified"), "{body}");
+    // How soon the room is free, beside kube-scheduler's own choice.
+    assert!(
+        d.reasons.iter().any(|r| r.code == "expected_wait"
+            && r.detail.starts_with("room free on ")
+            && r.detail.contains("kube-scheduler's own choice: ")),
+        "{body}"
+    );
     assert!(d.reasons.iter().any(|r| r.subject == "node"), "{body}");
     assert_eq!(d.truncated, 0);
 

@@ -136,7 +136,10 @@ fn chosen_victims_give_a_normal_event_naming_them_and_why() {
     let e = preempt_event(&decided("0037", false)).unwrap();
     assert!(!e.warning);
     assert_eq!(e.reason, "PreemptionVictims");
-    assert!(e.note.starts_with("coloc-extender: victims node-a2: batch/"), "{}", e.note);
+    // How soon first (the recorded pods declare a grace of 0: they go at once), then who.
+    assert!(e.note.starts_with("coloc-extender: room free on node-a2 in ~0.0 s"), "{}", e.note);
+    assert!(e.note.contains("kube-scheduler's own choice: node-gpu1 in"), "{}", e.note);
+    assert!(e.note.contains("; victims node-a2: batch/"), "{}", e.note);
     assert!(e.note.contains("recreated by its controller") || e.note.contains("violates its PDB"), "{}", e.note);
     assert!(!e.note.contains("node-c1"), "only the returned node's victims: {}", e.note);
 }

@@ -19,7 +19,7 @@ fn controllers_pods_are_not_pinned_and_fill_exactly_the_room_bare_pods_leave() {
         let mut room: std::collections::BTreeMap<&str, i64> =
             s.nodes.iter().map(|n| (n.name.as_str(), n.cpu_m)).collect();
         for b in &s.bare {
-            *room.get_mut(b.node.as_str()).unwrap() -= b.cpu_m;
+            *room.get_mut(b.node.as_deref().unwrap()).unwrap() -= b.cpu_m;
         }
         // Whole CPUs for controllers' pods, at most half a CPU more left free.
         assert!(room.values().all(|r| *r >= 1000 && r % 1000 <= 500), "{room:?}");

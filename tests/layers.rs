@@ -24,6 +24,7 @@ const LAYERS: &[&str] = &[
     "routing",
     "shadow",
     "discarded",
+    "waiting",
     "pipeline",
     "service",
     "tls",

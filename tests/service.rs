@@ -40,6 +40,7 @@ fn answer(bare: &[&str], view_behind: bool) -> Answer {
             view_behind,
             discarded: None,
             promised: Vec::new(),
+            expected: None,
         }),
         shadow: None,
     }

@@ -384,3 +384,43 @@ async fn a_pod_list_cut_off_is_not_taken_for_the_cluster_and_is_listed_again() {
     );
     assert_eq!(cell.load().unwrap().pod_count(), snap.pod_count());
 }
+
+#[tokio::test]
+async fn a_pod_seen_deleted_then_gone_teaches_how_long_its_owners_pods_take_to_stop() {
+    let api = fake_api::FakeApi::start().await;
+    api.seed(&snapshot_items("0037"));
+    let policy = Policy::builtin_default().enforced();
+    let (cell, _, task) = watched(&api, &policy).await;
+    let pod = api
+        .list("Pod")
+        .into_iter()
+        .find(|p| p["spec"]["nodeName"].is_string() && p["metadata"]["ownerReferences"].is_array())
+        .expect("a bound pod with an owner");
+    let (ns, name) = (
+        pod["metadata"]["namespace"].as_str().unwrap().to_string(),
+        pod["metadata"]["name"].as_str().unwrap().to_string(),
+    );
+    // Deleted now with 30 s of grace (the API server writes the grace's end, to the second).
+    let now = jiff::Timestamp::now();
+    let mut going = pod.clone();
+    // Held by a finalizer, as a kubelet holds it while its containers stop.
+    going["metadata"]["finalizers"] = json!(["test.coloc-extender.io/hold"]);
+    going["status"]["phase"] = Value::from("Running");
+    going["status"]["startTime"] = Value::from("2026-01-01T00:00:00Z");
+    going["metadata"]["deletionGracePeriodSeconds"] = Value::from(30);
+    going["metadata"]["deletionTimestamp"] =
+        Value::from(jiff::Timestamp::from_second(now.as_second() + 30).unwrap().to_string());
+    api.apply(going);
+    let key = format!("{ns}/{name}");
+    assert!(wait_until(|| cell.load().unwrap().pod(&key).is_some_and(|p| p.deletion_time.is_some())).await);
+    assert!(cell.load().unwrap().stop_times().is_empty(), "nothing learned while it runs");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    api.remove("Pod", &ns, &name);
+    assert!(wait_until(|| !cell.load().unwrap().stop_times().is_empty()).await, "nothing learned");
+    let owner = &pod["metadata"]["ownerReferences"][0];
+    let owner = format!("{ns}/{}/{}", owner["kind"].as_str().unwrap(), owner["name"].as_str().unwrap());
+    let learned = cell.load().unwrap().stop_times().get(&owner).expect("learned for its owner");
+    // Gone about 1.5 s after a delete in the second the deletionTimestamp names.
+    assert!((1_000..=3_000).contains(&learned.ms), "{learned:?}");
+    task.abort();
+}

@@ -191,6 +191,7 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
         let owner = crate::routing::OwnerPod { name, uid };
         tokio::spawn(crate::routing::publish(client.clone(), args.namespace.clone(), owner, state.policy.clone()));
     }
+    tokio::spawn(state.waits.clone().run(view.clone()));
     watch_apart(config.clone(), view.clone(), state.policy.clone(), fresh)?;
     Ok(config)
 }

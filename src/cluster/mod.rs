@@ -6,6 +6,7 @@ pub mod jobs;
 pub mod kept;
 pub mod lean;
 pub mod snapshot;
+pub mod stop_times;
 mod uid_index;
 pub mod usage;
 mod view;

@@ -16,6 +16,7 @@ use super::PMap;
 use super::evictions::{Evictions, NotRecorded};
 use super::jobs::Jobs;
 use super::kept::KeptStates;
+use super::stop_times::{self, Stop, StopTimes};
 use super::uid_index::UidIndex;
 use super::usage::{Aggregates, Counted};
 use crate::model::marks::GATE;
@@ -252,6 +253,11 @@ pub struct View {
     /// Counts pods seen newly marked by a preemption: the requeue controller, in pods of
     /// its own, makes way for kube-scheduler's writes while they keep coming.
     preemptions_seen: u64,
+    /// How long deleted pods took to go, per owner and class (`cluster::stop_times`).
+    stop_times: StopTimes,
+    /// When the events applied next were received, milliseconds since the epoch (the
+    /// watch sets it); 0 for a source without a clock (a snapshot): nothing is learned.
+    clock_ms: i64,
 }
 
 /// Pods that left the view remembered at most; past that, the older half is forgotten.
@@ -323,6 +329,8 @@ impl View {
             }
         }
         view.gone = self.gone.clone();
+        view.stop_times = self.stop_times.clone();
+        view.clock_ms = self.clock_ms;
         view.preemptions = self.preemptions.clone();
         view.evictions = self.evictions.clone();
         view.requeue_changes = self.requeue_changes + 1;
@@ -334,6 +342,35 @@ impl View {
         view.kept = self.kept.clone();
         view.generation = self.generation + 1;
         view
+    }
+
+    /// The time the events applied next were received (milliseconds since the epoch): a
+    /// pod deleted before that and gone with them took that long to stop.
+    pub fn set_clock_ms(&mut self, ms: i64) {
+        self.clock_ms = ms;
+    }
+
+    /// How long `pod` of class `class` is expected to take from a delete to gone.
+    pub fn expected_stop(&self, pod: &Pod, class: &str) -> Stop {
+        self.stop_times.expected(pod, class)
+    }
+
+    /// The stop times learned so far.
+    pub fn stop_times(&self) -> &StopTimes {
+        &self.stop_times
+    }
+
+    /// `old`, bound and started, is gone (`last`: its last state): if it was being deleted,
+    /// how long that took is learned for its owner and class.
+    fn note_stopped(&mut self, old: &Pod, last: &Pod, policy: &Policy) {
+        if self.clock_ms <= 0 || old.node_name.is_none() || old.start_time.is_none() {
+            return;
+        }
+        let state = if last.uid == old.uid && last.deletion_time.is_some() { last } else { old };
+        let Some(at) = stop_times::deleted_at_ms(state) else { return };
+        let class = policy.classify(old, self.priority_of(old));
+        let class = &policy.class(class).name;
+        self.stop_times.observe(stop_times::owner_key(old), stop_times::class_key(old, class), self.clock_ms - at);
     }
 
     /// Did the view see the pod of `uid` go (recently: the last `GONE_KEPT`)?
@@ -538,6 +575,9 @@ impl View {
             if self.same_pod(old, &pod) {
                 return self.move_slot(old, pod, key, policy);
             }
+            if pod.is_terminal() {
+                self.note_stopped(old, &pod, policy);
+            }
             self.detach(old, policy);
         }
         if pod.is_terminal() {
@@ -624,6 +664,7 @@ impl View {
             self.note_preemption(last);
             self.note_requeue_change(last);
         }
+        self.note_stopped(&old, last.unwrap_or(&old), policy);
         self.note_gone(&old.uid);
         self.note_requeue_change(&old);
         // The event's state if it is the same marked pod's (its bytes the latest), else the

@@ -292,16 +292,24 @@ impl<A: PodGroupApi> Applies for PodGroupKind<A> {
 }
 
 /// Applies one object: its model, or, if it could not be converted, its removal (a pod
-/// the view cannot read is never offered as a victim), logged and counted.
-fn apply_one<K: Applies>(cell: &ViewCell, policy: &Policy, obj: Lean<K>) {
+/// the view cannot read is never offered as a victim), logged and counted. `clock_ms`:
+/// when it was received (0 where that is not when it changed: a re-list's objects).
+fn apply_one<K: Applies>(cell: &ViewCell, policy: &Policy, obj: Lean<K>, clock_ms: i64) {
     if let Err(e) = &obj.model {
         let key = obj.key();
         metrics::counter!("coloc_watch_conversion_errors_total", "kind" => K::LABEL).increment(1);
         tracing::warn!(kind = K::LABEL, object = %key, error = %e, "cannot read object; left out of the cluster view");
-        return cell.change(|view| K::remove(view, &key, policy));
+        return cell.change(|view| {
+            // Left out for being unreadable, not for having stopped.
+            view.set_clock_ms(0);
+            K::remove(view, &key, policy)
+        });
     }
     if let Ok(model) = obj.model {
-        cell.change(|view| K::apply(view, model, policy));
+        cell.change(|view| {
+            view.set_clock_ms(clock_ms);
+            K::apply(view, model, policy)
+        });
     }
 }
 
@@ -321,7 +329,9 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
             if let Some(keys) = &mut relist.keys {
                 keys.insert(obj.key());
             }
-            apply_one(&shared.cell, &policy, obj);
+            // Listed, not watched: a pod gone terminal while the watch was down went at no
+            // known time, and teaches nothing of how long pods take to stop.
+            apply_one(&shared.cell, &policy, obj, 0);
             // Until the first sync readers see nothing; during a later re-list, upserts
             // are current state and are seen as they come.
         }
@@ -341,8 +351,14 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
             shared.fresh.synced(K::LABEL);
             tracing::info!(kind = K::LABEL, objects = listed.objects, removed, "watch listed");
         }
-        Event::Apply(obj) => apply_one(&shared.cell, &policy, obj),
-        Event::Delete(obj) => shared.cell.change(|view| K::deleted(view, &obj.key(), obj.model.as_ref().ok(), &policy)),
+        Event::Apply(obj) => apply_one(&shared.cell, &policy, obj, crate::clock::system_now_ms()),
+        Event::Delete(obj) => {
+            let now = crate::clock::system_now_ms();
+            shared.cell.change(|view| {
+                view.set_clock_ms(now);
+                K::deleted(view, &obj.key(), obj.model.as_ref().ok(), &policy)
+            })
+        }
     }
     shared.open_when_synced(&mut m);
 }

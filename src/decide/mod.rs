@@ -8,6 +8,7 @@ mod jobs;
 pub mod preempt;
 pub mod prioritize;
 pub mod promised;
+pub mod wait;
 
 pub use eligibility::Fate;
 // Below decide: events and metrics read explanations without reaching up into decisions.

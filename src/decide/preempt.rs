@@ -10,7 +10,7 @@
 
 use crate::explanation::{Code, Verdict};
 use std::cmp::Ordering;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 mod aftermath;
 mod gangs;
@@ -26,6 +26,7 @@ use self::request_victims::{judge_request_victims, note_misplaced_uids};
 use self::reselect::reselect_or_drop;
 use super::eligibility::{self, Fate, Preemptor};
 use super::fit::{fits, NodeUsage};
+use super::wait::{self, Wait};
 use super::{Context, Explanation};
 use crate::cluster::View;
 use crate::model::{GangInfo, Pod, PodRef, RequeueIntent, Timestamp};
@@ -47,6 +48,8 @@ pub struct PreemptOutcome {
     /// The room this answer promises its preemptor on each node it returns, to be held for
     /// the next preemptors until the view shows the nomination (`promised`).
     pub promised: Vec<super::promised::PromisedRoom>,
+    /// How soon the room is free on each returned node.
+    pub waits: BTreeMap<String, Wait>,
 }
 
 /// What evicting a victim set costs; compared field by field, lower is better.
@@ -54,9 +57,12 @@ pub struct PreemptOutcome {
 /// Ahead of everything: victims of last resort, then PDB violations, then work nothing
 /// brings back (a failed Job, a bare pod of a `lose` class), then the policy's class
 /// order, then budgets a later arrival would have to break (a PDB's or a Job's last).
+/// Then how much later than the soonest candidate the room comes free (in factors of the
+/// preemptor class's `waitTolerance`): an online pod is placed as soon as it can be.
 /// Within them, what the owners lose: the work thrown away plus a restart for every pod
-/// interrupted. A broken gang is no tier of its own: its survivors' run and restarts are
-/// in that figure, so a gang is broken only where keeping it whole throws away more.
+/// interrupted; then the wait itself. A broken gang is no tier of its own: its
+/// survivors' run and restarts are in that figure, so a gang is broken only where keeping
+/// it whole throws away more.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Cost {
     /// Work lost that nobody agreed to lose: a bare pod whose class asks for requeue but
@@ -75,8 +81,15 @@ pub struct Cost {
     /// allowed failure. Nothing is lost now, but a later arrival whose only room is
     /// behind that budget would have to violate it (budgets are shared over time).
     pub budgets_spent: i64,
+    /// How many factors of the preemptor class's `waitTolerance` the room comes free later
+    /// than on the soonest candidate compared (`wait::later_by`; set where plans are
+    /// compared: 0 for a plan alone).
+    pub later: i64,
     /// `work_thrown_away + restarts`, milli-CPU-seconds.
     pub owners_loss: i64,
+    /// Milliseconds until the room is free: the last victim gone, and the pods already
+    /// terminating the plan waits for (`wait::until_gone`).
+    pub wait_ms: i64,
     pub max_priority: i64,
     pub priority_sum: i64,
     pub victims: i64,
@@ -155,6 +168,8 @@ struct Victim<'a> {
     pod_priority: i32,
     /// `status.startTime`: `None` for pods that never started.
     running_since: Option<Timestamp>,
+    /// Milliseconds until it would be gone if evicted now (`wait::left`).
+    left_ms: i64,
     tenant_share: f64,
     gang: Option<GangInfo>,
     fate: Fate,
@@ -198,6 +213,8 @@ struct Plan<'a> {
     victims: Vec<Victim<'a>>,
     pdb_violations: i64,
     cost: Cost,
+    /// How soon its room is free (`cost.wait_ms`), and for whom last.
+    wait: Wait,
 }
 
 /// One preemptor's request as every candidate node's re-selection reads it: the
@@ -318,13 +335,27 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     // 2. Candidates.
     let candidates = proposed(&args.candidates);
     let candidate_nodes: Vec<&str> = candidates.iter().map(|(n, _)| *n).collect();
-    if let Some(node) = view.and_then(|v| room_on_its_way(ctx, v, preemptor, pod, &candidate_nodes)) {
-        out.explanations.push(Explanation::request(
+    let on_its_way = view.and_then(|v| room_on_its_way(ctx, v, preemptor, pod, &candidate_nodes));
+    let tolerance = ctx.policy.class(class_id).wait_tolerance;
+    let refuse_on_its_way = |ex: &mut Vec<Explanation>, node: &str, wait: &Wait, sooner: Option<i64>| {
+        let alternative = match sooner {
+            Some(ms) => format!(
+                "; evicting elsewhere would free room in ~{}, not sooner by more than waitTolerance {tolerance}",
+                wait::seconds(ms)
+            ),
+            None => String::new(),
+        };
+        ex.push(Explanation::request(
             Verdict::Refused,
             Code::RoomOnItsWay,
-            format!("pods preempted on {node} are still terminating, and {key} fits there once they are gone: evicting more would free room twice"),
+            format!("pods preempted on {node} are still terminating, and {key} fits there once they are gone, {}: evicting more would free room twice{alternative}", wait.describe()),
         ));
-        return out;
+    };
+    if let Some((node, wait)) = &on_its_way {
+        if tolerance == 0.0 {
+            refuse_on_its_way(&mut out.explanations, node, wait, None);
+            return out;
+        }
     }
     if let Some(node) = view.and_then(|v| room_already_free(ctx, v, preemptor, pod, &candidates)) {
         out.explanations.push(Explanation::request(
@@ -387,8 +418,27 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
         plans.extend(plan);
     }
 
+    // Room on its way is waited for, unless a plan that loses, violates and spends nothing
+    // frees room sooner by more than the class's tolerance.
+    if let Some((node, wait)) = &on_its_way {
+        let harmless =
+            |c: &Cost| c.lost_unasked == 0 && c.pdb_violations == 0 && c.lost_pods == 0 && c.budgets_spent == 0;
+        let sooner = plans.iter().filter(|p| harmless(&p.cost)).map(|p| p.cost.wait_ms).min();
+        match sooner {
+            Some(ms) if wait::later_by(wait.ms, ms, tolerance) > 0 => ex.push(Explanation::request(
+                Verdict::Preemptor,
+                Code::RoomOnItsWay,
+                format!("pods preempted on {node} are still terminating, {}: evicting elsewhere frees room in ~{}, sooner by more than waitTolerance {tolerance}", wait.describe(), wait::seconds(ms)),
+            )),
+            _ => {
+                refuse_on_its_way(ex, node, wait, sooner);
+                return out;
+            }
+        }
+    }
+
     // 5. Rank.
-    (out.result, out.requeues) = rank(ctx, preemptor, plans, ex);
+    (out.result, out.requeues, out.waits) = rank(ctx, preemptor, plans, ex);
     out.promised = super::promised::PromisedRoom::of(pod, out.result.node_name_to_meta_victims.keys(), ctx.now);
     out
 }
@@ -400,29 +450,34 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
 /// kube-scheduler preempts asynchronously and may ask again before the preemptor's
 /// nomination has reached it; a second eviction then would free room twice, and might
 /// break a gang to do it. The nominated node and the candidates are looked at.
-fn room_on_its_way(ctx: &Context, view: &View, preemptor: Preemptor, pod: &Pod, candidates: &[&str]) -> Option<String> {
+fn room_on_its_way(
+    ctx: &Context,
+    view: &View,
+    preemptor: Preemptor,
+    pod: &Pod,
+    candidates: &[&str],
+) -> Option<(String, Wait)> {
     let nominated =
         pod.nominated_node_name.as_deref().or_else(|| view.pod_by_uid(&pod.uid)?.nominated_node_name.as_deref());
     let mut nodes: Vec<&str> = nominated.into_iter().chain(candidates.iter().copied()).collect();
     nodes.sort_unstable();
     nodes.dedup();
-    nodes
-        .into_iter()
-        .find(|n| {
-            let Some(node) = view.node(n) else { return false };
-            let pods = view.pods_on(n);
-            let leaving = |p: &Pod| {
-                p.deletion_time.is_some()
-                    && ctx.priority_of(p) < preemptor.priority
-                    && (p.preempted || nominated == Some(*n))
-            };
-            if !pods.iter().any(|p| leaving(p)) {
-                return false;
-            }
-            let staying = pods.iter().map(|p| &**p).filter(|p| p.deletion_time.is_none() && p.uid != pod.uid);
-            fits(pod, node, &NodeUsage::of(staying.chain(held_on(ctx, view, n, preemptor.priority, &pod.uid)))).is_ok()
-        })
-        .map(str::to_string)
+    nodes.into_iter().find_map(|n| {
+        let node = view.node(n)?;
+        let pods = view.pods_on(n);
+        let leaving = |p: &Pod| {
+            p.deletion_time.is_some()
+                && ctx.priority_of(p) < preemptor.priority
+                && (p.preempted || nominated == Some(n))
+        };
+        if !pods.iter().any(|p| leaving(p)) {
+            return None;
+        }
+        let staying = pods.iter().map(|p| &**p).filter(|p| p.deletion_time.is_none() && p.uid != pod.uid);
+        fits(pod, node, &NodeUsage::of(staying.chain(held_on(ctx, view, n, preemptor.priority, &pod.uid)))).ok()?;
+        let wait = wait::until_gone(ctx, pods.iter().map(|p| &**p).filter(|p| leaving(p)));
+        Some((n.to_string(), wait))
+    })
 }
 
 /// A candidate where the view has seen some of kube-scheduler's proposed victims go and
@@ -488,7 +543,13 @@ fn held_on<'v>(
 
 fn placeholder(node: &str, num_pdb_violations: i64, ex: &mut Vec<Explanation>) -> Plan<'static> {
     ex.push(Explanation::node(node, Verdict::Kept, Code::NoVictims, "candidate without victims: returned as is"));
-    Plan { node: node.to_string(), victims: Vec::new(), pdb_violations: num_pdb_violations, cost: Cost::default() }
+    Plan {
+        node: node.to_string(),
+        victims: Vec::new(),
+        pdb_violations: num_pdb_violations,
+        cost: Cost::default(),
+        wait: Wait::default(),
+    }
 }
 
 /// Does kube-scheduler know proposed victims the view does not (and did not see go), or
@@ -518,6 +579,7 @@ fn victim<'a>(
         pod_priority,
         // Like kube-scheduler, a pod that never started has run for no time at all.
         running_since: pod.start_time,
+        left_ms: wait::left_in(ctx, pod, eligible.class).0,
         tenant_share: view.map(|v| v.tenant_share(&ctx.policy.tenants.tenant_of(pod))).unwrap_or(0.0),
         gang,
         proposed,
@@ -534,6 +596,15 @@ fn victim<'a>(
 pub(super) fn cpu_seconds(now: crate::model::Timestamp, pod: &Pod) -> i64 {
     let ran = pod.start_time.map_or(0, |t| (now - t).max(0));
     ran.saturating_mul(pod.requests.milli_cpu.max(1))
+}
+
+/// The run evicting `pod` of `class` throws away: all of it, unless its class saves its
+/// progress on SIGTERM (`victim.checkpointsOnTerm`): then none.
+pub(super) fn run_thrown_away(ctx: &Context, class: ClassId, pod: &Pod) -> i64 {
+    match ctx.policy.class(class).victim.checkpoints_on_term {
+        true => 0,
+        false => cpu_seconds(ctx.now, pod),
+    }
 }
 
 /// What restarting a pod of `class` requesting `milli_cpu` costs its owner, in

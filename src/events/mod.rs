@@ -117,8 +117,14 @@ pub fn for_preempt(pod: &str, pod_uid: &str, ex: &[Explanation]) -> Option<PodEv
         })
         .collect();
     // The order of `Cost` (decide/preempt.rs), in words.
-    let why = "the cheapest choice under the policy (fewest victims of last resort, fewest PDB violations, then no lost work, the least valuable class, fewest budgets spent to the last, then the least the owners lose: work thrown away, a broken gang's included, and restarts)";
-    Some(event(false, "PreemptionVictims", format!("coloc-extender: victims {}; {why}", nodes.join("; "))))
+    let why = "the cheapest choice under the policy (fewest victims of last resort, fewest PDB violations, then no lost work, the least valuable class, fewest budgets spent to the last, the room free soonest within waitTolerance, then the least the owners lose: work thrown away, a broken gang's included, and restarts)";
+    // How soon, first: the line most likely to be read, never the one clipped.
+    let wait = ex
+        .iter()
+        .find(|e| e.subject == "request" && e.code == Code::ExpectedWait)
+        .map(|e| format!("{}; ", e.detail))
+        .unwrap_or_default();
+    Some(event(false, "PreemptionVictims", format!("coloc-extender: {wait}victims {}; {why}", nodes.join("; "))))
 }
 
 /// The nodes a preempt answer returns.

@@ -3,6 +3,7 @@
 
 use std::sync::OnceLock;
 
+use metrics_exporter_prometheus::Matcher::Full;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::decide::Explanation;
@@ -14,6 +15,15 @@ pub fn handle() -> PrometheusHandle {
         .get_or_init(|| {
             let recorder = PrometheusBuilder::new()
                 .set_buckets(&[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0])
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Full("coloc_preempt_wait_seconds".into()), super::waits::WAIT_BUCKETS)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Full("coloc_preempt_wait_error_seconds".into()),
+                        super::waits::ERROR_BUCKETS,
+                    )
+                })
                 .expect("static buckets are valid")
                 .build_recorder();
             let handle = recorder.handle();
@@ -116,6 +126,18 @@ fn describe() {
     metrics::describe_counter!(
         "coloc_shadow_discarded_cpu_seconds_total",
         "Shadow mode: run time x CPU request the policy's preempt answers would have evicted, by victim class"
+    );
+    metrics::describe_histogram!(
+        "coloc_preempt_wait_seconds",
+        "Enforced preempt answers: how long until every victim was gone, as expected and as observed"
+    );
+    metrics::describe_histogram!(
+        "coloc_preempt_wait_error_seconds",
+        "Enforced preempt answers: observed minus expected wait until every victim was gone, by what the estimate came from"
+    );
+    metrics::describe_counter!(
+        "coloc_preempt_wait_unobserved_total",
+        "Enforced preempt answers whose victims were not all seen gone within 30 minutes (evicted elsewhere, or not at all)"
     );
     // Series alerts and dashboards read exist from the start (rate() of a missing series
     // is no data, not zero).

@@ -11,6 +11,7 @@ pub mod metrics;
 mod observe;
 pub mod server;
 mod state;
+pub mod waits;
 mod workers;
 
 use std::sync::Arc;

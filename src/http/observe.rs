@@ -16,6 +16,9 @@ pub fn answered(state: &AppState, verb: Verb, answer: &Answer) {
     if (verb, answer.mode) != (Verb::Preempt, Mode::Enforce) {
         return;
     }
+    if state.view_source == ViewSource::Kubernetes {
+        state.waits.record(answer, std::time::Instant::now());
+    }
     for (_, reason) in crate::events::last_resort_victims(&answer.explanations) {
         ::metrics::counter!("coloc_bare_lost_total", "reason" => reason.as_str()).increment(1);
     }

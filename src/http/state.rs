@@ -77,6 +77,9 @@ pub struct AppState {
     /// What the verbs' answers share between requests: the preempt flow's catch-up, the
     /// room recent answers promised, wakes.
     pub service: Arc<crate::service::Service>,
+    /// Enforced preempt answers whose victims are not all gone: their expected wait is
+    /// checked against the one observed (`serve --kube`).
+    pub waits: Arc<super::waits::Waits>,
 }
 
 impl AppState {
@@ -95,6 +98,7 @@ impl AppState {
             decisions: Arc::new(DecisionLog::default()),
             events: None,
             service: Arc::new(crate::service::Service::new(watched, None)),
+            waits: Default::default(),
         }
     }
 

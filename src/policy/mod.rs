@@ -153,6 +153,20 @@ impl Policy {
             if c.victim.restart_cost < 0 {
                 return Err(invalid(field(".victim.restartCost"), "must not be negative".into(), None));
             }
+            if c.victim.checkpoints_on_term && !c.victim.allowed {
+                return Err(invalid(
+                    field(".victim.checkpointsOnTerm"),
+                    "its pods are never victims (victim.allowed is false): nothing to checkpoint".into(),
+                    Some("checkpointsOnTerm"),
+                ));
+            }
+            if !(c.wait_tolerance == 0.0 || (c.wait_tolerance.is_finite() && c.wait_tolerance > 1.0)) {
+                return Err(invalid(
+                    field(".waitTolerance"),
+                    format!("{} must be greater than 1 (a factor), or 0 (the wait only breaks ties)", c.wait_tolerance),
+                    Some("waitTolerance"),
+                ));
+            }
             if c.requeue.max_attempts == Some(0) {
                 return Err(invalid(
                     field(".requeue.maxAttempts"),

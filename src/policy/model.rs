@@ -66,6 +66,21 @@ pub struct Class {
     /// How this class's requeued pods come back.
     #[serde(default)]
     pub requeue: RequeueRules,
+    /// How much later than the soonest way to place a preemptor of this class a way may
+    /// free its room and still compete on what the owners lose. Ways whose victims are
+    /// expected gone within `waitTolerance` times the soonest way's wait (plus 2 s, the
+    /// scheduler's own retry) rank by work thrown away; one that keeps the pod waiting
+    /// longer ranks after them, one rank further per further factor. Never ahead of
+    /// losses, PDB violations, the victims' class or budgets. 0: the wait only breaks ties.
+    #[serde(default = "default_wait_tolerance")]
+    pub wait_tolerance: f64,
+}
+
+/// `waitTolerance` by default.
+pub const DEFAULT_WAIT_TOLERANCE: f64 = 2.0;
+
+fn default_wait_tolerance() -> f64 {
+    DEFAULT_WAIT_TOLERANCE
 }
 
 /// How a requeued pod (a released replacement) comes back, and how often one workload may
@@ -251,6 +266,12 @@ pub struct VictimRules {
     #[serde(default = "default_restart_cost", deserialize_with = "duration::deserialize")]
     #[schemars(with = "String", regex(pattern = r"^\s*(0|([0-9]+[smhd])+)\s*$"))]
     pub restart_cost: i64,
+    /// Pods of this class save their progress when sent SIGTERM (a checkpoint written
+    /// within their grace period): an eviction throws none of their run away, only a
+    /// restart is charged. Their room comes free once the checkpoint is written, which
+    /// the wait weighs (`waitTolerance` of the preemptor's class).
+    #[serde(default)]
+    pub checkpoints_on_term: bool,
 }
 
 /// `victim.restartCost` by default, in seconds.
@@ -282,6 +303,7 @@ impl Default for VictimRules {
             min_runtime: 0,
             restart_cost: DEFAULT_RESTART_COST_S,
             jobs: JobVictims::Count,
+            checkpoints_on_term: false,
         }
     }
 }

@@ -205,6 +205,31 @@ fn preemption_matrix_follows_preempts() {
     "tenants.queues: queues are named but tenants.label",
     "line 3"
 )]
+#[case::checkpoints_of_a_class_never_evicted(
+    "defaultClass: a\nclasses:\n  - name: a\n    victim: {checkpointsOnTerm: true}\n",
+    "classes[0].victim.checkpointsOnTerm: its pods are never victims (victim.allowed is false)",
+    "line 4"
+)]
+#[case::wait_tolerance_not_a_factor(
+    "defaultClass: a\nclasses:\n  - name: a\n    waitTolerance: 0.5\n",
+    "classes[0].waitTolerance: 0.5 must be greater than 1 (a factor), or 0",
+    "line 4"
+)]
+#[case::wait_tolerance_negative(
+    "defaultClass: a\nclasses:\n  - name: a\n    waitTolerance: -2\n",
+    "classes[0].waitTolerance: -2 must be greater than 1",
+    "line 4"
+)]
+#[case::wait_tolerance_not_a_number(
+    "defaultClass: a\nclasses:\n  - name: a\n    waitTolerance: .nan\n",
+    "classes[0].waitTolerance: NaN must be greater than 1",
+    "line 4"
+)]
+#[case::wait_tolerance_a_word(
+    "defaultClass: a\nclasses:\n  - name: a\n    waitTolerance: soon\n",
+    "waitTolerance: invalid type",
+    "line 4"
+)]
 fn invalid_policies_name_the_field(#[case] yaml: &str, #[case] message: &str, #[case] line: &str) {
     let err = Policy::from_yaml(yaml).expect_err("must be rejected").to_string();
     assert!(err.contains(message), "{err:?} should contain {message:?}");
@@ -262,4 +287,16 @@ fn the_fingerprint_names_the_rules_not_the_layout_or_the_mode() {
     assert_eq!(shadow.fingerprint(), base, "the mode is reported apart");
     let changed = Policy::from_yaml(&text.replace("maxCandidates: 1", "maxCandidates: 2")).unwrap();
     assert_ne!(changed.fingerprint(), base, "a rule that differs");
+}
+
+#[test]
+fn the_wait_and_checkpoints_have_their_defaults_and_read_as_written() {
+    let p = Policy::from_yaml(
+        "defaultClass: a\nclasses:\n  - name: a\n    preempts: [b]\n  - name: b\n    waitTolerance: 0\n    victim: {allowed: true, checkpointsOnTerm: true}\n",
+    )
+    .unwrap();
+    assert_eq!(p.classes[0].wait_tolerance, crate::policy::model::DEFAULT_WAIT_TOLERANCE);
+    assert!(!p.classes[0].victim.checkpoints_on_term);
+    assert_eq!(p.classes[1].wait_tolerance, 0.0);
+    assert!(p.classes[1].victim.checkpoints_on_term);
 }

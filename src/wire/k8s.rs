@@ -42,6 +42,8 @@ pub struct ObjectMeta {
     pub creation_timestamp: Option<String>,
     #[serde(default)]
     pub deletion_timestamp: Option<String>,
+    #[serde(default)]
+    pub deletion_grace_period_seconds: Option<i64>,
     #[serde(default, deserialize_with = "nullable")]
     pub finalizers: Vec<String>,
 }
@@ -193,6 +195,8 @@ pub struct PodSpec {
     pub security_context: SecurityContext,
     #[serde(default, deserialize_with = "nullable")]
     pub volumes: Vec<Volume>,
+    #[serde(default)]
+    pub termination_grace_period_seconds: Option<i64>,
 }
 
 /// `spec.schedulingGroup` (Kubernetes v1.36+): the pod's native PodGroup.
@@ -405,6 +409,11 @@ pub fn resources(field: impl Fn() -> String, list: &BTreeMap<String, String>) ->
     Ok((r, pods))
 }
 
+/// A number of seconds as the model keeps it: negative as 0, past `i32::MAX` as that.
+fn seconds_i32(s: i64) -> i32 {
+    s.clamp(0, i32::MAX as i64) as i32
+}
+
 impl Pod {
     pub fn into_model(self) -> Result<model::Pod, FieldError> {
         let m = self.metadata;
@@ -467,6 +476,8 @@ impl Pod {
             requeue_guarded: m.finalizers.iter().any(|f| f == crate::model::marks::GUARD),
             creation_time: parse_time("metadata.creationTimestamp", &m.creation_timestamp)?,
             deletion_time: parse_time("metadata.deletionTimestamp", &m.deletion_timestamp)?,
+            grace_period: spec.termination_grace_period_seconds.map(seconds_i32),
+            deletion_grace_period: m.deletion_grace_period_seconds.map(seconds_i32),
             start_time: parse_time("status.startTime", &self.status.start_time)?,
             controller: m
                 .owner_references

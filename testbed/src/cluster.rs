@@ -150,6 +150,18 @@ impl PodBuilder {
         self
     }
 
+    /// Requests `quantity` of memory instead of 64 MiB.
+    pub fn memory(mut self, quantity: &str) -> PodBuilder {
+        self.0["spec"]["containers"][0]["resources"]["requests"]["memory"] = json!(quantity);
+        self
+    }
+
+    /// Any other change, to the pod's JSON.
+    pub fn edit(mut self, f: impl FnOnce(&mut Value)) -> PodBuilder {
+        f(&mut self.0);
+        self
+    }
+
     pub fn build(self) -> Pod {
         from(self.0)
     }
@@ -228,6 +240,37 @@ where
     .buffer_unordered(concurrency.max(1))
     .try_collect::<Vec<()>>()
     .await?;
+    Ok(())
+}
+
+/// Creates every object, one at a time, each once: an object already there (a retry after
+/// a dropped answer) is fine, and a failed request is tried again, up to 10 times a second
+/// apart (a long measurement is not lost to a busy API server closing a connection).
+pub async fn create_each<K>(client: &Client, objects: Vec<K>) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = ()> + Serialize,
+{
+    let resource = ApiResource::erase::<K>(&());
+    for o in &objects {
+        let o: DynamicObject = serde_json::from_value(serde_json::to_value(o)?)?;
+        let api: Api<DynamicObject> = match o.metadata.namespace.as_deref() {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        let mut tries = 0;
+        loop {
+            match api.create(&PostParams::default(), &o).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(e)) if e.code == 409 => break,
+                Err(e) if tries < 10 => {
+                    tries += 1;
+                    tracing::warn!(error = %e, "create failed; trying again");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
     Ok(())
 }
 

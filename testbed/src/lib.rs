@@ -22,6 +22,7 @@ pub mod process;
 pub mod proxy;
 pub mod scenario;
 pub mod scheduler;
+pub mod trace;
 pub mod wait;
 
 pub use binaries::Binaries;

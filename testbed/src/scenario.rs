@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cluster::{self, PodBuilder};
+use crate::kubelet::EXITS_AFTER_SECONDS;
 
 #[derive(Debug, Deserialize)]
 pub struct Scenario {
@@ -22,6 +23,67 @@ pub struct Scenario {
     pub online: Vec<OnlinePod>,
 }
 
+/// How a pod stops once deleted: its declared grace period, and when its containers
+/// really exit (read by the kubelet stand-in from [`EXITS_AFTER_SECONDS`], a test-bed-only
+/// annotation; the extender never reads it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize, Serialize)]
+pub struct Termination {
+    /// `terminationGracePeriodSeconds`; `None`: the API server's default, 30.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_s: Option<i64>,
+    /// Seconds from the delete until it exits; `None`: it runs to the end of its grace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_s: Option<f64>,
+}
+
+impl Termination {
+    /// Both times multiplied by `factor` (the grace rounded up to whole seconds, at least
+    /// 1 where it was not 0): a shorter run, the same proportions.
+    pub fn scaled(self, factor: f64) -> Termination {
+        Termination {
+            grace_s: self.grace_s.map(|g| if g == 0 { 0 } else { ((g as f64 * factor).ceil() as i64).max(1) }),
+            stop_s: self.stop_s.map(|s| s * factor),
+        }
+    }
+
+    /// How long a pod deleted now keeps running at most.
+    pub fn longest_s(&self) -> f64 {
+        let grace = self.grace_s.unwrap_or(30) as f64;
+        self.stop_s.map_or(grace, |s| s.min(grace))
+    }
+
+    /// A pod's spec and annotations as they say it.
+    fn apply(&self, pod: &mut serde_json::Value) {
+        if let Some(g) = self.grace_s {
+            pod["spec"]["terminationGracePeriodSeconds"] = serde_json::json!(g);
+        }
+        if let Some(s) = self.stop_s {
+            pod["metadata"]["annotations"][EXITS_AFTER_SECONDS] = serde_json::json!(format!("{s:.3}"));
+        }
+    }
+}
+
+/// The mix [`Scenario::mix_grace`] draws offline workloads' termination from.
+pub const GRACE_MIX: &str = "30 % exit at once (grace 1-5 s, exit within 1 s), 45 % the default grace of 30 s (half exit within 1-3 s, half run it out), 25 % checkpointing batch (grace 120-600 s, exit at 60-95 % of it)";
+
+impl Termination {
+    /// One draw from [`GRACE_MIX`].
+    fn draw(rng: &mut Rng) -> Termination {
+        let between = |rng: &mut Rng, lo: f64, hi: f64| lo + (hi - lo) * rng.below(1001) as f64 / 1000.0;
+        match rng.below(100) {
+            0..=29 => {
+                let grace = 1 + rng.below(5) as i64;
+                Termination { grace_s: Some(grace), stop_s: Some(between(rng, 0.0, 1.0)) }
+            }
+            30..=74 => Termination { grace_s: Some(30), stop_s: (rng.below(2) == 0).then(|| between(rng, 1.0, 3.0)) },
+            _ => {
+                let grace = 120 + 30 * rng.below(17) as i64;
+                Termination { grace_s: Some(grace), stop_s: Some(grace as f64 * between(rng, 0.6, 0.95)) }
+            }
+        }
+    }
+}
+
 /// A ReplicaSet (namespace `batch`), its pods pinned to `node` if set, with a PDB allowing
 /// `pdb_max_unavailable` disruptions if set.
 #[derive(Debug, Deserialize)]
@@ -34,6 +96,19 @@ pub struct ReplicaSetSpec {
     pub replicas: i32,
     #[serde(default)]
     pub pdb_max_unavailable: Option<i32>,
+    #[serde(default, flatten)]
+    pub stop: Termination,
+    #[serde(default)]
+    pub memory_mi: Option<i64>,
+    /// How long its pods have run when online pods arrive (default: `Scenario::age_seconds`).
+    #[serde(default)]
+    pub age_s: Option<i64>,
+    #[serde(default = "batch")]
+    pub namespace: String,
+}
+
+fn batch() -> String {
+    crate::prepared::BATCH.into()
 }
 
 #[derive(Debug, Deserialize)]
@@ -42,23 +117,40 @@ pub struct NodeSpec {
     pub cpu_m: i64,
     #[serde(default = "default_zone")]
     pub zone: String,
+    /// GiB of memory (64 by default).
+    #[serde(default)]
+    pub memory_gi: Option<i64>,
 }
 
 fn default_zone() -> String {
     "zone-a".into()
 }
 
-/// A pod no controller owns, bound before the scenario starts (namespace `batch`).
+/// A pod no controller owns, there before the scenario starts (namespace `batch`), bound
+/// to `node` (else kube-scheduler places it with the controllers' pods).
 #[derive(Debug, Deserialize)]
 pub struct BarePod {
     pub name: String,
     pub class: String,
     pub cpu_m: i64,
-    pub node: String,
+    #[serde(default)]
+    pub node: Option<String>,
     #[serde(default)]
     pub gang: Option<String>,
     #[serde(default)]
     pub gang_min: Option<u32>,
+    #[serde(default, flatten)]
+    pub stop: Termination,
+    #[serde(default)]
+    pub memory_mi: Option<i64>,
+    /// How long it has run when online pods arrive (default: `Scenario::age_seconds`).
+    #[serde(default)]
+    pub age_s: Option<i64>,
+    /// Seconds after which it completes (default: it runs on).
+    #[serde(default)]
+    pub run_s: Option<u64>,
+    #[serde(default = "batch")]
+    pub namespace: String,
 }
 
 /// A Job (namespace `batch`), its pods pinned to `node` if set.
@@ -73,9 +165,22 @@ pub struct JobSpec {
     pub backoff_limit: i32,
     #[serde(default)]
     pub on_disruption: Option<String>,
+    #[serde(default, flatten)]
+    pub stop: Termination,
+    #[serde(default)]
+    pub memory_mi: Option<i64>,
+    #[serde(default)]
+    pub age_s: Option<i64>,
+    /// Seconds each of its pods runs before it completes (default: until evicted).
+    #[serde(default)]
+    pub run_s: Option<u64>,
+    #[serde(default = "batch")]
+    pub namespace: String,
 }
 
-/// An online pod that arrives (namespace `online`, class `online-prod`) with its wave.
+/// A pod that arrives once the scenario has started: an online pod (namespace `online`,
+/// class `online-prod`) unless it says otherwise, with its wave or at its time. Its time
+/// to place is measured, per class.
 #[derive(Debug, Deserialize)]
 pub struct OnlinePod {
     pub name: String,
@@ -83,12 +188,60 @@ pub struct OnlinePod {
     /// Waves arrive in order, a few seconds apart; 0 is the first.
     #[serde(default)]
     pub wave: u32,
+    /// Seconds after the first arrival (instead of its wave's time).
+    #[serde(default)]
+    pub at_s: Option<f64>,
+    #[serde(default = "online")]
+    pub namespace: String,
+    #[serde(default = "online_prod")]
+    pub class: String,
+    #[serde(default)]
+    pub memory_mi: Option<i64>,
+    #[serde(default, flatten)]
+    pub stop: Termination,
+    #[serde(default)]
+    pub run_s: Option<u64>,
+}
+
+fn online() -> String {
+    crate::prepared::ONLINE.into()
+}
+
+fn online_prod() -> String {
+    "online-prod".into()
 }
 
 impl OnlinePod {
     pub fn pod(&self) -> k8s_openapi::api::core::v1::Pod {
-        PodBuilder::new("online", &self.name, "online-prod", self.cpu_m).build()
+        let mut p = PodBuilder::new(&self.namespace, &self.name, &self.class, self.cpu_m);
+        p = with_memory(p, self.memory_mi);
+        if let Some(run) = self.run_s {
+            p = p.annotate(crate::kubelet::RUN_SECONDS, &run.to_string());
+        }
+        p.edit(|v| self.stop.apply(v)).build()
     }
+}
+
+fn with_memory(p: PodBuilder, memory_mi: Option<i64>) -> PodBuilder {
+    match memory_mi {
+        Some(mi) => p.memory(&format!("{mi}Mi")),
+        None => p,
+    }
+}
+
+/// A workload's pod template as `stop` and `memory_mi` say.
+fn template(
+    spec: Option<&mut k8s_openapi::api::core::v1::PodTemplateSpec>,
+    stop: &Termination,
+    memory_mi: Option<i64>,
+) {
+    let Some(t) = spec else { return };
+    let mut v = serde_json::to_value(&*t).expect("a template is JSON");
+    stop.apply(&mut v);
+    if let Some(mi) = memory_mi {
+        v["spec"]["containers"][0]["resources"]["requests"]["memory"] = serde_json::json!(format!("{mi}Mi"));
+    }
+    *t = serde_json::from_value(v).expect("still a template");
 }
 
 /// A small deterministic generator (SplitMix64): the same seed, the same cluster.
@@ -115,18 +268,24 @@ impl Scenario {
     }
 
     pub fn node_objects(&self) -> Vec<k8s_openapi::api::core::v1::Node> {
-        self.nodes.iter().map(|n| cluster::node(&n.name, n.cpu_m, 64, &n.zone)).collect()
+        self.nodes.iter().map(|n| cluster::node(&n.name, n.cpu_m, n.memory_gi.unwrap_or(64), &n.zone)).collect()
     }
 
     pub fn bare_pods(&self) -> Vec<k8s_openapi::api::core::v1::Pod> {
         self.bare
             .iter()
             .map(|b| {
-                let mut p = PodBuilder::new("batch", &b.name, &b.class, b.cpu_m).on(&b.node);
+                let mut p = PodBuilder::new(&b.namespace, &b.name, &b.class, b.cpu_m);
+                if let Some(node) = &b.node {
+                    p = p.on(node);
+                }
                 if let Some(g) = &b.gang {
                     p = p.label(GANG_LABEL, g).annotate(GANG_MIN, &b.gang_min.unwrap_or(1).to_string());
                 }
-                p.build()
+                if let Some(run) = b.run_s {
+                    p = p.annotate(crate::kubelet::RUN_SECONDS, &run.to_string());
+                }
+                with_memory(p, b.memory_mi).edit(|v| b.stop.apply(v)).build()
             })
             .collect()
     }
@@ -136,7 +295,7 @@ impl Scenario {
             .iter()
             .map(|j| {
                 let mut job = cluster::job(
-                    "batch",
+                    &j.namespace,
                     &j.name,
                     j.pods,
                     j.backoff_limit,
@@ -147,6 +306,17 @@ impl Scenario {
                 if let (Some(t), Some(node)) = (job.spec.as_mut().and_then(|s| s.template.spec.as_mut()), &j.node) {
                     t.node_selector = Some(BTreeMap::from([("kubernetes.io/hostname".to_string(), node.clone())]));
                 }
+                if let Some(spec) = job.spec.as_mut() {
+                    if let Some(run) = j.run_s {
+                        // Each pod completes after `run_s`; the Job, after all of its completions.
+                        spec.completions = spec.parallelism;
+                        let meta = spec.template.metadata.get_or_insert_with(Default::default);
+                        meta.annotations
+                            .get_or_insert_with(Default::default)
+                            .insert(crate::kubelet::RUN_SECONDS.into(), run.to_string());
+                    }
+                    template(Some(&mut spec.template), &j.stop, j.memory_mi);
+                }
                 job
             })
             .collect()
@@ -156,10 +326,11 @@ impl Scenario {
         self.replica_sets
             .iter()
             .map(|r| {
-                let mut rs = cluster::replica_set("batch", &r.name, r.replicas, &r.class, r.cpu_m);
+                let mut rs = cluster::replica_set(&r.namespace, &r.name, r.replicas, &r.class, r.cpu_m);
                 if let (Some(t), Some(node)) = (rs.spec.template.as_mut().and_then(|t| t.spec.as_mut()), &r.node) {
                     t.node_selector = Some(BTreeMap::from([("kubernetes.io/hostname".to_string(), node.clone())]));
                 }
+                template(rs.spec.template.as_mut(), &r.stop, r.memory_mi);
                 rs
             })
             .collect()
@@ -168,7 +339,7 @@ impl Scenario {
     pub fn pdb_objects(&self) -> Vec<k8s_openapi::api::policy::v1::PodDisruptionBudget> {
         self.replica_sets
             .iter()
-            .filter_map(|r| Some(cluster::pdb("batch", &r.name, &r.name, r.pdb_max_unavailable?)))
+            .filter_map(|r| Some(cluster::pdb(&r.namespace, &r.name, &r.name, r.pdb_max_unavailable?)))
             .collect()
     }
 
@@ -205,7 +376,7 @@ impl Scenario {
         for i in 0..nodes {
             let node = format!("node-{:02}", i + 1);
             let cpu_m = if rng.below(3) == 0 { 8000 } else { 4000 };
-            sc.nodes.push(NodeSpec { name: node.clone(), cpu_m, zone: zones[i % 3].into() });
+            sc.nodes.push(NodeSpec { name: node.clone(), cpu_m, zone: zones[i % 3].into(), memory_gi: None });
             // About 40 % for controllers' pods, a little left free on some nodes.
             let k = 1 + rng.below((cpu_m / 1000 * 2 / 5) as u64) as i64;
             slots += k;
@@ -239,9 +410,14 @@ impl Scenario {
                     name,
                     class: class.into(),
                     cpu_m: cpu,
-                    node: node.clone(),
+                    node: Some(node.clone()),
                     gang: g,
                     gang_min: None,
+                    stop: Termination::default(),
+                    memory_mi: None,
+                    age_s: None,
+                    run_s: None,
+                    namespace: batch(),
                 });
             }
         }
@@ -268,6 +444,10 @@ impl Scenario {
                     node: None,
                     replicas,
                     pdb_max_unavailable: pdb,
+                    stop: Termination::default(),
+                    memory_mi: None,
+                    age_s: None,
+                    namespace: batch(),
                 });
                 left -= replicas;
             } else {
@@ -288,6 +468,11 @@ impl Scenario {
                     pods,
                     backoff_limit,
                     on_disruption,
+                    stop: Termination::default(),
+                    memory_mi: None,
+                    age_s: None,
+                    run_s: None,
+                    namespace: batch(),
                 });
                 left -= pods;
             }
@@ -297,7 +482,17 @@ impl Scenario {
         while sc.online.len() < arrivals {
             for _ in 0..(1 + rng.below(3)).min((arrivals - sc.online.len()) as u64) {
                 let cpu_m = [1000, 1500, 2000, 2000, 3000][rng.below(5) as usize];
-                sc.online.push(OnlinePod { name: format!("web-{:02}", sc.online.len() + 1), cpu_m, wave });
+                sc.online.push(OnlinePod {
+                    name: format!("web-{:02}", sc.online.len() + 1),
+                    cpu_m,
+                    wave,
+                    at_s: None,
+                    namespace: online(),
+                    class: online_prod(),
+                    memory_mi: None,
+                    stop: Termination::default(),
+                    run_s: None,
+                });
             }
             wave += 1;
         }
@@ -310,6 +505,68 @@ impl Scenario {
             sc.online.len()
         );
         sc
+    }
+
+    /// Draws every offline workload's grace period and stop time from [`GRACE_MIX`]: each
+    /// ReplicaSet, Job, gang and lone bare pod once (its pods share a template). Its own
+    /// generator, seeded from `seed`: the cluster is the one `generate` made.
+    pub fn mix_grace(&mut self, seed: u64) {
+        let mut rng = Rng(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x0067_7261_6365);
+        let mut gangs: BTreeMap<String, Termination> = BTreeMap::new();
+        for b in &mut self.bare {
+            b.stop = match &b.gang {
+                Some(g) => *gangs.entry(g.clone()).or_insert_with(|| Termination::draw(&mut rng)),
+                None => Termination::draw(&mut rng),
+            };
+        }
+        for r in &mut self.replica_sets {
+            r.stop = Termination::draw(&mut rng);
+        }
+        for j in &mut self.jobs {
+            j.stop = Termination::draw(&mut rng);
+        }
+        self.about += "; grace mixed";
+    }
+
+    /// Every grace period and stop time multiplied by `factor` (`Termination::scaled`).
+    pub fn scale_time(&mut self, factor: f64) {
+        let all = self
+            .bare
+            .iter_mut()
+            .map(|b| &mut b.stop)
+            .chain(self.replica_sets.iter_mut().map(|r| &mut r.stop))
+            .chain(self.jobs.iter_mut().map(|j| &mut j.stop))
+            .chain(self.online.iter_mut().map(|o| &mut o.stop));
+        for stop in all {
+            *stop = stop.scaled(factor);
+        }
+    }
+
+    /// The longest any pod of the scenario keeps running once deleted, seconds.
+    pub fn longest_stop_s(&self) -> f64 {
+        self.bare
+            .iter()
+            .map(|b| b.stop)
+            .chain(self.replica_sets.iter().map(|r| r.stop))
+            .chain(self.jobs.iter().map(|j| j.stop))
+            .chain(self.online.iter().map(|o| o.stop))
+            .map(|t| t.longest_s())
+            .fold(0.0, f64::max)
+    }
+
+    /// How long an offline pod (a bare pod by its name, a controller's by its `app` label,
+    /// which names its workload) has run when the online pods arrive: its workload's
+    /// `age_s` if set, else [`Scenario::age_seconds`] of its name.
+    pub fn age_of(&self, name: &str, app: Option<&str>) -> i64 {
+        let declared = self.bare.iter().find(|b| b.name == name).and_then(|b| b.age_s).or_else(|| {
+            let app = app?;
+            self.replica_sets
+                .iter()
+                .find(|r| r.name == app)
+                .and_then(|r| r.age_s)
+                .or_else(|| self.jobs.iter().find(|j| j.name == app).and_then(|j| j.age_s))
+        });
+        declared.unwrap_or_else(|| Scenario::age_seconds(name))
     }
 
     /// Online pods by wave, in order.

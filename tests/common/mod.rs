@@ -88,6 +88,12 @@ pub trait PodExt {
     fn never(self) -> Self;
     /// `spec.schedulingGroup.podGroupName`: a member of a native PodGroup.
     fn in_pod_group(self, name: &str) -> Self;
+    /// `spec.terminationGracePeriodSeconds`.
+    fn grace(self, secs: i32) -> Self;
+    /// Being deleted since `secs_ago` with its own grace period (as a user's delete).
+    fn deleted(self, secs_ago: i64) -> Self;
+    /// Owned by the `kind` named `name` (its controller).
+    fn owned_by(self, kind: &str, name: &str) -> Self;
 }
 
 impl PodExt for Pod {
@@ -128,6 +134,20 @@ impl PodExt for Pod {
         self.scheduling_group = Some(name.into());
         self
     }
+    fn grace(mut self, secs: i32) -> Self {
+        self.grace_period = Some(secs);
+        self
+    }
+    fn deleted(mut self, secs_ago: i64) -> Self {
+        let grace = self.grace_period.unwrap_or(30);
+        self.deletion_grace_period = Some(grace);
+        self.deletion_time = Some(NOW - secs_ago + i64::from(grace));
+        self
+    }
+    fn owned_by(mut self, kind: &str, name: &str) -> Self {
+        self.controller = Some(OwnerRef { kind: kind.into(), name: name.into() });
+        self
+    }
 }
 
 /// A PodGroup in `default` with minimum `min` that members may leave one at a time.
@@ -163,6 +183,8 @@ pub struct Scenario {
     pub requeue: bool,
     /// Room earlier answers promised (the edge's `service::Promises`).
     pub promised: Vec<coloc_extender::decide::promised::PromisedRoom>,
+    /// Pods the view saw stop before, each in so many milliseconds from its delete.
+    pub stopped: Vec<(Pod, i64)>,
 }
 
 pub struct Outcome {
@@ -201,7 +223,14 @@ pub fn uids(names: &[&str]) -> Vec<String> {
 
 impl Scenario {
     pub fn new(policy: Policy) -> Self {
-        Scenario { policy, objects: Objects::default(), view_expected: false, requeue: true, promised: Vec::new() }
+        Scenario {
+            policy,
+            objects: Objects::default(),
+            view_expected: false,
+            requeue: true,
+            promised: Vec::new(),
+            stopped: Vec::new(),
+        }
     }
 
     pub fn node(mut self, n: Node) -> Self {
@@ -236,8 +265,24 @@ impl Scenario {
         self
     }
 
+    /// The view saw `pod` (bound, started) deleted an hour ago, and gone `secs` later: how
+    /// long its owner's pods, and its class's with its grace period, take to stop.
+    pub fn stopped(mut self, pod: Pod, secs: f64) -> Self {
+        self.stopped.push((pod, (secs * 1000.0) as i64));
+        self
+    }
+
     pub fn view(&self) -> View {
-        View::build(self.objects.clone(), &self.policy)
+        let mut view = View::build(self.objects.clone(), &self.policy);
+        for (pod, ms) in &self.stopped {
+            let pod = pod.clone().deleted(3600);
+            let deleted_ms = (NOW - 3600) * 1000 + 500;
+            view.set_clock_ms(deleted_ms);
+            view.apply_pod(std::sync::Arc::new(pod.clone()), &self.policy);
+            view.set_clock_ms(deleted_ms + ms);
+            view.remove_deleted_pod(&pod.key(), &pod, &self.policy);
+        }
+        view
     }
 
     /// Pods kube-scheduler would propose as victims on `node`: every lower-priority pod.

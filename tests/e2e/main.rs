@@ -32,6 +32,7 @@ mod removal;
 mod requeue_bounds;
 mod scenarios;
 mod shipped_admission;
+mod sooner;
 mod tls;
 mod upgrade;
 mod wake;
@@ -54,6 +55,7 @@ fn all_cases() -> Vec<Case> {
     let mut v = scenarios::cases();
     v.extend(jobs::cases());
     v.extend(budgets::cases());
+    v.extend(sooner::cases());
     v.extend(eviction::cases());
     v.extend(faults::cases());
     v.extend(fails_safe::cases());

@@ -440,3 +440,95 @@ fn many_large_marked_pods_held_terminating_keep_the_bytes_under_their_bound() {
     assert!(view.last_state("uid-batch-ordinary").is_some());
     assert!(view.kept_states().bytes() <= crate::cluster::kept::TOTAL);
 }
+
+/// `pod`, started, deleted at second 1000 with `grace` seconds of grace.
+fn being_deleted(mut p: Pod, grace: i32) -> Pod {
+    p.start_time = Some(900);
+    p.grace_period = Some(grace);
+    p.deletion_grace_period = Some(grace);
+    p.deletion_time = Some(1000 + i64::from(grace));
+    p
+}
+
+/// The view's clock at `secs` after the delete (which came at 1000.5 s, as the API server
+/// truncates it).
+fn after_delete(secs: f64) -> i64 {
+    1_000_500 + (secs * 1000.0) as i64
+}
+
+#[test]
+fn a_deleted_pod_gone_teaches_how_long_its_owners_pods_take_to_stop() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 4000));
+    let going = being_deleted(pod("b", "w1", Some("n1")), 300);
+    view.set_clock_ms(after_delete(0.2));
+    view.apply_pod(Arc::new(going.clone()), &p);
+    let other = being_deleted(pod("b", "w2", Some("n1")), 300);
+    assert_eq!(view.expected_stop(&other, "batch").ms, 300_000, "nothing learned yet: its grace");
+    // Gone (the API server's delete after its kubelet stopped it) 42 s later.
+    view.set_clock_ms(after_delete(42.0));
+    view.remove_deleted_pod("b/w1", &going, &p);
+    assert_eq!(view.expected_stop(&other, "batch"), Stop { ms: 42_000, basis: stop_times::Basis::Owner(1) });
+}
+
+#[test]
+fn a_terminal_phase_is_the_stop_and_the_delete_after_it_teaches_nothing_more() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 4000));
+    let going = being_deleted(pod("b", "w1", Some("n1")), 30);
+    view.set_clock_ms(after_delete(0.1));
+    view.apply_pod(Arc::new(going.clone()), &p);
+    let mut stopped = going.clone();
+    stopped.phase = Some(crate::model::Phase::Failed);
+    view.set_clock_ms(after_delete(3.0));
+    view.apply_pod(Arc::new(stopped.clone()), &p);
+    view.set_clock_ms(after_delete(3.3));
+    view.remove_deleted_pod("b/w1", &stopped, &p);
+    let learned = view.stop_times().get("b/ReplicaSet/rs").expect("learned");
+    assert_eq!((learned.ms, learned.seen), (3_000, 1));
+}
+
+#[test]
+fn pods_gone_at_no_known_time_or_that_never_ran_teach_nothing() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 4000));
+    // A snapshot's view has no clock.
+    let going = being_deleted(pod("b", "w1", Some("n1")), 30);
+    view.apply_pod(Arc::new(going.clone()), &p);
+    view.remove_deleted_pod("b/w1", &going, &p);
+    // A re-list that no longer finds it.
+    view.set_clock_ms(after_delete(1.0));
+    view.apply_pod(Arc::new(being_deleted(pod("b", "w2", Some("n1")), 30)), &p);
+    view.remove_unseen_pod("b/w2", &p);
+    // Deleted while pending, or bound but never started.
+    view.apply_pod(Arc::new(being_deleted(pod("b", "w3", None), 30)), &p);
+    view.remove_pod("b/w3", &p);
+    let mut unstarted = being_deleted(pod("b", "w4", Some("n1")), 30);
+    unstarted.start_time = None;
+    view.apply_pod(Arc::new(unstarted.clone()), &p);
+    view.remove_deleted_pod("b/w4", &unstarted, &p);
+    // Gone without a delete (it ended on its own).
+    let mut ended = pod("b", "w5", Some("n1"));
+    ended.start_time = Some(900);
+    view.apply_pod(Arc::new(ended.clone()), &p);
+    ended.phase = Some(crate::model::Phase::Succeeded);
+    view.apply_pod(Arc::new(ended), &p);
+    assert!(view.stop_times().is_empty(), "{:?}", view.stop_times());
+}
+
+#[test]
+fn what_was_learned_survives_a_policy_change() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 4000));
+    let going = being_deleted(pod("b", "w1", Some("n1")), 30);
+    view.set_clock_ms(after_delete(0.0));
+    view.apply_pod(Arc::new(going.clone()), &p);
+    view.set_clock_ms(after_delete(7.0));
+    view.remove_deleted_pod("b/w1", &going, &p);
+    let rebuilt = view.rebuild(&p);
+    assert_eq!(rebuilt.stop_times().get("b/ReplicaSet/rs").map(|l| l.ms), Some(7_000));
+}

@@ -294,7 +294,7 @@ impl<'a> Aftermath<'a> {
                 }
                 usage.remove(p);
                 evictions += 1;
-                runtime += super::cpu_seconds(ctx.now, p);
+                runtime += super::run_thrown_away(ctx, c, p);
                 restarts += super::restart_cost(ctx, c, p.requests.milli_cpu);
                 first.get_or_insert_with(|| p.key());
             }

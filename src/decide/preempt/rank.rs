@@ -9,11 +9,13 @@ pub(super) fn rank(
     preemptor: Preemptor,
     mut plans: Vec<Plan>,
     ex: &mut Vec<Explanation>,
-) -> (PreemptionResult, Vec<RequeueIntent>) {
+) -> (PreemptionResult, Vec<RequeueIntent>, BTreeMap<String, Wait>) {
     let k = ctx.policy.max_candidates;
+    compare_waits(ctx, preemptor, plans.iter_mut());
     plans.sort_by(|a, b| a.cost.cmp(&b.cost).then_with(|| a.node.cmp(&b.node)));
     let mut result = PreemptionResult::default();
     let mut requeues = Vec::new();
+    let mut waits = BTreeMap::new();
     let best = plans.first().map(|p| p.node.clone());
     let fewest_lost = plans.first().map_or(0, |p| p.cost.lost_unasked);
     for (i, p) in plans.into_iter().enumerate() {
@@ -43,8 +45,14 @@ pub(super) fn rank(
             ));
             continue;
         }
-        ex.push(Explanation::node(&p.node, Verdict::Kept, Code::Selected, format!("rank {} of the candidates", i + 1)));
+        ex.push(Explanation::node(
+            &p.node,
+            Verdict::Kept,
+            Code::Selected,
+            format!("rank {} of the candidates; room free {}", i + 1, p.wait.describe()),
+        ));
         requeues.extend(reprieve::settle(ctx, preemptor, &p, ex));
+        waits.insert(p.node.clone(), p.wait.clone());
         result.node_name_to_meta_victims.insert(
             p.node,
             wire::MetaVictims {
@@ -53,5 +61,27 @@ pub(super) fn rank(
             },
         );
     }
-    (result, requeues)
+    (result, requeues, waits)
+}
+
+/// Sets each plan's `later`: how many factors of the preemptor class's `waitTolerance` its
+/// room comes free later than the soonest plan's among those that lose, violate, take from
+/// a class and spend as little as it does (a plan is only ever weighed against the plans
+/// it could lose to on time: the soonest of all may violate a PDB).
+pub(super) fn compare_waits<'p, 'a: 'p>(
+    ctx: &Context,
+    preemptor: Preemptor,
+    plans: impl Iterator<Item = &'p mut Plan<'a>>,
+) {
+    let tolerance = ctx.policy.class(preemptor.class).wait_tolerance;
+    let plans: Vec<&mut Plan> = plans.collect();
+    let ahead = |c: &Cost| (c.lost_unasked, c.pdb_violations, c.lost_pods, c.top_class_value, c.budgets_spent);
+    let soonest: HashMap<_, i64> = plans.iter().fold(HashMap::new(), |mut m, p| {
+        let w = m.entry(ahead(&p.cost)).or_insert(p.cost.wait_ms);
+        *w = (*w).min(p.cost.wait_ms);
+        m
+    });
+    for p in plans {
+        p.cost.later = wait::later_by(p.cost.wait_ms, soonest[&ahead(&p.cost)], tolerance);
+    }
 }

@@ -4,13 +4,16 @@
 use super::*;
 
 /// Puts candidates back in `order`, keeping each whose return still lets the preemptor
-/// fit, then accounts PDBs and gangs exactly. `None`: a strict class's PDB would be
-/// exceeded.
+/// fit, then accounts PDBs and gangs exactly. `leaving`: pods already terminating that
+/// `usage` counts as gone; those whose room the preemptor still needs once the victims
+/// are chosen (the slowest put back first) are waited for. `None`: a strict class's PDB
+/// would be exceeded.
 pub(super) fn reprieve<'a>(
     asking: &Asking<'a>,
     node: &crate::model::Node,
     candidates: &[Victim<'a>],
     order: &[usize],
+    leaving: &[&'a Pod],
     mut usage: NodeUsage,
     ex: &mut Vec<Explanation>,
 ) -> Option<Plan<'a>> {
@@ -37,6 +40,16 @@ pub(super) fn reprieve<'a>(
         }
     }
     chosen.sort_by(|a, b| a.value_order(b));
+    let mut slowest_first: Vec<(i64, &Pod)> = leaving.iter().map(|p| (wait::left(ctx, p).0, *p)).collect();
+    slowest_first.sort_by_key(|(ms, p)| (std::cmp::Reverse(*ms), p.key()));
+    let mut waits_for = Vec::new();
+    for (_, p) in slowest_first {
+        usage.add(p);
+        if fits(pod, node, &usage).is_err() {
+            usage.remove(p);
+            waits_for.push(p);
+        }
+    }
 
     // Exact PDB accounting on the final set.
     let mut budgets = Budgets::new(view);
@@ -87,7 +100,11 @@ pub(super) fn reprieve<'a>(
     let survivors = gangs::charge(ctx, view, node_name, &chosen, ex);
     cost.gang_survivors = survivors.pods;
     cost.interrupt(survivors.work, survivors.pods, survivors.restarts);
-    Some(finish(node_name, chosen, cost, "re-selected under the policy", ex))
+    let how = match waits_for.len() {
+        0 => "re-selected under the policy".to_string(),
+        n => format!("re-selected under the policy, counting the room of {n} pod(s) already terminating"),
+    };
+    Some(finish(ctx, node_name, chosen, &waits_for, cost, &how, ex))
 }
 
 /// Remaining disruptions per PDB while a victim set is built.
@@ -149,7 +166,7 @@ pub(super) fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
         cost.top_class_value = cost.top_class_value.max(classes - v.class as i64);
         cost.max_priority = cost.max_priority.max(v.priority as i64);
         cost.priority_sum += v.priority as i64;
-        cost.interrupt(cpu_seconds(ctx.now, v.pod), 1, restart_cost(ctx, v.class, v.pod.requests.milli_cpu));
+        cost.interrupt(run_thrown_away(ctx, v.class, v.pod), 1, restart_cost(ctx, v.class, v.pod.requests.milli_cpu));
         match v.fate {
             // A Job's pod lost fails its Job: nobody agreed to that (a `lose` class did).
             Fate::Lost if v.job_note.is_some() => {
@@ -176,26 +193,32 @@ pub(super) fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
     cost
 }
 
-/// A candidate's plan: the victims in answer order and what they cost. The line naming
-/// each victim (and its requeue intent) is written only for the plans kept (`settle`):
-/// kube-scheduler proposes up to a hundred candidates and evicts on one.
+/// A candidate's plan: the victims in answer order, what they cost, and how soon its room
+/// is free (the victims gone, and `waits_for`, pods already terminating whose room it
+/// needs). The line naming each victim (and its requeue intent) is written only for the
+/// plans kept (`settle`): kube-scheduler proposes up to a hundred candidates and evicts
+/// on one.
 pub(super) fn finish<'a>(
+    ctx: &Context,
     node: &str,
     mut victims: Vec<Victim<'a>>,
-    cost: Cost,
+    waits_for: &[&Pod],
+    mut cost: Cost,
     how: &str,
     ex: &mut Vec<Explanation>,
 ) -> Plan<'a> {
     let pdb_violations = cost.pdb_violations;
     // kube-scheduler reads Pods[0] as the highest-priority victim.
     victims.sort_by(|a, b| b.pod_priority.cmp(&a.pod_priority).then(a.value_order(b)));
+    let wait = wait::until_gone(ctx, victims.iter().map(|v| v.pod).chain(waits_for.iter().copied()));
+    cost.wait_ms = wait.ms;
     ex.push(Explanation::node(
         node,
         Verdict::Candidate,
         Code::Candidate,
-        format!("{how}: {} victim(s); {}", victims.len(), cost.describe()),
+        format!("{how}: {} victim(s); {}; room free {}", victims.len(), cost.describe(), wait.describe()),
     ));
-    Plan { node: node.to_string(), victims, pdb_violations, cost }
+    Plan { node: node.to_string(), victims, pdb_violations, cost, wait }
 }
 
 /// A kept plan's victims, each explained, and the requeue intents of its bare ones.

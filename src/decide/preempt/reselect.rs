@@ -14,7 +14,7 @@ pub(super) fn reselect_or_drop<'a>(
     ex: &mut Vec<Explanation>,
 ) -> Option<Plan<'a>> {
     match reselect(asking, node, proposed, ex) {
-        Reselected::Plan(p) => Some(p),
+        Reselected::Plan(p) => Some(*p),
         Reselected::Vetoed => None,
         Reselected::NoVictimsNeeded => {
             ex.push(Explanation::node(
@@ -29,7 +29,7 @@ pub(super) fn reselect_or_drop<'a>(
 }
 
 enum Reselected<'a> {
-    Plan(Plan<'a>),
+    Plan(Box<Plan<'a>>),
     Vetoed,
     NoVictimsNeeded,
 }
@@ -85,7 +85,14 @@ fn reselect<'a>(
     for c in &candidates {
         usage.remove(c.pod);
     }
-    if let Err(why) = fits(pod, node, &usage) {
+    // Pods already terminating free their room by themselves, later or sooner: a plan may
+    // count on it, and waits for them (`leaving`), or not (the pod fits with them there).
+    let leaving: Vec<&Pod> = pods.iter().copied().filter(|p| p.deletion_time.is_some()).collect();
+    let mut usage_without_leaving = usage.clone();
+    leaving.iter().for_each(|p| usage_without_leaving.remove(p));
+    let fits_with_leaving = fits(pod, node, &usage);
+    let fits_without_leaving = !leaving.is_empty() && fits(pod, node, &usage_without_leaving).is_ok();
+    if let (Err(why), false) = (&fits_with_leaving, fits_without_leaving) {
         ex.push(Explanation::node(
             node_name,
             Verdict::Dropped,
@@ -102,7 +109,8 @@ fn reselect<'a>(
     // budget first), and try to reprieve those, then the rest most valuable first. Two
     // more orders, where they differ, and the cheaper victim set is kept: gang members
     // first (a broken gang throws away its survivors' run too), and smaller pods first
-    // (fewer, bigger victims: each restart costs).
+    // (fewer, bigger victims: each restart costs), and those that take longest to stop
+    // first (the room comes free sooner: the fastest to stop are the victims).
     let mut candidates = candidates;
     candidates.sort_by(|a, b| a.value_order(b));
     let mut budgets = Budgets::new(view);
@@ -122,31 +130,54 @@ fn reselect<'a>(
     let mut small_first = value_first.clone();
     let cpu = |i: usize| candidates[i].pod.requests.milli_cpu;
     small_first.sort_by_key(|&i| (!lost(i), !violating(i), !spends(i), candidates[i].class, cpu(i), i));
+    let mut slow_first = value_first.clone();
+    slow_first.sort_by_key(|&i| (!lost(i), !violating(i), !spends(i), std::cmp::Reverse(candidates[i].left_ms), i));
     let mut orders = vec![value_first];
-    for order in [gang_first, small_first] {
+    for order in [gang_first, small_first, slow_first] {
         if !orders.contains(&order) {
             orders.push(order);
         }
     }
-    let mut best: Option<(Plan, Vec<Explanation>)> = None;
+    let mut plans: Vec<(Plan, Vec<Explanation>)> = Vec::new();
     let mut vetoed: Option<Vec<Explanation>> = None;
-    for order in orders {
-        let mut notes = Vec::new();
-        match reprieve(asking, node, &candidates, &order, usage.clone(), &mut notes) {
-            Some(plan) if best.as_ref().is_none_or(|(b, _)| plan.cost < b.cost) => best = Some((plan, notes)),
-            Some(_) => {}
-            None => {
-                vetoed.get_or_insert(notes);
+    let ways =
+        [(fits_with_leaving.is_ok(), &[][..], &usage), (fits_without_leaving, &leaving[..], &usage_without_leaving)];
+    for (_, leaving, usage) in ways.into_iter().filter(|(fits, ..)| *fits) {
+        for order in &orders {
+            let mut notes = Vec::new();
+            match reprieve(asking, node, &candidates, order, leaving, usage.clone(), &mut notes) {
+                // Counting on terminating pods alone is no preemption: an answer names victims.
+                Some(plan) if plan.victims.is_empty() => {}
+                Some(plan) => plans.push((plan, notes)),
+                None => {
+                    vetoed.get_or_insert(notes);
+                }
             }
         }
     }
+    rank::compare_waits(ctx, preemptor, plans.iter_mut().map(|(p, _)| p));
+    let best = plans.into_iter().min_by(|(a, _), (b, _)| a.cost.cmp(&b.cost));
     match (best, vetoed) {
         (Some((plan, notes)), _) => {
             ex.extend(notes);
-            Reselected::Plan(plan)
+            Reselected::Plan(Box::new(plan))
         }
-        (None, notes) => {
-            ex.extend(notes.unwrap_or_default());
+        (None, Some(notes)) => {
+            ex.extend(notes);
+            Reselected::Vetoed
+        }
+        (None, None) => {
+            let wait = wait::until_gone(ctx, leaving.iter().copied());
+            ex.push(Explanation::node(
+                node_name,
+                Verdict::Dropped,
+                Code::RoomOnItsWay,
+                format!(
+                    "fits once the {} pod(s) already terminating here are gone, {}, evicting nothing more",
+                    leaving.len(),
+                    wait.describe()
+                ),
+            ));
             Reselected::Vetoed
         }
     }

@@ -16,22 +16,33 @@
 //! the extender's Events. Online pods arrive in their waves, `--wave-interval` apart.
 //!
 //!   cargo build --release && cargo run --release -p coloc-testbed --bin coloc-demo
-//!   coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs]]
+//!   coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs] | --trace FILE]
+//!              [--mixed-grace] [--time-scale F] [--grace-cap SECS] [--write-trace FILE]
 //!              [--runs stock,requeue-only,names,objects | --modes names,objects] [--policy FILE]
 //!              [--wave-interval SECS] [--json FILE] [--extender PATH] [--weight N] [--hold]
 //!              [--batch-not-opted-in]
 //!
 //! `--modes X` is `--runs stock,X`. `--batch-not-opted-in` leaves namespace `batch` without
 //! the requeue opt-in label: its bare pods cannot be copied (victims of last resort).
+//!
+//! Termination is real: a pod being deleted runs until its stop time (the scenario's,
+//! through the kubelet stand-in's test-bed annotation) or the end of its grace period,
+//! whichever comes first. `--mixed-grace` draws offline workloads' grace periods and stop
+//! times from `scenario::GRACE_MIX` (seeded from `--seed`); `--time-scale F` multiplies
+//! every grace period and stop time by F in every run alike (printed with the figures);
+//! `--grace-cap SECS` caps every grace as the test bed did before (for figures measured
+//! so). `--trace FILE` replays a trace (docs/traces.md); `--write-trace FILE` writes the
+//! scenario as one and stops.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use coloc_testbed::cluster::{self};
 use coloc_testbed::control_plane::Options;
-use coloc_testbed::scenario::Scenario;
+use coloc_testbed::scenario::{OnlinePod, Scenario};
 use coloc_testbed::{kubelet, prepared, wait, Binaries, ControlPlane, Extender, ExtenderEntry, Kubelet, Scheduler};
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -66,9 +77,19 @@ struct Args {
     batch_not_opted_in: bool,
     /// The registration's prioritize weight (the shipped configurations' by default).
     weight: u32,
+    /// A trace to replay instead of a scenario.
+    trace: Option<PathBuf>,
+    /// Draw offline grace periods and stop times from `GRACE_MIX`.
+    mixed_grace: bool,
+    /// Every grace period and stop time multiplied by this (all runs alike).
+    time_scale: f64,
+    /// How much of their grace deleted pods get from the kubelet stand-in.
+    grace: kubelet::Grace,
+    /// Write the scenario as a trace here, and stop.
+    write_trace: Option<PathBuf>,
 }
 
-const USAGE: &str = "usage: coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs]] [--runs stock,requeue-only,names,objects | --modes names,objects] [--policy FILE] [--wave-interval SECS] [--json FILE] [--extender PATH] [--weight N] [--hold] [--batch-not-opted-in]";
+const USAGE: &str = "usage: coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs] | --trace FILE] [--mixed-grace] [--time-scale F] [--grace-cap SECS] [--write-trace FILE] [--runs stock,requeue-only,names,objects | --modes names,objects] [--policy FILE] [--wave-interval SECS] [--json FILE] [--extender PATH] [--weight N] [--hold] [--batch-not-opted-in]";
 
 /// One run of the comparison.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -138,6 +159,11 @@ fn args() -> Result<Args, String> {
         hold: false,
         batch_not_opted_in: false,
         weight: coloc_testbed::scheduler::SHIPPED_WEIGHT,
+        trace: None,
+        mixed_grace: false,
+        time_scale: 1.0,
+        grace: kubelet::Grace::Honour,
+        write_trace: None,
     };
     let mut runs_given = None;
     let mut policy = None;
@@ -168,6 +194,26 @@ fn args() -> Result<Args, String> {
                 );
             }
             "--no-gangs" => a.no_gangs = true,
+            "--trace" => a.trace = Some(it.next().ok_or("--trace needs a file")?.into()),
+            "--write-trace" => a.write_trace = Some(it.next().ok_or("--write-trace needs a file")?.into()),
+            "--mixed-grace" => a.mixed_grace = true,
+            "--time-scale" => {
+                let n = it.next().ok_or("--time-scale needs a factor")?;
+                a.time_scale = n
+                    .parse()
+                    .ok()
+                    .filter(|f: &f64| f.is_finite() && *f > 0.0 && *f <= 1.0)
+                    .ok_or(format!("--time-scale needs a factor above 0 and at most 1, not {n:?}"))?;
+            }
+            "--grace-cap" => {
+                let n = it.next().ok_or("--grace-cap needs seconds")?;
+                let secs: f64 = n
+                    .parse()
+                    .ok()
+                    .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+                    .ok_or(format!("--grace-cap needs seconds, not {n:?}"))?;
+                a.grace = kubelet::Grace::Cap(Duration::from_secs_f64(secs));
+            }
             "--json" => a.json = Some(it.next().ok_or("--json needs a file")?.into()),
             "--modes" => {
                 let m = it.next().ok_or("--modes needs names, objects or both")?;
@@ -212,7 +258,10 @@ fn args() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other:?}; {USAGE}")),
         }
     }
-    if !a.extender.is_file() {
+    if a.trace.is_some() && (a.generate.is_some() || a.no_gangs) {
+        return Err("give --trace or --generate, not both".into());
+    }
+    if !a.extender.is_file() && a.write_trace.is_none() {
         return Err(format!(
             "no extender binary at {} (build it: cargo build --release, or pass --extender)",
             a.extender.display()
@@ -322,18 +371,37 @@ async fn main() -> ExitCode {
 }
 
 async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
-    let mut scenario = match args.generate {
-        Some(n) => Scenario::generate(n, args.seed),
-        None => Scenario::load(&args.scenario)?,
+    let mut scenario = match (&args.trace, args.generate) {
+        (Some(path), _) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+            coloc_testbed::trace::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        }
+        (None, Some(n)) => Scenario::generate(n, args.seed),
+        (None, None) => Scenario::load(&args.scenario)?,
     };
     if args.no_gangs {
         scenario.bare.iter_mut().for_each(|b| (b.gang, b.gang_min) = (None, None));
         scenario.about += " (no gangs)";
     }
-    match args.generate {
-        Some(_) => println!("scenario generated: {}", scenario.about),
-        None => println!("scenario {}: {}", args.scenario.display(), scenario.about),
+    if args.mixed_grace {
+        scenario.mix_grace(args.seed);
     }
+    if let Some(path) = &args.write_trace {
+        std::fs::write(path, coloc_testbed::trace::write(&scenario, args.wave_interval.as_secs_f64()))?;
+        println!("wrote {} ({})", path.display(), scenario.about);
+        return Ok(());
+    }
+    if args.time_scale != 1.0 {
+        scenario.scale_time(args.time_scale);
+    }
+    match (&args.trace, args.generate) {
+        (Some(path), _) => println!("trace {}: {}", path.display(), scenario.about),
+        (None, Some(_)) => println!("scenario generated: {}", scenario.about),
+        (None, None) => println!("scenario {}: {}", args.scenario.display(), scenario.about),
+    }
+    let termination = termination(args);
+    println!("termination: {termination}");
     println!(
         "control plane: {} (kube-scheduler, kube-apiserver, kube-controller-manager; a kubelet stand-in)\n",
         bins.dir.display()
@@ -356,9 +424,7 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
             weight: args.weight,
         });
         let last = i + 1 == args.runs.len();
-        let (outcome, plane) =
-            run(bins, &scenario, setup.as_ref(), args.wave_interval, args.hold && last, args.batch_not_opted_in)
-                .await?;
+        let (outcome, plane) = run(bins, &scenario, setup.as_ref(), args, args.hold && last).await?;
         held = plane;
         runs.push((kind, outcome));
     }
@@ -366,24 +432,38 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
         let figures: Vec<_> = runs.iter().map(|(kind, o)| figures(*kind, o, &scenario)).collect();
         std::fs::write(
             path,
-            serde_json::to_string_pretty(
-                &serde_json::json!({"scenario": scenario.about, "policy": args.policy, "runs": figures}),
-            )?,
+            serde_json::to_string_pretty(&serde_json::json!({
+                "scenario": scenario.about,
+                "policy": args.policy,
+                "termination": termination,
+                "time_scale": args.time_scale,
+                "runs": figures,
+            }))?,
         )?;
     }
-    let rows: Vec<Row> = vec![
-        ("online pods placed", Box::new(|o| format!("{}/{}", o.placed.len(), scenario.online.len()))),
+    let classes: Vec<String> =
+        by_class(&Outcome::default(), &scenario).into_iter().map(|(c, _)| c.to_string()).collect();
+    let labels: Vec<String> = classes.iter().map(|c| format!("  {c}")).collect();
+    let mut rows: Vec<Row> = vec![
+        ("arrivals placed", Box::new(|o| format!("{}/{}", o.placed.len(), scenario.online.len()))),
         (
             "time to place, p50 / p99 / max",
-            Box::new(|o| {
-                let waits: Vec<f64> = o.placed.values().map(|(_, s)| *s).collect();
-                if waits.is_empty() {
-                    return "-".into();
-                }
-                let max = waits.iter().copied().fold(0.0, f64::max);
-                format!("{:.1} / {:.1} / {max:.1} s", median(waits.clone()), quantile(waits, 0.99))
-            }),
+            Box::new(|o| spread(&o.placed.values().map(|(_, s)| *s).collect::<Vec<_>>())),
         ),
+    ];
+    if classes.len() > 1 {
+        for (class, label) in classes.iter().zip(&labels) {
+            let scenario = &scenario;
+            rows.push((
+                label.as_str(),
+                Box::new(move |o| {
+                    let all = by_class(o, scenario);
+                    spread(all.iter().find(|(c, _)| c == class).map_or(&[][..], |(_, w)| w))
+                }),
+            ));
+        }
+    }
+    rows.extend::<Vec<Row>>(vec![
         ("evictions", Box::new(|o| o.evictions.to_string())),
         ("  made for offline pods", Box::new(|o| o.evictions_for_offline.to_string())),
         (
@@ -424,7 +504,7 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
                 Some(max) => format!("{} (max {max:.0} s)", o.copies_pending_s.len()),
             }),
         ),
-    ];
+    ]);
     print!("\n{:<34}", "");
     for (kind, _) in &runs {
         print!(" {:<28}", kind.label());
@@ -437,11 +517,12 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
         }
         println!();
     }
-    println!("\nwhere each online pod went:");
+    println!("\nwhere each arrival went:");
     for o in &scenario.online {
-        print!("  online/{:<25}", o.name);
+        let key = format!("{}/{}", o.namespace, o.name);
+        print!("  {key:<32}");
         for (_, x) in &runs {
-            print!(" {:<28}", x.placed.get(&o.name).map_or("pending".to_string(), |(n, _)| n.clone()));
+            print!(" {:<28}", x.placed.get(&key).map_or("pending".to_string(), |(n, _)| n.clone()));
         }
         println!();
     }
@@ -465,6 +546,76 @@ async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `call`, again after a failure (a busy API server closing a connection), up to 10 times
+/// a second apart: a long run is not lost to one dropped request.
+async fn persist<T, F, Fut>(what: &str, mut call: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut tries = 0;
+    loop {
+        match call().await {
+            Ok(t) => return Ok(t),
+            Err(e) if tries < 10 => {
+                tries += 1;
+                eprintln!("coloc-demo: {what}: {e:#}; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(e.context(format!("{what}, 10 times"))),
+        }
+    }
+}
+
+/// How deleted pods stop in every run, as the figures say it.
+fn termination(args: &Args) -> String {
+    let scale = match args.time_scale {
+        1.0 => String::new(),
+        f => format!("; every grace period and stop time ×{f} (all runs alike)"),
+    };
+    let mix = if args.mixed_grace {
+        format!("; offline grace drawn from: {}", coloc_testbed::scenario::GRACE_MIX)
+    } else {
+        String::new()
+    };
+    match args.grace {
+        kubelet::Grace::Honour => {
+            format!("real: a deleted pod runs until its stop time or the end of its grace period{scale}{mix}")
+        }
+        kubelet::Grace::Cap(cap) => format!(
+            "every grace capped at {:.1} s (the test bed before real termination){scale}{mix}",
+            cap.as_secs_f64()
+        ),
+    }
+}
+
+/// The arrivals' times to place, by class (in the scenario's order of first arrival).
+fn by_class<'o>(o: &'o Outcome, sc: &'o Scenario) -> Vec<(&'o str, Vec<f64>)> {
+    let mut classes: Vec<(&str, Vec<f64>)> = Vec::new();
+    for a in &sc.online {
+        let i = match classes.iter().position(|(c, _)| *c == a.class) {
+            Some(i) => i,
+            None => {
+                classes.push((&a.class, Vec::new()));
+                classes.len() - 1
+            }
+        };
+        if let Some((_, secs)) = o.placed.get(&format!("{}/{}", a.namespace, a.name)) {
+            classes[i].1.push(*secs);
+        }
+    }
+    classes
+}
+
+/// "1.2 / 3.4 / 5.6 s": p50 / p99 / max, or "-" for none.
+fn spread(waits: &[f64]) -> String {
+    if waits.is_empty() {
+        return "-".into();
+    }
+    let max = waits.iter().copied().fold(0.0, f64::max);
+    format!("{:.1} / {:.1} / {max:.1} s", median(waits.to_vec()), quantile(waits.to_vec(), 0.99))
+}
+
 /// One run's figures, as `--json` writes them.
 fn figures(kind: RunKind, o: &Outcome, sc: &Scenario) -> serde_json::Value {
     serde_json::json!({
@@ -475,6 +626,12 @@ fn figures(kind: RunKind, o: &Outcome, sc: &Scenario) -> serde_json::Value {
         "time_to_place_p50_s": median(o.placed.values().map(|(_, s)| *s).collect()),
         "time_to_place_p99_s": quantile(o.placed.values().map(|(_, s)| *s).collect(), 0.99),
         "time_to_place_by_pod_s": o.placed.iter().map(|(p, (_, s))| (p.clone(), *s)).collect::<BTreeMap<_, _>>(),
+        "time_to_place_by_class": by_class(o, sc).into_iter().map(|(c, w)| (c.to_string(), serde_json::json!({
+            "placed": w.len(),
+            "p50_s": median(w.clone()),
+            "p99_s": quantile(w.clone(), 0.99),
+            "max_s": w.iter().copied().fold(0.0, f64::max),
+        }))).collect::<BTreeMap<_, _>>(),
         "online": sc.online.len(),
         "evictions": o.evictions,
         "evictions_by_online_pods": o.evictions - o.evictions_for_offline,
@@ -653,14 +810,14 @@ async fn run(
     bins: &Binaries,
     sc: &Scenario,
     extender: Option<&ExtenderSetup<'_>>,
-    wave_interval: Duration,
+    args: &Args,
     hold: bool,
-    batch_not_opted_in: bool,
 ) -> anyhow::Result<(Outcome, Option<ControlPlane>)> {
+    let (wave_interval, batch_not_opted_in) = (args.wave_interval, args.batch_not_opted_in);
     // The test bed's world: namespaces `online` and `batch` (opted in to requeue), the
     // classes, and the extender's RBAC in the install namespace.
     let rbac = [&prepared::BASE_RBAC[..], &prepared::REQUEUE_RBAC[..], &prepared::WAKE_RBAC[..]].concat();
-    let (plane, client) = prepared::start(bins, Options::default(), &rbac).await?;
+    let (plane, client) = prepared::start(bins, Options::default(), &rbac).await.context("start the control plane")?;
     if batch_not_opted_in {
         // Taken off before any extender lists namespaces.
         let label = json!({"metadata": {"labels": {cluster::REQUEUE_OPT_IN: null}}});
@@ -670,24 +827,37 @@ async fn run(
     // Every class the scenario's pods name, beyond those the bed waits for.
     let names: Vec<String> =
         cluster::default_priority_classes().iter().filter_map(|c| c.metadata.name.clone()).collect();
-    cluster::until_admitted(&client, prepared::BATCH, &names.iter().map(String::as_str).collect::<Vec<_>>()).await?;
-    let _kubelet = Kubelet::start(client.clone(), kubelet::Options::default());
-    cluster::create_all(&client, sc.node_objects()).await?;
-    cluster::create_all(&client, sc.bare_pods()).await?;
-    cluster::create_all(&client, sc.job_objects()).await?;
-    cluster::create_all(&client, sc.replica_set_objects()).await?;
-    cluster::create_all(&client, sc.pdb_objects()).await?;
+    cluster::until_admitted(&client, prepared::BATCH, &names.iter().map(String::as_str).collect::<Vec<_>>())
+        .await
+        .context("wait for the PriorityClasses")?;
+    // Namespaces arrivals name beyond the bed's two (without the requeue opt-in label).
+    let arrival_namespaces: BTreeSet<&str> = sc.online.iter().map(|o| o.namespace.as_str()).collect();
+    let others: Vec<Namespace> = arrival_namespaces
+        .iter()
+        .filter(|n| ![prepared::ONLINE, prepared::BATCH].contains(n))
+        .map(|n| cluster::namespace(n))
+        .collect();
+    cluster::create_all(&client, others).await?;
+    let _kubelet = Kubelet::start(client.clone(), kubelet::Options { grace: args.grace, ..Default::default() });
+    cluster::create_each(&client, sc.node_objects()).await.context("create the nodes")?;
+    cluster::create_each(&client, sc.bare_pods()).await.context("create the bare pods")?;
+    cluster::create_each(&client, sc.job_objects()).await.context("create the Jobs")?;
+    cluster::create_each(&client, sc.replica_set_objects()).await.context("create the ReplicaSets")?;
+    cluster::create_each(&client, sc.pdb_objects()).await.context("create the PDBs")?;
     let want = sc.offline_pod_count();
     // Job pods are placed by kube-scheduler: start it for them, without the extender, then
     // stop it, so both runs begin from the same cluster.
-    let warmup = Scheduler::start(&plane, "kube-scheduler-warmup", &[], 1000).await?;
+    let warmup = Scheduler::start(&plane, "kube-scheduler-warmup", &[], 1000).await.context("start kube-scheduler")?;
     let before = wait::until(Duration::from_secs(90), "the offline pods running", || async {
         let pods = cluster::pods(&client, Some("batch")).await.map_err(|e| e.to_string())?;
         let running: Vec<_> = pods.iter().filter(|p| cluster::phase(p) == "Running").collect();
         if running.len() == want {
             Ok(running
                 .iter()
-                .map(|p| (cluster::name(p).to_string(), p.metadata.uid.clone().unwrap_or_default()))
+                .map(|p| {
+                    let app = p.metadata.labels.as_ref().and_then(|l| l.get("app")).cloned();
+                    (cluster::name(p).to_string(), p.metadata.uid.clone().unwrap_or_default(), app)
+                })
                 .collect::<Vec<_>>())
         } else {
             Err(format!("{} of {want} running", running.len()))
@@ -700,10 +870,14 @@ async fn run(
     // now, so their start times are moved back.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "batch");
     let now = jiff::Timestamp::now().as_second();
-    for (name, _) in &before {
-        let started = jiff::Timestamp::from_second(now - Scenario::age_seconds(name))?;
+    for (name, _, app) in &before {
+        let started = jiff::Timestamp::from_second(now - sc.age_of(name, app.as_deref()))?;
         let patch = serde_json::json!({"status": {"startTime": started.to_string()}});
-        pods.patch_status(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await?;
+        let params = kube::api::PatchParams::default();
+        persist("move a start time back", || async {
+            Ok(pods.patch_status(name, &params, &kube::api::Patch::Merge(&patch)).await?)
+        })
+        .await?;
     }
 
     let (record, recording) = record(client.clone());
@@ -716,7 +890,7 @@ async fn run(
             if let Some(policy) = e.policy {
                 flags.extend(["--policy", policy]);
             }
-            Some(Extender::start(&plane, "coloc-extender", e.binary, &flags).await?)
+            Some(Extender::start(&plane, "coloc-extender", e.binary, &flags).await.context("start the extender")?)
         }
         None => None,
     };
@@ -727,36 +901,56 @@ async fn run(
     // The online phase: the offline work executed is counted from here (the offline pods'
     // start times were moved back, before it).
     let t0 = Timestamp::now();
-    let _scheduler = Scheduler::start(&plane, "kube-scheduler", &entries, 1000).await?;
+    let _scheduler =
+        Scheduler::start(&plane, "kube-scheduler", &entries, 1000).await.context("start kube-scheduler")?;
     let mut out = Outcome::default();
     let mut arrived: BTreeMap<String, Instant> = BTreeMap::new();
-    let mut waves = sc.waves().into_iter();
-    let mut next_wave = Instant::now();
-    let mut deadline = Instant::now() + Duration::from_secs(60);
+    // Arrivals at their time (a wave's: its number × the interval), in order.
+    let mut due: Vec<(Duration, &OnlinePod)> =
+        sc.online.iter().map(|o| (o.at_s.map_or(wave_interval * o.wave, Duration::from_secs_f64), o)).collect();
+    due.sort_by_key(|(at, _)| *at);
+    let mut due = due.into_iter().peekable();
+    let start = Instant::now();
+    // Victims stop as late as the scenario's longest stop: wait that long for the last.
+    let patience = Duration::from_secs(60) + Duration::from_secs_f64(sc.longest_stop_s());
+    let mut deadline = start + patience;
     while out.placed.len() < sc.online.len() && Instant::now() < deadline {
-        if Instant::now() >= next_wave {
-            if let Some(wave) = waves.next() {
-                cluster::create_all(&client, wave.iter().map(|o| o.pod()).collect()).await?;
-                arrived.extend(wave.iter().map(|o| (o.name.clone(), Instant::now())));
-                next_wave += wave_interval;
-                deadline = Instant::now() + Duration::from_secs(60);
-            }
+        let mut now_due = Vec::new();
+        while let Some((_, o)) = due.next_if(|(at, _)| start + *at <= Instant::now()) {
+            now_due.push(o);
         }
-        for p in cluster::pods(&client, Some("online")).await? {
-            if let (Some(node), Some(at)) = (cluster::node_of(&p), arrived.get(cluster::name(&p))) {
-                out.placed
-                    .entry(cluster::name(&p).to_string())
-                    .or_insert((node.to_string(), at.elapsed().as_secs_f64()));
+        if !now_due.is_empty() {
+            cluster::create_each(&client, now_due.iter().map(|o| o.pod()).collect())
+                .await
+                .context("create the arrivals")?;
+            arrived.extend(now_due.iter().map(|o| (format!("{}/{}", o.namespace, o.name), Instant::now())));
+            deadline = Instant::now() + patience;
+        }
+        for ns in &arrival_namespaces {
+            // A poll that fails (the API server busy) is only skipped.
+            for p in cluster::pods(&client, Some(ns)).await.unwrap_or_default() {
+                let key = format!("{ns}/{}", cluster::name(&p));
+                if let (Some(node), Some(at)) = (cluster::node_of(&p), arrived.get(&key)) {
+                    out.placed.entry(key).or_insert((node.to_string(), at.elapsed().as_secs_f64()));
+                }
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Let victims finish, recreated and requeued pods find their place (or preempt for
-    // it), and the Job and disruption controllers count.
+    // Let victims finish (as late as the longest stop), recreated and requeued pods find
+    // their place (or preempt for it), and the Job and disruption controllers count.
+    let _ = wait::until(patience, "every victim stopped", || async {
+        let pods = cluster::pods(&client, Some(prepared::BATCH)).await.map_err(|e| e.to_string())?;
+        match pods.iter().filter(|p| p.metadata.deletion_timestamp.is_some()).count() {
+            0 => Ok(()),
+            n => Err(format!("{n} still terminating")),
+        }
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(15)).await;
 
     let end = Timestamp::now();
-    let after = cluster::pods(&client, Some("batch")).await?;
+    let after = persist("list the offline pods", || cluster::pods(&client, Some("batch"))).await?;
     let alive = |uid: &str| {
         after.iter().any(|p| p.metadata.uid.as_deref() == Some(uid) && p.metadata.deletion_timestamp.is_none())
     };
@@ -772,7 +966,7 @@ async fn run(
         .filter(|p| base_name(p).is_some() && cluster::node_of(p).is_none() && p.metadata.deletion_timestamp.is_none())
         .filter_map(|p| Some(seconds(p.metadata.creation_timestamp.as_ref()?.0, end)))
         .collect();
-    for (name, uid) in &before {
+    for (name, uid, _) in &before {
         if alive(uid) {
             continue;
         }
@@ -801,7 +995,7 @@ async fn run(
     }
     let jobs: Api<Job> = Api::namespaced(client.clone(), "batch");
     for j in &sc.jobs {
-        let job = jobs.get(&j.name).await?;
+        let job = persist("read a Job", || async { Ok(jobs.get(&j.name).await?) }).await?;
         let failed = job
             .status
             .as_ref()
@@ -811,7 +1005,10 @@ async fn run(
             out.jobs_failed.insert(j.name.clone());
         }
     }
-    let events = Api::<Event>::namespaced(client.clone(), "batch").list(&Default::default()).await?;
+    let events = persist("list the Events", || async {
+        Ok(Api::<Event>::namespaced(client.clone(), "batch").list(&Default::default()).await?)
+    })
+    .await?;
     for task in recording {
         task.abort();
     }
@@ -839,7 +1036,7 @@ async fn run(
             let started = p.status.as_ref()?.start_time.as_ref()?.0;
             Some(seconds(started.max(t0), run_end(p, end)) * cpu_cores(p))
         }));
-        let initial: BTreeSet<&str> = before.iter().map(|(_, uid)| uid.as_str()).collect();
+        let initial: BTreeSet<&str> = before.iter().map(|(_, uid, _)| uid.as_str()).collect();
         let by_name: BTreeMap<&str, &Pod> = r.pods.values().map(|p| (cluster::name(p), p)).collect();
         for e in events.items.iter().filter(|e| e.reason.as_deref() == Some("Preempted")) {
             out.evictions += 1;
