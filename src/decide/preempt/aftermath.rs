@@ -11,7 +11,7 @@ use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use super::Victim;
+use super::plan::Victim;
 use crate::cluster::View;
 use crate::decide::eligibility::{self, Fate, Preemptor};
 use crate::decide::fit::{fits, NodeUsage};
@@ -294,8 +294,8 @@ impl<'a> Aftermath<'a> {
                 }
                 usage.remove(p);
                 evictions += 1;
-                runtime += super::run_thrown_away(ctx, c, p);
-                restarts += super::restart_cost(ctx, c, p.requests.milli_cpu);
+                runtime += super::plan::run_thrown_away(ctx, c, p);
+                restarts += super::plan::restart_cost(ctx, c, p.requests.milli_cpu);
                 first.get_or_insert_with(|| p.key());
             }
             let (Ok(()), Some(first)) = (fits(pod, node, &usage), first) else { continue };

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{cpu_seconds, restart_cost, Victim};
+use super::plan::{cpu_seconds, restart_cost, Victim};
 use crate::cluster::View;
 use crate::decide::{Context, Explanation};
 use crate::explanation::{Code, Verdict};

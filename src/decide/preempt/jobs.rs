@@ -1,7 +1,7 @@
 //! Job victims in a victim set: the failures of each Job's pods in one answer are counted
 //! together, so a Job at its last allowed failure loses at most what its limit allows.
 
-use super::Victim;
+use super::plan::Victim;
 use crate::decide::eligibility::Fate;
 use crate::decide::jobs::JobLedger;
 use crate::decide::{Context, Explanation};

@@ -1,6 +1,15 @@
 //! Step 5: rank the plans by cost and keep `maxCandidates`, their victims explained.
 
-use super::*;
+use super::plan::{Cost, Plan};
+use super::reprieve;
+use crate::decide::eligibility::Preemptor;
+use crate::decide::wait::Wait;
+use crate::decide::{wait, Context, Explanation};
+use crate::explanation::{Code, Verdict};
+use crate::model::RequeueIntent;
+use crate::wire;
+use crate::wire::PreemptionResult;
+use std::collections::{BTreeMap, HashMap};
 
 /// Keeps the best `maxCandidates` plans, cheapest first (`Cost`: a broken gang is
 /// charged its survivors, no tier of its own).

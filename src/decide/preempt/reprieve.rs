@@ -1,7 +1,17 @@
 //! Step 4: put candidates back most valuable first while the preemptor still fits, then
 //! cost what is left exactly (PDBs, Jobs, what follows, gangs) and order the victims.
 
-use super::*;
+use super::plan::{restart_cost, run_thrown_away, Cost, Plan, Victim};
+use super::Asking;
+use super::{gangs, jobs};
+use crate::cluster::View;
+use crate::decide::eligibility::{Fate, Preemptor};
+use crate::decide::fit::{fits, NodeUsage};
+use crate::decide::{wait, Context, Explanation};
+use crate::explanation::{Code, Verdict};
+use crate::model::{Pod, RequeueIntent};
+use crate::policy::PdbMode;
+use std::collections::HashMap;
 
 /// Puts candidates back in `order`, keeping each whose return still lets the preemptor
 /// fit, then accounts PDBs and gangs exactly. `leaving`: pods already terminating that

@@ -1,8 +1,16 @@
-//! Preempt without node state: kube-scheduler's victims judged as they are (all allowed,
+//! Step 3 where the view lacks the node: kube-scheduler's victims judged as they are (all allowed,
 //! or the node is dropped), and UIDs the view places elsewhere noted.
 
+use super::jobs;
+use super::plan::{victim, Plan};
 use super::reprieve::{cost_of, finish};
-use super::*;
+use crate::cluster::View;
+use crate::decide::eligibility::Preemptor;
+use crate::decide::{eligibility, Context, Explanation};
+use crate::explanation::{Code, Verdict};
+use crate::model::Pod;
+use crate::policy::PdbMode;
+use crate::wire::request::{MetaVictims, Victims};
 
 pub(super) fn note_misplaced_uids(view: &View, node: &str, v: &MetaVictims, ex: &mut Vec<Explanation>) {
     for uid in &v.uids {

@@ -1,8 +1,13 @@
 //! Step 3: re-select the victims on a node the view knows: every pod the policy lets us
 //! evict, the room nominated pods hold, fair sharing between tenants, gangs kept whole.
 
+use super::plan::{victim, Plan, Victim};
 use super::reprieve::{reprieve, Budgets, Taken};
-use super::*;
+use super::{gangs, held_on, jobs, rank, Asking};
+use crate::decide::fit::{fits, NodeUsage};
+use crate::decide::{eligibility, wait, Explanation};
+use crate::explanation::{Code, Verdict};
+use crate::model::Pod;
 
 /// Re-selection on a node the view knows. If the view says the pod already fits, the
 /// view and kube-scheduler's cache disagree (one of them is stale): never answer an

@@ -1,0 +1,231 @@
+//! The decision's vocabulary for preempt: a `Victim` as decisions rank it, a `Plan` (a
+//! candidate node with its victims) and its `Cost`. Free of the wire: kube-scheduler's
+//! forms are read through `proposed::Proposed` only.
+
+use std::cmp::Ordering;
+
+use crate::cluster::View;
+use crate::decide::eligibility::{self, Fate};
+use crate::decide::wait::{self, Wait};
+use crate::decide::Context;
+use crate::explanation::Code;
+use crate::model::{GangInfo, Pod, Timestamp};
+use crate::policy::ClassId;
+
+/// What evicting a victim set costs; compared field by field, lower is better.
+///
+/// Ahead of everything: victims of last resort, then PDB violations, then work nothing
+/// brings back (a failed Job, a bare pod of a `lose` class), then the policy's class
+/// order, then budgets a later arrival would have to break (a PDB's or a Job's last).
+/// Then how much later than the soonest candidate the room comes free (in factors of the
+/// preemptor class's `waitTolerance`): an online pod is placed as soon as it can be.
+/// Within them, what the owners lose: the work thrown away plus a restart for every pod
+/// interrupted; then the wait itself. A broken gang is no tier of its own: its
+/// survivors' run and restarts are in that figure, so a gang is broken only where keeping
+/// it whole throws away more.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Cost {
+    /// Work lost that nobody agreed to lose: a bare pod whose class asks for requeue but
+    /// that cannot be requeued (namespace not opted in, `maxAttempts` reached, requeue
+    /// unavailable, beyond baseline: a victim of last resort), and a pod whose eviction fails
+    /// its Job. First, ahead of PDB violations: a violated PDB's pods come back, these do
+    /// not, and a `lose` class agreed to lose its pods. So such a victim is taken only
+    /// where no other victims place the preemptor, and then as few as can be.
+    pub lost_unasked: i64,
+    pub pdb_violations: i64,
+    /// Victims that nothing brings back (allowed only where the policy says so).
+    pub lost_pods: i64,
+    /// How valuable the most valuable victim's class is (0: no victims).
+    pub top_class_value: i64,
+    /// Budgets this eviction uses up: a PDB's last allowed disruption, a Job's last
+    /// allowed failure. Nothing is lost now, but a later arrival whose only room is
+    /// behind that budget would have to violate it (budgets are shared over time).
+    pub budgets_spent: i64,
+    /// How many factors of the preemptor class's `waitTolerance` the room comes free later
+    /// than on the soonest candidate compared (`wait::later_by`; set where plans are
+    /// compared: 0 for a plan alone).
+    pub later: i64,
+    /// `work_thrown_away + restarts`, milli-CPU-seconds.
+    pub owners_loss: i64,
+    /// Milliseconds until the room is free: the last victim gone, and the pods already
+    /// terminating the plan waits for (`wait::until_gone`).
+    pub wait_ms: i64,
+    pub max_priority: i64,
+    pub priority_sum: i64,
+    pub victims: i64,
+    /// Prefer taking from tenants with a high weighted share: minus the lowest share
+    /// among victims' tenants, in millionths.
+    pub tenant_penalty: i64,
+    /// Bare victims that go back to the pending queue through a copy: nothing is lost
+    /// either way, so only the copies' API writes tell it from a recreated victim, last.
+    pub requeued: i64,
+    /// Run time thrown away in milli-CPU-seconds (seconds run × CPU requested): the
+    /// victims', a broken gang's survivors' and the expected follow-on evictions'.
+    pub work_thrown_away: i64,
+    /// Each interrupted pod's `victim.restartCost` at its CPU request, milli-CPU-seconds.
+    pub restarts: i64,
+    /// Pods interrupted: victims, survivors of the gangs they break, follow-on evictions.
+    pub interrupted: i64,
+    /// Members a broken gang keeps elsewhere: they run on but cannot progress.
+    pub gang_survivors: i64,
+    /// Pods the returning victims are expected to preempt, where they would find no room.
+    pub follow_on_evictions: i64,
+    /// Victims that came back a moment ago (recreated after a preemption, or requeued).
+    pub re_evicted: i64,
+    /// Of `lost_unasked`, the bare pods that cannot be requeued (the rest fail a Job).
+    pub last_resort: i64,
+}
+
+impl Cost {
+    /// Adds `work` thrown away and `pods` interrupted whose restarts cost `restarts`.
+    pub(super) fn interrupt(&mut self, work: i64, pods: i64, restarts: i64) {
+        self.work_thrown_away = self.work_thrown_away.saturating_add(work);
+        self.restarts = self.restarts.saturating_add(restarts);
+        self.interrupted += pods;
+        self.owners_loss = self.work_thrown_away.saturating_add(self.restarts);
+    }
+
+    /// The figure owners lose and what it is made of, for explanations.
+    pub fn describe(&self) -> String {
+        let cpu_s = |m: i64| m / 1000;
+        let mut parts = vec![format!("{} evicted", self.victims)];
+        if self.gang_survivors > 0 {
+            parts.push(format!("{} gang survivor(s)", self.gang_survivors));
+        }
+        if self.follow_on_evictions > 0 {
+            parts.push(format!("{} follow-on eviction(s)", self.follow_on_evictions));
+        }
+        let budgets = match self.budgets_spent {
+            0 => String::new(),
+            n => format!(", {n} last budget(s) spent (a PDB's last disruption, a Job's last failure)"),
+        };
+        let last_resort = match self.last_resort {
+            0 => String::new(),
+            n => format!(" ({n} a last resort: bare, cannot be requeued)"),
+        };
+        format!(
+            "owners lose {} CPU-s: {} run thrown away + {} for {} pod(s) interrupted ({}); {} PDB violation(s), {} lost{last_resort}{budgets}",
+            cpu_s(self.owners_loss),
+            cpu_s(self.work_thrown_away),
+            cpu_s(self.restarts),
+            self.interrupted,
+            parts.join(", "),
+            self.pdb_violations,
+            self.lost_pods,
+        )
+    }
+}
+
+/// One victim as decisions rank it.
+#[derive(Debug, Clone)]
+pub(super) struct Victim<'a> {
+    pub(super) pod: &'a Pod,
+    pub(super) class: ClassId,
+    /// The priority victims are ranked by: its PodGroup's, if that sets one, else its own.
+    pub(super) priority: i32,
+    /// The pod's own priority: the answer's order (kube-scheduler reads Pods[0] as the
+    /// highest-priority victim from its own cache).
+    pub(super) pod_priority: i32,
+    /// `status.startTime`: `None` for pods that never started.
+    pub(super) running_since: Option<Timestamp>,
+    /// Milliseconds until it would be gone if evicted now (`wait::left`).
+    pub(super) left_ms: i64,
+    pub(super) tenant_share: f64,
+    pub(super) gang: Option<GangInfo>,
+    pub(super) fate: Fate,
+    /// kube-scheduler proposed it: among equals, prefer kube's own choice (its cache
+    /// certainly holds that pod on that node).
+    pub(super) proposed: bool,
+    /// What its eviction does to its Job, once the victim set is known (`jobs::charge`).
+    pub(super) job_note: Option<String>,
+    /// Its eviction uses up its Job's last allowed failure (`jobs::charge`).
+    pub(super) last_job_failure: bool,
+    /// Its return is expected to evict (`aftermath` explains it).
+    pub(super) follow_on: bool,
+    /// It came back a moment ago (`aftermath`).
+    pub(super) recently_back: Option<String>,
+    /// What its eviction does to the PDBs covering it (`reprieve`), said only where the
+    /// plan is kept: a pod on an outranked candidate is not a victim.
+    pub(super) pdb_notes: Vec<(Code, String)>,
+}
+
+impl Victim<'_> {
+    /// Most valuable first: class order, priority, longer running, lower tenant share,
+    /// not proposed by kube-scheduler, then smaller (evicting the bigger of two equals
+    /// frees more with fewer victims).
+    pub(super) fn value_order(&self, other: &Self) -> Ordering {
+        let size = |v: &Victim| (v.pod.requests.milli_cpu, v.pod.requests.memory);
+        self.class
+            .cmp(&other.class)
+            .then(other.priority.cmp(&self.priority))
+            .then(self.running_since.unwrap_or(i64::MAX).cmp(&other.running_since.unwrap_or(i64::MAX)))
+            .then(self.tenant_share.total_cmp(&other.tenant_share))
+            .then(self.proposed.cmp(&other.proposed))
+            .then(size(self).cmp(&size(other)))
+            .then_with(|| (&self.pod.namespace, &self.pod.name).cmp(&(&other.pod.namespace, &other.pod.name)))
+    }
+}
+
+/// A candidate node that survived, with its victims.
+pub(super) struct Plan<'a> {
+    pub(super) node: String,
+    /// In answer order (descending priority).
+    pub(super) victims: Vec<Victim<'a>>,
+    pub(super) pdb_violations: i64,
+    pub(super) cost: Cost,
+    /// How soon its room is free (`cost.wait_ms`), and for whom last.
+    pub(super) wait: Wait,
+}
+
+/// One victim as decisions rank it, from what eligibility found.
+pub(super) fn victim<'a>(
+    ctx: &Context,
+    pod: &'a Pod,
+    eligible: eligibility::Eligible,
+    view: Option<&View>,
+    proposed: bool,
+) -> Victim<'a> {
+    let gang = view.and_then(|v| Some(v.gang(&v.gang_of(pod)?, pod)));
+    let pod_priority = ctx.priority_of(pod);
+    Victim {
+        pod,
+        class: eligible.class,
+        fate: eligible.fate,
+        priority: gang.as_ref().and_then(|g| g.priority).unwrap_or(pod_priority),
+        pod_priority,
+        // Like kube-scheduler, a pod that never started has run for no time at all.
+        running_since: pod.start_time,
+        left_ms: wait::left_in(ctx, pod, eligible.class).0,
+        tenant_share: view.map(|v| v.tenant_share(&ctx.policy.tenants.tenant_of(pod))).unwrap_or(0.0),
+        gang,
+        proposed,
+        job_note: None,
+        last_job_failure: false,
+        follow_on: false,
+        recently_back: None,
+        pdb_notes: Vec::new(),
+    }
+}
+
+/// Work a pod has done so far: seconds run × milli-CPU requested (at least 1 milli-CPU,
+/// so a pod without requests still counts its time).
+pub(super) fn cpu_seconds(now: crate::model::Timestamp, pod: &Pod) -> i64 {
+    let ran = pod.start_time.map_or(0, |t| (now - t).max(0));
+    ran.saturating_mul(pod.requests.milli_cpu.max(1))
+}
+
+/// The run evicting `pod` of `class` throws away: all of it, unless its class saves its
+/// progress on SIGTERM (`victim.checkpointsOnTerm`): then none.
+pub(super) fn run_thrown_away(ctx: &Context, class: ClassId, pod: &Pod) -> i64 {
+    match ctx.policy.class(class).victim.checkpoints_on_term {
+        true => 0,
+        false => cpu_seconds(ctx.now, pod),
+    }
+}
+
+/// What restarting a pod of `class` requesting `milli_cpu` costs its owner, in
+/// milli-CPU-seconds: `victim.restartCost` at its CPU, but at least one CPU's (a small
+/// pod's restart takes as long: an eviction is never cheap because the pod is small).
+pub(super) fn restart_cost(ctx: &Context, class: ClassId, milli_cpu: i64) -> i64 {
+    ctx.policy.class(class).victim.restart_cost.saturating_mul(milli_cpu.max(1000))
+}

@@ -1,0 +1,44 @@
+//! kube-scheduler's candidates as decisions read them: the one place the two forms its
+//! victims arrive in (whole pods, or UIDs only) are told apart.
+
+use crate::wire::request::{MetaVictims, Victims};
+use crate::wire::Candidates;
+
+/// kube-scheduler's victims on one candidate node, in the form it sent them.
+#[derive(Clone, Copy)]
+pub(super) enum Proposed<'a> {
+    Full(&'a Victims),
+    Meta(&'a MetaVictims),
+}
+
+impl<'a> Proposed<'a> {
+    /// No victims: a node where the pod fits as is.
+    pub(super) fn is_empty(self) -> bool {
+        match self {
+            Proposed::Full(v) => v.count == 0,
+            Proposed::Meta(v) => v.uids.is_empty(),
+        }
+    }
+
+    pub(super) fn uids(self) -> &'a [String] {
+        match self {
+            Proposed::Full(v) => &v.uids,
+            Proposed::Meta(v) => &v.uids,
+        }
+    }
+
+    pub(super) fn num_pdb_violations(self) -> i64 {
+        match self {
+            Proposed::Full(v) => v.num_pdb_violations,
+            Proposed::Meta(v) => v.num_pdb_violations,
+        }
+    }
+}
+
+/// The candidate nodes kube-scheduler proposed, in name order, whatever their form.
+pub(super) fn proposed(candidates: &Candidates) -> Vec<(&str, Proposed<'_>)> {
+    match candidates {
+        Candidates::Full(map) => map.iter().map(|(n, v)| (n.as_str(), Proposed::Full(v))).collect(),
+        Candidates::Meta(map) => map.iter().map(|(n, v)| (n.as_str(), Proposed::Meta(v))).collect(),
+    }
+}
