@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use coloc_extender::cluster::{snapshot, View, ViewCell};
-use coloc_extender::decide::{Context, Requeue};
+use coloc_extender::decide::Context;
 use coloc_extender::http::decisions::{DecisionLog, PodDecisions, RingLimits};
 use coloc_extender::http::{admin_router, health_router, router, AppState, ViewSource};
 use coloc_extender::pipeline::{answer, answer_in, Verb};
@@ -60,15 +60,7 @@ async fn a_preempt_decision_is_served_with_every_reason_on_the_admin_port_only()
     // Every reason the decision gave (routine lines aside) is there.
     let policy = Policy::builtin_default().enforced();
     let view = View::build(snapshot::load(&Path::new(PAYLOADS).join("0037-preempt.snapshot.json")).unwrap(), &policy);
-    let ctx = Context {
-        policy: &policy,
-        view: Some(&view),
-        view_expected: true,
-        now: 1_795_000_000,
-        requeue: Requeue::disabled(),
-        detail: Default::default(),
-        promised: &[],
-    };
+    let ctx = Context::new(&policy, Some(&view), 1_795_000_000);
     let decided =
         answer_in(Verb::Preempt, &std::fs::read(Path::new(PAYLOADS).join("0037-preempt.json")).unwrap(), &ctx).unwrap();
     let expected: Vec<_> = decided

@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use coloc_extender::cluster::{snapshot, View, ViewCell};
-use coloc_extender::decide::{Context, Requeue};
+use coloc_extender::decide::Context;
 use coloc_extender::events::kube::{reporter, EventSink, REPORTER};
 use coloc_extender::events::{for_last_resort, for_preempt, PodEvent, Regarding, Throttle};
 use coloc_extender::http::{router, AppState, ViewSource};
@@ -45,15 +45,7 @@ fn batch_protects_bare_pods() -> Policy {
 
 fn decided_under(policy: &Policy, step: &str, requeue: bool) -> Answer {
     let view = View::build(snapshot::parse(&fixture(&format!("{step}-preempt.snapshot.json"))).unwrap(), policy);
-    let ctx = Context {
-        policy,
-        view: Some(&view),
-        view_expected: true,
-        now: 1_795_000_000,
-        requeue: if requeue { Requeue::enabled() } else { Requeue::disabled() },
-        detail: Default::default(),
-        promised: &[],
-    };
+    let ctx = Context::new(policy, Some(&view), 1_795_000_000).with_requeue(requeue);
     answer_in(Verb::Preempt, &fixture(&format!("{step}-preempt.json")), &ctx).unwrap()
 }
 

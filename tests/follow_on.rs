@@ -13,27 +13,11 @@ use common::*;
 /// online preempts batch and free, batch preempts free; bare pods are requeued and come
 /// back as `preemption` says.
 fn policy_with(preemption: &str) -> Policy {
-    Policy::from_yaml(&format!(
-        r#"
-defaultClass: unclassified
-maxCandidates: 1
-classes:
-  - name: online
-    match: [{{priorityClassNames: [online]}}]
-    preempts: [batch, free]
-  - name: batch
-    match: [{{priorityClassNames: [batch]}}]
-    preempts: [free]
-    victim: {{allowed: true, pdb: prefer, bare: requeue}}
-    requeue: {{preemption: {preemption}}}
-  - name: free
-    match: [{{priorityClassNames: [free]}}]
-    victim: {{allowed: true, pdb: prefer, bare: requeue}}
-    requeue: {{preemption: never}}
-  - name: unclassified
-"#
-    ))
-    .unwrap()
+    classes()
+        .victims("{allowed: true, pdb: prefer, bare: requeue}")
+        .batch(&format!("requeue: {{preemption: {preemption}}}"))
+        .free("requeue: {preemption: never}")
+        .build()
 }
 
 fn online(cpu: i64) -> Pod {

@@ -455,15 +455,7 @@ fn cluster_json() -> Vec<Value> {
 }
 
 fn preempt_on(view: &View, policy: &Policy) -> BTreeMap<String, Vec<String>> {
-    let ctx = coloc_extender::decide::Context {
-        policy,
-        view: Some(view),
-        view_expected: true,
-        now: NOW,
-        detail: Default::default(),
-        requeue: coloc_extender::decide::Requeue::disabled(),
-        promised: &[],
-    };
+    let ctx = coloc_extender::decide::Context::new(policy, Some(view), NOW);
     let mut online = pod("preemptor", "online", None, 1000).ns("batch");
     online.priority_class_name = Some("online".into());
     let candidates = coloc_extender::wire::Candidates::Meta(BTreeMap::from([(

@@ -18,27 +18,13 @@ use rstest::rstest;
 /// online preempts batch, batch preempts free; their bare pods are handled as `bare`
 /// says, requeued at most twice.
 fn policy_with(bare: &str, extra: &str) -> Policy {
-    Policy::from_yaml(&format!(
-        r#"
-defaultClass: unclassified
-{extra}
-classes:
-  - name: online
-    match: [{{priorityClassNames: [online]}}]
-    preempts: [batch, free]
-  - name: batch
-    match: [{{priorityClassNames: [batch]}}]
-    preempts: [free]
-    victim: {{allowed: true, pdb: prefer, bare: {bare}}}
-    requeue: {{maxAttempts: 2}}
-  - name: free
-    match: [{{priorityClassNames: [free]}}]
-    victim: {{allowed: true, pdb: prefer, bare: {bare}}}
-    requeue: {{maxAttempts: 2}}
-  - name: unclassified
-"#
-    ))
-    .unwrap()
+    classes()
+        .max_candidates(None)
+        .extra(extra)
+        .victims(&format!("{{allowed: true, pdb: prefer, bare: {bare}}}"))
+        .batch("requeue: {maxAttempts: 2}")
+        .free("requeue: {maxAttempts: 2}")
+        .build()
 }
 
 fn requeue_policy() -> Policy {

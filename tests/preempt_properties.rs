@@ -165,24 +165,11 @@ proptest! {
 
 /// online preempts batch and free; bare victims of both are handled as `bare` says.
 fn requeue_policy(bare: &str) -> coloc_extender::policy::Policy {
-    coloc_extender::policy::Policy::from_yaml(&format!(
-        r#"
-defaultClass: unclassified
-maxCandidates: 100
-classes:
-  - name: online
-    match: [{{priorityClassNames: [online]}}]
-    preempts: [batch, free]
-  - name: batch
-    match: [{{priorityClassNames: [batch]}}]
-    victim: {{allowed: true, pdb: prefer, bare: {bare}}}
-  - name: free
-    match: [{{priorityClassNames: [free]}}]
-    victim: {{allowed: true, pdb: prefer, bare: {bare}}}
-  - name: unclassified
-"#
-    ))
-    .unwrap()
+    classes()
+        .max_candidates(Some(100))
+        .batch_preempts(None)
+        .victims(&format!("{{allowed: true, pdb: prefer, bare: {bare}}}"))
+        .build()
 }
 
 proptest! {
@@ -248,24 +235,7 @@ impl ClassName for Pod {
 /// online preempts batch and free, best-effort PDBs; bare pods of both are requeued
 /// (victims of last resort while requeue is off); the wait weighed at `tolerance`.
 fn wait_policy(tolerance: f64) -> coloc_extender::policy::Policy {
-    coloc_extender::policy::Policy::from_yaml(&format!(
-        r#"
-defaultClass: unclassified
-classes:
-  - name: online
-    match: [{{priorityClassNames: [online]}}]
-    preempts: [batch, free]
-    waitTolerance: {tolerance}
-  - name: batch
-    match: [{{priorityClassNames: [batch]}}]
-    victim: {{allowed: true, pdb: prefer}}
-  - name: free
-    match: [{{priorityClassNames: [free]}}]
-    victim: {{allowed: true, pdb: prefer}}
-  - name: unclassified
-"#
-    ))
-    .unwrap()
+    classes().max_candidates(None).batch_preempts(None).online(&format!("waitTolerance: {tolerance}")).build()
 }
 
 /// What the returned node's victims lose or violate: victims of last resort, PDB

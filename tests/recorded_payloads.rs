@@ -212,15 +212,7 @@ fn default_policy_with_requeue_off_takes_bare_pods_only_as_a_last_resort_and_say
     let rec = preempt_request(round, seq);
     let policy = policy("default");
     let view = View::build(snapshot::load(&rec.snapshot).unwrap(), &policy);
-    let ctx = coloc_extender::decide::Context {
-        policy: &policy,
-        view: Some(&view),
-        view_expected: true,
-        now: now(),
-        requeue: coloc_extender::decide::Requeue::disabled(),
-        detail: Default::default(),
-        promised: &[],
-    };
+    let ctx = coloc_extender::decide::Context::new(&policy, Some(&view), now());
     let a = coloc_extender::pipeline::answer_in(Verb::Preempt, &rec.request, &ctx).unwrap();
     assert!(a.requeues().is_empty());
     let body: Value = serde_json::from_slice(&a.body).unwrap();

@@ -19,26 +19,11 @@ fn requeue_policy(bare: &str) -> Policy {
 /// ... and batch's requeued pods come back as `requeue` (RequeueRules) says; batch may
 /// preempt free.
 fn requeue_policy_with(bare: &str, requeue: &str) -> Policy {
-    Policy::from_yaml(&format!(
-        r#"
-defaultClass: unclassified
-maxCandidates: 1
-classes:
-  - name: online
-    match: [{{priorityClassNames: [online]}}]
-    preempts: [batch]
-  - name: batch
-    match: [{{priorityClassNames: [batch]}}]
-    preempts: [free]
-    victim: {{allowed: true, pdb: prefer, bare: {bare}}}
-    requeue: {requeue}
-  - name: free
-    match: [{{priorityClassNames: [free]}}]
-    victim: {{allowed: true, pdb: prefer}}
-  - name: unclassified
-"#
-    ))
-    .unwrap()
+    classes()
+        .online_preempts("[batch]")
+        .batch_victim(&format!("{{allowed: true, pdb: prefer, bare: {bare}}}"))
+        .batch(&format!("requeue: {requeue}"))
+        .build()
 }
 
 fn online(cpu: i64) -> Pod {

@@ -5,7 +5,7 @@
 //! differences counted.
 
 use coloc_extender::cluster::{snapshot, View};
-use coloc_extender::decide::{Context, Requeue};
+use coloc_extender::decide::Context;
 use coloc_extender::pipeline::{answer_in, Verb};
 use coloc_extender::policy::{Mode, PdbMode, Policy};
 use coloc_extender::shadow::DiffKind;
@@ -154,8 +154,7 @@ proptest! {
         let shadow = policy(Mode::Shadow);
         let enforce = policy(Mode::Enforce);
         let view = with_view.then(|| case.view(&shadow));
-        let ctx = |p| Context { policy: p, view: view.as_ref(), view_expected: with_view, now: NOW,
-            requeue: if requeue { Requeue::enabled() } else { Requeue::disabled() }, detail: Default::default(), promised: &[] };
+        let ctx = |p| Context::new(p, view.as_ref(), NOW).with_requeue(requeue).with_view_expected(with_view);
 
         // filter: every node, as it came; nothing failed.
         let body = case.filter_body(names);
@@ -209,15 +208,7 @@ fn a_vetoed_node_and_a_bare_pod_kube_would_lose_are_counted() {
     let batch = shadow.classes.iter_mut().find(|c| c.name == "batch").unwrap();
     batch.victim.bare = Some(coloc_extender::policy::BareVictims::Protect);
     let view = case.view(&shadow);
-    let ctx = Context {
-        policy: &shadow,
-        view: Some(&view),
-        view_expected: true,
-        now: NOW,
-        requeue: Requeue::disabled(),
-        detail: Default::default(),
-        promised: &[],
-    };
+    let ctx = Context::new(&shadow, Some(&view), NOW);
     let (body, expected) = case.preempt_body(false, 0);
     let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
     assert_eq!(json_of(&a.body), expected);
@@ -234,15 +225,7 @@ fn a_bare_pod_both_would_lose_is_no_difference() {
     let case = one_node_case(true);
     let shadow = policy(Mode::Shadow);
     let view = case.view(&shadow);
-    let ctx = Context {
-        policy: &shadow,
-        view: Some(&view),
-        view_expected: true,
-        now: NOW,
-        requeue: Requeue::disabled(),
-        detail: Default::default(),
-        promised: &[],
-    };
+    let ctx = Context::new(&shadow, Some(&view), NOW);
     let (body, expected) = case.preempt_body(false, 0);
     let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
     assert_eq!(json_of(&a.body), expected);
@@ -258,15 +241,7 @@ fn a_requeued_bare_pod_is_not_lost_and_owned_pods_change_nothing() {
     // the pod kube-scheduler would lose goes back to the queue.
     let case = one_node_case(true);
     let view = case.view(&shadow);
-    let ctx = Context {
-        policy: &shadow,
-        view: Some(&view),
-        view_expected: true,
-        now: NOW,
-        requeue: Requeue::enabled(),
-        detail: Default::default(),
-        promised: &[],
-    };
+    let ctx = Context::new(&shadow, Some(&view), NOW).with_requeue(true);
     let (body, _) = case.preempt_body(true, 0);
     let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
     assert_eq!(
@@ -280,15 +255,7 @@ fn a_requeued_bare_pod_is_not_lost_and_owned_pods_change_nothing() {
     // A Job's pod, the same victim as kube's: no difference at all.
     let case = one_node_case(false);
     let view = case.view(&shadow);
-    let ctx = Context {
-        policy: &shadow,
-        view: Some(&view),
-        view_expected: true,
-        now: NOW,
-        requeue: Requeue::disabled(),
-        detail: Default::default(),
-        promised: &[],
-    };
+    let ctx = Context::new(&shadow, Some(&view), NOW);
     let (body, _) = case.preempt_body(true, 0);
     assert!(answer_in(Verb::Preempt, &body, &ctx).unwrap().diffs().is_empty());
 }
@@ -300,15 +267,7 @@ fn a_pdb_violation_the_policy_avoids_is_counted() {
     let case = one_node_case(false);
     let mut shadow = policy(Mode::Shadow);
     shadow.classes.iter_mut().filter(|c| c.name == "batch").for_each(|c| c.victim.pdb = PdbMode::Strict);
-    let ctx = Context {
-        policy: &shadow,
-        view: None,
-        view_expected: false,
-        now: NOW,
-        requeue: Requeue::disabled(),
-        detail: Default::default(),
-        promised: &[],
-    };
+    let ctx = Context::new(&shadow, None, NOW);
     let (body, _) = case.preempt_body(false, 1);
     let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
     assert_eq!(a.diffs().0.get(&DiffKind::PdbViolationAvoided), Some(&1), "{:?}", a.diffs());
@@ -324,15 +283,7 @@ fn filter_counts_vetoed_nodes_and_keeps_them_all() {
         preemptor: pod_json("preemptor", &GenPod { priority: 6000, cpu: 500, bare: false, gang: None, node: 0 }, false),
     };
     let shadow = policy(Mode::Shadow);
-    let ctx = Context {
-        policy: &shadow,
-        view: None,
-        view_expected: false,
-        now: NOW,
-        requeue: Requeue::disabled(),
-        detail: Default::default(),
-        promised: &[],
-    };
+    let ctx = Context::new(&shadow, None, NOW);
     let a = answer_in(Verb::Filter, &case.filter_body(false), &ctx).unwrap();
     assert_eq!(json_of(&a.body)["Nodes"]["items"].as_array().unwrap().len(), 2);
     assert_eq!(a.diffs().0.get(&DiffKind::NodeVetoed), Some(&1));

@@ -66,6 +66,32 @@ impl Requeue {
     }
 }
 
+impl<'a> Context<'a> {
+    /// A decision at `now` under `policy` on `view` (a view given is a view expected):
+    /// requeue off, decisions explained, no room promised. The fields say the rest.
+    pub fn new(policy: &'a Policy, view: Option<&'a View>, now: Timestamp) -> Self {
+        Context {
+            policy,
+            view,
+            view_expected: view.is_some(),
+            now,
+            requeue: Requeue::disabled(),
+            detail: Detail::Decisions,
+            promised: &[],
+        }
+    }
+
+    /// With requeue on or off.
+    pub fn with_requeue(self, enabled: bool) -> Self {
+        Context { requeue: Requeue { enabled }, ..self }
+    }
+
+    /// Whether a view is configured, whatever `view` holds.
+    pub fn with_view_expected(self, view_expected: bool) -> Self {
+        Context { view_expected, ..self }
+    }
+}
+
 impl Context<'_> {
     pub fn priority_of(&self, pod: &Pod) -> i32 {
         match self.view {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use coloc_extender::cluster::{Objects, View};
-use coloc_extender::decide::{self, Context, Explanation, Requeue};
+use coloc_extender::decide::{self, Context, Explanation};
 use coloc_extender::model::{
     DisruptionMode, GangSource, HostPort, Labels, Node, OwnerRef, Pdb, Pod, PodGroup, Resources, Selector,
 };
@@ -15,29 +15,113 @@ use coloc_extender::wire::{Candidates, PreemptArgs, PreemptionResult};
 
 pub const NOW: i64 = 1_800_000_000;
 
-/// online (10000) preempts batch (100) and free (10); batch preempts free.
+/// The policy scenarios start from: `online` preempts `batch` and `free`, `batch`
+/// preempts `free`, both are victims with best-effort PDBs, one candidate returned. A
+/// test changes only the part its rule is about.
+#[derive(Clone)]
+pub struct Classes {
+    max_candidates: Option<u32>,
+    extra: String,
+    online_preempts: &'static str,
+    online_more: String,
+    batch_preempts: Option<&'static str>,
+    batch_victim: String,
+    batch_more: String,
+    free_victim: String,
+    free_more: String,
+}
+
+pub fn classes() -> Classes {
+    Classes {
+        max_candidates: Some(1),
+        extra: String::new(),
+        online_preempts: "[batch, free]",
+        online_more: String::new(),
+        batch_preempts: Some("[free]"),
+        batch_victim: "{allowed: true, pdb: prefer}".into(),
+        batch_more: String::new(),
+        free_victim: "{allowed: true, pdb: prefer}".into(),
+        free_more: String::new(),
+    }
+}
+
+impl Classes {
+    /// `None`: the policy's default.
+    pub fn max_candidates(mut self, n: Option<u32>) -> Self {
+        self.max_candidates = n;
+        self
+    }
+    /// Top-level fields (a `maxCandidates` here wins).
+    pub fn extra(mut self, yaml: &str) -> Self {
+        self.extra = yaml.into();
+        self
+    }
+    pub fn online_preempts(mut self, list: &'static str) -> Self {
+        self.online_preempts = list;
+        self
+    }
+    /// A field of class `online`, as `key: value`.
+    pub fn online(mut self, field: &str) -> Self {
+        self.online_more += &format!("    {field}\n");
+        self
+    }
+    /// `None`: batch preempts nothing.
+    pub fn batch_preempts(mut self, list: Option<&'static str>) -> Self {
+        self.batch_preempts = list;
+        self
+    }
+    pub fn batch_victim(mut self, flow: &str) -> Self {
+        self.batch_victim = flow.into();
+        self
+    }
+    pub fn batch(mut self, field: &str) -> Self {
+        self.batch_more += &format!("    {field}\n");
+        self
+    }
+    pub fn free_victim(mut self, flow: &str) -> Self {
+        self.free_victim = flow.into();
+        self
+    }
+    pub fn free(mut self, field: &str) -> Self {
+        self.free_more += &format!("    {field}\n");
+        self
+    }
+    /// Both offline classes' victim rules.
+    pub fn victims(self, flow: &str) -> Self {
+        self.batch_victim(flow).free_victim(flow)
+    }
+
+    pub fn yaml(&self) -> String {
+        let max = match self.max_candidates {
+            Some(n) if !self.extra.contains("maxCandidates") => format!("maxCandidates: {n}\n"),
+            _ => String::new(),
+        };
+        let batch_preempts = self.batch_preempts.map(|l| format!("    preempts: {l}\n")).unwrap_or_default();
+        format!(
+            "defaultClass: unclassified\n{max}{extra}\nclasses:\n  - name: online\n    match: [{{priorityClassNames: [online]}}]\n    preempts: {online_preempts}\n{online_more}  - name: batch\n    match: [{{priorityClassNames: [batch]}}]\n{batch_preempts}    victim: {batch_victim}\n{batch_more}  - name: free\n    match: [{{priorityClassNames: [free]}}]\n    victim: {free_victim}\n{free_more}  - name: unclassified\n",
+            extra = self.extra,
+            online_preempts = self.online_preempts,
+            online_more = self.online_more,
+            batch_victim = self.batch_victim,
+            batch_more = self.batch_more,
+            free_victim = self.free_victim,
+            free_more = self.free_more,
+        )
+    }
+
+    pub fn build(&self) -> Policy {
+        Policy::from_yaml(&self.yaml()).unwrap_or_else(|e| panic!("test policy is invalid: {e}\n{}", self.yaml()))
+    }
+}
+
+/// The scenarios' usual policy: batch's PDBs as `batch_pdb` says, only recreatable pods
+/// and batch pods past 10 minutes of run are victims.
 pub fn policy(batch_pdb: &str, extra: &str) -> Policy {
-    let max = if extra.contains("maxCandidates") { "" } else { "maxCandidates: 1" };
-    Policy::from_yaml(&format!(
-        r#"
-defaultClass: unclassified
-{max}
-{extra}
-classes:
-  - name: online
-    match: [{{priorityClassNames: [online]}}]
-    preempts: [batch, free]
-  - name: batch
-    match: [{{priorityClassNames: [batch]}}]
-    preempts: [free]
-    victim: {{allowed: true, pdb: {batch_pdb}, recreatableOnly: true, minRuntime: 10m}}
-  - name: free
-    match: [{{priorityClassNames: [free]}}]
-    victim: {{allowed: true, pdb: prefer, recreatableOnly: true}}
-  - name: unclassified
-"#
-    ))
-    .expect("test policy is valid")
+    classes()
+        .batch_victim(&format!("{{allowed: true, pdb: {batch_pdb}, recreatableOnly: true, minRuntime: 10m}}"))
+        .free_victim("{allowed: true, pdb: prefer, recreatableOnly: true}")
+        .extra(extra)
+        .build()
 }
 
 pub fn node(name: &str, milli_cpu: i64, mem_gi: i64) -> Node {
@@ -326,15 +410,9 @@ impl Scenario {
     }
 
     pub fn preempt_with(&self, preemptor: Pod, candidates: Candidates, view: Option<&View>) -> Outcome {
-        let requeue = Requeue { enabled: self.requeue };
         let ctx = Context {
-            policy: &self.policy,
-            view,
-            view_expected: self.view_expected,
-            now: NOW,
-            requeue,
-            detail: Default::default(),
             promised: &self.promised,
+            ..Context::new(&self.policy, view, NOW).with_requeue(self.requeue).with_view_expected(self.view_expected)
         };
         let out = decide::preempt(&PreemptArgs { pod: preemptor, candidates }, &ctx);
         Outcome {

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::super::eligibility::{self, Preemptor};
-use super::super::{Context, Detail, Requeue};
+use super::super::Context;
 use crate::cluster::usage::NodeUsage;
 use crate::cluster::{snapshot, View};
 use crate::policy::Policy;
@@ -22,16 +22,7 @@ fn recorded(round: &str) -> (Policy, View) {
 /// by pod, against what the aggregates say its class may free.
 fn compare(round: &str, priority: i32, now: i64, requeue: bool, exact: bool) {
     let (policy, view) = recorded(round);
-    let requeue = if requeue { Requeue::enabled() } else { Requeue::disabled() };
-    let ctx = Context {
-        policy: &policy,
-        view: Some(&view),
-        view_expected: true,
-        now,
-        requeue,
-        detail: Detail::Decisions,
-        promised: &[],
-    };
+    let ctx = Context::new(&policy, Some(&view), now).with_requeue(requeue);
     let mut nodes = 0;
     for name in view.node_names() {
         let usage = view.node_info(name).unwrap().usage();
