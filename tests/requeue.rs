@@ -4,6 +4,9 @@
 
 mod fake_api;
 
+#[path = "common/forged.rs"]
+mod forged;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -451,22 +454,13 @@ fn warnings(api: &FakeApi, reason: &str) -> Vec<String> {
         .collect()
 }
 
-/// A gated "copy" of no original, made as whoever holds the requeue identity could: a
-/// copy's label, annotation and gate, root, another ServiceAccount, every toleration.
+/// A gated "copy" of no original, as whoever holds the requeue identity could make one.
 fn forged(api: &FakeApi, name: &str, created: jiff::Timestamp) -> Value {
     let mut p = api.get("Pod", "batch", VICTIM).unwrap();
     p["metadata"]["name"] = json!(name);
     p["metadata"]["uid"] = Value::Null;
     p["metadata"]["creationTimestamp"] = json!(created.to_string());
-    p["metadata"]["labels"] = json!({coloc_extender::requeue::LABEL: "true"});
-    p["metadata"]["annotations"] = json!({FROM_UID: "no-such-pod"});
-    p["spec"]["nodeName"] = Value::Null;
-    p["spec"]["schedulingGates"] = json!([{"name": GATE}]);
-    p["spec"]["securityContext"] = json!({"runAsUser": 0});
-    p["spec"]["serviceAccountName"] = json!("admin");
-    p["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
-    p["status"] = json!({"phase": "Pending"});
-    p
+    forged::forged_copy(p, "no-such-pod", None, "admin")
 }
 
 #[tokio::test]

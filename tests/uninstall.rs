@@ -6,9 +6,12 @@
 
 mod fake_api;
 
+#[path = "common/forged.rs"]
+mod forged;
+
 use std::time::Duration;
 
-use coloc_extender::requeue::{replacement, RequeueIntent, FROM_POD, FROM_UID, GATE, LABEL};
+use coloc_extender::requeue::{replacement, RequeueIntent, FROM_UID, GATE};
 use coloc_extender::uninstall::twin::{twin, twin_name};
 use coloc_extender::uninstall::{uninstall, Outcome, Report, UninstallArgs};
 use fake_api::FakeApi;
@@ -64,20 +67,10 @@ fn stored(api: &FakeApi, copy: Value) -> String {
     api.apply(copy)["metadata"]["name"].as_str().unwrap().to_string()
 }
 
-/// A gated "copy" made as whoever holds the requeue identity could: a copy's label,
-/// annotations and gate, naming `from` (which need not exist), root, another
-/// ServiceAccount, every toleration.
+/// A gated "copy" naming `from` (which need not exist), as whoever holds the requeue
+/// identity could make one.
 fn forged(name: &str, from: &str, scheduler: &str) -> Value {
-    let mut p = running(name, scheduler);
-    p["metadata"]["labels"] = json!({LABEL: "true"});
-    p["metadata"]["annotations"] = json!({FROM_UID: "u-of-no-pod", FROM_POD: format!("batch/{from}")});
-    p["spec"]["nodeName"] = Value::Null;
-    p["spec"]["schedulingGates"] = json!([{"name": GATE}]);
-    p["spec"]["securityContext"] = json!({"runAsUser": 0});
-    p["spec"]["serviceAccountName"] = json!("admin");
-    p["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
-    p["status"] = json!({"phase": "Pending"});
-    p
+    forged::forged_copy(running(name, scheduler), "u-of-no-pod", Some(&format!("batch/{from}")), "admin")
 }
 
 fn gated(pod: &Value) -> bool {

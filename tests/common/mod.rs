@@ -1,6 +1,8 @@
 //! Small builders for scenario tests: the smallest cluster that shows a rule.
 #![allow(dead_code)]
 
+pub mod forged;
+
 use std::collections::BTreeMap;
 
 use coloc_extender::cluster::{Objects, View};

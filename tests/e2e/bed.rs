@@ -217,6 +217,22 @@ impl Bed {
         crate::invariants::bare_pods(self, "batch").await
     }
 
+    /// The storm: `n` online pods at once (web-1, …), each needing a whole node of
+    /// `full_of_free_pods`.
+    pub async fn storm(&self, n: usize) -> anyhow::Result<()> {
+        let pods = (1..=n).map(|i| PodBuilder::new("online", &format!("web-{i}"), "online-prod", 3000).build());
+        cluster::create_all(&self.client, pods.collect()).await
+    }
+
+    /// Every one of the storm's `n` online pods placed within `timeout`.
+    pub async fn until_storm_placed(&self, n: usize, timeout: Duration) -> anyhow::Result<()> {
+        self.until_pods("online", timeout, &format!("all {n} online pods placed"), |pods| {
+            let placed = placement(pods);
+            (placed.len() == n).then_some(()).ok_or(format!("placed: {placed:?}"))
+        })
+        .await
+    }
+
     /// The tail of every component's log, for a failure message.
     pub fn logs(&self) -> String {
         let mut s = String::new();

@@ -10,7 +10,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, EvictParams, Patch, PatchParams};
 use serde_json::json;
 
-use crate::bed::placement;
+use crate::forged::forged_copy;
+
 use crate::invariants::{bare_pods, from_uid, is_replacement, nothing_lost};
 use crate::scenarios::{online, online_placed, MINUTE};
 use crate::{Bed, Case, Mode};
@@ -65,7 +66,6 @@ pub fn cases() -> Vec<Case> {
 /// ServiceAccount, every toleration. The extender says so (a Warning Event on it), never
 /// releases it, and deletes it once the bound has passed (shortened here to 5 s).
 async fn unrecorded_copy(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
-    use coloc_extender::requeue::{FROM_POD, FROM_UID, GATE, LABEL};
     let mut bed = Bed::up(bins, mode).await?;
     bed.nodes(&["node-1"], 4000).await?;
     let e = bed.extender(&["--requeue", "--requeue-unrecorded-after", "5s"]).await?;
@@ -73,13 +73,8 @@ async fn unrecorded_copy(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "powerful", "namespace": "batch"}});
     cluster::create(&bed.client, serde_json::from_value::<k8s_openapi::api::core::v1::ServiceAccount>(account)?)
         .await?;
-    let mut forged = serde_json::to_value(PodBuilder::new("batch", "ghost-rq-0000000001", "free", 100).build())?;
-    forged["metadata"]["labels"] = json!({LABEL: "true"});
-    forged["metadata"]["annotations"] = json!({FROM_UID: "no-such-pod", FROM_POD: "batch/ghost"});
-    forged["spec"]["schedulingGates"] = json!([{"name": GATE}]);
-    forged["spec"]["serviceAccountName"] = json!("powerful");
-    forged["spec"]["securityContext"] = json!({"runAsUser": 0});
-    forged["spec"]["tolerations"] = json!([{"operator": "Exists"}]);
+    let pod = serde_json::to_value(PodBuilder::new("batch", "ghost-rq-0000000001", "free", 100).build())?;
+    let forged = forged_copy(pod, "no-such-pod", Some("batch/ghost"), "powerful");
     let requeue = bed.plane.kubeconfig_of(coloc_testbed::control_plane::INSTALL_NAMESPACE, "coloc-extender-requeue");
     let as_requeue: Api<Pod> = Api::namespaced(coloc_testbed::control_plane::client_from(&requeue).await?, "batch");
     as_requeue.create(&Default::default(), &serde_json::from_value(forged)?).await?;
@@ -369,24 +364,14 @@ async fn replica_killed_in_a_loop(bins: Binaries, mode: Mode) -> anyhow::Result<
     entry.url_prefix = proxy.url();
     entry.ignorable = true;
     bed.schedule_with(&[entry]).await?;
-    cluster::create_all(
-        &bed.client,
-        (1..=NODES.len())
-            .map(|i| PodBuilder::new("online", &format!("web-{i}"), "online-prod", 3000).build())
-            .collect(),
-    )
-    .await?;
+    bed.storm(NODES.len()).await?;
     for _ in 0..10 {
         tokio::time::sleep(Duration::from_millis(700)).await;
         bed.extenders[a].kill();
         tokio::time::sleep(Duration::from_millis(300)).await;
         bed.extenders[a].restart().await?;
     }
-    bed.until_pods("online", MINUTE, "every online pod placed", |pods| {
-        let placed = placement(pods);
-        (placed.len() == NODES.len()).then_some(()).ok_or(format!("placed: {placed:?}"))
-    })
-    .await?;
+    bed.until_storm_placed(NODES.len(), MINUTE).await?;
     nothing_lost(&bed, "batch", &originals).await?;
     bed.finish()
 }

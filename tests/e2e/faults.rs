@@ -8,7 +8,6 @@ use coloc_testbed::control_plane::Options;
 use coloc_testbed::proxy::Proxy;
 use coloc_testbed::Binaries;
 
-use crate::bed::placement;
 use crate::invariants::{bare_pods, is_replacement, nothing_lost};
 use crate::scenarios::MINUTE;
 use crate::{Bed, Case, Mode};
@@ -32,32 +31,6 @@ pub fn cases() -> Vec<Case> {
 
 const NODES: &[&str] = &["node-1", "node-2", "node-3", "node-4"];
 
-/// Four nodes, each full with two bare `free` pods; returns the originals.
-async fn storm_cluster(bed: &Bed) -> anyhow::Result<Vec<(String, String)>> {
-    bed.full_of_free_pods(NODES).await
-}
-
-/// Four online pods at once, each needing a whole node.
-async fn storm(bed: &Bed) -> anyhow::Result<()> {
-    cluster::create_all(
-        &bed.client,
-        (1..=4).map(|i| PodBuilder::new("online", &format!("web-{i}"), "online-prod", 3000).build()).collect(),
-    )
-    .await
-}
-
-async fn all_online_placed(bed: &Bed, timeout: Duration) -> anyhow::Result<()> {
-    bed.until_pods("online", timeout, "all 4 online pods placed", |pods| {
-        let placed = placement(pods);
-        if placed.len() == 4 {
-            Ok(())
-        } else {
-            Err(format!("placed: {placed:?}"))
-        }
-    })
-    .await
-}
-
 async fn first_replacement(bed: &Bed) -> anyhow::Result<()> {
     bed.until_pods("batch", MINUTE, "a first replacement stored", |pods| {
         if pods.iter().any(is_replacement) {
@@ -78,10 +51,10 @@ async fn storm_under_way(
     opts: Options,
 ) -> anyhow::Result<(Bed, Vec<(String, String)>, usize)> {
     let mut bed = Bed::up_with(bins, mode, opts).await?;
-    let originals = storm_cluster(&bed).await?;
+    let originals = bed.full_of_free_pods(NODES).await?;
     let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
-    storm(&bed).await?;
+    bed.storm(NODES.len()).await?;
     first_replacement(&bed).await?;
     Ok((bed, originals, e))
 }
@@ -89,7 +62,7 @@ async fn storm_under_way(
 /// What every fault must leave: all online pods placed within a minute, nothing lost,
 /// nothing left gated, no preempt answer rejected.
 async fn storm_survived(bed: &Bed, originals: &[(String, String)]) -> anyhow::Result<()> {
-    all_online_placed(bed, MINUTE).await?;
+    bed.until_storm_placed(NODES.len(), MINUTE).await?;
     nothing_lost(bed, "batch", originals).await?;
     bed.finish()
 }
@@ -108,14 +81,14 @@ async fn extender_killed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 /// Two replicas behind a round-robin proxy: no duplicate replacement, nothing lost.
 async fn two_replicas(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
-    let originals = storm_cluster(&bed).await?;
+    let originals = bed.full_of_free_pods(NODES).await?;
     let a = bed.extender(&["--requeue"]).await?;
     let b = bed.extender(&["--requeue"]).await?;
     let proxy = Proxy::start(vec![bed.extenders[a].port, bed.extenders[b].port]).await?;
     let mut entry = bed.entry(a);
     entry.url_prefix = proxy.url();
     bed.schedule_with(&[entry]).await?;
-    storm(&bed).await?;
+    bed.storm(NODES.len()).await?;
     storm_survived(&bed, &originals).await
 }
 
@@ -138,7 +111,7 @@ async fn watches_expire(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let kubelet =
         coloc_testbed::kubelet::Options { grace: coloc_testbed::kubelet::Grace::Honour, ..Default::default() };
     let mut bed = Bed::up_with_kubelet(bins, mode, opts, kubelet).await?;
-    let originals = storm_cluster(&bed).await?;
+    let originals = bed.full_of_free_pods(NODES).await?;
     let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
     // Churn: short-lived unrelated pods, created and deleted, in a namespace of their own.
@@ -158,13 +131,13 @@ async fn watches_expire(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });
-    storm(&bed).await?;
+    bed.storm(NODES.len()).await?;
     first_replacement(&bed).await?;
     bed.extenders[e].proc.pause();
     bed.plane.restart_apiserver().await?;
     tokio::time::sleep(Duration::from_secs(4)).await;
     bed.extenders[e].proc.resume();
-    all_online_placed(&bed, MINUTE).await?;
+    bed.until_storm_placed(NODES.len(), MINUTE).await?;
     nothing_lost(&bed, "batch", &originals).await?;
     churn.abort();
     let log = &bed.extenders[e].proc.log;

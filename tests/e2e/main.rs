@@ -18,6 +18,8 @@ mod deadlock;
 mod eviction;
 mod fails_safe;
 mod faults;
+#[path = "../common/forged.rs"]
+mod forged;
 mod grants;
 mod half_removed;
 mod install;

@@ -345,11 +345,7 @@ async fn uninstall_mid_storm(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
     let host = format!("127.0.0.1:{}", bed.extenders[e].port);
-    cluster::create_all(
-        &bed.client,
-        (1..=4).map(|i| PodBuilder::new("online", &format!("web-{i}"), "online-prod", 3000).build()).collect(),
-    )
-    .await?;
+    bed.storm(4).await?;
     bed.until_pods("batch", MINUTE, "a first replacement stored", |pods| {
         if pods.iter().any(is_replacement) {
             Ok(())
@@ -541,20 +537,8 @@ async fn two_policies(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut entry = bed.entry(a);
     entry.url_prefix = proxy.url();
     bed.schedule_with(&[entry]).await?;
-    cluster::create_all(
-        &bed.client,
-        (1..=2).map(|i| PodBuilder::new("online", &format!("web-{i}"), "online-prod", 3000).build()).collect(),
-    )
-    .await?;
-    bed.until_pods("online", 2 * MINUTE, "both online pods placed", |pods| {
-        let placed = placement(pods);
-        if placed.len() == 2 {
-            Ok(())
-        } else {
-            Err(format!("placed: {placed:?}"))
-        }
-    })
-    .await?;
+    bed.storm(2).await?;
+    bed.until_storm_placed(2, 2 * MINUTE).await?;
     nothing_lost(&bed, "batch", &originals).await?;
     anyhow::ensure!(guarded_pods(&bed).await?.is_empty());
     bed.finish()
