@@ -12,6 +12,7 @@
 pub mod binaries;
 pub mod cluster;
 pub mod control_plane;
+pub mod demo;
 pub mod extender;
 pub mod ids;
 pub mod kubelet;

@@ -15,6 +15,7 @@ mod bed;
 mod budgets;
 mod coloc_pod;
 mod deadlock;
+mod demo;
 mod eviction;
 mod fails_safe;
 mod faults;
@@ -78,6 +79,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(baseline::cases());
     v.extend(marks::cases());
     v.extend(wake::cases());
+    v.extend(demo::cases());
     v
 }
 
