@@ -26,3 +26,4 @@ pub mod uninstall;
 pub mod waiting;
 pub mod wake;
 pub mod wire;
+pub mod workers;

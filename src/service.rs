@@ -1,22 +1,59 @@
-//! The per-request logic of the verbs, with no HTTP in it: one room for the state a
-//! preempt flow carries between requests. `Service::answer` decides a verb: for a preempt,
-//! again while the view catches up with kube-scheduler's proposal, counting the room
-//! earlier answers promised (`Promises`), remembering what this one promises, and asking
-//! for a wake when it answers in doubt. The HTTP edge (`http::handlers`) reads the request,
-//! hands this a way to decide once, and writes the answer. A preempt answers from the
-//! decision alone: requeue copies evicted pods on its own, in pods of its own, never in
-//! the answer path.
+//! The per-request logic of the verbs, with no HTTP in it: one room for a verb's answer
+//! and the state a preempt flow carries between requests. `Service::answer` takes a
+//! `Request` the HTTP edge (`http::handlers`) has read and admitted, decides it (inline,
+//! or on the `Workers` for a large body): for a preempt, again while the view catches up
+//! with kube-scheduler's proposal, counting the room earlier answers promised
+//! (`Promises`), remembering what this one promises, and asking for a wake when it
+//! answers in doubt. The edge writes the answer. A preempt answers from the decision
+//! alone: requeue copies evicted pods on its own, in pods of its own, never in the answer
+//! path.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
+
 use crate::cluster::ViewCell;
 use crate::decide::promised::PromisedRoom;
+use crate::decide::{Context, Detail, Requeue};
 use crate::model::Timestamp;
-use crate::pipeline::{Answer, Verb};
+use crate::pipeline::{self, Answer, Verb};
+use crate::policy::Policy;
 use crate::wake::kube::Waker;
 use crate::wake::Reason as WakeReason;
+use crate::wire::{Bounds, Caps, DecodeError};
+use crate::workers::{Cancel, Workers};
+
+/// One admitted request, and what its decisions read: the edge fills it from its state.
+pub struct Request {
+    pub verb: Verb,
+    pub body: bytes::Bytes,
+    pub policy: Arc<ArcSwap<Policy>>,
+    pub view: Arc<ViewCell>,
+    /// A view is configured, so its absence is a fault.
+    pub view_expected: bool,
+    pub clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
+    /// Copies can be stored: bare victims of `requeue` classes come back.
+    pub requeue: bool,
+    pub caps: Caps,
+    /// Where a body too large to decide on the I/O threads is decided (`None`: inline).
+    pub workers: Option<Arc<Workers>>,
+    /// What the request holds (its admission), kept until its last decision ends.
+    pub hold: Arc<dyn Send + Sync>,
+    pub cancel: Cancel,
+    /// The extender was ready (a preempt answered while not is woken later).
+    pub ready: bool,
+}
+
+/// Why a request got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Unanswered {
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    #[error("the decision workers are gone")]
+    WorkersGone,
+}
 
 /// How long a preempt waits for the view to catch up with kube-scheduler's cache. The
 /// watch trails it by milliseconds; this bounds what a view that never catches up (a pod
@@ -44,25 +81,56 @@ impl Service {
         Service { watched, promises: Arc::default(), waker }
     }
 
-    /// `verb`'s answer. `decide` makes one decision, reading the room earlier answers
-    /// promised (a preempt's; `None` for the other verbs) at its own decision time; `ready`
-    /// says whether the extender was ready (a preempt answered while not is woken later).
-    pub async fn answer<D, F, E>(&self, verb: Verb, ready: bool, decide: D) -> Result<Answer, E>
-    where
-        D: Fn(Option<Arc<Promises>>) -> F,
-        F: Future<Output = Result<Answer, E>>,
-    {
-        if verb != Verb::Preempt {
-            return decide(None).await;
+    /// `request`'s answer.
+    pub async fn answer(&self, request: Request) -> Result<Answer, Unanswered> {
+        if request.verb != Verb::Preempt {
+            return decide_once(&request, Vec::new()).await;
         }
-        let answer = preempt(|| decide(Some(self.promises.clone())), self.watched.as_deref()).await;
+        let decide = || async {
+            let promised = self.promises.current((request.clock)());
+            decide_once(&request, promised).await
+        };
+        let answer = preempt(decide, self.watched.as_deref()).await;
         if let Ok(answer) = &answer {
             self.promises.record(answer);
         }
-        if let (Some(waker), Some(reason)) = (&self.waker, wake_reason(answer.as_ref().ok(), ready)) {
+        if let (Some(waker), Some(reason)) = (&self.waker, wake_reason(answer.as_ref().ok(), request.ready)) {
             waker.request(reason);
         }
         answer
+    }
+}
+
+/// One decision of `request` on the view as it is now, counting the room `promised`.
+/// A large body is decided on the workers, which keep the request's hold until they
+/// finish and stop early once it is cancelled.
+async fn decide_once(request: &Request, promised: Vec<PromisedRoom>) -> Result<Answer, Unanswered> {
+    let policy = request.policy.load_full();
+    let view = request.view.load();
+    let (verb, body, clock, caps) = (request.verb, request.body.clone(), request.clock.clone(), request.caps);
+    let (view_expected, requeue, hold, cancel) =
+        (request.view_expected, request.requeue, request.hold.clone(), request.cancel.clone());
+    let work = move || {
+        let _hold = hold;
+        // Routine lines (each node's score) are only ever logged at debug: built only then.
+        let detail = if tracing::enabled!(tracing::Level::DEBUG) { Detail::Routine } else { Detail::Decisions };
+        let ctx = Context {
+            detail,
+            promised: &promised,
+            requeue: Requeue { enabled: requeue },
+            ..Context::new(&policy, view.as_deref(), clock()).with_view_expected(view_expected)
+        };
+        // Errors are rendered here: a message quoting a huge input is clipped off the I/O threads.
+        let answer = pipeline::answer_within(verb, &body, &ctx, &Bounds::new(caps, Some(cancel.flag())));
+        if matches!(answer, Err(DecodeError::Cancelled)) {
+            // Counted here: the request that gave it up is gone.
+            metrics::counter!("coloc_requests_abandoned_total", "verb" => verb.as_str()).increment(1);
+        }
+        Ok(answer?)
+    };
+    match &request.workers {
+        None => work(),
+        Some(workers) => workers.run(work).await.unwrap_or(Err(Unanswered::WorkersGone)),
     }
 }
 

@@ -26,6 +26,7 @@ const LAYERS: &[&str] = &[
     "discarded",
     "waiting",
     "pipeline",
+    "workers",
     "service",
     "tls",
     "http",

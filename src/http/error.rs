@@ -46,6 +46,17 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<crate::service::Unanswered> for ApiError {
+    fn from(e: crate::service::Unanswered) -> Self {
+        match e {
+            crate::service::Unanswered::Decode(e) => e.into(),
+            e @ crate::service::Unanswered::WorkersGone => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            }
+        }
+    }
+}
+
 impl From<DecodeError> for ApiError {
     fn from(e: DecodeError) -> Self {
         let (status, code) = match &e {

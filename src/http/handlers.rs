@@ -1,28 +1,25 @@
-//! Request handlers: HTTP only. Admission, one decision on the right thread, metrics and
-//! the response; what a verb decides and in how many rounds is `service`'s.
+//! Request handlers: HTTP only. Admission, the request handed to `service`, metrics and
+//! the response; what a verb decides, where and in how many rounds is `service`'s.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Bytes;
 use axum::extract::{Extension, Request as HttpRequest, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
-use super::admission::{Admitted, Gate};
+use super::admission::Gate;
 use super::error::ApiError;
 use super::state::{AppState, ViewSource};
-use super::workers::{Cancel, Workers};
 use super::{memory, metrics};
-use crate::decide::{Context, Detail, Requeue};
-use crate::pipeline::{self, Answer, Verb};
-use crate::service::Promises;
-use crate::wire::{Bounds, DecodeError};
+use crate::pipeline::{Answer, Verb};
+use crate::service::Request;
+use crate::workers::{Cancel, Workers};
 
 /// What the verb routes share besides `AppState`: admission budgets and the workers.
 pub struct Verbs {
     pub gate: Gate,
-    pub workers: Workers,
+    pub workers: Arc<Workers>,
 }
 
 pub async fn filter(state: State<AppState>, verbs: Extension<Arc<Verbs>>, req: HttpRequest) -> Response {
@@ -52,9 +49,22 @@ async fn handle(
     let result = match verbs.gate.admit(&parts.headers, body, &state.limits).await {
         Ok((body, admitted)) => {
             body_bytes = body.len();
-            let req = AdmittedRequest { body, admitted: Arc::new(admitted), cancel };
-            let decide = |promises| decide(verb, &state, &verbs, &req, promises);
-            state.service.answer(verb, state.is_ready(), decide).await
+            let on_workers = body.len() > state.limits.inline_decode_bytes;
+            let request = Request {
+                verb,
+                body,
+                policy: state.policy.clone(),
+                view: state.view.clone(),
+                view_expected: state.view_source != ViewSource::None,
+                clock: state.clock.clone(),
+                requeue: state.requeue.copies_possible(),
+                caps: state.limits.caps,
+                workers: on_workers.then(|| verbs.workers.clone()),
+                hold: Arc::new(admitted),
+                cancel,
+                ready: state.is_ready(),
+            };
+            state.service.answer(request).await.map_err(ApiError::from)
         }
         Err(e) => Err(e),
     };
@@ -77,61 +87,6 @@ async fn handle(
             e.into_response()
         }
     }
-}
-
-/// An admitted request: its body, what it holds, and its cancel flag.
-struct AdmittedRequest {
-    body: Bytes,
-    admitted: Arc<Admitted>,
-    cancel: Cancel,
-}
-
-/// One decision, counting the room `promises` hold at its time. Large bodies are decided on
-/// the workers, which keep the request's admission until they finish and stop early once
-/// it is cancelled.
-async fn decide(
-    verb: Verb,
-    state: &AppState,
-    verbs: &Verbs,
-    req: &AdmittedRequest,
-    promises: Option<Arc<Promises>>,
-) -> Result<Answer, ApiError> {
-    let policy = state.policy.load_full();
-    let view = state.view.load();
-    let clock = state.clock.clone();
-    let inline = req.body.len() <= state.limits.inline_decode_bytes;
-    let view_expected = state.view_source != ViewSource::None;
-    let caps = state.limits.caps;
-    let (body, admitted, cancel) = (req.body.clone(), req.admitted.clone(), req.cancel.clone());
-    let requeue = if state.requeue.copies_possible() { Requeue::enabled() } else { Requeue::disabled() };
-    let work = move || {
-        let _admitted = admitted;
-        let now = clock();
-        let promised = promises.map(|p| p.current(now)).unwrap_or_default();
-        // Routine lines (each node's score) are only ever logged at debug: built only then.
-        let detail = if tracing::enabled!(tracing::Level::DEBUG) { Detail::Routine } else { Detail::Decisions };
-        let ctx = Context {
-            policy: &policy,
-            view: view.as_deref(),
-            view_expected,
-            now,
-            requeue,
-            detail,
-            promised: &promised,
-        };
-        // Errors are rendered here: a message quoting a huge input is clipped off the I/O threads.
-        let answer = pipeline::answer_within(verb, &body, &ctx, &Bounds::new(caps, Some(cancel.flag())));
-        if matches!(answer, Err(DecodeError::Cancelled)) {
-            metrics::record_abandoned(verb.as_str());
-        }
-        answer.map_err(ApiError::from)
-    };
-    if inline {
-        return work();
-    }
-    verbs.workers.run(work).await.unwrap_or_else(|| {
-        Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the decision workers are gone"))
-    })
 }
 
 fn log_answer(verb: Verb, answer: &Answer, started: Instant) {

@@ -154,7 +154,7 @@ fn describe() {
         metrics::counter!("coloc_requeue_replacements_total", "outcome" => outcome).increment(0);
     }
     // Each verb's answers as ColocExtenderErrors and ColocExtenderSlow read them: the ok
-    // count, every 5xx the extender can answer (`handlers::decide`, `admission::overloaded`,
+    // count, every 5xx the extender can answer (`service::Unanswered`, `admission::overloaded`,
     // `time_limit`, a decode stopped by `Cancelled`), and the latency histogram. A 5xx
     // series born at its first error would hide that error from rate().
     for verb in ["filter", "prioritize", "preempt"] {
@@ -250,11 +250,6 @@ pub fn record_policy_fallback(on: bool) {
 /// unavailable or open.
 pub fn record_admin_request(path: &'static str, outcome: &'static str) {
     metrics::counter!("coloc_admin_requests_total", "path" => path, "outcome" => outcome).increment(1);
-}
-
-/// Work stopped early because its request had been given up (timeout, client gone).
-pub fn record_abandoned(verb: &'static str) {
-    metrics::counter!("coloc_requests_abandoned_total", "verb" => verb).increment(1);
 }
 
 /// A request refused by the middleware (timeout): counted like any answer, and logged.

@@ -12,7 +12,6 @@ mod observe;
 pub mod server;
 mod state;
 pub mod waits;
-mod workers;
 
 use std::sync::Arc;
 
@@ -23,9 +22,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
+use crate::workers::Workers;
 use admission::Gate;
 use handlers::Verbs;
-use workers::Workers;
 
 pub use error::ApiError;
 pub use state::{system_now, AppState, Limits, ViewSource};
@@ -40,7 +39,9 @@ pub fn router(state: AppState, prefix: &str) -> Router {
     let timeout = state.limits.request_timeout;
     let shared = Arc::new(Verbs {
         gate: Gate::new(&state.limits),
-        workers: Workers::new(state.limits.decision_workers).expect("cannot start the decision worker threads"),
+        workers: Arc::new(
+            Workers::new(state.limits.decision_workers).expect("cannot start the decision worker threads"),
+        ),
     });
     let verbs = Router::new()
         .route(&format!("{prefix}/filter"), post(handlers::filter))
@@ -116,7 +117,7 @@ fn admin_routes(state: AppState, access: impl FnOnce(Router<AppState>) -> Router
 }
 
 /// Bounds the whole request: upload, admission and decision. Dropping the request on
-/// timeout raises its cancel flag (see `workers::Cancel`).
+/// timeout raises its cancel flag (see `crate::workers::Cancel`).
 async fn time_limit(State(limit): State<std::time::Duration>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     match tokio::time::timeout(limit, next.run(req)).await {

@@ -39,11 +39,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use crate::cluster::{self};
 use crate::control_plane::Options;
 use crate::scenario::{OnlinePod, Scenario};
 use crate::{kubelet, prepared, wait, Binaries, ControlPlane, Extender, ExtenderEntry, Kubelet, Scheduler};
+use anyhow::Context;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
