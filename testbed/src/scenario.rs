@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{self, PodBuilder};
 use crate::kubelet::EXITS_AFTER_SECONDS;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 pub struct Scenario {
     #[serde(default)]
     pub about: String,
@@ -363,14 +363,7 @@ impl Scenario {
     pub fn generate(nodes: usize, seed: u64) -> Scenario {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ nodes as u64);
         let zones = ["zone-a", "zone-b", "zone-c"];
-        let mut sc = Scenario {
-            about: String::new(),
-            nodes: Vec::new(),
-            bare: Vec::new(),
-            jobs: Vec::new(),
-            replica_sets: Vec::new(),
-            online: Vec::new(),
-        };
+        let mut sc = Scenario::default();
         let mut slots = 0;
         let mut gang: Option<(String, u32, u32)> = None; // name, members, placed
         for i in 0..nodes {

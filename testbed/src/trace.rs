@@ -174,14 +174,7 @@ pub fn parse(text: &str) -> Result<Scenario, TraceError> {
         }
     }
     let known_classes = classes();
-    let mut sc = Scenario {
-        about: String::new(),
-        nodes: Vec::new(),
-        bare: Vec::new(),
-        jobs: Vec::new(),
-        replica_sets: Vec::new(),
-        online: Vec::new(),
-    };
+    let mut sc = Scenario::default();
     // Workloads by namespace/name: the line that declared it, its template.
     let mut workloads: BTreeMap<(String, String), (usize, Template)> = BTreeMap::new();
     let mut names: BTreeMap<(String, String), usize> = BTreeMap::new();
