@@ -84,12 +84,9 @@ impl Service {
     /// `request`'s answer.
     pub async fn answer(&self, request: Request) -> Result<Answer, Unanswered> {
         if request.verb != Verb::Preempt {
-            return decide_once(&request, Vec::new()).await;
+            return decide_once(&request, None).await;
         }
-        let decide = || async {
-            let promised = self.promises.current((request.clock)());
-            decide_once(&request, promised).await
-        };
+        let decide = || decide_once(&request, Some(self.promises.clone()));
         let answer = preempt(decide, self.watched.as_deref()).await;
         if let Ok(answer) = &answer {
             self.promises.record(answer);
@@ -101,10 +98,11 @@ impl Service {
     }
 }
 
-/// One decision of `request` on the view as it is now, counting the room `promised`.
+/// One decision of `request` on the view as it is now, counting the room `promises` hold
+/// at the decision's own time (a preempt's; `None` for the other verbs).
 /// A large body is decided on the workers, which keep the request's hold until they
 /// finish and stop early once it is cancelled.
-async fn decide_once(request: &Request, promised: Vec<PromisedRoom>) -> Result<Answer, Unanswered> {
+async fn decide_once(request: &Request, promises: Option<Arc<Promises>>) -> Result<Answer, Unanswered> {
     let policy = request.policy.load_full();
     let view = request.view.load();
     let (verb, body, clock, caps) = (request.verb, request.body.clone(), request.clock.clone(), request.caps);
@@ -112,13 +110,15 @@ async fn decide_once(request: &Request, promised: Vec<PromisedRoom>) -> Result<A
         (request.view_expected, request.requeue, request.hold.clone(), request.cancel.clone());
     let work = move || {
         let _hold = hold;
+        let now = clock();
+        let promised: Vec<PromisedRoom> = promises.map(|p| p.current(now)).unwrap_or_default();
         // Routine lines (each node's score) are only ever logged at debug: built only then.
         let detail = if tracing::enabled!(tracing::Level::DEBUG) { Detail::Routine } else { Detail::Decisions };
         let ctx = Context {
             detail,
             promised: &promised,
             requeue: Requeue { enabled: requeue },
-            ..Context::new(&policy, view.as_deref(), clock()).with_view_expected(view_expected)
+            ..Context::new(&policy, view.as_deref(), now).with_view_expected(view_expected)
         };
         // Errors are rendered here: a message quoting a huge input is clipped off the I/O threads.
         let answer = pipeline::answer_within(verb, &body, &ctx, &Bounds::new(caps, Some(cancel.flag())));
