@@ -171,6 +171,37 @@ impl Answer {
     }
 }
 
+/// kube-scheduler's own answer to `body`, decided by nothing: what shadow mode sends at
+/// once, its policy's decision made after, off the answer path (`Service`). The body is
+/// read as far as that answer needs (node names, victim UIDs), and refused as the
+/// decision would refuse it.
+pub fn kube_own(verb: Verb, body: &[u8], bounds: &Bounds, now: Timestamp) -> Result<Answer, DecodeError> {
+    let (sent, pod) = match verb {
+        Verb::Filter | Verb::Prioritize => {
+            let args = wire::decode_extender_args_for(body, |_| true, bounds)?;
+            let sent =
+                if verb == Verb::Filter { shadow::filter_answer(&args) } else { shadow::prioritize_answer(&args) };
+            (sent, args.pod)
+        }
+        Verb::Preempt => {
+            let args = wire::decode_preempt_args_for(body, |_| false, bounds)?;
+            (to_json(&shadow::kube_candidates(&args)), args.pod)
+        }
+    };
+    bounds.check()?;
+    Ok(Answer {
+        body: sent,
+        pod: pod.key(),
+        pod_uid: pod.uid,
+        explanations: Vec::new(),
+        mode: Mode::Shadow,
+        summary: "kube-scheduler's own answer, the policy's decided after it".into(),
+        decided_at: now,
+        preempt: None,
+        shadow: None,
+    })
+}
+
 /// Answers with `view` as the whole truth (replay, tests, benchmarks). Requeue is
 /// simulated as enabled: the answer shows what would be requeued, and nothing is written.
 pub fn answer(

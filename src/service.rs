@@ -6,7 +6,9 @@
 //! (`Promises`), remembering what this one promises, and asking for a wake when it
 //! answers in doubt. The edge writes the answer. A preempt answers from the decision
 //! alone: requeue copies evicted pods on its own, in pods of its own, never in the answer
-//! path.
+//! path. In shadow mode the answer is kube-scheduler's own, sent at once; the policy's
+//! decision, which only explains and counts, is made after it, in the background
+//! (`Answered::later`), at most `SHADOW_DECISIONS` at a time.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -19,7 +21,7 @@ use crate::decide::promised::PromisedRoom;
 use crate::decide::{Context, Detail, Requeue};
 use crate::model::Timestamp;
 use crate::pipeline::{self, Answer, Verb};
-use crate::policy::Policy;
+use crate::policy::{Mode, Policy};
 use crate::wake::kube::Waker;
 use crate::wake::Reason as WakeReason;
 use crate::wire::{Bounds, Caps, DecodeError};
@@ -37,8 +39,11 @@ pub struct Request {
     /// Copies can be stored: bare victims of `requeue` classes come back.
     pub requeue: bool,
     pub caps: Caps,
-    /// Where a body too large to decide on the I/O threads is decided (`None`: inline).
-    pub workers: Option<Arc<Workers>>,
+    /// Where a body too large to decide on the I/O threads is decided, and shadow mode's
+    /// decisions are made in the background.
+    pub workers: Arc<Workers>,
+    /// The body is too large to decide on the I/O threads.
+    pub on_workers: bool,
     /// What the request holds (its admission), kept until its last decision ends.
     pub hold: Arc<dyn Send + Sync>,
     pub cancel: Cancel,
@@ -65,8 +70,27 @@ pub const VIEW_CATCH_UP: Duration = Duration::from_millis(250);
 /// victims not all gone) releases the room after this.
 pub const PROMISE_HOLDS: Timestamp = 5;
 
+/// Shadow mode's decisions made at once in the background; a request arriving while all
+/// are busy goes unexplained (`coloc_shadow_decisions_skipped_total`), so that a storm
+/// never queues work behind the answers.
+pub const SHADOW_DECISIONS: usize = 2;
+
+/// An answer to send, and in shadow mode the policy's decision still being made.
+pub struct Answered {
+    pub sent: Answer,
+    /// The policy's decision, to explain and count once made (shadow mode).
+    pub later: Option<Later>,
+}
+
+/// The policy's decision on an answer already sent. It holds one of the shadow slots
+/// until dropped, so that whoever explains the decision does so inside the slot and
+/// `Service::settle` waits for that too.
+pub struct Later {
+    pub decision: std::pin::Pin<Box<dyn Future<Output = Result<Answer, Unanswered>> + Send>>,
+    pub slot: tokio::sync::OwnedSemaphorePermit,
+}
+
 /// What the verbs' answers share from one request to the next.
-#[derive(Default)]
 pub struct Service {
     /// The view fed by watches, which may trail kube-scheduler's cache (`None`: a
     /// snapshot or no view, which nothing will catch up).
@@ -74,27 +98,107 @@ pub struct Service {
     promises: Arc<Promises>,
     /// Wakes pods kube-scheduler parked after a preempt answered in doubt (`--wake`).
     waker: Option<Arc<Waker>>,
+    /// Shadow decisions that may run now.
+    shadow_slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Service {
+    fn default() -> Self {
+        Service::new(None, None)
+    }
 }
 
 impl Service {
     pub fn new(watched: Option<Arc<ViewCell>>, waker: Option<Arc<Waker>>) -> Service {
-        Service { watched, promises: Arc::default(), waker }
+        let shadow_slots = Arc::new(tokio::sync::Semaphore::new(SHADOW_DECISIONS));
+        Service { watched, promises: Arc::default(), waker, shadow_slots }
     }
 
     /// `request`'s answer.
-    pub async fn answer(&self, request: Request) -> Result<Answer, Unanswered> {
-        if request.verb != Verb::Preempt {
-            return decide_once(&request, None).await;
+    pub async fn answer(&self, request: Request) -> Result<Answered, Unanswered> {
+        if request.policy.load().mode == Mode::Shadow {
+            return self.kube_own(request).await;
         }
-        let decide = || decide_once(&request, Some(self.promises.clone()));
+        let sent = self.decide(&request, Run::Answer).await;
+        if let (Some(waker), Some(reason)) = (&self.waker, wake_reason(sent.as_ref().ok(), request.ready)) {
+            waker.request(reason);
+        }
+        Ok(Answered { sent: sent?, later: None })
+    }
+
+    /// kube-scheduler's own answer now, and the policy's decision in the background.
+    async fn kube_own(&self, request: Request) -> Result<Answered, Unanswered> {
+        let sent = answer_kube_own(&request).await;
+        if request.verb == Verb::Preempt {
+            // Never in doubt (it is kube-scheduler's own), unless it could not be made.
+            if let (Some(waker), Err(_)) = (&self.waker, &sent) {
+                waker.request(WakeReason::PreemptFailed);
+            }
+        }
+        let sent = sent?;
+        let Ok(slot) = self.shadow_slots.clone().try_acquire_owned() else {
+            metrics::counter!("coloc_shadow_decisions_skipped_total", "verb" => request.verb.as_str()).increment(1);
+            return Ok(Answered { sent, later: None });
+        };
+        let service = Service {
+            watched: self.watched.clone(),
+            promises: self.promises.clone(),
+            waker: None,
+            shadow_slots: self.shadow_slots.clone(),
+        };
+        // The answer is sent: its admission is not held by what follows.
+        let request = Request { hold: Arc::new(()), ..request };
+        let decision = async move { service.decide(&request, Run::Background).await };
+        Ok(Answered { sent, later: Some(Later { decision: Box::pin(decision), slot }) })
+    }
+
+    /// Waits, at most `within`, for the shadow decisions still being made and explained
+    /// (shutdown: what was decided is logged and counted before the process ends).
+    pub async fn settle(&self, within: Duration) {
+        let all = self.shadow_slots.acquire_many(SHADOW_DECISIONS as u32);
+        if tokio::time::timeout(within, all).await.is_err() {
+            tracing::warn!(?within, "shadow decisions still running at shutdown: left unexplained");
+        }
+    }
+
+    /// The policy's decision on `request`: a preempt's on a view caught up with
+    /// kube-scheduler's proposal, counting and then recording the room answers promise.
+    async fn decide(&self, request: &Request, run: Run) -> Result<Answer, Unanswered> {
+        if request.verb != Verb::Preempt {
+            return decide_once(request, None, run).await;
+        }
+        let decide = || decide_once(request, Some(self.promises.clone()), run);
         let answer = preempt(decide, self.watched.as_deref()).await;
         if let Ok(answer) = &answer {
             self.promises.record(answer);
         }
-        if let (Some(waker), Some(reason)) = (&self.waker, wake_reason(answer.as_ref().ok(), request.ready)) {
-            waker.request(reason);
-        }
         answer
+    }
+}
+
+/// Where a decision runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Run {
+    /// kube-scheduler waits for it.
+    Answer,
+    /// Nobody does (shadow mode's decisions).
+    Background,
+}
+
+/// kube-scheduler's own answer to `request` (`pipeline::kube_own`), on the workers for a
+/// large body.
+async fn answer_kube_own(request: &Request) -> Result<Answer, Unanswered> {
+    let (verb, body, clock, caps, cancel) =
+        (request.verb, request.body.clone(), request.clock.clone(), request.caps, request.cancel.clone());
+    let hold = request.hold.clone();
+    let work = move || {
+        let _hold = hold;
+        Ok(pipeline::kube_own(verb, &body, &Bounds::new(caps, Some(cancel.flag())), clock())?)
+    };
+    if request.on_workers {
+        request.workers.run(work).await.unwrap_or(Err(Unanswered::WorkersGone))
+    } else {
+        work()
     }
 }
 
@@ -102,7 +206,7 @@ impl Service {
 /// at the decision's own time (a preempt's; `None` for the other verbs).
 /// A large body is decided on the workers, which keep the request's hold until they
 /// finish and stop early once it is cancelled.
-async fn decide_once(request: &Request, promises: Option<Arc<Promises>>) -> Result<Answer, Unanswered> {
+async fn decide_once(request: &Request, promises: Option<Arc<Promises>>, run: Run) -> Result<Answer, Unanswered> {
     let policy = request.policy.load_full();
     let view = request.view.load();
     let (verb, body, clock, caps) = (request.verb, request.body.clone(), request.clock.clone(), request.caps);
@@ -128,9 +232,10 @@ async fn decide_once(request: &Request, promises: Option<Arc<Promises>>) -> Resu
         }
         Ok(answer?)
     };
-    match &request.workers {
-        None => work(),
-        Some(workers) => workers.run(work).await.unwrap_or(Err(Unanswered::WorkersGone)),
+    match run {
+        Run::Background => request.workers.run_background(work).await.unwrap_or(Err(Unanswered::WorkersGone)),
+        Run::Answer if request.on_workers => request.workers.run(work).await.unwrap_or(Err(Unanswered::WorkersGone)),
+        Run::Answer => work(),
     }
 }
 

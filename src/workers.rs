@@ -5,8 +5,8 @@
 //! Answers run at the I/O threads' CPU priority: kube-scheduler waits for them inside its
 //! scheduling cycle, so they must not queue behind the API server and kube-scheduler
 //! itself on a busy node (at nice 10, a storm's objects-mode preempt took twice as long,
-//! its p99 ten times its p50). Housekeeping nobody waits for (returning memory) has a
-//! thread of its own at a lower priority (Linux): an unprivileged thread cannot raise its
+//! its p99 ten times its p50). Work nobody waits for (returning memory, shadow mode's
+//! decisions) has a thread of its own at a lower priority (Linux): an unprivileged thread cannot raise its
 //! priority again once lowered. Probes keep their own thread and port.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,11 +50,24 @@ impl Workers {
 
     /// Runs an answer's `work` on a worker; `None` if the workers are gone.
     pub async fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        Self::run_on(&self.jobs, work).await
+    }
+
+    /// Runs `work` nobody waits for an answer from (shadow mode's decisions) on the
+    /// housekeeping thread, at its lower priority; `None` if it is gone.
+    pub async fn run_background<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        Self::run_on(&self.housekeeping, work).await
+    }
+
+    async fn run_on<T: Send + 'static>(
+        jobs: &Mutex<mpsc::Sender<Job>>,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let job: Job = Box::new(move || {
             let _ = tx.send(work());
         });
-        self.jobs.lock().ok()?.send(job).ok()?;
+        jobs.lock().ok()?.send(job).ok()?;
         rx.await.ok()
     }
 }

@@ -132,3 +132,98 @@ fn a_promise_holds_for_a_few_seconds_and_a_preemptor_holds_only_its_latest() {
     promises.record(&promising("web-3", &["n4"], 200, Mode::Shadow));
     assert!(nodes(200).is_empty());
 }
+
+mod shadow {
+    //! In shadow mode kube-scheduler waits for its own answer only: the policy's decision,
+    //! which explains and counts, is made after it is sent, a bounded number at a time.
+
+    use super::*;
+    use arc_swap::ArcSwap;
+    use coloc_extender::cluster::snapshot;
+    use coloc_extender::pipeline::Verb;
+    use coloc_extender::service::{Request, Service, SHADOW_DECISIONS};
+    use coloc_extender::wire::Caps;
+    use coloc_extender::workers::{Cancel, Workers};
+
+    const PAYLOADS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/payloads/r2-nodecache-true");
+
+    fn shadow() -> Policy {
+        let mut p = Policy::builtin_default();
+        p.mode = Mode::Shadow;
+        p
+    }
+
+    fn request(workers: &Arc<Workers>, view: &Arc<ViewCell>) -> Request {
+        let body = std::fs::read(format!("{PAYLOADS}/0037-preempt.json")).unwrap();
+        Request {
+            verb: Verb::Preempt,
+            body: body.into(),
+            policy: Arc::new(ArcSwap::from_pointee(shadow())),
+            view: view.clone(),
+            view_expected: true,
+            clock: Arc::new(|| 1_700_000_000),
+            requeue: false,
+            caps: Caps::default(),
+            workers: workers.clone(),
+            on_workers: false,
+            hold: Arc::new(()),
+            cancel: Cancel::default(),
+            ready: true,
+        }
+    }
+
+    fn watched_view() -> Arc<ViewCell> {
+        let view = Arc::new(ViewCell::default());
+        let objects = snapshot::parse(&std::fs::read(format!("{PAYLOADS}/0037-preempt.snapshot.json")).unwrap());
+        view.publish(View::build(objects.unwrap(), &shadow()));
+        view
+    }
+
+    fn json(bytes: &[u8]) -> serde_json::Value {
+        serde_json::from_slice(bytes).unwrap()
+    }
+
+    #[tokio::test]
+    async fn kube_schedulers_own_answer_is_sent_before_the_policy_decides() {
+        let (workers, view) = (Arc::new(Workers::new(1).unwrap()), watched_view());
+        let service = Service::new(Some(view.clone()), None);
+        let answered = service.answer(request(&workers, &view)).await.unwrap();
+        let sent = json(&answered.sent.body);
+        let asked = json(&std::fs::read(format!("{PAYLOADS}/0037-preempt.json")).unwrap());
+        for (node, victims) in asked["NodeNameToMetaVictims"].as_object().unwrap() {
+            let uids = |v: &serde_json::Value| -> Vec<String> {
+                v["Pods"].as_array().unwrap().iter().map(|p| p["UID"].as_str().unwrap().to_string()).collect()
+            };
+            assert_eq!(
+                uids(&sent["NodeNameToMetaVictims"][node]),
+                uids(victims),
+                "{node}: kube-scheduler's own victims"
+            );
+        }
+        assert!(
+            answered.sent.explanations.is_empty(),
+            "nothing decided before the answer: {:?}",
+            answered.sent.explanations
+        );
+        let later = answered.later.expect("the policy's decision follows");
+        let decided = later.decision.await.unwrap();
+        assert_eq!(decided.mode, Mode::Shadow);
+        assert!(!decided.explanations.is_empty(), "the policy's decision is explained");
+        assert_eq!(decided.body, answered.sent.body, "and would have sent the same");
+    }
+
+    #[tokio::test]
+    async fn a_request_arriving_while_every_background_decision_is_busy_goes_unexplained() {
+        let (workers, view) = (Arc::new(Workers::new(1).unwrap()), watched_view());
+        let service = Service::new(Some(view.clone()), None);
+        let mut busy = Vec::new();
+        for _ in 0..SHADOW_DECISIONS {
+            busy.push(service.answer(request(&workers, &view)).await.unwrap().later.expect("a slot is free"));
+        }
+        let answered = service.answer(request(&workers, &view)).await.unwrap();
+        assert!(answered.later.is_none(), "no slot: answered, not decided");
+        drop(busy);
+        let answered = service.answer(request(&workers, &view)).await.unwrap();
+        assert!(answered.later.is_some(), "the slots are back once the decisions end");
+    }
+}

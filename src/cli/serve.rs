@@ -240,6 +240,7 @@ async fn listen(
         let _ = stop_tx.send(true);
     })
     .await;
+    state.service.settle(Duration::from_secs(5)).await;
     drop(stop_rx);
     Ok(())
 }

@@ -13,7 +13,7 @@ use super::error::ApiError;
 use super::state::{AppState, ViewSource};
 use super::{memory, metrics};
 use crate::pipeline::{Answer, Verb};
-use crate::service::Request;
+use crate::service::{Answered, Request};
 use crate::workers::{Cancel, Workers};
 
 /// What the verb routes share besides `AppState`: admission budgets and the workers.
@@ -59,7 +59,8 @@ async fn handle(
                 clock: state.clock.clone(),
                 requeue: state.requeue.copies_possible(),
                 caps: state.limits.caps,
-                workers: on_workers.then(|| verbs.workers.clone()),
+                workers: verbs.workers.clone(),
+                on_workers,
                 hold: Arc::new(admitted),
                 cancel,
                 ready: state.is_ready(),
@@ -74,12 +75,25 @@ async fn handle(
     }
     let seconds = || started.elapsed().as_secs_f64();
     match result {
-        Ok(answer) => {
-            log_answer(verb, &answer, started);
-            metrics::record_decisions(verb.as_str(), &answer.explanations);
+        Ok(Answered { sent, later }) => {
             metrics::record_request(verb.as_str(), 200, "ok", seconds());
-            super::observe::answered(&state, verb, &answer);
-            ([(header::CONTENT_TYPE, "application/json")], answer.body).into_response()
+            match later {
+                None => explain(&state, verb, &sent, started),
+                // Shadow mode: kube-scheduler's own answer goes now; the policy's decision
+                // is explained and counted once made.
+                Some(later) => {
+                    let (state, pod) = (state.clone(), sent.pod.clone());
+                    tokio::spawn(async move {
+                        match later.decision.await {
+                            Ok(decided) => explain(&state, verb, &decided, started),
+                            Err(e) => tracing::warn!(verb = verb.as_str(), %pod, error = %e,
+                                "shadow: the policy's decision could not be made after kube-scheduler's own answer"),
+                        }
+                        drop(later.slot);
+                    });
+                }
+            }
+            ([(header::CONTENT_TYPE, "application/json")], sent.body).into_response()
         }
         Err(e) => {
             metrics::record_request(verb.as_str(), e.status.as_u16(), e.code, seconds());
@@ -87,6 +101,13 @@ async fn handle(
             e.into_response()
         }
     }
+}
+
+/// A decision made: logged, counted, kept for `/decisions` and told (`observe`).
+fn explain(state: &AppState, verb: Verb, answer: &Answer, started: Instant) {
+    log_answer(verb, answer, started);
+    metrics::record_decisions(verb.as_str(), &answer.explanations);
+    super::observe::answered(state, verb, answer);
 }
 
 fn log_answer(verb: Verb, answer: &Answer, started: Instant) {

@@ -122,6 +122,10 @@ fn describe() {
         "coloc_shadow_diffs_total",
         "Shadow mode: what the policy would have changed, by verb and kind"
     );
+    metrics::describe_counter!(
+        "coloc_shadow_decisions_skipped_total",
+        "Shadow mode: requests answered (kube-scheduler's own answer) whose policy decision was not made because the background decisions were all busy, by verb"
+    );
     metrics::describe_counter!("coloc_discarded_cpu_seconds_total", "Run time x CPU request of the victims preempt answers evict, by victim class (shadow mode: kube-scheduler's own choice)");
     metrics::describe_counter!(
         "coloc_shadow_discarded_cpu_seconds_total",
@@ -145,6 +149,7 @@ fn describe() {
         for kind in crate::shadow::DiffKind::ALL {
             metrics::counter!("coloc_shadow_diffs_total", "verb" => verb, "kind" => kind.as_str()).increment(0);
         }
+        metrics::counter!("coloc_shadow_decisions_skipped_total", "verb" => verb).increment(0);
     }
     record_policy_fallback(false);
     for result in ["ok", "error", "unreadable"] {
