@@ -228,12 +228,18 @@ impl<'a> Aftermath<'a> {
             if !self.admits(node, shape.class) {
                 continue;
             }
-            let held: Vec<&Pod> = super::held_room(self.view, info.nominated(), shape.priority, &pod.uid).collect();
-            let k = if held.is_empty() {
-                slots(pod, node, &info.usage().all)
+            // Room held for nominated pods only takes room away: a node with none before it
+            // (a full cluster: nearly all of them) is passed without looking at it.
+            let k = slots(pod, node, &info.usage().all);
+            if k == 0 {
+                continue;
+            }
+            let mut held = super::held_room(self.view, info.nominated(), shape.priority, &pod.uid).peekable();
+            let k = if held.peek().is_none() {
+                k
             } else {
                 let mut usage = info.usage().all.clone();
-                held.iter().for_each(|p| usage.add(p));
+                held.for_each(|p| usage.add(p));
                 slots(pod, node, &usage)
             };
             if k > 0 {

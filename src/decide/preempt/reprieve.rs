@@ -120,7 +120,8 @@ pub(super) fn reprieve<'a>(
 /// Remaining disruptions per PDB while a victim set is built.
 pub(super) struct Budgets<'a> {
     view: &'a View,
-    left: HashMap<String, i32>,
+    /// By the PDB's namespace and name.
+    left: HashMap<(&'a str, &'a str), i32>,
 }
 
 /// What one eviction does to the PDBs covering the pod.
@@ -138,7 +139,7 @@ impl<'a> Budgets<'a> {
     }
 
     /// Counts `pod`'s eviction against every PDB covering it.
-    pub(super) fn take(&mut self, pod: &Pod) -> Taken {
+    pub(super) fn take(&mut self, pod: &'a Pod) -> Taken {
         let mut taken = Taken::default();
         for pdb in self.view.pdbs_covering(pod) {
             // Pods already disrupted were counted by the disruption controller.
@@ -146,7 +147,7 @@ impl<'a> Budgets<'a> {
                 continue;
             }
             let view = self.view;
-            let left = self.left.entry(pdb.key()).or_insert_with(|| view.disruptions_allowed(pdb));
+            let left = self.left.entry((&pdb.namespace, &pdb.name)).or_insert_with(|| view.disruptions_allowed(pdb));
             *left -= 1;
             if *left == 0 && taken.spent_last.is_none() {
                 taken.spent_last = Some(pdb.key());
