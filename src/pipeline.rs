@@ -32,6 +32,11 @@ impl Verb {
             Verb::Preempt => "preempt",
         }
     }
+
+    /// 0, 1, 2: for what is kept per verb.
+    pub fn index(self) -> usize {
+        self as usize
+    }
 }
 
 impl FromStr for Verb {

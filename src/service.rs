@@ -8,7 +8,7 @@
 //! alone: requeue copies evicted pods on its own, in pods of its own, never in the answer
 //! path. In shadow mode the answer is kube-scheduler's own, sent at once; the policy's
 //! decision, which only explains and counts, is made after it, in the background
-//! (`Answered::later`), at most `SHADOW_DECISIONS` at a time.
+//! (`Answered::later`), at most `SHADOW_DECISIONS` at a time per verb.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -70,9 +70,11 @@ pub const VIEW_CATCH_UP: Duration = Duration::from_millis(250);
 /// victims not all gone) releases the room after this.
 pub const PROMISE_HOLDS: Timestamp = 5;
 
-/// Shadow mode's decisions made at once in the background; a request arriving while all
-/// are busy goes unexplained (`coloc_shadow_decisions_skipped_total`), so that a storm
-/// never queues work behind the answers.
+/// Shadow mode's decisions made at once in the background, per verb (a pod's filter comes
+/// just before its preempt: the cheap verbs must not take the preempt's places). A request
+/// arriving while its verb's are all busy goes unexplained
+/// (`coloc_shadow_decisions_skipped_total`), so that a storm never queues work behind the
+/// answers.
 pub const SHADOW_DECISIONS: usize = 2;
 
 /// An answer to send, and in shadow mode the policy's decision still being made.
@@ -98,8 +100,8 @@ pub struct Service {
     promises: Arc<Promises>,
     /// Wakes pods kube-scheduler parked after a preempt answered in doubt (`--wake`).
     waker: Option<Arc<Waker>>,
-    /// Shadow decisions that may run now.
-    shadow_slots: Arc<tokio::sync::Semaphore>,
+    /// Shadow decisions that may run now, by verb (`Verb::index`).
+    shadow_slots: Arc<[Arc<tokio::sync::Semaphore>; 3]>,
 }
 
 impl Default for Service {
@@ -110,7 +112,8 @@ impl Default for Service {
 
 impl Service {
     pub fn new(watched: Option<Arc<ViewCell>>, waker: Option<Arc<Waker>>) -> Service {
-        let shadow_slots = Arc::new(tokio::sync::Semaphore::new(SHADOW_DECISIONS));
+        let slots = || Arc::new(tokio::sync::Semaphore::new(SHADOW_DECISIONS));
+        let shadow_slots = Arc::new([slots(), slots(), slots()]);
         Service { watched, promises: Arc::default(), waker, shadow_slots }
     }
 
@@ -136,7 +139,7 @@ impl Service {
             }
         }
         let sent = sent?;
-        let Ok(slot) = self.shadow_slots.clone().try_acquire_owned() else {
+        let Ok(slot) = self.shadow_slots[request.verb.index()].clone().try_acquire_owned() else {
             metrics::counter!("coloc_shadow_decisions_skipped_total", "verb" => request.verb.as_str()).increment(1);
             return Ok(Answered { sent, later: None });
         };
@@ -155,7 +158,11 @@ impl Service {
     /// Waits, at most `within`, for the shadow decisions still being made and explained
     /// (shutdown: what was decided is logged and counted before the process ends).
     pub async fn settle(&self, within: Duration) {
-        let all = self.shadow_slots.acquire_many(SHADOW_DECISIONS as u32);
+        let all = async {
+            for slots in self.shadow_slots.iter() {
+                let _ = slots.acquire_many(SHADOW_DECISIONS as u32).await;
+            }
+        };
         if tokio::time::timeout(within, all).await.is_err() {
             tracing::warn!(?within, "shadow decisions still running at shutdown: left unexplained");
         }

@@ -154,9 +154,13 @@ mod shadow {
     }
 
     fn request(workers: &Arc<Workers>, view: &Arc<ViewCell>) -> Request {
-        let body = std::fs::read(format!("{PAYLOADS}/0037-preempt.json")).unwrap();
+        request_of(Verb::Preempt, "0037-preempt.json", workers, view)
+    }
+
+    fn request_of(verb: Verb, payload: &str, workers: &Arc<Workers>, view: &Arc<ViewCell>) -> Request {
+        let body = std::fs::read(format!("{PAYLOADS}/{payload}")).unwrap();
         Request {
-            verb: Verb::Preempt,
+            verb,
             body: body.into(),
             policy: Arc::new(ArcSwap::from_pointee(shadow())),
             view: view.clone(),
@@ -213,7 +217,7 @@ mod shadow {
     }
 
     #[tokio::test]
-    async fn a_request_arriving_while_every_background_decision_is_busy_goes_unexplained() {
+    async fn a_request_arriving_while_every_background_decision_of_its_verb_is_busy_goes_unexplained() {
         let (workers, view) = (Arc::new(Workers::new(1).unwrap()), watched_view());
         let service = Service::new(Some(view.clone()), None);
         let mut busy = Vec::new();
@@ -222,6 +226,8 @@ mod shadow {
         }
         let answered = service.answer(request(&workers, &view)).await.unwrap();
         assert!(answered.later.is_none(), "no slot: answered, not decided");
+        let filter = service.answer(request_of(Verb::Filter, "0001-filter.json", &workers, &view)).await.unwrap();
+        assert!(filter.later.is_some(), "a filter does not wait for the preempts' slots");
         drop(busy);
         let answered = service.answer(request(&workers, &view)).await.unwrap();
         assert!(answered.later.is_some(), "the slots are back once the decisions end");
