@@ -424,3 +424,43 @@ async fn a_pod_seen_deleted_then_gone_teaches_how_long_its_owners_pods_take_to_s
     assert!((1_000..=3_000).contains(&learned.ms), "{learned:?}");
     task.abort();
 }
+
+/// Pods as listed, `batch/free-1` marked preempted by kube-scheduler.
+async fn pods_one_marked(Query(q): Query<std::collections::HashMap<String, String>>) -> Response {
+    if q.get("watch").map(String::as_str) == Some("true") {
+        return Body::from_stream(futures::stream::pending::<Result<Vec<u8>, std::io::Error>>()).into_response();
+    }
+    let mut items = items_of("Pod");
+    for p in items.iter_mut().filter(|p| p["metadata"]["name"] == "free-1") {
+        p["status"]["conditions"] =
+            json!([{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}]);
+    }
+    axum::Json(json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1000"}, "items": items}))
+        .into_response()
+}
+
+/// The state requeue copies a marked pod from, in a view kept `kept`.
+async fn kept_state_of_a_marked_pod(kept: watch::PodsKept) -> bool {
+    let addr = fake_apiserver_with_pods(get(pods_one_marked)).await;
+    let policy = Policy::builtin_default().enforced();
+    let cell = Arc::new(ViewCell::default());
+    tokio::spawn(watch::run_keeping(
+        client(&format!("http://{addr}")),
+        cell.clone(),
+        Arc::new(ArcSwap::from_pointee(policy)),
+        Arc::new(Freshness::default()),
+        Duration::from_millis(20),
+        kept,
+    ));
+    assert!(wait_until(|| cell.is_ready()).await, "view never synced");
+    let view = cell.load().unwrap();
+    let pod = view.all_pods().find(|p| p.name == "free-1").expect("the marked pod is in the view").clone();
+    assert!(pod.preempted, "decisions still see the mark");
+    view.last_state(&pod.uid).is_some() || pod.spec_digest.is_some()
+}
+
+#[tokio::test]
+async fn the_extenders_view_keeps_nothing_requeue_copies_from_and_the_requeue_controllers_does() {
+    assert!(kept_state_of_a_marked_pod(watch::PodsKept::ForRequeue).await, "requeue copies from it");
+    assert!(!kept_state_of_a_marked_pod(watch::PodsKept::ForDecisions).await, "the extender copies no pod");
+}

@@ -54,10 +54,13 @@ pub(super) fn watch_apart(
     view: Arc<cluster::ViewCell>,
     policy: Arc<arc_swap::ArcSwap<crate::policy::Policy>>,
     fresh: Arc<cluster::watch::Freshness>,
+    kept: cluster::watch::PodsKept,
 ) -> anyhow::Result<()> {
     run_apart("watch", move || async move {
         match kube::Client::try_from(config) {
-            Ok(client) => cluster::watch::run(client, view, policy, fresh, Duration::from_millis(500)).await,
+            Ok(client) => {
+                cluster::watch::run_keeping(client, view, policy, fresh, Duration::from_millis(500), kept).await
+            }
             Err(e) => tracing::error!(error = %e, "cannot build the watches' Kubernetes client"),
         }
     })

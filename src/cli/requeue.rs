@@ -58,7 +58,7 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<()> {
         backoff: BACKOFF_FIRST,
     };
     tokio::spawn(requeuer.run(view.clone(), state.policy.clone(), settings, leadership));
-    watch_apart(config.clone(), view.clone(), state.policy.clone(), fresh)?;
+    watch_apart(config.clone(), view.clone(), state.policy.clone(), fresh, cluster::watch::PodsKept::ForRequeue)?;
     if let Some(path) = args.policy.clone() {
         let reloading = PolicyReload {
             path,

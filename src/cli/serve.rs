@@ -192,7 +192,8 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
         tokio::spawn(crate::routing::publish(client.clone(), args.namespace.clone(), owner, state.policy.clone()));
     }
     tokio::spawn(state.waits.clone().run(view.clone()));
-    watch_apart(config.clone(), view.clone(), state.policy.clone(), fresh)?;
+    // The extender copies no pod: its view keeps what decisions read, nothing requeue's.
+    watch_apart(config.clone(), view.clone(), state.policy.clone(), fresh, cluster::watch::PodsKept::ForDecisions)?;
     Ok(config)
 }
 

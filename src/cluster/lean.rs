@@ -157,6 +157,28 @@ impl LeanKind for PodKind {
     }
 }
 
+/// Pods as decisions read them and nothing more: the extender's view (`serve`), whose
+/// process never copies a pod. Each event is decoded once, straight into the model: no
+/// copy of its bytes, no spec digest, nothing kept of marked pods (`PodKind` keeps those,
+/// for the requeue controller).
+#[derive(Clone, Debug)]
+pub struct DecisionPodKind;
+impl LeanKind for DecisionPodKind {
+    const KIND: &'static str = PodKind::KIND;
+    const GROUP: &'static str = PodKind::GROUP;
+    const VERSION: &'static str = PodKind::VERSION;
+    const PLURAL: &'static str = PodKind::PLURAL;
+    type Scope = <PodKind as LeanKind>::Scope;
+    type Json = k8s::Pod;
+    type Model = model::Pod;
+    fn meta(json: &k8s::Pod) -> (String, String, String) {
+        PodKind::meta(json)
+    }
+    fn into_model(json: k8s::Pod) -> Result<model::Pod, String> {
+        PodKind::into_model(json)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct NodeKind;
 impl LeanKind for NodeKind {

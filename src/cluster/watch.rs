@@ -18,7 +18,8 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 
 use super::lean::{
-    JobKind, Lean, LeanKind, NamespaceKind, NodeKind, PdbKind, PodGroupApi, PodGroupKind, PodKind, PriorityClassKind,
+    DecisionPodKind, JobKind, Lean, LeanKind, NamespaceKind, NodeKind, PdbKind, PodGroupApi, PodGroupKind, PodKind,
+    PriorityClassKind,
 };
 use super::{View, ViewCell};
 use crate::policy::{AnnotationsRead, Policy};
@@ -188,6 +189,37 @@ trait Applies: LeanKind {
 
 fn split(key: &str) -> (&str, &str) {
     key.split_once('/').unwrap_or(("", key))
+}
+
+/// What the pod watch keeps of each pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodsKept {
+    /// What decisions read: the extender's view (it copies no pod).
+    ForDecisions,
+    /// Also what requeue copies a marked pod from (its bytes, its spec's digest): the
+    /// requeue controller's view.
+    ForRequeue,
+}
+
+impl Applies for DecisionPodKind {
+    fn apply(view: &mut View, model: Self::Model, policy: &Policy) {
+        PodKind::apply(view, model, policy)
+    }
+    fn remove(view: &mut View, key: &str, policy: &Policy) {
+        PodKind::remove(view, key, policy)
+    }
+    fn deleted(view: &mut View, key: &str, last: Option<&Self::Model>, policy: &Policy) {
+        PodKind::deleted(view, key, last, policy)
+    }
+    fn unseen(view: &mut View, key: &str, policy: &Policy) {
+        PodKind::unseen(view, key, policy)
+    }
+    fn keys(view: &View) -> Vec<String> {
+        PodKind::keys(view)
+    }
+    fn holds_any(view: &View) -> bool {
+        PodKind::holds_any(view)
+    }
 }
 
 impl Applies for PodKind {
@@ -438,7 +470,7 @@ fn probe_path<K: LeanKind>() -> String {
 /// watch registers its counters once, as it starts. Readers see the view once every kind has
 /// synced; after that every event, at their next read. A policy change re-indexes the view off
 /// the async runtime. Staleness is checked every `tick`; gang kinds are discovered every
-/// `DISCOVERY_EVERY`.
+/// `DISCOVERY_EVERY`. Pods are kept for requeue too (`PodsKept::ForRequeue`).
 pub async fn run(
     client: Client,
     cell: Arc<ViewCell>,
@@ -446,10 +478,22 @@ pub async fn run(
     fresh: Arc<Freshness>,
     tick: Duration,
 ) {
-    run_with(client, cell, policy, fresh, tick, DISCOVERY_EVERY).await
+    run_keeping(client, cell, policy, fresh, tick, PodsKept::ForRequeue).await
 }
 
-/// `run`, with the interval between gang-kind discoveries.
+/// `run`, keeping of each pod what `kept` says.
+pub async fn run_keeping(
+    client: Client,
+    cell: Arc<ViewCell>,
+    policy: Arc<ArcSwap<Policy>>,
+    fresh: Arc<Freshness>,
+    tick: Duration,
+    kept: PodsKept,
+) {
+    run_with(client, cell, policy, fresh, tick, DISCOVERY_EVERY, kept).await
+}
+
+/// `run_keeping`, with the interval between gang-kind discoveries.
 pub async fn run_with(
     client: Client,
     cell: Arc<ViewCell>,
@@ -457,6 +501,7 @@ pub async fn run_with(
     fresh: Arc<Freshness>,
     tick: Duration,
     discovery_every: Duration,
+    kept: PodsKept,
 ) {
     let mut policy_seen = policy.load_full();
     cell.change(|view| {
@@ -475,9 +520,15 @@ pub async fn run_with(
     let mut discovered_at = tokio::time::Instant::now();
     // Terminal pods never hold resources in kube-scheduler's cache either.
     let (relist_pods, relist) = tokio::sync::watch::channel(());
-    let pods =
-        cached::list_watch::<PodKind>(client.clone(), Some("status.phase!=Succeeded,status.phase!=Failed"), relist);
-    tokio::spawn(follow(pods, shared.clone()));
+    let running = Some("status.phase!=Succeeded,status.phase!=Failed");
+    match kept {
+        PodsKept::ForRequeue => {
+            tokio::spawn(follow(cached::list_watch::<PodKind>(client.clone(), running, relist), shared.clone()))
+        }
+        PodsKept::ForDecisions => {
+            tokio::spawn(follow(cached::list_watch::<DecisionPodKind>(client.clone(), running, relist), shared.clone()))
+        }
+    };
     tokio::spawn(follow(watcher_of::<NodeKind>(client.clone()), shared.clone()));
     tokio::spawn(follow(watcher_of::<PdbKind>(client.clone()), shared.clone()));
     tokio::spawn(follow(watcher_of::<PriorityClassKind>(client.clone()), shared.clone()));
