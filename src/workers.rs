@@ -6,8 +6,8 @@
 //! scheduling cycle, so they must not queue behind the API server and kube-scheduler
 //! itself on a busy node (at nice 10, a storm's objects-mode preempt took twice as long,
 //! its p99 ten times its p50). Work nobody waits for (returning memory, shadow mode's
-//! decisions) has a thread of its own at a lower priority (Linux): an unprivileged thread cannot raise its
-//! priority again once lowered. Probes keep their own thread and port.
+//! decisions) has a thread of its own at a lower priority (Linux): an unprivileged thread
+//! cannot raise its priority again once lowered. Probes keep their own thread and port.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
