@@ -178,18 +178,25 @@ impl Answer {
 
 /// kube-scheduler's own answer to `body`, decided by nothing: what shadow mode sends at
 /// once, its policy's decision made after, off the answer path (`Service`). The body is
-/// read as far as that answer needs (node names, victim UIDs), and refused as the
-/// decision would refuse it.
-pub fn kube_own(verb: Verb, body: &[u8], bounds: &Bounds, now: Timestamp) -> Result<Answer, DecodeError> {
+/// read as the decision reads it with the same `view` (what the view holds by name only,
+/// the rest whole), so it is refused as the decision would refuse it.
+pub fn kube_own(
+    verb: Verb,
+    body: &[u8],
+    bounds: &Bounds,
+    now: Timestamp,
+    view: Option<&View>,
+) -> Result<Answer, DecodeError> {
+    let held = |node: &str| view.is_some_and(|v| v.node(node).is_some());
     let (sent, pod) = match verb {
         Verb::Filter | Verb::Prioritize => {
-            let args = wire::decode_extender_args_for(body, |_| true, bounds)?;
+            let args = wire::decode_extender_args_for(body, held, bounds)?;
             let sent =
                 if verb == Verb::Filter { shadow::filter_answer(&args) } else { shadow::prioritize_answer(&args) };
             (sent, args.pod)
         }
         Verb::Preempt => {
-            let args = wire::decode_preempt_args_for(body, |_| false, bounds)?;
+            let args = wire::decode_preempt_args_for(body, |node| !held(node), bounds)?;
             (to_json(&shadow::kube_candidates(&args)), args.pod)
         }
     };

@@ -197,10 +197,11 @@ enum Run {
 async fn answer_kube_own(request: &Request) -> Result<Answer, Unanswered> {
     let (verb, body, clock, caps, cancel) =
         (request.verb, request.body.clone(), request.clock.clone(), request.caps, request.cancel.clone());
-    let hold = request.hold.clone();
+    let (hold, view) = (request.hold.clone(), request.view.load());
     let work = move || {
         let _hold = hold;
-        Ok(pipeline::kube_own(verb, &body, &Bounds::new(caps, Some(cancel.flag())), clock())?)
+        let bounds = Bounds::new(caps, Some(cancel.flag()));
+        Ok(pipeline::kube_own(verb, &body, &bounds, clock(), view.as_deref())?)
     };
     if request.on_workers {
         request.workers.run(work).await.unwrap_or(Err(Unanswered::WorkersGone))

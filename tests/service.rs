@@ -217,6 +217,23 @@ mod shadow {
     }
 
     #[tokio::test]
+    async fn kube_schedulers_own_answer_is_refused_where_the_decision_would_refuse_the_body() {
+        // A full victim on a node the view does not know is read whole, by the decision and
+        // by the answer sent before it: a malformed spec is an error, not an echo.
+        let (workers, view) = (Arc::new(Workers::new(1).unwrap()), watched_view());
+        let service = Service::new(Some(view.clone()), None);
+        let asked = json(&std::fs::read(format!("{PAYLOADS}/0037-preempt.json")).unwrap());
+        let victim = serde_json::json!({"metadata": {"name": "v", "namespace": "batch", "uid": "u-v"},
+            "spec": {"nodeName": "node-unknown", "containers": "not a list"}});
+        let body = serde_json::json!({"Pod": asked["Pod"],
+            "NodeNameToVictims": {"node-unknown": {"Pods": [victim], "NumPDBViolations": 0}}});
+        let mut request = request(&workers, &view);
+        request.body = serde_json::to_vec(&body).unwrap().into();
+        let refused = service.answer(request).await;
+        assert!(refused.is_err(), "a body the decision refuses is refused in shadow mode too");
+    }
+
+    #[tokio::test]
     async fn a_request_arriving_while_every_background_decision_of_its_verb_is_busy_goes_unexplained() {
         let (workers, view) = (Arc::new(Workers::new(1).unwrap()), watched_view());
         let service = Service::new(Some(view.clone()), None);
