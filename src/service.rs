@@ -94,14 +94,11 @@ pub struct Later {
 
 /// What the verbs' answers share from one request to the next.
 pub struct Service {
-    /// The view fed by watches, which may trail kube-scheduler's cache (`None`: a
-    /// snapshot or no view, which nothing will catch up).
-    watched: Option<Arc<ViewCell>>,
-    promises: Arc<Promises>,
+    decider: Decider,
     /// Wakes pods kube-scheduler parked after a preempt answered in doubt (`--wake`).
     waker: Option<Arc<Waker>>,
     /// Shadow decisions that may run now, by verb (`Verb::index`).
-    shadow_slots: Arc<[Arc<tokio::sync::Semaphore>; 3]>,
+    shadow_slots: [Arc<tokio::sync::Semaphore>; 3],
 }
 
 impl Default for Service {
@@ -113,8 +110,8 @@ impl Default for Service {
 impl Service {
     pub fn new(watched: Option<Arc<ViewCell>>, waker: Option<Arc<Waker>>) -> Service {
         let slots = || Arc::new(tokio::sync::Semaphore::new(SHADOW_DECISIONS));
-        let shadow_slots = Arc::new([slots(), slots(), slots()]);
-        Service { watched, promises: Arc::default(), waker, shadow_slots }
+        let shadow_slots = [slots(), slots(), slots()];
+        Service { decider: Decider { watched, promises: Arc::default() }, waker, shadow_slots }
     }
 
     /// `request`'s answer.
@@ -122,7 +119,7 @@ impl Service {
         if request.policy.load().mode == Mode::Shadow {
             return self.kube_own(request).await;
         }
-        let sent = self.decide(&request, Run::Answer).await;
+        let sent = self.decider.decide(&request, Run::Answer).await;
         if let (Some(waker), Some(reason)) = (&self.waker, wake_reason(sent.as_ref().ok(), request.ready)) {
             waker.request(reason);
         }
@@ -143,15 +140,10 @@ impl Service {
             metrics::counter!("coloc_shadow_decisions_skipped_total", "verb" => request.verb.as_str()).increment(1);
             return Ok(Answered { sent, later: None });
         };
-        let service = Service {
-            watched: self.watched.clone(),
-            promises: self.promises.clone(),
-            waker: None,
-            shadow_slots: self.shadow_slots.clone(),
-        };
+        let decider = self.decider.clone();
         // The answer is sent: its admission is not held by what follows.
         let request = Request { hold: Arc::new(()), ..request };
-        let decision = async move { service.decide(&request, Run::Background).await };
+        let decision = async move { decider.decide(&request, Run::Background).await };
         Ok(Answered { sent, later: Some(Later { decision: Box::pin(decision), slot }) })
     }
 
@@ -167,7 +159,19 @@ impl Service {
             tracing::warn!(?within, "shadow decisions still running at shutdown: left unexplained");
         }
     }
+}
 
+/// What a decision reads beside its request, shared by the answers and shadow mode's
+/// decisions in the background.
+#[derive(Clone)]
+struct Decider {
+    /// The view fed by watches, which may trail kube-scheduler's cache (`None`: a
+    /// snapshot or no view, which nothing will catch up).
+    watched: Option<Arc<ViewCell>>,
+    promises: Arc<Promises>,
+}
+
+impl Decider {
     /// The policy's decision on `request`: a preempt's on a view caught up with
     /// kube-scheduler's proposal, counting and then recording the room answers promise.
     async fn decide(&self, request: &Request, run: Run) -> Result<Answer, Unanswered> {
@@ -203,10 +207,21 @@ async fn answer_kube_own(request: &Request) -> Result<Answer, Unanswered> {
         let bounds = Bounds::new(caps, Some(cancel.flag()));
         Ok(pipeline::kube_own(verb, &body, &bounds, clock(), view.as_deref())?)
     };
-    if request.on_workers {
-        request.workers.run(work).await.unwrap_or(Err(Unanswered::WorkersGone))
-    } else {
-        work()
+    run_as(request, Run::Answer, work).await
+}
+
+/// Runs `work` where `run` and the request's size say: an answer inline, or on the
+/// workers for a large body; a background decision on the housekeeping thread.
+async fn run_as<T: Send + 'static>(
+    request: &Request,
+    run: Run,
+    work: impl FnOnce() -> Result<T, Unanswered> + Send + 'static,
+) -> Result<T, Unanswered> {
+    let gone = || Err(Unanswered::WorkersGone);
+    match run {
+        Run::Background => request.workers.run_background(work).await.unwrap_or_else(gone),
+        Run::Answer if request.on_workers => request.workers.run(work).await.unwrap_or_else(gone),
+        Run::Answer => work(),
     }
 }
 
@@ -240,11 +255,7 @@ async fn decide_once(request: &Request, promises: Option<Arc<Promises>>, run: Ru
         }
         Ok(answer?)
     };
-    match run {
-        Run::Background => request.workers.run_background(work).await.unwrap_or(Err(Unanswered::WorkersGone)),
-        Run::Answer if request.on_workers => request.workers.run(work).await.unwrap_or(Err(Unanswered::WorkersGone)),
-        Run::Answer => work(),
-    }
+    run_as(request, run, work).await
 }
 
 /// A preempt decided on a view that has caught up with what kube-scheduler proposed.
