@@ -49,8 +49,9 @@ async fn storm_under_way(
     bins: Binaries,
     mode: Mode,
     opts: Options,
+    kubelet: coloc_testbed::kubelet::Options,
 ) -> anyhow::Result<(Bed, Vec<(String, String)>, usize)> {
-    let mut bed = Bed::up_with(bins, mode, opts).await?;
+    let mut bed = Bed::up_with_kubelet(bins, mode, opts, kubelet).await?;
     let originals = bed.full_of_free_pods(NODES).await?;
     let e = bed.extender(&["--requeue"]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
@@ -69,9 +70,15 @@ async fn storm_survived(bed: &Bed, originals: &[(String, String)]) -> anyhow::Re
 
 /// SIGKILL while replacements are being stored; back a second later. The online pods
 /// are placed within a minute (kube-scheduler parks a pod whose preempt call failed for
-/// up to 5 minutes unless something wakes it).
+/// up to 5 minutes unless something wakes it). Victims keep their 30 s grace, as on real
+/// nodes: the one replica's records of the evictions it saw die with it, and it records
+/// again those whose originals are still terminating when it is back (a victim gone
+/// before any replica sees it is the window docs/requeue.md states; with grace capped
+/// at 2 s a slow restart would fall in it).
 async fn extender_killed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
-    let (mut bed, originals, e) = storm_under_way(bins, mode, Options::default()).await?;
+    let kubelet =
+        coloc_testbed::kubelet::Options { grace: coloc_testbed::kubelet::Grace::Honour, ..Default::default() };
+    let (mut bed, originals, e) = storm_under_way(bins, mode, Options::default(), kubelet).await?;
     bed.extenders[e].kill();
     tokio::time::sleep(Duration::from_secs(1)).await;
     bed.extenders[e].restart().await?;
@@ -94,7 +101,7 @@ async fn two_replicas(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 
 /// kube-apiserver killed and restarted once a first replacement is stored.
 async fn apiserver_restarted(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
-    let (mut bed, originals, _) = storm_under_way(bins, mode, Options::default()).await?;
+    let (mut bed, originals, _) = storm_under_way(bins, mode, Options::default(), Default::default()).await?;
     bed.plane.restart_apiserver().await?;
     storm_survived(&bed, &originals).await
 }
