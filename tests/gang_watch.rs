@@ -98,7 +98,6 @@ async fn watched_under(api: &fake_api::FakeApi, policy: Arc<ArcSwap<Policy>>) ->
         fresh.clone(),
         Duration::from_millis(20),
         Duration::from_millis(100),
-        watch::PodsKept::ForRequeue,
     );
     let w = Watched { cell: cell.clone(), fresh, task: tokio::spawn(run) };
     assert!(wait_until(|| cell.is_ready()).await, "view never synced");

@@ -15,7 +15,7 @@ use arc_swap::ArcSwap;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use coloc_extender::cluster::watch::{self, Freshness};
-use coloc_extender::cluster::ViewCell;
+use coloc_extender::cluster::{RequeueCell, ViewCell};
 use coloc_extender::http::{router, AppState, ViewSource};
 use coloc_extender::policy::Policy;
 use coloc_extender::requeue::controller::Settings;
@@ -63,9 +63,10 @@ fn opted_in(name: &str) -> Value {
         "metadata": {"name": name, "labels": {"coloc-extender.io/requeue": "enabled"}}})
 }
 
-/// One extender replica: its own view from the fake API server's watches, and requeue on.
+/// One extender replica beside one requeue controller replica, each with its own view from
+/// the fake API server's watches: decisions read the extender's, requeue `cell`.
 struct Replica {
-    cell: Arc<ViewCell>,
+    cell: Arc<RequeueCell>,
     state: AppState,
     policy: Policy,
     requeuer: Arc<Requeuer>,
@@ -105,19 +106,19 @@ impl Drop for Replica {
 
 async fn replica(api: &FakeApi) -> Replica {
     let policy = Policy::builtin_default().enforced();
-    let cell = Arc::new(ViewCell::default());
-    let mut state = AppState::new(policy.clone(), cell.clone(), ViewSource::Kubernetes);
-    let watches = tokio::spawn(watch::run(
-        api.client(),
-        cell.clone(),
-        Arc::new(ArcSwap::from_pointee(policy)),
-        Arc::new(Freshness::default()),
-        Duration::from_millis(20),
-    ));
+    let view = Arc::new(ViewCell::default());
+    let mut state = AppState::new(policy.clone(), view.clone(), ViewSource::Kubernetes);
+    let policy = Arc::new(ArcSwap::from_pointee(policy));
+    let every = Duration::from_millis(20);
+    let decisions =
+        tokio::spawn(watch::run(api.client(), view.clone(), policy.clone(), Arc::new(Freshness::default()), every));
+    let cell = Arc::new(RequeueCell::default());
+    let requeues =
+        tokio::spawn(watch::run_requeue(api.client(), cell.clone(), policy, Arc::new(Freshness::default()), every));
     let requeuer = Arc::new(Requeuer::new(api.client(), Some("test".into()), true));
     state.requeue = requeuer.availability.clone();
-    assert!(eventually(|| cell.is_ready()).await, "the view never synced");
-    Replica { cell, state, policy: Policy::builtin_default().enforced(), requeuer, tasks: vec![watches] }
+    assert!(eventually(|| view.is_ready() && cell.is_ready()).await, "the views never synced");
+    Replica { cell, state, policy: Policy::builtin_default().enforced(), requeuer, tasks: vec![decisions, requeues] }
 }
 
 async fn eventually(mut ok: impl FnMut() -> bool) -> bool {

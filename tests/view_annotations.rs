@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use coloc_extender::cluster::{snapshot, View};
+use coloc_extender::cluster::{snapshot, Objects, RequeueView, View};
 use coloc_extender::model::{marks, BaselineControl, COMPLETION_INDEX, INDEX_FAILURE_COUNT};
 use coloc_extender::policy::annotations_read::{ALWAYS_READ, LONGEST_VALUE};
 use coloc_extender::policy::{AnnotationsRead, Policy};
@@ -34,11 +34,16 @@ fn pod_json(name: &str, labels: Value, annotations: Value) -> Value {
         "status": {"phase": "Running"}})
 }
 
-fn view_of(pods: Vec<Value>, policy: &Policy) -> View {
+/// `pods` on a node n1, as a snapshot holds them.
+fn objects(pods: Vec<Value>) -> Objects {
     let node = json!({"kind": "Node", "apiVersion": "v1", "metadata": {"name": "n1"},
         "status": {"allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110"}}});
     let items: Vec<Value> = std::iter::once(node).chain(pods).collect();
-    View::build(snapshot::parse(json!({"kind": "List", "items": items}).to_string().as_bytes()).unwrap(), policy)
+    snapshot::parse(json!({"kind": "List", "items": items}).to_string().as_bytes()).unwrap()
+}
+
+fn view_of(pods: Vec<Value>, policy: &Policy) -> View {
+    View::build(objects(pods), policy)
 }
 
 fn annotations_in(view: &View, name: &str) -> BTreeMap<String, String> {
@@ -135,15 +140,16 @@ fn a_gang_minimum_named_by_the_policy_is_read_from_a_pod_in_the_view() {
 fn a_copys_requeue_attempt_is_counted_from_the_view() {
     let annotations = json!({marks::FROM_UID: "uid-original", marks::FROM_POD: "default/original",
         marks::ATTEMPT: "3", marks::BASE_NAME: "original", "notes": "n".repeat(64 * 1024)});
-    let view = view_of(
-        vec![pod_json("original-rq-1", json!({marks::LABEL: "true"}), annotations)],
-        &common::policy("prefer", ""),
-    );
+    let pods = vec![pod_json("original-rq-1", json!({marks::LABEL: "true"}), annotations)];
+    let policy = common::policy("prefer", "");
+    let view = view_of(pods.clone(), &policy);
     let copy = view.pod("default/original-rq-1").unwrap();
     assert!(marks::is_replacement(copy));
     assert_eq!(marks::attempt_of(copy), 3);
     assert!(marks::replacement_name(copy).starts_with("original-rq-"), "named after the chain's first pod");
-    assert_eq!(view.replacements().count(), 1);
+    // The requeue controller's view of the same pods counts it among the copies it settles.
+    let requeue = RequeueView::build(objects(pods), &policy);
+    assert_eq!(requeue.replacements().count(), 1);
 }
 
 #[test]

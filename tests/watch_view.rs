@@ -13,7 +13,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use coloc_extender::cluster::watch::{self, Freshness};
-use coloc_extender::cluster::{snapshot, View, ViewCell};
+use coloc_extender::cluster::{snapshot, RequeueView, StoreCell, View, ViewCell};
+use coloc_extender::model::{Pod, PodRef};
 use coloc_extender::pipeline::{answer, Verb};
 use coloc_extender::policy::Policy;
 use serde_json::{json, Value};
@@ -439,28 +440,52 @@ async fn pods_one_marked(Query(q): Query<std::collections::HashMap<String, Strin
         .into_response()
 }
 
-/// The state requeue copies a marked pod from, in a view kept `kept`.
-async fn kept_state_of_a_marked_pod(kept: watch::PodsKept) -> bool {
+/// The marked pod `batch/free-1` as a view kept by `watches` holds it, and whether that
+/// view kept the bytes requeue copies it from.
+async fn marked_pod_as_kept<S: Send + Sync + Clone + Default + 'static, F>(
+    watches: impl FnOnce(kube::Client, Arc<StoreCell<S>>) -> F,
+    read: impl Fn(&S) -> Option<(Pod, bool)>,
+) -> (Pod, bool)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
     let addr = fake_apiserver_with_pods(get(pods_one_marked)).await;
-    let policy = Policy::builtin_default().enforced();
-    let cell = Arc::new(ViewCell::default());
-    tokio::spawn(watch::run_keeping(
-        client(&format!("http://{addr}")),
-        cell.clone(),
-        Arc::new(ArcSwap::from_pointee(policy)),
-        Arc::new(Freshness::default()),
-        Duration::from_millis(20),
-        kept,
-    ));
+    let cell = Arc::new(StoreCell::<S>::default());
+    let task = tokio::spawn(watches(client(&format!("http://{addr}")), cell.clone()));
     assert!(wait_until(|| cell.is_ready()).await, "view never synced");
-    let view = cell.load().unwrap();
-    let pod = view.all_pods().find(|p| p.name == "free-1").expect("the marked pod is in the view").clone();
-    assert!(pod.preempted, "decisions still see the mark");
-    view.last_state(&pod.uid).is_some() || pod.spec_digest.is_some()
+    let found = cell.read_latest(read).flatten().expect("the marked pod is in the view");
+    task.abort();
+    found
+}
+
+/// `batch/free-1` among `pods`.
+fn free_1<'a>(mut pods: impl Iterator<Item = &'a PodRef>) -> Option<Pod> {
+    pods.find(|p| p.name == "free-1").map(|p| (**p).clone())
 }
 
 #[tokio::test]
 async fn the_extenders_view_keeps_nothing_requeue_copies_from_and_the_requeue_controllers_does() {
-    assert!(kept_state_of_a_marked_pod(watch::PodsKept::ForRequeue).await, "requeue copies from it");
-    assert!(!kept_state_of_a_marked_pod(watch::PodsKept::ForDecisions).await, "the extender copies no pod");
+    let policy = Arc::new(ArcSwap::from_pointee(Policy::builtin_default().enforced()));
+    let every = Duration::from_millis(20);
+    let watching = policy.clone();
+    let (pod, _) = marked_pod_as_kept(
+        move |client, cell| watch::run(client, cell, watching, Arc::new(Freshness::default()), every),
+        |v: &View| free_1(v.all_pods()).map(|p| (p, false)),
+    )
+    .await;
+    assert!(pod.preempted, "decisions see the mark");
+    assert!(pod.last_state.is_none() && pod.spec_digest.is_none(), "the extender keeps no bytes of it: {pod:?}");
+
+    let (pod, kept) = marked_pod_as_kept(
+        move |client, cell| watch::run_requeue(client, cell, policy, Arc::new(Freshness::default()), every),
+        |v: &RequeueView| {
+            let pod = free_1(v.all_pods())?;
+            let kept = v.last_state(&pod.uid).is_some();
+            Some((pod, kept))
+        },
+    )
+    .await;
+    assert!(kept, "requeue copies from its bytes");
+    assert!(pod.spec_digest.is_some(), "and checks its copy's spec against them");
+    assert!(pod.last_state.is_none(), "kept apart from the pod");
 }

@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use super::args::AdminListen;
-use crate::cluster;
 use crate::http::{self, AppState};
 
 /// Who may read the admin port: whoever reaches it, or whom the API server this
@@ -48,19 +47,18 @@ fn run_apart<F: std::future::Future<Output = ()>>(
 /// The watches get a thread, runtime and client of their own: an event that arrives alone
 /// (a bind, every few ms) then wakes one thread, not a worker of the shared runtime that
 /// wakes the other to share work it does not have (measured: the watch path's CPU per pod
-/// bound, docs/journal/performance.md, "The watch path on a thread of its own").
-pub(super) fn watch_apart(
+/// bound, docs/journal/performance.md, "The watch path on a thread of its own"). `watches`
+/// runs them (`cluster::watch::run` or `run_requeue`) with the client made there.
+/// How often the watches check their health, record their gauges and look for a new policy.
+pub(super) const WATCH_TICK: Duration = Duration::from_millis(500);
+
+pub(super) fn watch_apart<F: std::future::Future<Output = ()>>(
     config: kube::Config,
-    view: Arc<cluster::ViewCell>,
-    policy: Arc<arc_swap::ArcSwap<crate::policy::Policy>>,
-    fresh: Arc<cluster::watch::Freshness>,
-    kept: cluster::watch::PodsKept,
+    watches: impl FnOnce(kube::Client) -> F + Send + 'static,
 ) -> anyhow::Result<()> {
     run_apart("watch", move || async move {
         match kube::Client::try_from(config) {
-            Ok(client) => {
-                cluster::watch::run_keeping(client, view, policy, fresh, Duration::from_millis(500), kept).await
-            }
+            Ok(client) => watches(client).await,
             Err(e) => tracing::error!(error = %e, "cannot build the watches' Kubernetes client"),
         }
     })

@@ -1,18 +1,19 @@
 //! `requeue`: the composition root of the requeue controller, in pods of its own (the
 //! requeue component's Deployment coloc-requeue), as the requeue identity itself, with no
-//! impersonation. Its replicas each keep a cluster view (so each records the evictions it
-//! sees); the one holding the Lease stores, releases and deletes copies and says on the
+//! impersonation. Its replicas each keep the requeue controller's view (`RequeueView`: so
+//! each records the evictions it sees), and none builds the view decisions read; the one
+//! holding the Lease stores, releases and deletes copies and says on the
 //! Lease whether it can, which is all the extender beside kube-scheduler learns of it.
 
 use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use super::apart::{listen_apart, watch_apart, AdminAccess};
+use super::apart::{listen_apart, watch_apart, AdminAccess, WATCH_TICK};
 use super::args::{AdminAuth, RequeueArgs};
 use super::policy_reload::{reload_policy, PolicyReload};
 use super::serve::starting_policy;
-use crate::cluster::{self, ViewCell};
+use crate::cluster::{self, RequeueCell, ViewCell};
 use crate::http::{self, AppState, ViewSource};
 use crate::requeue::controller::{Settings, ACCESS_EVERY, BACKOFF_FIRST};
 use crate::requeue::kube::Requeuer;
@@ -22,8 +23,10 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<()> {
     let admin_auth = args.admin_auth().map_err(anyhow::Error::msg)?;
     http::metrics::handle();
     let (policy, startup_problem) = starting_policy(args.policy.as_deref(), None);
-    let view = Arc::new(ViewCell::default());
-    let mut state = AppState::new(policy, view.clone(), ViewSource::Kubernetes);
+    let view = Arc::new(RequeueCell::default());
+    // No decision is made here: the state serves health and admin, ready with `view`.
+    let mut state = AppState::new(policy, Arc::new(ViewCell::default()), ViewSource::Kubernetes);
+    state.readiness = view.clone();
     state.policy_problem.store(startup_problem.map(Arc::new));
     let config = kube::Config::infer()
         .await
@@ -58,13 +61,14 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<()> {
         backoff: BACKOFF_FIRST,
     };
     tokio::spawn(requeuer.run(view.clone(), state.policy.clone(), settings, leadership));
-    watch_apart(config.clone(), view.clone(), state.policy.clone(), fresh, cluster::watch::PodsKept::ForRequeue)?;
+    let (watched, policy) = (view.clone(), state.policy.clone());
+    watch_apart(config.clone(), move |client| cluster::watch::run_requeue(client, watched, policy, fresh, WATCH_TICK))?;
     if let Some(path) = args.policy.clone() {
         let reloading = PolicyReload {
             path,
             mode: None,
             policy: state.policy.clone(),
-            view: view.clone(),
+            view: state.view.clone(),
             snapshot: None,
             problem: state.policy_problem.clone(),
             alarm: None,

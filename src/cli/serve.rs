@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 
-use super::apart::{listen_apart, watch_apart, AdminAccess};
+use super::apart::{listen_apart, watch_apart, AdminAccess, WATCH_TICK};
 use super::args::{AdminAuth, ServeArgs};
 use super::policy_reload::{policy_alarm, reload_policy, PolicyReload};
 use crate::cluster::{self, View, ViewCell};
@@ -192,8 +192,9 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
         tokio::spawn(crate::routing::publish(client.clone(), args.namespace.clone(), owner, state.policy.clone()));
     }
     tokio::spawn(state.waits.clone().run(view.clone()));
-    // The extender copies no pod: its view keeps what decisions read, nothing requeue's.
-    watch_apart(config.clone(), view.clone(), state.policy.clone(), fresh, cluster::watch::PodsKept::ForDecisions)?;
+    // The decisions' view alone: the extender copies no pod, and keeps nothing requeue reads.
+    let (view, policy) = (view.clone(), state.policy.clone());
+    watch_apart(config.clone(), move |client| cluster::watch::run(client, view, policy, fresh, WATCH_TICK))?;
     Ok(config)
 }
 

@@ -5,7 +5,7 @@
 //! `PreemptionByScheduler`), then deletes it. Only both together mean preempted: a mark whose
 //! delete never comes is reset by the disruption controller, and a pod deleted without the
 //! mark was deleted by someone else. The watch shows the mark first, so the pod's bytes are
-//! kept from then on (`View::last_state`) and survive a delete with grace period 0.
+//! kept from then on (`RequeueView::last_state`) and survive a delete with grace period 0.
 //!
 //! An eviction is recorded here, and kept until its copy is released (or deleted): requeue
 //! releases only a copy of an eviction it recorded, whose spec is the one its recorded
@@ -32,7 +32,7 @@ const FINISHED_KEPT: usize = 10_000;
 /// A preempted bare pod seen going.
 #[derive(Debug, Clone)]
 pub struct Eviction {
-    /// Its last state (its bytes are kept apart: `View::last_state`).
+    /// Its last state (its bytes are kept apart: `RequeueView::last_state`).
     pub pod: PodRef,
     /// The deletion itself was seen (a deletionTimestamp). `false`: the pod only left the
     /// watch with the mark on, which a delete with grace 0 and a pod ending on its own both

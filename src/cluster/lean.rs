@@ -269,6 +269,10 @@ impl LeanKind for NamespaceKind {
     }
 }
 
+/// The gang sources whose PodGroups are objects of an API (`PodGroupApi`).
+pub const POD_GROUP_SOURCES: [model::GangSource; 3] =
+    [model::GangSource::Native, model::GangSource::Coscheduling, model::GangSource::Volcano];
+
 /// One PodGroup API: its group, version and the gang source it describes.
 pub trait PodGroupApi: Clone + Debug + Send + Sync + 'static {
     const GROUP: &'static str;

@@ -1,16 +1,22 @@
-//! The cluster view and its sources: a snapshot file or Kubernetes watches. Decisions
-//! only see `View` and never know which source built it.
+//! The cluster views and their sources: a snapshot file or Kubernetes watches. One view
+//! per reader: decisions read `View` (kube-scheduler's cache, budgets, gangs, shares, stop
+//! times) and never know which source built it; the requeue controller, in its own
+//! process, reads `RequeueView` (the pods it copies and their copies). A source changes
+//! a view only through a `writer::Writer`; readers only read the cell that holds it.
 
 pub mod evictions;
 pub mod jobs;
 pub mod kept;
 pub mod lean;
+mod pod_context;
+mod requeue_view;
 pub mod snapshot;
 pub mod stop_times;
 mod uid_index;
 pub mod usage;
 mod view;
 pub mod watch;
+pub mod writer;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,13 +24,31 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwapOption;
 
 pub use evictions::{Eviction, Evictions};
+pub use requeue_view::RequeueView;
 pub use view::{GangWork, NodeInfo, Objects, OnlineRoom, View};
 
 /// The view's persistent hash map: cheap to clone per publication, and hashed with
 /// foldhash (node names are looked up per node on every filter and prioritize call).
 pub type PMap<K, V> = imbl::GenericHashMap<K, V, foldhash::fast::RandomState, imbl::shared_ptr::DefaultSharedPtr>;
 
-/// Where the current view lives; empty until the source has synced.
+/// Where the decisions' view lives.
+pub type ViewCell = StoreCell<View>;
+
+/// Where the requeue controller's view lives.
+pub type RequeueCell = StoreCell<RequeueView>;
+
+/// Whether the view a process reads may be read: for `/readyz`, whichever view it is.
+pub trait Readiness: Send + Sync {
+    fn is_ready(&self) -> bool;
+}
+
+impl<S: Clone + Default + Send + Sync> Readiness for StoreCell<S> {
+    fn is_ready(&self) -> bool {
+        StoreCell::is_ready(self)
+    }
+}
+
+/// Where the current view (of either reader) lives; empty until the source has synced.
 ///
 /// A snapshot source `publish`es whole views. A live source (the watches) `change`s one
 /// staged view in place, and a reader gets a clone of it only when it asks and something
@@ -34,14 +58,14 @@ pub type PMap<K, V> = imbl::GenericHashMap<K, V, foldhash::fast::RandomState, im
 /// per-pod-verbs profile) free of those copies, and a change that finds the last clone
 /// held by no reader any more lets it go first, so the events between two decisions (a
 /// bind between two pods' calls in names mode) copy nothing either.
-pub struct ViewCell {
-    current: ArcSwapOption<View>,
+pub struct StoreCell<S> {
+    current: ArcSwapOption<S>,
     /// The source has been failing long enough that the view can no longer be trusted.
     stale: AtomicBool,
     /// Counts publications and staged changes, so a decision that found the view behind
     /// can wait for the next.
     published: tokio::sync::watch::Sender<u64>,
-    staged: Mutex<Staged>,
+    staged: Mutex<Staged<S>>,
     /// `staged` holds changes no reader has been given.
     dirty: AtomicBool,
     /// A long change (a re-index, a re-list's removals) holds `staged`: readers take the
@@ -53,15 +77,15 @@ pub struct ViewCell {
 }
 
 #[derive(Default)]
-struct Staged {
-    view: View,
+struct Staged<S> {
+    view: S,
     /// Readers may see the staged view (a live source opens it once it has synced).
     open: bool,
 }
 
-impl Default for ViewCell {
+impl<S: Default> Default for StoreCell<S> {
     fn default() -> Self {
-        ViewCell {
+        StoreCell {
             current: ArcSwapOption::empty(),
             stale: AtomicBool::new(false),
             published: tokio::sync::watch::Sender::new(0),
@@ -73,10 +97,10 @@ impl Default for ViewCell {
     }
 }
 
-impl ViewCell {
+impl<S: Clone + Default> StoreCell<S> {
     /// The view decisions may use: `None` until the first sync, and while stale. Includes
     /// every change staged before the call.
-    pub fn load(&self) -> Option<Arc<View>> {
+    pub fn load(&self) -> Option<Arc<S>> {
         if self.stale.load(Ordering::Relaxed) {
             return None;
         }
@@ -95,14 +119,14 @@ impl ViewCell {
         self.current.load_full()
     }
 
-    pub fn publish(&self, view: View) {
+    pub fn publish(&self, view: S) {
         self.current.store(Some(Arc::new(view)));
         self.tell_waiters();
     }
 
-    /// Changes the staged view in place. Readers see it at their next `load` once the cell
-    /// is `open`.
-    pub fn change<R>(&self, f: impl FnOnce(&mut View) -> R) -> R {
+    /// Changes the staged view in place (the source's `writer::Writer` does). Readers see
+    /// it at their next `load` once the cell is `open`.
+    pub fn change<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
         let mut staged = self.lock();
         self.release_unread(&staged);
         let r = f(&mut staged.view);
@@ -115,7 +139,7 @@ impl ViewCell {
 
     /// `change`, for one that may take long: readers keep the published view meanwhile,
     /// and the result is published at once.
-    pub fn change_long<R>(&self, f: impl FnOnce(&mut View) -> R) -> R {
+    pub fn change_long<R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
         self.busy.store(true, Ordering::Release);
         let mut staged = self.lock();
         // What readers get meanwhile: every change before this one.
@@ -134,7 +158,7 @@ impl ViewCell {
     /// Reads the newest view in place, for background work that keeps nothing of it
     /// (metrics, requeue's plan): `None` when `load` would give `None`. Unlike `load` it
     /// hands out no clone, which would make the next events copy what they touch.
-    pub fn read_latest<R>(&self, f: impl FnOnce(&View) -> R) -> Option<R> {
+    pub fn read_latest<R>(&self, f: impl FnOnce(&S) -> R) -> Option<R> {
         if self.stale.load(Ordering::Relaxed) {
             return None;
         }
@@ -147,8 +171,8 @@ impl ViewCell {
         self.current.load_full().map(|v| f(&v))
     }
 
-    /// Reads the staged view, open or not: for the watches' own bookkeeping.
-    pub fn read_staged<R>(&self, f: impl FnOnce(&View) -> R) -> R {
+    /// Reads the staged view, open or not: for the writer's own bookkeeping.
+    pub fn read_staged<R>(&self, f: impl FnOnce(&S) -> R) -> R {
         f(&self.lock().view)
     }
 
@@ -169,7 +193,7 @@ impl ViewCell {
     /// Drops the clone handed out last if no reader holds it any more, so the change about
     /// to be made copies nothing for it; the next `load` hands out a fresh one. A reader
     /// that takes it in between keeps a valid view of the state before the change.
-    fn release_unread(&self, staged: &Staged) {
+    fn release_unread(&self, staged: &Staged<S>) {
         if !staged.open || self.busy.load(Ordering::Acquire) {
             return;
         }
@@ -181,12 +205,12 @@ impl ViewCell {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Staged> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Staged<S>> {
         self.staged.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Publishes a clone of the staged view if it has changes no reader has.
-    fn hand_out(&self, staged: &Staged) {
+    fn hand_out(&self, staged: &Staged<S>) {
         if staged.open && self.dirty.load(Ordering::Acquire) {
             self.current.store(Some(Arc::new(staged.view.clone())));
             self.dirty.store(false, Ordering::Release);

@@ -13,18 +13,16 @@ use imbl::OrdMap;
 
 use super::PMap;
 
-use super::evictions::{Evictions, NotRecorded};
 use super::jobs::Jobs;
-use super::kept::KeptStates;
+use super::pod_context::PodContext;
 use super::stop_times::{self, Stop, StopTimes};
 use super::uid_index::UidIndex;
 use super::usage::{Aggregates, Counted};
-use crate::model::marks::GATE;
 use crate::model::{
     DisruptionMode, GangInfo, GangRef, GangSource, Job, Namespace, NamespaceOptIn, Node, Pdb, Pod, PodGroup, PodRef,
     PriorityClass, Resources, Timestamp,
 };
-use crate::policy::{requeue_rule, AnnotationsRead, Circumstances, ClassId, GangConfig, NotRequeued, Policy};
+use crate::policy::{AnnotationsRead, ClassId, GangConfig, Policy};
 
 /// Raw objects a view is built from.
 #[derive(Debug, Clone, Default)]
@@ -199,16 +197,12 @@ pub struct View {
     /// so a namespace's pods are one range.
     pods: OrdMap<String, PodRef>,
     pods_by_uid: UidIndex,
-    /// Requeue replacements (gated or released), by namespace/name: what requeue reconciles.
-    replacements: PMap<String, PodRef>,
     pdbs_by_namespace: PMap<String, Arc<Vec<Pdb>>>,
     /// Per PDB ("namespace/name"): covered pods bound and not terminating, kept current
     /// on every pod event so a decision reads a budget in O(1).
     pdb_present: PMap<String, i32>,
-    priority_classes: PMap<String, i32>,
-    /// Per namespace, what it opted in to. `None` where the source has no namespaces (a
-    /// snapshot recorded without them): then every namespace takes copies (within baseline).
-    namespaces: Option<PMap<String, NamespaceOptIn>>,
+    /// PriorityClasses and what namespaces opted in to.
+    context: PodContext,
     /// Bound members per gang, as the policy's gang sources declare them, and their work.
     gang_sizes: PMap<GangRef, GangTally>,
     /// PodGroup objects of every source, by gang. Members may come before their group
@@ -242,17 +236,6 @@ pub struct View {
     /// its pods (the victim's deletion time): a pod it created since is that victim's
     /// replacement, its disruption barely over.
     preemptions: PMap<String, Timestamp>,
-    /// Preempted bare pods going, until their copy is released: what requeue copies, and
-    /// the only originals whose copies it releases.
-    evictions: Evictions,
-    /// The bytes of marked bare pods requeue may copy, by UID, bounded.
-    kept: KeptStates,
-    /// Counts changes requeue reacts to (copies, pods marked or being deleted), so its
-    /// controller skips a pass where no such change came.
-    requeue_changes: u64,
-    /// Counts pods seen newly marked by a preemption: the requeue controller, in pods of
-    /// its own, makes way for kube-scheduler's writes while they keep coming.
-    preemptions_seen: u64,
     /// How long deleted pods took to go, per owner and class (`cluster::stop_times`).
     stop_times: StopTimes,
     /// When the events applied next were received, milliseconds since the epoch (the
@@ -291,7 +274,7 @@ impl View {
             view.apply_priority_class(pc);
         }
         if let Some(namespaces) = objects.namespaces {
-            view.namespaces = Some(PMap::default());
+            view.watch_namespaces();
             for ns in namespaces {
                 view.apply_namespace(ns);
             }
@@ -317,8 +300,7 @@ impl View {
     /// The same objects indexed under another policy (O(cluster); pods are shared, not copied).
     pub fn rebuild(&self, policy: &Policy) -> View {
         let mut view = View::empty(policy);
-        view.priority_classes = self.priority_classes.clone();
-        view.namespaces = self.namespaces.clone();
+        view.context = self.context.clone();
         view.pdbs_by_namespace = self.pdbs_by_namespace.clone();
         view.pod_groups = self.pod_groups.clone();
         view.jobs = self.jobs.clone();
@@ -332,14 +314,9 @@ impl View {
         view.stop_times = self.stop_times.clone();
         view.clock_ms = self.clock_ms;
         view.preemptions = self.preemptions.clone();
-        view.evictions = self.evictions.clone();
-        view.requeue_changes = self.requeue_changes + 1;
-        view.preemptions_seen = self.preemptions_seen;
         for pod in self.pods.values() {
             view.apply_pod(pod.clone(), policy);
         }
-        // The pods carry their bytes no more: they are kept as they were.
-        view.kept = self.kept.clone();
         view.generation = self.generation + 1;
         view
     }
@@ -388,124 +365,17 @@ impl View {
         self.gone.insert(uid.to_string(), self.generation);
     }
 
-    /// Is `pod`'s eviction requeue's, marked as it is: its class brings such a mark back,
-    /// and requeue would copy it or must say why it cannot (`requeue_rule`)?
-    fn requeues(&self, pod: &Pod, policy: &Policy) -> bool {
-        let class = policy.class(policy.classify(pod, self.priority_of(pod)));
-        class.requeue.brings_back(pod)
-            && match self.requeue_verdict(pod, policy) {
-                Ok(()) => true,
-                Err(not) => not.cannot().is_some(),
-            }
-    }
-
-    /// Changes requeue reacts to, counted (`requeue_changes`).
-    pub fn requeue_changes(&self) -> u64 {
-        self.requeue_changes
-    }
-
-    /// Pods seen newly marked by a preemption, counted.
-    pub fn preemptions_seen(&self) -> u64 {
-        self.preemptions_seen
-    }
-
-    fn note_requeue_change(&mut self, pod: &Pod) {
-        if pod.preempted || pod.evicted || pod.deletion_time.is_some() || crate::model::marks::is_replacement(pod) {
-            self.requeue_changes += 1;
-        }
-    }
-
-    /// Preempted bare pods going, recorded until their copy is released.
-    pub fn evictions(&self) -> &Evictions {
-        &self.evictions
-    }
-
-    /// Is `copy` the copy this controller builds of an eviction it recorded? The record if
-    /// so, else why not.
-    pub fn recorded_copy(&self, copy: &Pod) -> Result<&super::Eviction, NotRecorded> {
-        self.evictions.of_copy(copy)
-    }
-
-    /// The JSON of the marked bare pod `uid`, if it is kept (`cluster::kept`).
-    pub fn last_state(&self, uid: &str) -> Option<&Arc<str>> {
-        self.kept.get(uid)
-    }
-
-    /// The bytes kept for requeue.
-    pub fn kept_states(&self) -> &KeptStates {
-        &self.kept
-    }
-
     /// What the view keeps of `pod`: the annotations decisions read (`AnnotationsRead`),
-    /// and no bytes. The bytes a marked bare pod's state carries move into `kept`, where
-    /// requeue reads them, if requeue may copy it; else any it kept are forgotten. (Kept
-    /// apart, so that the bound can drop them without touching the pod, and an eviction's
-    /// record holds none.)
-    fn keep(&mut self, mut pod: PodRef, policy: &Policy) -> PodRef {
+    /// and no bytes (requeue keeps a marked pod's, in a view of its own).
+    fn keep(&self, mut pod: PodRef) -> PodRef {
         if let Some(annotations) = self.annotations_read.kept(&pod.annotations) {
             // In place: a pod just decoded is the watch's alone.
             Arc::make_mut(&mut pod).annotations = annotations;
         }
-        if pod.last_state.is_none() {
-            // Its mark is gone, or it is too large to keep.
-            if !self.kept.is_empty() {
-                self.kept.forget(&pod.uid);
-            }
-            return pod;
+        if pod.last_state.is_some() {
+            Arc::make_mut(&mut pod).last_state = None;
         }
-        let mut pod = Arc::unwrap_or_clone(pod);
-        let bytes = pod.last_state.take();
-        // Not once its copy is stored: the original's last events (its containers
-        // stopping) would keep them until its copy's release.
-        let copied = self.evictions.get(&pod.uid).is_some_and(|e| e.copied);
-        let wanted = self.requeues(&pod, policy)
-            && self.requeue_verdict(&pod, policy).is_ok()
-            && !copied
-            && !self.evictions.is_finished(&pod.uid);
-        match bytes {
-            Some(bytes) if wanted => {
-                self.kept.keep(&pod.uid, bytes);
-            }
-            _ => self.kept.forget(&pod.uid),
-        }
-        Arc::new(pod)
-    }
-
-    /// Records `pod`'s eviction where it is one (`gone`: it left the watch), and forgets
-    /// the bytes of records cut to stay within their bound.
-    fn observe_eviction(&mut self, pod: &PodRef, gone: bool, policy: &Policy) {
-        let requeues = self.requeues(pod, policy);
-        let nominated = pod.node_name.as_deref().map(|n| self.nominated_on(n).to_vec()).unwrap_or_default();
-        let cut = match gone {
-            false => self.evictions.observe(pod, requeues, &nominated),
-            true => self.evictions.observe_gone(pod, requeues, &nominated),
-        };
-        for uid in cut.iter().filter(|uid| self.pods_by_uid.get(uid).is_none()) {
-            self.kept.forget(uid);
-        }
-    }
-
-    /// `uid` has left the view: its bytes go unless its eviction is recorded.
-    fn forget_state_unless_recorded(&mut self, uid: &str) {
-        if !self.kept.is_empty() && self.evictions.get(uid).is_none() {
-            self.kept.forget(uid);
-        }
-    }
-
-    /// A copy came, changed or went: the eviction it is the recorded copy of is copied
-    /// (gated), or done with (released, being deleted, gone), and its bytes are needed no
-    /// more.
-    fn note_copy(&mut self, copy: &Pod, gone: bool) {
-        let Ok(e) = self.evictions.of_copy(copy) else { return };
-        let from = e.pod.uid.clone();
-        let waits = !gone && copy.deletion_time.is_none() && copy.scheduling_gates.iter().any(|g| g == GATE);
-        match waits {
-            true => self.evictions.copy_seen(&from),
-            false => {
-                self.evictions.finish(&from);
-            }
-        }
-        self.kept.forget(&from);
+        pod
     }
 
     /// When kube-scheduler last preempted a pod of `pod`'s controller, if the view saw it.
@@ -553,20 +423,13 @@ impl View {
     /// kube-scheduler's cache holds only bound, non-terminal pods.
     pub fn apply_pod(&mut self, pod: PodRef, policy: &Policy) {
         let key = pod.key();
-        let pod = self.keep(pod, policy);
+        let pod = self.keep(pod);
         self.place_pod(pod, key, policy);
     }
 
     fn place_pod(&mut self, pod: PodRef, key: String, policy: &Policy) {
         self.jobs.observe_pod(&pod);
         self.note_preemption(&pod);
-        self.note_requeue_change(&pod);
-        if pod.preempted && !self.pods.get(&key).is_some_and(|o| o.preempted) {
-            self.preemptions_seen += 1;
-        }
-        if pod.preempted || pod.evicted {
-            self.observe_eviction(&pod, false, policy);
-        }
         let old = self.pods.get(&key).cloned();
         if let Some(old) = &old {
             if self.stays_in_place(old, &pod) {
@@ -582,7 +445,6 @@ impl View {
         }
         if pod.is_terminal() {
             self.note_gone(&pod.uid);
-            self.forget_state_unless_recorded(&pod.uid);
         } else {
             self.attach(pod, key, policy);
         }
@@ -607,7 +469,7 @@ impl View {
     /// The same pod in another place (the common binding: pending, then bound): its map
     /// entries are replaced where they are; only its node changes.
     fn move_slot(&mut self, old: &PodRef, pod: PodRef, key: String, policy: &Policy) {
-        self.index(&pod, key, Some(old));
+        self.index(&pod, key);
         self.leave_slot(old, policy);
         self.enter_slot(pod, policy);
     }
@@ -615,7 +477,7 @@ impl View {
     /// Swaps `old` for `pod` where it stands: one write per map and one node copy, instead
     /// of detach + attach (two of each, plus a remove and a sorted insert in the node).
     fn update_in_place(&mut self, old: &PodRef, pod: PodRef, key: String, policy: &Policy) {
-        self.index(&pod, key, Some(old));
+        self.index(&pod, key);
         match slot(&pod) {
             Slot::Bound(node) => {
                 let old_class = policy.classify(old, self.priority_of(old));
@@ -651,10 +513,8 @@ impl View {
     pub fn remove_unseen_pod(&mut self, key: &str, policy: &Policy) -> Option<PodRef> {
         let old = self.pods.get(key).cloned()?;
         self.note_gone(&old.uid);
-        self.note_requeue_change(&old);
         self.jobs.forget_pod(&old);
         self.detach(&old, policy);
-        self.forget_state_unless_recorded(&old.uid);
         Some(old)
     }
 
@@ -662,42 +522,22 @@ impl View {
         let old = self.pods.get(key).cloned()?;
         if let Some(last) = last {
             self.note_preemption(last);
-            self.note_requeue_change(last);
         }
         self.note_stopped(&old, last.unwrap_or(&old), policy);
         self.note_gone(&old.uid);
-        self.note_requeue_change(&old);
-        // The event's state if it is the same marked pod's (its bytes the latest), else the
-        // view's last.
-        let gone = match last {
-            Some(last) if last.uid == old.uid && (last.preempted || last.evicted) && last.spec_digest.is_some() => {
-                self.keep(Arc::new(last.clone()), policy)
-            }
-            _ => old.clone(),
-        };
-        if gone.preempted || gone.evicted {
-            self.observe_eviction(&gone, true, policy);
-        }
         self.jobs.forget_pod(&old);
         self.detach(&old, policy);
-        self.forget_state_unless_recorded(&old.uid);
         Some(old)
     }
 
     /// Enters `pod` in the view's maps, in place of `old` (same key) if given.
-    fn index(&mut self, pod: &PodRef, key: String, old: Option<&PodRef>) {
-        if crate::model::marks::is_replacement(pod) {
-            self.note_copy(pod, false);
-            self.replacements.insert(key.clone(), pod.clone());
-        } else if old.is_some_and(|o| crate::model::marks::is_replacement(o)) {
-            self.replacements.remove(&key);
-        }
+    fn index(&mut self, pod: &PodRef, key: String) {
         self.pods.insert(key, pod.clone());
         self.pods_by_uid.insert(pod);
     }
 
     fn attach(&mut self, pod: PodRef, key: String, policy: &Policy) {
-        self.index(&pod, key, None);
+        self.index(&pod, key);
         self.enter_slot(pod, policy);
     }
 
@@ -718,9 +558,6 @@ impl View {
         let key = pod.key();
         if self.pods.get(&key).is_some_and(|p| Arc::ptr_eq(p, pod)) {
             self.pods.remove(&key);
-            if self.replacements.remove(&key).is_some() {
-                self.note_copy(pod, true);
-            }
         }
         self.pods_by_uid.remove(pod);
         self.leave_slot(pod, policy);
@@ -896,56 +733,37 @@ impl View {
     /// From now on only namespaces seen (and labelled to opt in) take copies: the view
     /// follows a source that has namespaces.
     pub fn watch_namespaces(&mut self) {
-        self.namespaces.get_or_insert_with(PMap::default);
+        self.context.watch_namespaces();
     }
 
     pub fn apply_namespace(&mut self, ns: Namespace) {
         self.bump();
-        // An opt-in that changes may let an eviction be copied, or no longer.
-        self.requeue_changes += 1;
-        self.namespaces.get_or_insert_with(PMap::default).insert(ns.name, ns.opt_in);
+        self.context.apply_namespace(ns);
     }
 
     pub fn remove_namespace(&mut self, name: &str) -> bool {
         self.bump();
-        self.namespaces.as_mut().is_some_and(|m| m.remove(name).is_some())
+        self.context.remove_namespace(name)
     }
 
     pub fn namespace_names(&self) -> impl Iterator<Item = &str> {
-        self.namespaces.iter().flat_map(|m| m.keys().map(String::as_str))
-    }
-
-    /// May requeue store copies in `namespace`? Yes where the source has no namespaces;
-    /// otherwise only in one seen labelled to opt in (`marks::namespace_opt_in`).
-    pub fn requeue_allowed_in(&self, namespace: &str) -> bool {
-        self.namespace_opt_in(namespace).copies
+        self.context.namespace_names()
     }
 
     /// What `namespace` opted in to (`NamespaceOptIn::WITHOUT_NAMESPACES` where the source
     /// has no namespaces; nothing for one not seen).
     pub fn namespace_opt_in(&self, namespace: &str) -> NamespaceOptIn {
-        match &self.namespaces {
-            None => NamespaceOptIn::WITHOUT_NAMESPACES,
-            Some(m) => m.get(namespace).copied().unwrap_or_default(),
-        }
-    }
-
-    /// Does requeue bring `pod` back, as this view knows its namespace (`requeue_rule`;
-    /// whether copies can be stored now is the controller's to know, taken as yes)?
-    pub fn requeue_verdict(&self, pod: &Pod, policy: &Policy) -> Result<(), NotRequeued> {
-        let class = policy.class(policy.classify(pod, self.priority_of(pod)));
-        let at = Circumstances { requeue_available: true, namespace: self.namespace_opt_in(&pod.namespace) };
-        requeue_rule(pod, class, at)
+        self.context.namespace_opt_in(namespace)
     }
 
     pub fn apply_priority_class(&mut self, pc: PriorityClass) {
         self.bump();
-        self.priority_classes.insert(pc.name, pc.value);
+        self.context.apply_priority_class(pc);
     }
 
     pub fn remove_priority_class(&mut self, name: &str) -> bool {
         self.bump();
-        self.priority_classes.remove(name).is_some()
+        self.context.remove_priority_class(name)
     }
 
     // ---- reads --------------------------------------------------------------------------
@@ -994,11 +812,6 @@ impl View {
         self.pods.get(key)
     }
 
-    /// Requeue replacements still in the cluster, gated or released (unordered).
-    pub fn replacements(&self) -> impl Iterator<Item = &PodRef> {
-        self.replacements.values()
-    }
-
     /// Every non-terminal pod, bound or pending.
     pub fn all_pods(&self) -> impl Iterator<Item = &PodRef> {
         self.pods.values()
@@ -1034,7 +847,7 @@ impl View {
     }
 
     pub fn priority_class_names(&self) -> impl Iterator<Item = &str> {
-        self.priority_classes.keys().map(String::as_str)
+        self.context.priority_class_names()
     }
 
     /// PDBs whose selector covers `pod`.
@@ -1044,9 +857,7 @@ impl View {
 
     /// The pod's priority: `spec.priority` as admitted, else its PriorityClass, else 0.
     pub fn priority_of(&self, pod: &Pod) -> i32 {
-        pod.priority
-            .or_else(|| pod.priority_class_name.as_ref().and_then(|n| self.priority_classes.get(n).copied()))
-            .unwrap_or(0)
+        self.context.priority_of(pod)
     }
 
     /// The pod's gang, as the policy's gang sources declare it.
@@ -1094,9 +905,8 @@ impl View {
             min,
             min_from,
             disruption: object.map_or(DisruptionMode::Single, |g| g.disruption),
-            priority: object.and_then(|g| {
-                g.priority.or_else(|| self.priority_classes.get(g.priority_class_name.as_ref()?).copied())
-            }),
+            priority: object
+                .and_then(|g| g.priority.or_else(|| self.context.priority_class(g.priority_class_name.as_ref()?))),
         }
     }
 

@@ -1,11 +1,16 @@
-//! The cluster view from the Kubernetes API: one watch per kind (pods listed from the watch
-//! cache by `cached`, the others by kube-rs' watcher), decoded once into
-//! the lean model (`lean`), each event applied at once to the view staged in the
-//! `ViewCell`, which the very next request gets. No debounce: a deleted or terminating pod
-//! must not be offered as a victim a moment after kube-scheduler's cache dropped it. Jobs are
-//! required like PDBs: a Job victim is costed by what its preemption does to the Job, and
-//! a view without Jobs would cost every Job pod as merely recreated. Gang kinds
-//! (PodGroups) are optional: watched while the API server serves them (`optional`).
+//! The cluster views from the Kubernetes API: one watch per kind (pods listed from the
+//! watch cache by `cached`, the others by kube-rs' watcher), decoded once into the lean
+//! model (`lean`), each event handed at once to the view's `Writer`, which applies it to
+//! the view staged in its cell, and the very next read gets it. No debounce: a deleted or
+//! terminating pod must not be offered as a victim a moment after kube-scheduler's cache
+//! dropped it.
+//!
+//! Each process watches the kinds of the one view it reads. The extender's (`run`): pods as
+//! decisions read them, Nodes, PDBs, PriorityClasses, Jobs (required like PDBs: a Job
+//! victim is costed by what its preemption does to the Job, and a view without Jobs would
+//! cost every Job pod as merely recreated) and Namespaces; gang kinds (PodGroups) while the
+//! API server serves them (`optional`). The requeue controller's (`run_requeue`): pods with
+//! what requeue copies from, PriorityClasses and Namespaces.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -18,11 +23,11 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client};
 
 use super::lean::{
-    DecisionPodKind, JobKind, Lean, LeanKind, NamespaceKind, NodeKind, PdbKind, PodGroupApi, PodGroupKind, PodKind,
-    PriorityClassKind,
+    DecisionPodKind, JobKind, Lean, LeanKind, NamespaceKind, NodeKind, PdbKind, PodKind, PriorityClassKind,
 };
-use super::{View, ViewCell};
-use crate::policy::{AnnotationsRead, Policy};
+use super::writer::{Store, Takes, Writer};
+use super::{RequeueCell, ViewCell};
+use crate::policy::{AnnotationsRead, GangSources, Policy};
 
 /// Seconds a watch may fail before the view counts as stale: `/readyz` turns 503 and
 /// decisions fall back to each class's `withoutView` behaviour.
@@ -35,10 +40,13 @@ mod optional;
 /// later is picked up, one removed is dropped).
 pub const DISCOVERY_EVERY: Duration = Duration::from_secs(180);
 
-/// The kinds the view is built from; it is published once every one has synced (and the
-/// gang kinds served at start-up).
+/// The kinds the decisions' view is built from; it is published once every one has synced
+/// (and the gang kinds served at start-up).
 pub const KINDS: [&str; 6] =
     [PodKind::KIND, NodeKind::KIND, PdbKind::KIND, PriorityClassKind::KIND, JobKind::KIND, NamespaceKind::KIND];
+
+/// The kinds the requeue controller's view is built from.
+pub const REQUEUE_KINDS: [&str; 3] = [PodKind::KIND, PriorityClassKind::KIND, NamespaceKind::KIND];
 
 #[derive(Debug, Default, Clone, Copy)]
 struct KindHealth {
@@ -55,9 +63,16 @@ struct KindHealth {
 #[derive(Debug, Default)]
 pub struct Freshness {
     kinds: Mutex<BTreeMap<&'static str, KindHealth>>,
+    /// The kinds the view needs (`KINDS` until a watch says otherwise).
+    required: Mutex<Option<&'static [&'static str]>>,
 }
 
 impl Freshness {
+    /// The view being watched needs `kinds` (besides the gang kinds it watches).
+    fn require(&self, kinds: &'static [&'static str]) {
+        *self.required.lock().unwrap_or_else(|e| e.into_inner()) = Some(kinds);
+    }
+
     fn update(&self, kind: &'static str, f: impl FnOnce(&mut KindHealth)) {
         f(self.kinds.lock().unwrap_or_else(|e| e.into_inner()).entry(kind).or_default());
     }
@@ -112,12 +127,13 @@ impl Freshness {
         kinds.iter().filter(|(_, h)| h.failing_since != 0).map(|(k, _)| *k).collect()
     }
 
-    /// Kinds of `KINDS`, and gang kinds being watched, that have not completed their
-    /// first list.
+    /// Kinds the view needs (`KINDS` for the decisions' view), and gang kinds being
+    /// watched, that have not completed their first list.
     pub fn unsynced_kinds(&self) -> Vec<&'static str> {
+        let required = self.required.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or(&KINDS);
         let kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
         let optional = kinds.iter().filter(|(_, h)| h.optional).map(|(k, _)| *k);
-        KINDS.iter().copied().chain(optional).filter(|k| !kinds.get(k).is_some_and(|h| h.synced)).collect()
+        required.iter().copied().chain(optional).filter(|k| !kinds.get(k).is_some_and(|h| h.synced)).collect()
     }
 
     /// Has every kind completed its first list? (The first view is published only then.)
@@ -136,10 +152,10 @@ struct Relist {
     objects: usize,
 }
 
-/// What the watches share: their bookkeeping, and the cell whose staged view they change.
-struct Shared {
+/// What the watches of one view share: their bookkeeping, and the view's writer.
+struct Shared<S> {
     master: Mutex<Master>,
-    cell: Arc<ViewCell>,
+    writer: Writer<S>,
     fresh: Arc<Freshness>,
 }
 
@@ -152,7 +168,7 @@ struct Master {
     published: bool,
 }
 
-impl Shared {
+impl<S: Store> Shared<S> {
     fn lock(&self) -> std::sync::MutexGuard<'_, Master> {
         self.master.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -161,196 +177,32 @@ impl Shared {
     fn open_when_synced(&self, m: &mut Master) {
         if !m.published && self.fresh.all_synced() {
             m.published = true;
-            self.cell.open();
+            self.writer.open();
         }
-    }
-}
-
-/// How one kind's objects enter and leave the view.
-trait Applies: LeanKind {
-    fn apply(view: &mut View, model: Self::Model, policy: &Policy);
-    /// Removes the object with `Lean::key()` `key`.
-    fn remove(view: &mut View, key: &str, policy: &Policy);
-    /// Removes an object the API server deleted; `last` is what the event carried.
-    fn deleted(view: &mut View, key: &str, _last: Option<&Self::Model>, policy: &Policy) {
-        Self::remove(view, key, policy)
-    }
-    /// Removes an object a re-list no longer finds (it went while the watch was down).
-    fn unseen(view: &mut View, key: &str, policy: &Policy) {
-        Self::remove(view, key, policy)
-    }
-    /// Keys (as `Lean::key()` spells them) of every object of this kind in the view.
-    fn keys(view: &View) -> Vec<String>;
-    /// Does the view hold any object of this kind?
-    fn holds_any(view: &View) -> bool {
-        !Self::keys(view).is_empty()
-    }
-}
-
-fn split(key: &str) -> (&str, &str) {
-    key.split_once('/').unwrap_or(("", key))
-}
-
-/// What the pod watch keeps of each pod.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PodsKept {
-    /// What decisions read: the extender's view (it copies no pod).
-    ForDecisions,
-    /// Also what requeue copies a marked pod from (its bytes, its spec's digest): the
-    /// requeue controller's view.
-    ForRequeue,
-}
-
-impl Applies for DecisionPodKind {
-    fn apply(view: &mut View, model: Self::Model, policy: &Policy) {
-        PodKind::apply(view, model, policy)
-    }
-    fn remove(view: &mut View, key: &str, policy: &Policy) {
-        PodKind::remove(view, key, policy)
-    }
-    fn deleted(view: &mut View, key: &str, last: Option<&Self::Model>, policy: &Policy) {
-        PodKind::deleted(view, key, last, policy)
-    }
-    fn unseen(view: &mut View, key: &str, policy: &Policy) {
-        PodKind::unseen(view, key, policy)
-    }
-    fn keys(view: &View) -> Vec<String> {
-        PodKind::keys(view)
-    }
-    fn holds_any(view: &View) -> bool {
-        PodKind::holds_any(view)
-    }
-}
-
-impl Applies for PodKind {
-    fn apply(view: &mut View, model: Self::Model, policy: &Policy) {
-        view.apply_pod(Arc::new(model), policy);
-    }
-    fn remove(view: &mut View, key: &str, policy: &Policy) {
-        view.remove_pod(key, policy);
-    }
-    fn deleted(view: &mut View, key: &str, last: Option<&Self::Model>, policy: &Policy) {
-        match last {
-            Some(last) => view.remove_deleted_pod(key, last, policy),
-            None => view.remove_pod(key, policy),
-        };
-    }
-    fn unseen(view: &mut View, key: &str, policy: &Policy) {
-        view.remove_unseen_pod(key, policy);
-    }
-    fn keys(view: &View) -> Vec<String> {
-        view.all_pods().map(|p| p.key()).collect()
-    }
-    fn holds_any(view: &View) -> bool {
-        view.all_pods().next().is_some()
-    }
-}
-
-impl Applies for NodeKind {
-    fn apply(view: &mut View, model: Self::Model, _: &Policy) {
-        view.apply_node(model);
-    }
-    fn remove(view: &mut View, key: &str, _: &Policy) {
-        view.remove_node(split(key).1);
-    }
-    fn keys(view: &View) -> Vec<String> {
-        view.node_names().map(|n| format!("/{n}")).collect()
-    }
-}
-
-impl Applies for PdbKind {
-    fn apply(view: &mut View, model: Self::Model, _: &Policy) {
-        view.apply_pdb(model);
-    }
-    fn remove(view: &mut View, key: &str, _: &Policy) {
-        let (ns, name) = split(key);
-        view.remove_pdb(ns, name);
-    }
-    fn keys(view: &View) -> Vec<String> {
-        view.pdb_keys().collect()
-    }
-}
-
-impl Applies for JobKind {
-    fn apply(view: &mut View, model: Self::Model, _: &Policy) {
-        view.apply_job(model);
-    }
-    fn remove(view: &mut View, key: &str, _: &Policy) {
-        let (ns, name) = split(key);
-        view.remove_job(ns, name);
-    }
-    fn keys(view: &View) -> Vec<String> {
-        view.jobs().keys().cloned().collect()
-    }
-}
-
-impl Applies for PriorityClassKind {
-    fn apply(view: &mut View, model: Self::Model, _: &Policy) {
-        view.apply_priority_class(model);
-    }
-    fn remove(view: &mut View, key: &str, _: &Policy) {
-        view.remove_priority_class(split(key).1);
-    }
-    fn keys(view: &View) -> Vec<String> {
-        view.priority_class_names().map(|n| format!("/{n}")).collect()
-    }
-}
-
-// Namespaces are required: a view without them would copy into namespaces that never
-// opted in, or (admission refusing those copies) lose their pods.
-impl Applies for NamespaceKind {
-    fn apply(view: &mut View, model: Self::Model, _: &Policy) {
-        view.apply_namespace(model);
-    }
-    fn remove(view: &mut View, key: &str, _: &Policy) {
-        view.remove_namespace(split(key).1);
-    }
-    fn keys(view: &View) -> Vec<String> {
-        view.namespace_names().map(|n| format!("/{n}")).collect()
-    }
-}
-
-impl<A: PodGroupApi> Applies for PodGroupKind<A> {
-    fn apply(view: &mut View, model: Self::Model, _: &Policy) {
-        view.apply_pod_group(model);
-    }
-    fn remove(view: &mut View, key: &str, _: &Policy) {
-        let (ns, name) = split(key);
-        view.remove_pod_group(A::SOURCE, ns, name);
-    }
-    fn keys(view: &View) -> Vec<String> {
-        view.pod_groups(A::SOURCE).map(|g| format!("{}/{}", g.namespace, g.name)).collect()
     }
 }
 
 /// Applies one object: its model, or, if it could not be converted, its removal (a pod
 /// the view cannot read is never offered as a victim), logged and counted. `clock_ms`:
 /// when it was received (0 where that is not when it changed: a re-list's objects).
-fn apply_one<K: Applies>(cell: &ViewCell, policy: &Policy, obj: Lean<K>, clock_ms: i64) {
-    if let Err(e) = &obj.model {
-        let key = obj.key();
-        metrics::counter!("coloc_watch_conversion_errors_total", "kind" => K::LABEL).increment(1);
-        tracing::warn!(kind = K::LABEL, object = %key, error = %e, "cannot read object; left out of the cluster view");
-        return cell.change(|view| {
-            // Left out for being unreadable, not for having stopped.
-            view.set_clock_ms(0);
-            K::remove(view, &key, policy)
-        });
-    }
-    if let Ok(model) = obj.model {
-        cell.change(|view| {
-            view.set_clock_ms(clock_ms);
-            K::apply(view, model, policy)
-        });
+fn apply_one<S: Takes<K>, K: LeanKind>(writer: &Writer<S>, policy: &Policy, obj: Lean<K>, clock_ms: i64) {
+    match obj.model {
+        Ok(model) => writer.apply::<K>(model, clock_ms, policy),
+        Err(ref e) => {
+            let key = obj.key();
+            metrics::counter!("coloc_watch_conversion_errors_total", "kind" => K::LABEL).increment(1);
+            tracing::warn!(kind = K::LABEL, object = %key, error = %e, "cannot read object; left out of the cluster view");
+            writer.leave_out::<K>(&key, policy);
+        }
     }
 }
 
-fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
+fn handle<S: Takes<K>, K: LeanKind>(shared: &Shared<S>, event: Event<Lean<K>>) {
     let mut m = shared.lock();
     let policy = m.policy.clone();
     match event {
         Event::Init => {
-            let held = shared.cell.read_staged(K::holds_any);
+            let held = shared.writer.holds_any::<K>();
             m.relisting.insert(K::LABEL, Relist { keys: held.then(HashSet::new), objects: 0 });
             return;
         }
@@ -363,7 +215,7 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
             }
             // Listed, not watched: a pod gone terminal while the watch was down went at no
             // known time, and teaches nothing of how long pods take to stop.
-            apply_one(&shared.cell, &policy, obj, 0);
+            apply_one(&shared.writer, &policy, obj, 0);
             // Until the first sync readers see nothing; during a later re-list, upserts
             // are current state and are seen as they come.
         }
@@ -371,25 +223,16 @@ fn handle<K: Applies>(shared: &Shared, event: Event<Lean<K>>) {
             let listed = m.relisting.remove(K::LABEL).unwrap_or_default();
             let removed = match listed.keys {
                 // O(objects of the kind): a re-list of every pod must not hold readers up.
-                Some(keys) => shared.cell.change_long(|view| {
-                    let gone: Vec<String> = K::keys(view).into_iter().filter(|k| !keys.contains(k)).collect();
-                    for key in &gone {
-                        K::unseen(view, key, &policy);
-                    }
-                    gone.len()
-                }),
+                Some(keys) => shared.writer.remove_unlisted::<K>(&keys, &policy),
                 None => 0,
             };
             shared.fresh.synced(K::LABEL);
             tracing::info!(kind = K::LABEL, objects = listed.objects, removed, "watch listed");
         }
-        Event::Apply(obj) => apply_one(&shared.cell, &policy, obj, crate::clock::system_now_ms()),
+        Event::Apply(obj) => apply_one(&shared.writer, &policy, obj, crate::clock::system_now_ms()),
         Event::Delete(obj) => {
             let now = crate::clock::system_now_ms();
-            shared.cell.change(|view| {
-                view.set_clock_ms(now);
-                K::deleted(view, &obj.key(), obj.model.as_ref().ok(), &policy)
-            })
+            shared.writer.delete::<K>(&obj.key(), obj.model.as_ref().ok(), now, &policy)
         }
     }
     shared.open_when_synced(&mut m);
@@ -404,9 +247,9 @@ fn watcher_of<K: LeanKind>(
 
 /// Applies a kind's events to the view, and keeps its health, until the stream ends; after
 /// an error the stream is polled again after kube-rs' default back-off.
-async fn follow<K: Applies>(
+async fn follow<S: Takes<K>, K: LeanKind>(
     events: impl Stream<Item = Result<Event<Lean<K>>, watcher::Error>> + Send + 'static,
-    shared: Arc<Shared>,
+    shared: Arc<Shared<S>>,
 ) {
     let mut stream = events.default_backoff().boxed();
     // Registered once: every bind comes through here.
@@ -466,11 +309,36 @@ fn probe_path<K: LeanKind>() -> String {
     format!("{}?limit=1", <Lean<K> as kube::Resource>::url_path(&(), None))
 }
 
-/// Runs the watches until the process ends. Install the metrics recorder first: each
-/// watch registers its counters once, as it starts. Readers see the view once every kind has
-/// synced; after that every event, at their next read. A policy change re-indexes the view off
-/// the async runtime. Staleness is checked every `tick`; gang kinds are discovered every
-/// `DISCOVERY_EVERY`. Pods are kept for requeue too (`PodsKept::ForRequeue`).
+/// Kinds a view watches only while the API server serves them: the decisions' gang kinds
+/// (`optional::GangKinds`); none for the requeue controller's view (`Required`).
+trait Optional<S> {
+    /// Starts watching the kinds now served (and enabled), stops the others.
+    async fn discover(&mut self, client: &Client, shared: &Arc<Shared<S>>, sources: GangSources);
+}
+
+/// A view built from required kinds alone.
+struct Required;
+
+impl<S> Optional<S> for Required {
+    async fn discover(&mut self, _: &Client, _: &Arc<Shared<S>>, _: GangSources) {}
+}
+
+/// The watches of one view, their bookkeeping started from an empty view for `policy`.
+fn start<S: Store>(cell: Arc<super::StoreCell<S>>, policy: &Arc<Policy>, fresh: &Arc<Freshness>) -> Arc<Shared<S>> {
+    let writer = Writer::new(cell);
+    writer.reset(policy);
+    Arc::new(Shared {
+        master: Mutex::new(Master { policy: policy.clone(), relisting: BTreeMap::new(), published: false }),
+        writer,
+        fresh: fresh.clone(),
+    })
+}
+
+/// Runs the watches of the decisions' view until the process ends. Install the metrics
+/// recorder first: each watch registers its counters once, as it starts. Readers see the
+/// view once every kind has synced; after that every event, at their next read. A policy
+/// change re-indexes the view off the async runtime. Staleness is checked every `tick`;
+/// gang kinds are discovered every `DISCOVERY_EVERY`.
 pub async fn run(
     client: Client,
     cell: Arc<ViewCell>,
@@ -478,22 +346,10 @@ pub async fn run(
     fresh: Arc<Freshness>,
     tick: Duration,
 ) {
-    run_keeping(client, cell, policy, fresh, tick, PodsKept::ForRequeue).await
+    run_with(client, cell, policy, fresh, tick, DISCOVERY_EVERY).await
 }
 
-/// `run`, keeping of each pod what `kept` says.
-pub async fn run_keeping(
-    client: Client,
-    cell: Arc<ViewCell>,
-    policy: Arc<ArcSwap<Policy>>,
-    fresh: Arc<Freshness>,
-    tick: Duration,
-    kept: PodsKept,
-) {
-    run_with(client, cell, policy, fresh, tick, DISCOVERY_EVERY, kept).await
-}
-
-/// `run_keeping`, with the interval between gang-kind discoveries.
+/// `run`, with the interval between gang-kind discoveries.
 pub async fn run_with(
     client: Client,
     cell: Arc<ViewCell>,
@@ -501,81 +357,105 @@ pub async fn run_with(
     fresh: Arc<Freshness>,
     tick: Duration,
     discovery_every: Duration,
-    kept: PodsKept,
 ) {
-    let mut policy_seen = policy.load_full();
-    cell.change(|view| {
-        *view = View::empty(&policy_seen);
-        view.watch_namespaces();
-    });
-    let shared = Arc::new(Shared {
-        master: Mutex::new(Master { policy: policy_seen.clone(), relisting: BTreeMap::new(), published: false }),
-        cell: cell.clone(),
-        fresh: fresh.clone(),
-    });
+    let policy_seen = policy.load_full();
+    fresh.require(&KINDS);
+    let shared = start(cell, &policy_seen, &fresh);
     // Gang kinds served now hold the first view back until they have listed too: they are
     // registered before any required kind can finish its list and publish.
     let mut gang_kinds = optional::GangKinds::default();
     gang_kinds.discover(&client, &shared, policy_seen.gangs.sources).await;
-    let mut discovered_at = tokio::time::Instant::now();
-    // Terminal pods never hold resources in kube-scheduler's cache either.
     let (relist_pods, relist) = tokio::sync::watch::channel(());
-    let running = Some("status.phase!=Succeeded,status.phase!=Failed");
-    match kept {
-        PodsKept::ForRequeue => {
-            tokio::spawn(follow(cached::list_watch::<PodKind>(client.clone(), running, relist), shared.clone()))
-        }
-        PodsKept::ForDecisions => {
-            tokio::spawn(follow(cached::list_watch::<DecisionPodKind>(client.clone(), running, relist), shared.clone()))
-        }
-    };
+    // Terminal pods never hold resources in kube-scheduler's cache either.
+    tokio::spawn(follow(cached::list_watch::<DecisionPodKind>(client.clone(), RUNNING, relist), shared.clone()));
     tokio::spawn(follow(watcher_of::<NodeKind>(client.clone()), shared.clone()));
     tokio::spawn(follow(watcher_of::<PdbKind>(client.clone()), shared.clone()));
     tokio::spawn(follow(watcher_of::<PriorityClassKind>(client.clone()), shared.clone()));
     tokio::spawn(follow(watcher_of::<JobKind>(client.clone()), shared.clone()));
     tokio::spawn(follow(watcher_of::<NamespaceKind>(client.clone()), shared.clone()));
+    let watches = Watches { client, shared, policy, policy_seen, tick, discovery_every, relist_pods };
+    watches.keep_current(gang_kinds).await
+}
 
-    loop {
-        tokio::time::sleep(tick).await;
-        if discovered_at.elapsed() >= discovery_every {
-            gang_kinds.discover(&client, &shared, policy.load().gangs.sources).await;
-            discovered_at = tokio::time::Instant::now();
+/// Runs the watches of the requeue controller's view until the process ends: pods, kept
+/// with what requeue copies a marked pod from (its bytes, its spec's digest),
+/// PriorityClasses and Namespaces. As `run` otherwise.
+pub async fn run_requeue(
+    client: Client,
+    cell: Arc<RequeueCell>,
+    policy: Arc<ArcSwap<Policy>>,
+    fresh: Arc<Freshness>,
+    tick: Duration,
+) {
+    let policy_seen = policy.load_full();
+    fresh.require(&REQUEUE_KINDS);
+    let shared = start(cell, &policy_seen, &fresh);
+    let (relist_pods, relist) = tokio::sync::watch::channel(());
+    tokio::spawn(follow(cached::list_watch::<PodKind>(client.clone(), RUNNING, relist), shared.clone()));
+    tokio::spawn(follow(watcher_of::<PriorityClassKind>(client.clone()), shared.clone()));
+    tokio::spawn(follow(watcher_of::<NamespaceKind>(client.clone()), shared.clone()));
+    let watches = Watches { client, shared, policy, policy_seen, tick, discovery_every: DISCOVERY_EVERY, relist_pods };
+    watches.keep_current(Required).await
+}
+
+/// Pods that still run or wait: a terminal pod leaves both views.
+const RUNNING: Option<&str> = Some("status.phase!=Succeeded,status.phase!=Failed");
+
+/// What keeps a view's watches current once they run.
+struct Watches<S> {
+    client: Client,
+    shared: Arc<Shared<S>>,
+    policy: Arc<ArcSwap<Policy>>,
+    /// The policy the view is indexed under.
+    policy_seen: Arc<Policy>,
+    tick: Duration,
+    discovery_every: Duration,
+    /// Asks the pod watch for a new list.
+    relist_pods: tokio::sync::watch::Sender<()>,
+}
+
+impl<S: Store> Watches<S> {
+    /// Every `tick`: the optional kinds discovered when due, failing kinds probed,
+    /// staleness and gauges set, and the view re-indexed for a new policy.
+    async fn keep_current(mut self, mut optional: impl Optional<S>) {
+        let mut discovered_at = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(self.tick).await;
+            if discovered_at.elapsed() >= self.discovery_every {
+                optional.discover(&self.client, &self.shared, self.policy.load().gangs.sources).await;
+                discovered_at = tokio::time::Instant::now();
+            }
+            let fresh = &self.shared.fresh;
+            probe_failing(&self.client, fresh).await;
+            self.shared.writer.set_stale(fresh.is_stale(crate::clock::system_now(), STALE_AFTER_SECS));
+            self.shared.writer.record();
+            let current = self.policy.load_full();
+            if Arc::ptr_eq(&current, &self.policy_seen) {
+                continue;
+            }
+            let before = std::mem::replace(&mut self.policy_seen, current.clone());
+            self.reindex(current.clone()).await;
+            // The view keeps of each pod only the annotations the policy reads: one that
+            // reads a key the view left out needs every pod read again, once re-indexed.
+            if AnnotationsRead::of(&current.gangs).reads_more_than(&AnnotationsRead::of(&before.gangs)) {
+                tracing::info!("pods listed again: the policy reads annotations the view did not keep");
+                self.relist_pods.send_replace(());
+            }
+            // A gang source switched on or off takes effect now, not at the next discovery.
+            optional.discover(&self.client, &self.shared, current.gangs.sources).await;
         }
-        probe_failing(&client, &fresh).await;
-        let now = crate::clock::system_now();
-        cell.set_stale(fresh.is_stale(now, STALE_AFTER_SECS));
-        cell.read_latest(|v| {
-            metrics::gauge!("coloc_view_nodes").set(v.node_count() as f64);
-            metrics::gauge!("coloc_view_pods").set(v.pod_count() as f64);
-            metrics::gauge!("coloc_view_generation").set(v.generation() as f64);
-            optional::record_pod_groups(v);
-        });
-        let current = policy.load_full();
-        if Arc::ptr_eq(&current, &policy_seen) {
-            continue;
-        }
-        let before = std::mem::replace(&mut policy_seen, current.clone());
-        // The view keeps of each pod only the annotations the policy reads: one that reads
-        // a key the view left out needs every pod read again, once re-indexed.
-        let relist = AnnotationsRead::of(&current.gangs).reads_more_than(&AnnotationsRead::of(&before.gangs));
-        let sources = current.gangs.sources;
-        let shared_now = shared.clone();
-        // O(cluster): keep it off the threads that answer requests.
+    }
+
+    /// Re-indexes the view under `policy`: O(cluster), kept off the threads that answer
+    /// requests.
+    async fn reindex(&self, policy: Arc<Policy>) {
+        let shared = self.shared.clone();
         let _ = tokio::task::spawn_blocking(move || {
-            let mut m = shared_now.lock();
-            let (nodes, pods) = shared_now.cell.change_long(|view| {
-                *view = view.rebuild(&current);
-                (view.node_count(), view.pod_count())
-            });
-            m.policy = current;
-            tracing::info!(nodes, pods, "cluster view re-indexed for the new policy");
+            let mut m = shared.lock();
+            shared.writer.rebuild(&policy);
+            m.policy = policy;
+            tracing::info!("cluster view re-indexed for the new policy");
         })
         .await;
-        if relist {
-            tracing::info!("pods listed again: the policy reads annotations the view did not keep");
-            relist_pods.send_replace(());
-        }
-        // A gang source switched on or off takes effect now, not at the next discovery.
-        gang_kinds.discover(&client, &shared, sources).await;
     }
 }

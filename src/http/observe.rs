@@ -40,7 +40,7 @@ pub fn view_freshness(state: &AppState) {
         return;
     }
     let now = system_now();
-    ::metrics::gauge!("coloc_view_ready").set(if state.view.is_ready() { 1.0 } else { 0.0 });
+    ::metrics::gauge!("coloc_view_ready").set(if state.readiness.is_ready() { 1.0 } else { 0.0 });
     let (stale, failing) = match &state.freshness {
         Some(f) => (
             f.is_stale(now, STALE_AFTER_SECS),

@@ -8,7 +8,7 @@ use arc_swap::{ArcSwap, ArcSwapOption};
 use super::decision_log::DecisionLog;
 pub use crate::clock::system_now;
 use crate::cluster::watch::Freshness;
-use crate::cluster::ViewCell;
+use crate::cluster::{Readiness, ViewCell};
 use crate::model::Timestamp;
 use crate::policy::Policy;
 use crate::wire::Caps;
@@ -59,6 +59,8 @@ pub struct AppState {
     pub policy: Arc<ArcSwap<Policy>>,
     pub view: Arc<ViewCell>,
     pub view_source: ViewSource,
+    /// The view `/readyz` waits for: `view`, or the requeue controller's in its process.
+    pub readiness: Arc<dyn Readiness>,
     pub limits: Limits,
     /// Seconds since the epoch; replaceable so tests are deterministic.
     pub clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
@@ -88,6 +90,7 @@ impl AppState {
         let watched = (view_source == ViewSource::Kubernetes).then(|| view.clone());
         AppState {
             policy: Arc::new(ArcSwap::from_pointee(policy)),
+            readiness: view.clone(),
             view,
             view_source,
             limits: Limits::default(),
@@ -103,7 +106,7 @@ impl AppState {
     }
 
     pub fn is_ready(&self) -> bool {
-        self.view_source == ViewSource::None || self.view.is_ready()
+        self.view_source == ViewSource::None || self.readiness.is_ready()
     }
 
     /// What `/readyz` says besides ready or not: view source and health, requeue.

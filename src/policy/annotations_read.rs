@@ -2,7 +2,7 @@
 //! annotations. A tenant may write up to 256 KiB of them on each pod; the view keeps only
 //! these keys, each value at most `LONGEST_VALUE` bytes, so what a replica holds per pod
 //! does not follow what tenants write. A request's pods keep theirs (they live for one
-//! answer), and requeue copies a pod from its whole JSON (`View::last_state`, or a read of
+//! answer), and requeue copies a pod from its whole JSON (`RequeueView::last_state`, or a read of
 //! it), never from this model: a copy carries every annotation its original had.
 //!
 //! Which gang minimum annotations are read is the policy's (`gangs.minMemberAnnotations`):

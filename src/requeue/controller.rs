@@ -23,7 +23,7 @@ use super::kube::{pod_api, pod_ref, Requeuer, StoreError};
 use super::leader::Leadership;
 use super::plan::{self, Action, Copy, Release, Unrecorded};
 use super::replacement;
-use crate::cluster::ViewCell;
+use crate::cluster::RequeueCell;
 use crate::model::{marks, Timestamp};
 use crate::policy::Policy;
 
@@ -101,7 +101,7 @@ impl Requeuer {
     /// has recorded the same evictions when it takes over.
     pub async fn run(
         self: Arc<Self>,
-        cell: Arc<ViewCell>,
+        cell: Arc<RequeueCell>,
         policy: Arc<ArcSwap<Policy>>,
         settings: Settings,
         leadership: Arc<Leadership>,
@@ -117,7 +117,7 @@ impl Requeuer {
                 _ = tokio::time::sleep(TICK) => {}
             }
             changes.borrow_and_update();
-            let now_seen = cell.read_latest(|v| (v.requeue_changes(), v.preemptions_seen()));
+            let now_seen = cell.read_latest(|v| (v.changes(), v.preemptions_seen()));
             if now_seen.map(|s| s.1) != preemptions {
                 preemptions = now_seen.map(|s| s.1);
                 self.pace.preempt_seen();
@@ -203,7 +203,13 @@ impl Requeuer {
     /// is not requeued; a replica standing by only what the plan has asked for
     /// `STANDBY_AFTER` (a copy, a release, a delete of a copy it recorded). Returns the
     /// actions tried.
-    pub async fn reconcile_once(&self, cell: &ViewCell, policy: &Policy, settings: Settings, leading: bool) -> usize {
+    pub async fn reconcile_once(
+        &self,
+        cell: &RequeueCell,
+        policy: &Policy,
+        settings: Settings,
+        leading: bool,
+    ) -> usize {
         let now = crate::clock::system_now();
         let Some(pass) = cell.read_latest(|view| Pass {
             actions: plan::reconcile(view, policy, now, settings.copies, settings.bounds()),
@@ -366,7 +372,7 @@ impl Requeuer {
     /// Once the view is synced: the namespaces whose bare pods of requeue classes are
     /// victims of last resort because the namespace has not opted in, in one log line and
     /// an Event on each namespace. False while the view is not synced.
-    async fn say_namespaces_not_opted_in(&self, cell: &ViewCell, policy: &Policy) -> bool {
+    async fn say_namespaces_not_opted_in(&self, cell: &RequeueCell, policy: &Policy) -> bool {
         let Some(found) = cell.read_latest(|view| plan::last_resort_namespaces(view, policy)) else {
             return false;
         };

@@ -1,7 +1,7 @@
 //! What requeue must do now, from the cluster view alone: pure, so a restarted or second
 //! replica reaches the same conclusions from the same view (reconcile, not remember).
 //!
-//! - **Copy** every preempted bare pod of a requeue class that is going (`View::evictions`),
+//! - **Copy** every preempted bare pod of a requeue class that is going (`RequeueView::evictions`),
 //!   whoever evicted it: a gated copy built from its last state, under a name derived from
 //!   its UID (a second create is a no-op); the next such name where a pod that is not its
 //!   copy holds one.
@@ -10,7 +10,7 @@
 //!   seconds past its deletionTimestamp (its node gone, say) holds its copy no longer: the
 //!   copy is released as the ReplicaSet and Job controllers replace terminating pods. Only
 //!   a copy of an eviction this controller recorded, as it builds it, is ever released
-//!   (`View::recorded_copy`): whoever else can create a gated "copy" cannot have the
+//!   (`RequeueView::recorded_copy`): whoever else can create a gated "copy" cannot have the
 //!   extender run it.
 //! - **Delete** a gated copy whose original is not being deleted: an earlier release stored
 //!   it before an eviction that never came, or someone else made it; and a gated copy not
@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::cluster::{Eviction, View};
+use crate::cluster::{Eviction, RequeueView};
 use crate::model::{marks, GangRef, Pod, Timestamp};
 use crate::policy::{CannotRequeue, NotRequeued, Policy};
 
@@ -135,7 +135,7 @@ impl Release {
 
 /// What to do now. `copies`: this replica makes copies (`serve --requeue`); without it,
 /// copies an earlier run left are still released or deleted.
-pub fn reconcile(view: &View, policy: &Policy, now: Timestamp, copies: bool, bounds: Bounds) -> Vec<Action> {
+pub fn reconcile(view: &RequeueView, policy: &Policy, now: Timestamp, copies: bool, bounds: Bounds) -> Vec<Action> {
     let held = gangs_held_back(view, policy, now, bounds.stuck_after);
     let mut actions: Vec<Action> = Vec::new();
     if copies {
@@ -166,7 +166,7 @@ enum Names {
     Taken(Vec<String>),
 }
 
-fn names_in_view(view: &View, pod: &Pod) -> Names {
+fn names_in_view(view: &RequeueView, pod: &Pod) -> Names {
     let names = replacement_names(pod);
     let held = |name: &String| view.pod(&format!("{}/{name}", pod.namespace));
     if names.iter().filter_map(held).any(|p| p.annotations.get(FROM_UID) == Some(pod.uid.as_str())) {
@@ -181,7 +181,7 @@ fn names_in_view(view: &View, pod: &Pod) -> Names {
 
 /// Evictions that are the pod's last word: why a pod is not copied is for the edge to say
 /// (`uncopied`), once.
-fn copy(view: &View, policy: &Policy, e: &Eviction) -> Option<Action> {
+fn copy(view: &RequeueView, policy: &Policy, e: &Eviction) -> Option<Action> {
     let pod = &e.pod;
     if view.requeue_verdict(pod, policy).is_err() {
         return None;
@@ -205,7 +205,7 @@ fn copy(view: &View, policy: &Policy, e: &Eviction) -> Option<Action> {
 /// Why a pod kube-scheduler preempted is not copied, if the policy says so: for the
 /// operator (an Event, a metric labelled by the first), since such a pod is gone for good.
 /// The reasons are `requeue_rule`'s (`CannotRequeue::code`), and `name_taken`.
-pub fn uncopied(view: &View, policy: &Policy, e: &Eviction) -> Option<(&'static str, String)> {
+pub fn uncopied(view: &RequeueView, policy: &Policy, e: &Eviction) -> Option<(&'static str, String)> {
     let pod = &e.pod;
     match view.requeue_verdict(pod, policy) {
         Err(NotRequeued::Cannot(cannot)) => {
@@ -230,7 +230,7 @@ pub fn uncopied(view: &View, policy: &Policy, e: &Eviction) -> Option<(&'static 
 /// that opts in, with how many: such pods are victims of last resort (an online pod takes
 /// them where nothing else places it, and they are lost), which a replica says at start so
 /// that an upgrade never silently stops requeue there.
-pub fn last_resort_namespaces(view: &View, policy: &Policy) -> Vec<(String, usize, String)> {
+pub fn last_resort_namespaces(view: &RequeueView, policy: &Policy) -> Vec<(String, usize, String)> {
     let mut found: BTreeMap<&str, (usize, String)> = BTreeMap::new();
     for pod in view.all_pods().filter(|p| !marks::is_replacement(p)) {
         if let Err(NotRequeued::Cannot(CannotRequeue::NamespaceNotOptedIn)) = view.requeue_verdict(pod, policy) {
@@ -253,7 +253,7 @@ fn still_going(original: &Pod, now: Timestamp, stuck_after: i64) -> bool {
 
 /// Gangs one of whose preempted members is still going, or gone without its copy yet
 /// (one requeue will copy): their other copies wait, so the gang comes back together.
-fn gangs_held_back(view: &View, policy: &Policy, now: Timestamp, stuck_after: i64) -> BTreeSet<GangRef> {
+fn gangs_held_back(view: &RequeueView, policy: &Policy, now: Timestamp, stuck_after: i64) -> BTreeSet<GangRef> {
     let copies_waiting = view
         .replacements()
         .filter(|r| is_gated(r))
@@ -275,7 +275,7 @@ fn gangs_held_back(view: &View, policy: &Policy, now: Timestamp, stuck_after: i6
 
 /// Is `r` the copy this controller builds of an eviction it recorded, and the first of its
 /// names to hold one (a second pod claiming the same original is never released)?
-fn recorded(view: &View, r: &Pod) -> Result<(), crate::cluster::evictions::NotRecorded> {
+fn recorded(view: &RequeueView, r: &Pod) -> Result<(), crate::cluster::evictions::NotRecorded> {
     let e = view.recorded_copy(r)?;
     let uid = e.pod.uid.as_str();
     let first = replacement_names(&e.pod)
@@ -287,7 +287,7 @@ fn recorded(view: &View, r: &Pod) -> Result<(), crate::cluster::evictions::NotRe
     }
 }
 
-fn settle(view: &View, r: &Pod, now: Timestamp, bounds: Bounds, held: &BTreeSet<GangRef>) -> Option<Action> {
+fn settle(view: &RequeueView, r: &Pod, now: Timestamp, bounds: Bounds, held: &BTreeSet<GangRef>) -> Option<Action> {
     if !is_gated(r) {
         return None; // released already, or on its way out
     }

@@ -74,7 +74,7 @@ impl Unverified {
 
 /// Is `copy` (its JSON as listed, and decoded) the copy requeue builds of `original` (its
 /// JSON as the API server has it now, and decoded)? `holder`: the pod under a name in the
-/// original's namespace, if any. The same checks as the replicas' (`View::recorded_copy`),
+/// original's namespace, if any. The same checks as the replicas' (`RequeueView::recorded_copy`),
 /// with the original read now in place of a record.
 pub fn verify<'a>(
     copy: (&Value, &Pod),

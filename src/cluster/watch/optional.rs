@@ -11,10 +11,12 @@ use std::time::Duration;
 use kube::Client;
 use tokio::task::JoinHandle;
 
-use super::{follow, watcher_of, Applies, Shared};
+use super::{follow, watcher_of, Optional, Shared};
 use crate::cluster::lean::{
     CoschedulingV1alpha1, LeanKind, NativeV1alpha2, NativeV1beta1, PodGroupApi, PodGroupKind, VolcanoV1beta1,
+    POD_GROUP_SOURCES,
 };
+use crate::cluster::writer::Writer;
 use crate::cluster::View;
 use crate::model::GangSource;
 use crate::policy::{GangSources, Policy};
@@ -26,9 +28,9 @@ struct GangKind {
     api_version: &'static str,
     plural: &'static str,
     probe_path: fn() -> String,
-    start: fn(Client, Arc<Shared>) -> JoinHandle<()>,
+    start: fn(Client, Arc<Shared<View>>) -> JoinHandle<()>,
     /// Removes every object of this kind from the view.
-    clear: fn(&mut View, &Policy),
+    clear: fn(&Writer<View>, &Policy),
 }
 
 fn kind<A: PodGroupApi>() -> GangKind {
@@ -40,11 +42,7 @@ fn kind<A: PodGroupApi>() -> GangKind {
         plural: K::<A>::PLURAL,
         probe_path: super::probe_path::<K<A>>,
         start: |client, shared| tokio::spawn(follow(watcher_of::<K<A>>(client), shared)),
-        clear: |view, policy| {
-            for key in K::<A>::keys(view) {
-                K::<A>::remove(view, &key, policy);
-            }
-        },
+        clear: |writer, policy| writer.clear::<K<A>>(policy),
     }
 }
 
@@ -54,18 +52,9 @@ fn kinds() -> [GangKind; 4] {
     [kind::<NativeV1beta1>(), kind::<NativeV1alpha2>(), kind::<CoschedulingV1alpha1>(), kind::<VolcanoV1beta1>()]
 }
 
-const SOURCES: [GangSource; 3] = [GangSource::Native, GangSource::Coscheduling, GangSource::Volcano];
-
 /// The one-item list `probe_failing` sends for a failing gang kind.
 pub(super) fn probe_path_of(label: &str) -> Option<String> {
     kinds().into_iter().find(|k| k.label == label).map(|k| (k.probe_path)())
-}
-
-/// PodGroups in the view per source (a bounded label: the source, never the group).
-pub(super) fn record_pod_groups(view: &View) {
-    for source in SOURCES {
-        metrics::gauge!("coloc_view_pod_groups", "source" => source.name()).set(view.pod_groups(source).count() as f64);
-    }
 }
 
 /// Is `kind` served? `None`: discovery failed (unreachable, forbidden...): no change.
@@ -92,12 +81,11 @@ pub(super) struct GangKinds {
     served: BTreeMap<&'static str, bool>,
 }
 
-impl GangKinds {
-    /// Starts watching the kinds now served (and enabled), stops the others.
-    pub(super) async fn discover(&mut self, client: &Client, shared: &Arc<Shared>, sources: GangSources) {
+impl Optional<View> for GangKinds {
+    async fn discover(&mut self, client: &Client, shared: &Arc<Shared<View>>, sources: GangSources) {
         let all = kinds();
         let mut wanted: Vec<&'static str> = Vec::new();
-        for source in SOURCES.into_iter().filter(|s| sources.enabled(*s)) {
+        for source in POD_GROUP_SOURCES.into_iter().filter(|s| sources.enabled(*s)) {
             for k in all.iter().filter(|k| k.source == source) {
                 match served(client, k).await {
                     Some(true) => {
@@ -124,7 +112,7 @@ impl GangKinds {
             task.abort();
             let mut m = shared.lock();
             let policy = m.policy.clone();
-            shared.cell.change(|view| (k.clear)(view, &policy));
+            (k.clear)(&shared.writer, &policy);
             m.relisting.remove(k.label);
             shared.fresh.forget(k.label);
             shared.open_when_synced(&mut m);
@@ -142,7 +130,9 @@ impl GangKinds {
             tracing::info!(kind = k.label, "gang kind served: watching it");
         }
     }
+}
 
+impl GangKinds {
     /// Logs a change in what discovery says of `label`.
     fn note(&mut self, label: &'static str, served: bool) {
         if self.served.insert(label, served) != Some(served) && !served {

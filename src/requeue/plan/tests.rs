@@ -63,22 +63,22 @@ fn copy_of(p: &Pod, gated: bool) -> Pod {
     r
 }
 
-fn view_of(pods: Vec<Pod>) -> View {
+fn view_of(pods: Vec<Pod>) -> RequeueView {
     let p = policy();
-    let mut v = View::empty(&p);
+    let mut v = RequeueView::empty(&p);
     for pod in pods {
         v.apply_pod(Arc::new(pod), &p);
     }
     v
 }
 
-fn actions(v: &View) -> Vec<Action> {
+fn actions(v: &RequeueView) -> Vec<Action> {
     reconcile(v, &policy(), NOW, true, Bounds::default())
 }
 
 /// The view once `p`, evicted and seen going, has left: its eviction recorded, its copy
 /// (if any) stored.
-fn gone_after_eviction(p: &Pod, others: Vec<Pod>) -> View {
+fn gone_after_eviction(p: &Pod, others: Vec<Pod>) -> RequeueView {
     let mut pods = vec![deleting(p.clone())];
     pods.extend(others);
     let mut v = view_of(pods);
@@ -127,7 +127,7 @@ fn a_drained_bare_pod_is_copied_only_where_its_class_opts_in() {
 
     let mut p = policy();
     p.classes.iter_mut().for_each(|c| c.requeue.after_eviction = true);
-    let mut v = View::empty(&p);
+    let mut v = RequeueView::empty(&p);
     for pod in [drained(), deleting(drained())] {
         v.apply_pod(Arc::new(pod), &p);
     }
