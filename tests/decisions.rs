@@ -9,10 +9,12 @@ use axum::http::{Request, StatusCode};
 use axum::Router;
 use coloc_extender::cluster::{snapshot, View, ViewCell};
 use coloc_extender::decide::Context;
-use coloc_extender::http::decisions::{DecisionLog, PodDecisions, RingLimits};
-use coloc_extender::http::{admin_router, health_router, router, AppState, ViewSource};
-use coloc_extender::pipeline::{answer, answer_in, Verb};
+use coloc_extender::http::decision_log::{DecisionLog, PodDecisions, RingLimits};
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::http::{admin_router, health_router, router};
+use coloc_extender::pipeline::{answer, replay, Verb};
 use coloc_extender::policy::Policy;
+use coloc_extender::wire::Bounds;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
@@ -61,8 +63,13 @@ async fn a_preempt_decision_is_served_with_every_reason_on_the_admin_port_only()
     let policy = Policy::builtin_default().enforced();
     let view = View::build(snapshot::load(&Path::new(PAYLOADS).join("0037-preempt.snapshot.json")).unwrap(), &policy);
     let ctx = Context::new(&policy, Some(&view), 1_795_000_000);
-    let decided =
-        answer_in(Verb::Preempt, &std::fs::read(Path::new(PAYLOADS).join("0037-preempt.json")).unwrap(), &ctx).unwrap();
+    let decided = answer(
+        Verb::Preempt,
+        &std::fs::read(Path::new(PAYLOADS).join("0037-preempt.json")).unwrap(),
+        &ctx,
+        &Bounds::default(),
+    )
+    .unwrap();
     let expected: Vec<_> = decided
         .explanations
         .iter()
@@ -114,7 +121,7 @@ fn one_answer(pod: &str) -> coloc_extender::pipeline::Answer {
     let body = format!(
         r#"{{"Pod":{{"metadata":{{"name":"{pod}","namespace":"ns","uid":"u-{pod}"}},"spec":{{"containers":[]}}}},"NodeNames":["a","b"]}}"#
     );
-    answer(Verb::Filter, body.as_bytes(), &Policy::builtin_default().enforced(), None, 0).unwrap()
+    replay(Verb::Filter, body.as_bytes(), &Policy::builtin_default().enforced(), None, 0).unwrap()
 }
 
 #[test]

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::Request;
 use coloc_extender::cluster::ViewCell;
-use coloc_extender::http::{admin_router, router, AppState, ViewSource};
-use coloc_extender::pipeline::{answer, Answer, Verb};
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::http::{admin_router, router};
+use coloc_extender::pipeline::{replay, Answer, Verb};
 use common::*;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -40,7 +41,7 @@ fn body() -> Value {
 
 fn preempt(extra: &str) -> Answer {
     let s = cluster(extra);
-    answer(Verb::Preempt, body().to_string().as_bytes(), &s.policy, Some(&s.view()), NOW).unwrap()
+    replay(Verb::Preempt, body().to_string().as_bytes(), &s.policy, Some(&s.view()), NOW).unwrap()
 }
 
 #[test]
@@ -78,7 +79,7 @@ fn no_candidate_discards_nothing() {
                 "spec": {"priorityClassName": "online", "priority": 10000, "containers": [{"name": "c"}]}},
         "NodeNameToMetaVictims": {},
     });
-    let a = answer(Verb::Preempt, body.to_string().as_bytes(), &s.policy, Some(&s.view()), NOW).unwrap();
+    let a = replay(Verb::Preempt, body.to_string().as_bytes(), &s.policy, Some(&s.view()), NOW).unwrap();
     assert!(a.discarded().is_none() && !a.explanations.iter().any(|e| e.code == "discarded_work"));
 }
 

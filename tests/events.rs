@@ -14,9 +14,11 @@ use coloc_extender::cluster::{snapshot, View, ViewCell};
 use coloc_extender::decide::Context;
 use coloc_extender::events::kube::{reporter, EventSink, REPORTER};
 use coloc_extender::events::{for_last_resort, for_preempt, PodEvent, Regarding, Throttle};
-use coloc_extender::http::{router, AppState, ViewSource};
-use coloc_extender::pipeline::{answer_in, Answer, Verb};
+use coloc_extender::http::router;
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::pipeline::{answer, Answer, Verb};
 use coloc_extender::policy::Policy;
+use coloc_extender::wire::Bounds;
 use fake_api::FakeApi;
 use serde_json::Value;
 use tower::ServiceExt;
@@ -46,7 +48,7 @@ fn batch_protects_bare_pods() -> Policy {
 fn decided_under(policy: &Policy, step: &str, requeue: bool) -> Answer {
     let view = View::build(snapshot::parse(&fixture(&format!("{step}-preempt.snapshot.json"))).unwrap(), policy);
     let ctx = Context::new(policy, Some(&view), 1_795_000_000).with_requeue(requeue);
-    answer_in(Verb::Preempt, &fixture(&format!("{step}-preempt.json")), &ctx).unwrap()
+    answer(Verb::Preempt, &fixture(&format!("{step}-preempt.json")), &ctx, &Bounds::default()).unwrap()
 }
 
 #[test]

@@ -603,10 +603,9 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
         let files = serde_yaml_ng::to_string(&load(&format!("{component}/kustomization.yaml"))["resources"]).unwrap();
         assert!(!files.contains("admissionpolicy"), "{component} ships a policy of its own");
     }
-    use coloc_extender::{requeue, wake};
+    use coloc_extender::{model::marks, wake};
     let text = serde_yaml_ng::to_string(spec).unwrap();
-    for name in [requeue::LABEL, requeue::FROM_UID, requeue::GATE, requeue::GUARD, wake::LABEL, wake::NODE, wake::IMAGE]
-    {
+    for name in [marks::LABEL, marks::FROM_UID, marks::GATE, marks::GUARD, wake::LABEL, wake::NODE, wake::IMAGE] {
         assert!(text.contains(&format!("'{name}'")), "the policy does not name {name}, as the extender does");
     }
     // The marks are reserved through every path that carries a pod's metadata (every pods/*
@@ -836,7 +835,8 @@ fn the_mutating_policies_leave_requeue_copies_alone() {
         let skip = conditions.iter().find(|c| c["name"] == "not-a-requeue-copy").unwrap_or_else(|| panic!("{file}"));
         let expression = skip["expression"].as_str().unwrap();
         assert!(
-            expression.contains(&format!("'{}'", coloc_extender::requeue::LABEL)) && expression.contains("!= 'true'"),
+            expression.contains(&format!("'{}'", coloc_extender::model::marks::LABEL))
+                && expression.contains("!= 'true'"),
             "{file}: {expression}"
         );
     }

@@ -10,7 +10,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use coloc_extender::cluster::{snapshot, View, ViewCell};
-use coloc_extender::http::{admin_router, router, AppState, ViewSource};
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::http::{admin_router, router};
 use coloc_extender::policy::Policy;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
@@ -53,7 +54,7 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     // (requeue's and the old guards' series).
     coloc_extender::requeue::kube::register_metrics();
     let default = Policy::builtin_default().enforced();
-    coloc_extender::http::metrics::record_policy(default.mode.as_str(), &default.fingerprint());
+    coloc_extender::http::prometheus::record_policy(default.mode.as_str(), &default.fingerprint());
     let _requeue_on = coloc_extender::requeue::availability::Availability::new(true);
     // ... and with TLS (--tls-cert, --client-ca): the certificates loaded, one client's
     // handshake.

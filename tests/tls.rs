@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use coloc_extender::cluster::ViewCell;
-use coloc_extender::http::{self, server::ServeOptions, AppState, ViewSource};
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::http::{self, server::ServeOptions};
 use coloc_extender::policy::Policy;
 use coloc_extender::tls::{self, TlsAcceptorCell, TlsFiles};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::http::Limits;
+use crate::http::state::Limits;
 use crate::policy::Mode;
 use crate::wire::Caps;
 

@@ -13,14 +13,14 @@ use super::args::{AdminAuth, RequeueArgs};
 use super::policy_reload::{reload_policy, PolicyReload};
 use super::serve::starting_policy;
 use crate::cluster::{self, ViewCell};
-use crate::http::{self, AppState, ViewSource};
+use crate::http::{self, state::AppState, state::ViewSource};
 use crate::requeue::controller::{Settings, ACCESS_EVERY, BACKOFF_FIRST};
 use crate::requeue::kube::Requeuer;
 use crate::requeue::leader::{self, Leadership, LeaseRef};
 
 pub async fn run(args: RequeueArgs) -> anyhow::Result<()> {
     let admin_auth = args.admin_auth().map_err(anyhow::Error::msg)?;
-    http::metrics::handle();
+    http::prometheus::handle();
     let (policy, startup_problem) = starting_policy(args.policy.as_deref(), None);
     let view = Arc::new(ViewCell::default());
     let mut state = AppState::new(policy, view.clone(), ViewSource::Kubernetes);
@@ -69,7 +69,7 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<()> {
             problem: state.policy_problem.clone(),
             alarm: None,
         };
-        tokio::spawn(reload_policy(reloading, http::server::reload_signals()));
+        tokio::spawn(reload_policy(reloading, crate::reload::reload_signals()));
     }
     let access = match admin_auth {
         AdminAuth::Kube => AdminAccess::Kube(Box::new(config)),
