@@ -49,7 +49,8 @@ fn get(uri: &str) -> Request<Body> {
 #[tokio::test]
 async fn a_preempt_decision_is_served_with_every_reason_on_the_admin_port_only() {
     let state = state();
-    let (app, health, admin) = (router(state.clone(), ""), health_router(state.clone()), admin_router(state));
+    let (app, health, admin) =
+        (router(state.clone(), "", decision_workers()), health_router(state.clone()), admin_router(state));
     preempt(&app).await;
 
     let (status, body) = send(&admin, get("/decisions?pod=online/online-2")).await;
@@ -167,4 +168,9 @@ fn one_huge_decision_keeps_at_most_a_quarter_of_the_bytes_and_says_what_it_cut()
     assert!(d.bytes() <= 16 << 10, "{}", d.bytes());
     assert_eq!(d.reasons.len() + d.truncated, 1000);
     assert!(d.truncated > 0);
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

@@ -90,7 +90,7 @@ async fn the_metric_adds_up_by_class() {
     cell.publish(s.view());
     let mut state = AppState::new(s.policy.clone(), cell, ViewSource::Snapshot);
     state.clock = Arc::new(|| NOW);
-    let (app, admin) = (router(state.clone(), ""), admin_router(state));
+    let (app, admin) = (router(state.clone(), "", decision_workers()), admin_router(state));
     for _ in 0..2 {
         let req = Request::post("/preempt")
             .header("content-type", "application/json")
@@ -101,4 +101,9 @@ async fn the_metric_adds_up_by_class() {
     let resp = admin.oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
     let text = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
     assert!(text.lines().any(|l| l == r#"coloc_discarded_cpu_seconds_total{class="free"} 120"#), "{text}");
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

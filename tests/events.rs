@@ -247,7 +247,7 @@ fn router_with(policy: Policy, sink: &Arc<EventSink>) -> axum::Router {
     view.publish(View::build(snapshot::parse(&fixture("0041-preempt.snapshot.json")).unwrap(), &policy));
     let mut state = AppState::new(policy, view, ViewSource::Snapshot);
     state.events = Some(sink.clone());
-    router(state, "")
+    router(state, "", decision_workers())
 }
 
 async fn preempt_0041(app: axum::Router) {
@@ -325,4 +325,9 @@ async fn an_enforced_answer_naming_a_victim_of_last_resort_warns_on_it_and_its_n
         ],
         "{found:?}"
     );
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

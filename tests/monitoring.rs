@@ -49,7 +49,7 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
         &policy,
     ));
     let state = AppState::new(policy, view, ViewSource::Snapshot);
-    let (app, admin) = (router(state.clone(), ""), admin_router(state));
+    let (app, admin) = (router(state.clone(), "", decision_workers()), admin_router(state));
     // What a replica with --kube registers at start, once the recorder is installed
     // (requeue's and the old guards' series).
     coloc_extender::requeue::kube::register_metrics();
@@ -216,4 +216,9 @@ fn the_metric_reference_lists_every_metric_the_code_records_and_nothing_else() {
         missing.is_empty() && stale.is_empty(),
         "docs/metrics.md lacks {missing:?} and lists {stale:?} the code does not record"
     );
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

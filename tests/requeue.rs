@@ -137,7 +137,7 @@ async fn preempt(r: &Replica) -> (StatusCode, Value) {
         .header("content-type", "application/json")
         .body(Body::from(fixture("0043-preempt.json")))
         .unwrap();
-    let resp = router(r.state.clone(), "").oneshot(req).await.unwrap();
+    let resp = router(r.state.clone(), "", decision_workers()).oneshot(req).await.unwrap();
     let status = resp.status();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     (status, serde_json::from_slice(&body).unwrap())
@@ -888,4 +888,9 @@ async fn two_replicas_finishing_the_same_guard_store_one_replacement() {
     a.requeuer.finish_guards_once(&tries).await.unwrap();
     assert!(api.get("Pod", "batch", VICTIM).is_none());
     assert_eq!(replacements_of(&api, &original).len(), 1);
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

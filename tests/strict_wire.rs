@@ -56,7 +56,7 @@ fn app(snapshot_of: Option<&str>) -> Router {
     };
     let mut state = AppState::new(policy, Arc::new(cell), source);
     state.clock = Arc::new(|| NOW);
-    router(state, "")
+    router(state, "", decision_workers())
 }
 
 async fn post(app: &Router, path: &str, body: impl Into<Body>) -> (StatusCode, Bytes) {
@@ -441,4 +441,9 @@ proptest! {
             prop_assert_eq!(out.as_ref(), message.as_str());
         }
     }
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

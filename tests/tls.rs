@@ -56,7 +56,12 @@ async fn start(files: &TlsFiles) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let opts = ServeOptions { tls: Some(cell.clone()), ..ServeOptions::default() };
-    tokio::spawn(http::server::serve(listener, http::router(state, ""), opts, std::future::pending()));
+    tokio::spawn(http::server::serve(
+        listener,
+        http::router(state, "", decision_workers()),
+        opts,
+        std::future::pending(),
+    ));
     Server { addr, cell }
 }
 
@@ -185,4 +190,9 @@ fn unreadable_files_are_named_in_the_error() {
     let files = TlsFiles { cert: "/nonexistent/tls.crt".into(), key: "/nonexistent/tls.key".into(), client_ca: None };
     let err = files.load().unwrap_err().to_string();
     assert!(err.contains("/nonexistent/tls.crt"), "{err}");
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

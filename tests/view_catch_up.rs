@@ -49,7 +49,7 @@ fn preempt_body() -> String {
 fn app(cell: Arc<ViewCell>, source: ViewSource) -> axum::Router {
     let mut state = AppState::new(policy("strict", ""), cell, source);
     state.clock = Arc::new(|| NOW);
-    router(state, "")
+    router(state, "", decision_workers())
 }
 
 /// The answer's node → victim UIDs.
@@ -93,4 +93,9 @@ async fn a_snapshot_view_is_the_whole_truth_and_is_not_waited_on() {
     tokio::time::sleep(Duration::from_millis(30)).await;
     cell.publish(cluster(true).view());
     assert_eq!(asked.await.unwrap(), json!({"n2": {"Pods": [{"UID": "uid-worth-more"}], "NumPDBViolations": 0}}));
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

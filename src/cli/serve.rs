@@ -14,6 +14,7 @@ use crate::cluster::{self, View, ViewCell};
 use crate::http::{self, state::AppState, state::ViewSource};
 use crate::policy::{Mode, Policy};
 use crate::tls::{self, TlsAcceptorCell, TlsFiles};
+use crate::workers::Workers;
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     check_prefix(&args.path_prefix)?;
@@ -220,7 +221,8 @@ async fn listen(
     reload: tokio::sync::watch::Receiver<u64>,
     admin: AdminAccess,
 ) -> anyhow::Result<()> {
-    let app = http::router(state.clone(), &args.path_prefix);
+    let workers = Workers::new(state.limits.decision_workers).context("cannot start the decision worker threads")?;
+    let app = http::router(state.clone(), &args.path_prefix, Arc::new(workers));
     let mut opts = http::server::ServeOptions::default();
     if let (Some(cert), Some(key)) = (args.tls_cert, args.tls_key) {
         tls::register_metrics();

@@ -31,18 +31,13 @@ use state::AppState;
 
 /// The scheduler-facing routes: `POST {prefix}/{filter,prioritize,preempt}`, `GET /healthz`,
 /// `/readyz`. `prefix` is "" or starts with '/'. `/metrics` and `/decisions` are on
-/// [`admin_router`] only.
-pub fn router(state: AppState, prefix: &str) -> Router {
+/// [`admin_router`] only. Large bodies are decided on `workers`, which the caller started.
+pub fn router(state: AppState, prefix: &str, workers: Arc<Workers>) -> Router {
     // Install the recorder before the first request records anything.
     prometheus::handle();
     let prefix = prefix.trim_end_matches('/');
     let timeout = state.limits.request_timeout;
-    let shared = Arc::new(Verbs {
-        gate: Gate::new(&state.limits),
-        workers: Arc::new(
-            Workers::new(state.limits.decision_workers).expect("cannot start the decision worker threads"),
-        ),
-    });
+    let shared = Arc::new(Verbs { gate: Gate::new(&state.limits), workers });
     let verbs = Router::new()
         .route(&format!("{prefix}/filter"), post(handlers::post_filter))
         .route(&format!("{prefix}/prioritize"), post(handlers::post_prioritize))
