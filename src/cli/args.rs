@@ -124,7 +124,8 @@ pub struct RequeueArgs {
     /// can store copies (what `serve --requeue` reads).
     #[arg(long, default_value = crate::requeue::lease::NAME)]
     pub lease: String,
-    /// This replica's name on the Lease (default: $POD_NAME, else the host name).
+    /// This replica's name on the Lease (default: $POD_NAME, else $HOSTNAME, else the host's
+    /// own name).
     #[arg(long, env = "POD_NAME")]
     pub name: Option<String>,
     /// A gated copy whose original is still terminating this long past its

@@ -11,6 +11,7 @@ use anyhow::Context as _;
 use super::apart::{listen_apart, watch_apart, AdminAccess};
 use super::args::{AdminAuth, RequeueArgs};
 use super::policy_reload::{reload_policy, PolicyReload};
+use super::replica_name::this_replica;
 use super::serve::starting_policy;
 use crate::cluster::{self, ViewCell};
 use crate::http::{self, state::AppState, state::ViewSource};
@@ -31,11 +32,8 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_from(config.clone()).context("cannot build a Kubernetes client")?;
     let fresh = Arc::new(cluster::watch::Freshness::default());
     state.freshness = Some(fresh.clone());
-    let me = args
-        .name
-        .clone()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .context("this replica needs a name on the Lease: --name, $POD_NAME or $HOSTNAME")?;
+    let me = this_replica(args.name.clone())
+        .context("this replica needs a name on the Lease: --name, $POD_NAME, $HOSTNAME or the host's name")?;
 
     let requeuer = Arc::new(Requeuer::new(client.clone(), Some(me.clone()), args.copies));
     state.requeue = requeuer.availability.clone();

@@ -145,7 +145,7 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
     let client = kube::Client::try_from(config.clone()).context("cannot build a Kubernetes client")?;
     let fresh = Arc::new(cluster::watch::Freshness::default());
     state.freshness = Some(fresh.clone());
-    let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
+    let instance = super::replica_name::this_replica(args.pod_name.clone());
     if args.ops.events {
         let throttle = crate::events::Throttle::new(
             args.ops.events_min_interval.as_secs() as i64,
