@@ -48,6 +48,7 @@ pub struct ServeArgs {
     /// This replica's pod (the downward API): an owner of what it publishes.
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
+    /// That pod's UID, for the owner reference of what it publishes.
     #[arg(long, env = "POD_UID")]
     pub pod_uid: Option<String>,
     /// The install namespace: where the wake placeholders, the requeue controller's Lease
@@ -91,7 +92,7 @@ pub struct ServeArgs {
     /// be said.
     #[arg(long, value_enum)]
     pub admin_auth: Option<AdminAuth>,
-    /// Threads serving the verbs and running requeue, Events and wakes. kube-scheduler calls
+    /// Threads serving the verbs and running Events and wakes. kube-scheduler calls
     /// one verb at a time and large decisions run on --decision-workers, so one thread
     /// spares the wake-ups of handing each request between two (measured:
     /// docs/journal/performance.md, "One I/O thread").
