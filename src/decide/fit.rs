@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-pub use crate::cluster::usage::NodeUsage;
+use crate::cluster::usage::NodeUsage;
 use crate::model::{Node, Pod};
 
 /// Why a pod does not fit: numbers only, so checking costs no allocation (preempt asks

@@ -4,9 +4,10 @@
 use super::plan::{restart_cost, run_thrown_away, Cost, Plan, Victim};
 use super::Asking;
 use super::{gangs, jobs};
+use crate::cluster::usage::NodeUsage;
 use crate::cluster::View;
 use crate::decide::eligibility::{Fate, Preemptor};
-use crate::decide::fit::{fits, NodeUsage};
+use crate::decide::fit::fits;
 use crate::decide::{wait, Context, Explanation};
 use crate::explanation::{Code, Verdict};
 use crate::model::{Pod, RequeueIntent};
