@@ -661,7 +661,7 @@ fn the_uninstall_job_has_its_own_narrow_rbac() {
 
 #[test]
 fn the_per_pod_verbs_profile_sends_every_pod_to_preempt_and_only_marked_ones_to_filter() {
-    use coloc_extender::policy::PER_POD_VERBS_MARKER as MARKER;
+    use coloc_extender::model::marks::PER_POD_VERBS_MARKER as MARKER;
     let config = load("scheduler/kube-scheduler-config-per-pod-verbs.yaml");
     let entries = config["extenders"].as_sequence().unwrap();
     assert_eq!(entries.len(), 2);
@@ -686,7 +686,8 @@ fn the_per_pod_verbs_profile_sends_every_pod_to_preempt_and_only_marked_ones_to_
 
 #[test]
 fn the_marker_policy_is_an_opt_in_component_that_marks_the_classes_needing_filter() {
-    use coloc_extender::policy::{Policy, PER_POD_VERBS_MARKER as MARKER};
+    use coloc_extender::model::marks::PER_POD_VERBS_MARKER as MARKER;
+    use coloc_extender::policy::Policy;
     let component = load("per-pod-verbs/kustomization.yaml");
     assert_eq!(component["kind"], Value::from("Component"));
     let files: Vec<&str> = component["resources"].as_sequence().unwrap().iter().map(|f| f.as_str().unwrap()).collect();

@@ -106,7 +106,7 @@ mod tests {
             allocatable_pods: 110,
             ..Default::default()
         };
-        assert_eq!(exceeds_allocatable(&pod(crate::policy::PER_POD_VERBS_MARKER), &node), None);
+        assert_eq!(exceeds_allocatable(&pod(crate::model::marks::PER_POD_VERBS_MARKER), &node), None);
         assert!(exceeds_allocatable(&pod("vendor.example/gpu"), &node).is_some());
     }
 }
