@@ -87,12 +87,12 @@ fn view(nodes: usize) -> &'static View {
 fn run(bencher: Bencher, verb: Verb, body: &'static [u8], view: Option<&'static View>) {
     // Fail loudly (once, untimed) if the payload is rejected: a benchmark of an error
     // path would look wonderfully fast.
-    let first = pipeline::answer(verb, body, policy(), view, NOW)
+    let first = pipeline::replay(verb, body, policy(), view, NOW)
         .unwrap_or_else(|e| panic!("{verb:?} rejected its payload: {e}"));
     assert!(!first.body.is_empty());
     bencher
         .counter(divan::counter::BytesCount::new(body.len()))
-        .bench(|| pipeline::answer(verb, black_box(body), policy(), view, NOW).map(|a| a.body.len()).unwrap());
+        .bench(|| pipeline::replay(verb, black_box(body), policy(), view, NOW).map(|a| a.body.len()).unwrap());
 }
 
 // Heavy cases (40 MB bodies) take ~0.1-0.5 s per call: a handful of samples each, and a

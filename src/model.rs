@@ -136,7 +136,7 @@ pub struct Pod {
     /// Carries the Job controller's `batch.kubernetes.io/job-tracking` finalizer: a Job pod
     /// that has ended (or is terminating) with it has not been recorded by its Job yet.
     pub job_tracking: bool,
-    /// Carries requeue's guard finalizer (`requeue::GUARD`): if it is preempted, it stays
+    /// Carries requeue's guard finalizer (`marks::GUARD`): if it is preempted, it stays
     /// until its replacement is stored.
     pub requeue_guarded: bool,
     /// kube-scheduler preempted it (condition `DisruptionTarget`, reason

@@ -176,11 +176,11 @@ impl Answer {
     }
 }
 
-/// kube-scheduler's own answer to `body`, decided by nothing: what shadow mode sends at
+/// kube-scheduler's own answer to `body` echoed, decided by nothing: what shadow mode sends at
 /// once, its policy's decision made after, off the answer path (`Service`). The body is
 /// read as the decision reads it with the same `view` (what the view holds by name only,
 /// the rest whole), so it is refused as the decision would refuse it.
-pub fn kube_own(
+pub fn echo(
     verb: Verb,
     body: &[u8],
     bounds: &Bounds,
@@ -214,38 +214,32 @@ pub fn kube_own(
     })
 }
 
-/// Answers with `view` as the whole truth (replay, tests, benchmarks). Requeue is
-/// simulated as enabled: the answer shows what would be requeued, and nothing is written.
-pub fn answer(
+/// `answer` with `view` as the whole truth and nothing carried between requests (tests,
+/// benchmarks, fuzzing). Requeue is simulated as enabled: the answer shows what would be
+/// requeued, and nothing is written.
+pub fn replay(
     verb: Verb,
     body: &[u8],
     policy: &Policy,
     view: Option<&View>,
     now: Timestamp,
 ) -> Result<Answer, DecodeError> {
-    answer_in(
-        verb,
-        body,
-        &Context {
-            policy,
-            view,
-            view_expected: view.is_some(),
-            now,
-            requeue: Requeue::enabled(),
-            detail: Detail::Decisions,
-            promised: &[],
-        },
-    )
+    let ctx = Context {
+        policy,
+        view,
+        view_expected: view.is_some(),
+        now,
+        requeue: Requeue::enabled(),
+        detail: Detail::Decisions,
+        promised: &[],
+    };
+    answer(verb, body, &ctx, &Bounds::default())
 }
 
-/// Answers in the policy's `mode`: enforced, or in shadow as if the extender were absent.
-pub fn answer_in(verb: Verb, body: &[u8], ctx: &Context) -> Result<Answer, DecodeError> {
-    answer_within(verb, body, ctx, &Bounds::default())
-}
-
-/// `answer_in` under the request's caps and cancel flag: a cancelled request stops while
+/// The answer to `body` in the policy's `mode` (enforced, or in shadow as if the extender
+/// were absent), under the request's caps and cancel flag: a cancelled request stops while
 /// decoding, or before deciding.
-pub fn answer_within(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) -> Result<Answer, DecodeError> {
+pub fn answer(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) -> Result<Answer, DecodeError> {
     let ctx = *ctx;
     let mode = ctx.policy.mode;
     match verb {

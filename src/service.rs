@@ -1,5 +1,5 @@
 //! The per-request logic of the verbs, with no HTTP in it: one room for a verb's answer
-//! and the state a preempt flow carries between requests. `Service::answer` takes a
+//! and the state a preempt flow carries between requests. `Service::respond` takes a
 //! `Request` the HTTP edge (`http::handlers`) has read and admitted, decides it (inline,
 //! or on the `Workers` for a large body): for a preempt, again while the view catches up
 //! with kube-scheduler's proposal, counting the room earlier answers promised
@@ -115,9 +115,9 @@ impl Service {
     }
 
     /// `request`'s answer.
-    pub async fn answer(&self, request: Request) -> Result<Answered, Unanswered> {
+    pub async fn respond(&self, request: Request) -> Result<Answered, Unanswered> {
         if request.policy.load().mode == Mode::Shadow {
-            return self.kube_own(request).await;
+            return self.respond_in_shadow(request).await;
         }
         let sent = self.decider.decide(&request, Run::Answer).await;
         if let (Some(waker), Some(reason)) = (&self.waker, wake_reason(sent.as_ref().ok(), request.ready)) {
@@ -126,9 +126,18 @@ impl Service {
         Ok(Answered { sent: sent?, later: None })
     }
 
-    /// kube-scheduler's own answer now, and the policy's decision in the background.
-    async fn kube_own(&self, request: Request) -> Result<Answered, Unanswered> {
-        let sent = answer_kube_own(&request).await;
+    /// kube-scheduler's own answer now (`pipeline::echo`, on the workers for a large body),
+    /// and the policy's decision in the background.
+    async fn respond_in_shadow(&self, request: Request) -> Result<Answered, Unanswered> {
+        let (verb, body, clock, caps, cancel) =
+            (request.verb, request.body.clone(), request.clock.clone(), request.caps, request.cancel.clone());
+        let (hold, view) = (request.hold.clone(), request.view.load());
+        let echo = move || {
+            let _hold = hold;
+            let bounds = Bounds::new(caps, Some(cancel.flag()));
+            Ok(pipeline::echo(verb, &body, &bounds, clock(), view.as_deref())?)
+        };
+        let sent = run_as(&request, Run::Answer, echo).await;
         if request.verb == Verb::Preempt {
             // Never in doubt (it is kube-scheduler's own), unless it could not be made.
             if let (Some(waker), Err(_)) = (&self.waker, &sent) {
@@ -179,7 +188,7 @@ impl Decider {
             return decide_once(request, None, run).await;
         }
         let decide = || decide_once(request, Some(self.promises.clone()), run);
-        let answer = preempt(decide, self.watched.as_deref()).await;
+        let answer = decide_caught_up(decide, self.watched.as_deref()).await;
         if let Ok(answer) = &answer {
             self.promises.record(answer);
         }
@@ -194,20 +203,6 @@ enum Run {
     Answer,
     /// Nobody does (shadow mode's decisions).
     Background,
-}
-
-/// kube-scheduler's own answer to `request` (`pipeline::kube_own`), on the workers for a
-/// large body.
-async fn answer_kube_own(request: &Request) -> Result<Answer, Unanswered> {
-    let (verb, body, clock, caps, cancel) =
-        (request.verb, request.body.clone(), request.clock.clone(), request.caps, request.cancel.clone());
-    let (hold, view) = (request.hold.clone(), request.view.load());
-    let work = move || {
-        let _hold = hold;
-        let bounds = Bounds::new(caps, Some(cancel.flag()));
-        Ok(pipeline::kube_own(verb, &body, &bounds, clock(), view.as_deref())?)
-    };
-    run_as(request, Run::Answer, work).await
 }
 
 /// Runs `work` where `run` and the request's size say: an answer inline, or on the
@@ -248,7 +243,7 @@ async fn decide_once(request: &Request, promises: Option<Arc<Promises>>, run: Ru
             ..Context::new(&policy, view.as_deref(), now).with_view_expected(view_expected)
         };
         // Errors are rendered here: a message quoting a huge input is clipped off the I/O threads.
-        let answer = pipeline::answer_within(verb, &body, &ctx, &Bounds::new(caps, Some(cancel.flag())));
+        let answer = pipeline::answer(verb, &body, &ctx, &Bounds::new(caps, Some(cancel.flag())));
         if matches!(answer, Err(DecodeError::Cancelled)) {
             // Counted here: the request that gave it up is gone.
             metrics::counter!("coloc_requests_abandoned_total", "verb" => verb.as_str()).increment(1);
@@ -263,7 +258,7 @@ async fn decide_once(request: &Request, promises: Option<Arc<Promises>>, run: Ru
 /// catch up). A pod bound a moment ago may be missing from the view: deciding without it
 /// would drop its node as "fits without evictions" and pick a worse one (a gang member's
 /// node).
-pub async fn preempt<D, F, E>(decide: D, watched: Option<&ViewCell>) -> Result<Answer, E>
+pub async fn decide_caught_up<D, F, E>(decide: D, watched: Option<&ViewCell>) -> Result<Answer, E>
 where
     D: Fn() -> F,
     F: Future<Output = Result<Answer, E>>,

@@ -12,7 +12,8 @@ use axum::http::{header, Request, StatusCode};
 use axum::Router;
 use coloc_extender::cluster::ViewCell;
 use coloc_extender::http::admin_auth::{CacheLimits, Guard};
-use coloc_extender::http::{admin_router, guarded_admin_router, health_router, router, AppState, ViewSource};
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::http::{admin_router, guarded_admin_router, health_router, router};
 use coloc_extender::policy::Policy;
 use fake_api::FakeApi;
 use http_body_util::BodyExt;
@@ -212,7 +213,7 @@ async fn a_verdict_is_kept_so_repeated_scrapes_cost_one_pair_of_reviews() {
 async fn probes_stay_open_and_other_paths_are_not_found_without_a_review() {
     let api = api_with_a_scraper().await;
     let state = state();
-    let (health, verbs) = (health_router(state.clone()), router(state, ""));
+    let (health, verbs) = (health_router(state.clone()), router(state, "", decision_workers()));
     for app in [&health, &verbs] {
         assert_eq!(get(app, "/healthz", None).await.status, StatusCode::OK);
         assert_eq!(get(app, "/readyz", None).await.status, StatusCode::OK);
@@ -245,4 +246,9 @@ async fn each_outcome_is_counted_by_path() {
     }
     // This scrape itself is counted after it is answered.
     assert!(get(&app, "/metrics", Some("scraper-token")).await.body.contains(r#"path="/metrics",outcome="allowed""#));
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

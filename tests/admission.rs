@@ -11,7 +11,8 @@ use axum::body::{Body, Bytes};
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use coloc_extender::cluster::ViewCell;
-use coloc_extender::http::{admin_router, router, AppState, ViewSource};
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::http::{admin_router, router};
 use coloc_extender::policy::Policy;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -94,7 +95,7 @@ async fn one_slot_held(request_timeout: Duration) -> (Router, Arc<Gate>, tokio::
     state.limits.max_concurrency = 1;
     state.limits.request_timeout = request_timeout;
     let gate = blocking_clock(&mut state);
-    let app = router(state, "");
+    let app = router(state, "", decision_workers());
     let first = tokio::spawn({
         let app = app.clone();
         async move { post(&app, filter_body(), None).await }
@@ -107,7 +108,7 @@ async fn one_slot_held(request_timeout: Duration) -> (Router, Arc<Gate>, tokio::
 async fn a_slow_upload_holds_no_slot() {
     let mut state = state();
     state.limits.max_concurrency = 1;
-    let app = router(state, "");
+    let app = router(state, "", decision_workers());
     let slow = tokio::spawn({
         let app = app.clone();
         async move { post(&app, stalled_body(), None).await }
@@ -122,7 +123,7 @@ async fn a_slow_upload_holds_no_slot() {
 async fn a_body_that_does_not_arrive_in_time_is_408_body_timeout() {
     let mut state = state();
     state.limits.body_timeout = Duration::from_millis(50);
-    let app = router(state, "");
+    let app = router(state, "", decision_workers());
     let (status, v) = tokio::time::timeout(Duration::from_secs(10), post(&app, stalled_body(), None))
         .await
         .expect("the service gives up on its own");
@@ -143,7 +144,7 @@ async fn bodies_in_flight_share_a_byte_budget() {
     let mut state = state();
     state.limits.max_body_bytes = 32 << 10;
     state.limits.max_inflight_body_bytes = 48 << 10;
-    let app = router(state, "");
+    let app = router(state, "", decision_workers());
     // A sender that announced 32 KiB holds them while it uploads.
     let slow = tokio::spawn({
         let app = app.clone();
@@ -168,7 +169,7 @@ async fn bodies_in_flight_share_a_byte_budget() {
 async fn a_body_without_length_counts_against_the_limit_as_it_arrives() {
     let mut state = state();
     state.limits.max_body_bytes = 1 << 10;
-    let app = router(state, "");
+    let app = router(state, "", decision_workers());
     use futures::StreamExt;
     let chunks = futures::stream::iter((0..8).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b' '; 512]))));
     let (status, v) = post(&app, Body::from_stream(chunks.boxed()), None).await;
@@ -212,4 +213,9 @@ async fn timed_out_work_keeps_its_slot_until_it_stops_and_then_stops_at_once() {
     assert!(m.lines().any(|l| l.starts_with("coloc_requests_abandoned_total{verb=\"filter\"}")), "{m}");
     gate.release.send(()).unwrap();
     assert_eq!(post(&app, filter_body(), None).await.0, StatusCode::OK, "the slot is free again");
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

@@ -9,10 +9,12 @@ use axum::http::{Request, StatusCode};
 use axum::Router;
 use coloc_extender::cluster::{snapshot, View, ViewCell};
 use coloc_extender::decide::Context;
-use coloc_extender::http::decisions::{DecisionLog, PodDecisions, RingLimits};
-use coloc_extender::http::{admin_router, health_router, router, AppState, ViewSource};
-use coloc_extender::pipeline::{answer, answer_in, Verb};
+use coloc_extender::http::decision_log::{DecisionLog, PodDecisions, RingLimits};
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::http::{admin_router, health_router, router};
+use coloc_extender::pipeline::{answer, replay, Verb};
 use coloc_extender::policy::Policy;
+use coloc_extender::wire::Bounds;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
@@ -47,7 +49,8 @@ fn get(uri: &str) -> Request<Body> {
 #[tokio::test]
 async fn a_preempt_decision_is_served_with_every_reason_on_the_admin_port_only() {
     let state = state();
-    let (app, health, admin) = (router(state.clone(), ""), health_router(state.clone()), admin_router(state));
+    let (app, health, admin) =
+        (router(state.clone(), "", decision_workers()), health_router(state.clone()), admin_router(state));
     preempt(&app).await;
 
     let (status, body) = send(&admin, get("/decisions?pod=online/online-2")).await;
@@ -61,8 +64,13 @@ async fn a_preempt_decision_is_served_with_every_reason_on_the_admin_port_only()
     let policy = Policy::builtin_default().enforced();
     let view = View::build(snapshot::load(&Path::new(PAYLOADS).join("0037-preempt.snapshot.json")).unwrap(), &policy);
     let ctx = Context::new(&policy, Some(&view), 1_795_000_000);
-    let decided =
-        answer_in(Verb::Preempt, &std::fs::read(Path::new(PAYLOADS).join("0037-preempt.json")).unwrap(), &ctx).unwrap();
+    let decided = answer(
+        Verb::Preempt,
+        &std::fs::read(Path::new(PAYLOADS).join("0037-preempt.json")).unwrap(),
+        &ctx,
+        &Bounds::default(),
+    )
+    .unwrap();
     let expected: Vec<_> = decided
         .explanations
         .iter()
@@ -114,7 +122,7 @@ fn one_answer(pod: &str) -> coloc_extender::pipeline::Answer {
     let body = format!(
         r#"{{"Pod":{{"metadata":{{"name":"{pod}","namespace":"ns","uid":"u-{pod}"}},"spec":{{"containers":[]}}}},"NodeNames":["a","b"]}}"#
     );
-    answer(Verb::Filter, body.as_bytes(), &Policy::builtin_default().enforced(), None, 0).unwrap()
+    replay(Verb::Filter, body.as_bytes(), &Policy::builtin_default().enforced(), None, 0).unwrap()
 }
 
 #[test]
@@ -160,4 +168,9 @@ fn one_huge_decision_keeps_at_most_a_quarter_of_the_bytes_and_says_what_it_cut()
     assert!(d.bytes() <= 16 << 10, "{}", d.bytes());
     assert_eq!(d.reasons.len() + d.truncated, 1000);
     assert!(d.truncated > 0);
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::Request;
 use coloc_extender::cluster::ViewCell;
-use coloc_extender::http::{admin_router, router, AppState, ViewSource};
-use coloc_extender::pipeline::{answer, Answer, Verb};
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::http::{admin_router, router};
+use coloc_extender::pipeline::{replay, Answer, Verb};
 use common::*;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -40,7 +41,7 @@ fn body() -> Value {
 
 fn preempt(extra: &str) -> Answer {
     let s = cluster(extra);
-    answer(Verb::Preempt, body().to_string().as_bytes(), &s.policy, Some(&s.view()), NOW).unwrap()
+    replay(Verb::Preempt, body().to_string().as_bytes(), &s.policy, Some(&s.view()), NOW).unwrap()
 }
 
 #[test]
@@ -78,7 +79,7 @@ fn no_candidate_discards_nothing() {
                 "spec": {"priorityClassName": "online", "priority": 10000, "containers": [{"name": "c"}]}},
         "NodeNameToMetaVictims": {},
     });
-    let a = answer(Verb::Preempt, body.to_string().as_bytes(), &s.policy, Some(&s.view()), NOW).unwrap();
+    let a = replay(Verb::Preempt, body.to_string().as_bytes(), &s.policy, Some(&s.view()), NOW).unwrap();
     assert!(a.discarded().is_none() && !a.explanations.iter().any(|e| e.code == "discarded_work"));
 }
 
@@ -89,7 +90,7 @@ async fn the_metric_adds_up_by_class() {
     cell.publish(s.view());
     let mut state = AppState::new(s.policy.clone(), cell, ViewSource::Snapshot);
     state.clock = Arc::new(|| NOW);
-    let (app, admin) = (router(state.clone(), ""), admin_router(state));
+    let (app, admin) = (router(state.clone(), "", decision_workers()), admin_router(state));
     for _ in 0..2 {
         let req = Request::post("/preempt")
             .header("content-type", "application/json")
@@ -100,4 +101,9 @@ async fn the_metric_adds_up_by_class() {
     let resp = admin.oneshot(Request::get("/metrics").body(Body::empty()).unwrap()).await.unwrap();
     let text = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
     assert!(text.lines().any(|l| l == r#"coloc_discarded_cpu_seconds_total{class="free"} 120"#), "{text}");
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

@@ -14,9 +14,11 @@ use coloc_extender::cluster::{snapshot, View, ViewCell};
 use coloc_extender::decide::Context;
 use coloc_extender::events::kube::{reporter, EventSink, REPORTER};
 use coloc_extender::events::{for_last_resort, for_preempt, PodEvent, Regarding, Throttle};
-use coloc_extender::http::{router, AppState, ViewSource};
-use coloc_extender::pipeline::{answer_in, Answer, Verb};
+use coloc_extender::http::router;
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::pipeline::{answer, Answer, Verb};
 use coloc_extender::policy::Policy;
+use coloc_extender::wire::Bounds;
 use fake_api::FakeApi;
 use serde_json::Value;
 use tower::ServiceExt;
@@ -46,7 +48,7 @@ fn batch_protects_bare_pods() -> Policy {
 fn decided_under(policy: &Policy, step: &str, requeue: bool) -> Answer {
     let view = View::build(snapshot::parse(&fixture(&format!("{step}-preempt.snapshot.json"))).unwrap(), policy);
     let ctx = Context::new(policy, Some(&view), 1_795_000_000).with_requeue(requeue);
-    answer_in(Verb::Preempt, &fixture(&format!("{step}-preempt.json")), &ctx).unwrap()
+    answer(Verb::Preempt, &fixture(&format!("{step}-preempt.json")), &ctx, &Bounds::default()).unwrap()
 }
 
 #[test]
@@ -245,7 +247,7 @@ fn router_with(policy: Policy, sink: &Arc<EventSink>) -> axum::Router {
     view.publish(View::build(snapshot::parse(&fixture("0041-preempt.snapshot.json")).unwrap(), &policy));
     let mut state = AppState::new(policy, view, ViewSource::Snapshot);
     state.events = Some(sink.clone());
-    router(state, "")
+    router(state, "", decision_workers())
 }
 
 async fn preempt_0041(app: axum::Router) {
@@ -323,4 +325,9 @@ async fn an_enforced_answer_naming_a_victim_of_last_resort_warns_on_it_and_its_n
         ],
         "{found:?}"
     );
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

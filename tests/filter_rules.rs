@@ -4,7 +4,7 @@
 mod common;
 
 use coloc_extender::cluster::View;
-use coloc_extender::pipeline::{answer, Verb};
+use coloc_extender::pipeline::{replay, Verb};
 use common::*;
 use serde_json::{json, Value};
 
@@ -16,7 +16,7 @@ fn filter(view: &View, class: &str, milli_cpu: i64, nodes: &[&str]) -> Value {
         },
         "NodeNames": nodes,
     });
-    let out = answer(Verb::Filter, body.to_string().as_bytes(), &policy("strict", ""), Some(view), NOW).unwrap();
+    let out = replay(Verb::Filter, body.to_string().as_bytes(), &policy("strict", ""), Some(view), NOW).unwrap();
     serde_json::from_slice(&out.body).unwrap()
 }
 
@@ -66,7 +66,7 @@ fn an_extended_resource_one_node_lacks_is_judged_node_by_node() {
                 "spec": {"priorityClassName": "online", "containers": [{"name": "c", "resources": {"requests": {"example.com/gpu": "1"}}}]}},
         "NodeNames": ["gpu", "plain"],
     });
-    let out = answer(Verb::Filter, body.to_string().as_bytes(), &policy("strict", ""), Some(&v), NOW).unwrap();
+    let out = replay(Verb::Filter, body.to_string().as_bytes(), &policy("strict", ""), Some(&v), NOW).unwrap();
     let out: Value = serde_json::from_slice(&out.body).unwrap();
     assert_eq!(out["NodeNames"], json!(["gpu"]), "{out}");
 }
@@ -83,7 +83,7 @@ fn a_class_with_placement_rules_is_judged_node_by_node() {
         "Pod": {"metadata": {"name": "p", "namespace": "default", "uid": "uid-p"}, "spec": {"containers": [{"name": "c"}]}},
         "NodeNames": ["batch-node", "web-node"],
     });
-    let out = answer(Verb::Filter, body.to_string().as_bytes(), &policy, Some(&v), NOW).unwrap();
+    let out = replay(Verb::Filter, body.to_string().as_bytes(), &policy, Some(&v), NOW).unwrap();
     let out: Value = serde_json::from_slice(&out.body).unwrap();
     assert_eq!(out["NodeNames"], json!(["batch-node"]), "{out}");
     assert!(out["FailedAndUnresolvableNodes"]["web-node"].as_str().unwrap().contains("pool"), "{out}");

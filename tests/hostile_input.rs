@@ -4,8 +4,8 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use coloc_extender::cluster::{snapshot, View};
-use coloc_extender::http::ApiError;
-use coloc_extender::pipeline::{answer, Verb};
+use coloc_extender::http::error::ApiError;
+use coloc_extender::pipeline::{replay, Verb};
 use coloc_extender::policy::Policy;
 use coloc_extender::wire::request::MESSAGE_LIMIT;
 use coloc_extender::wire::{decode_extender_args_within, decode_preempt_args_for, Bounds, Caps, DecodeError};
@@ -39,8 +39,8 @@ fn fixtures() -> &'static Fixtures {
 fn all_verbs(body: &[u8]) {
     let (policy, view, _) = fixtures();
     for verb in [Verb::Filter, Verb::Prioritize, Verb::Preempt] {
-        let _ = answer(verb, body, policy, None, 1_800_000_000);
-        let _ = answer(verb, body, policy, Some(view), 1_800_000_000);
+        let _ = replay(verb, body, policy, None, 1_800_000_000);
+        let _ = replay(verb, body, policy, Some(view), 1_800_000_000);
     }
 }
 
@@ -63,7 +63,7 @@ proptest! {
         let (policy, _, bodies) = fixtures();
         let (verb, body) = &bodies[which];
         let cut = &body[..(body.len() as f64 * keep) as usize];
-        prop_assert!(answer(*verb, cut, policy, None, 0).is_err());
+        prop_assert!(replay(*verb, cut, policy, None, 0).is_err());
     }
 
     #[test]
@@ -125,7 +125,7 @@ proptest! {
         }
         let body = serde_json::to_vec(&v).unwrap();
         for view in [None, Some(view)] {
-            if let Err(e) = answer(*verb, &body, policy, view, 1_800_000_000) {
+            if let Err(e) = replay(*verb, &body, policy, view, 1_800_000_000) {
                 let message = e.to_string();
                 prop_assert!(message.len() <= MESSAGE_LIMIT + 64, "{} bytes: {}", message.len(), message.chars().take(500).collect::<String>());
                 let api = ApiError::from(e);
@@ -156,12 +156,12 @@ fn deep_nesting_is_rejected_not_overflowed() {
     let (policy, _, _) = fixtures();
     for depth in [200usize, 100_000] {
         let body = format!("{{\"Pod\":{}{}}}", "[".repeat(depth), "]".repeat(depth));
-        assert!(answer(Verb::Filter, body.as_bytes(), policy, None, 0).is_err());
+        assert!(replay(Verb::Filter, body.as_bytes(), policy, None, 0).is_err());
         let body = format!(
             "{{\"Pod\":{{\"metadata\":{{\"labels\":{}}}}}}}",
             "{\"a\":".repeat(depth) + "1" + &"}".repeat(depth)
         );
-        assert!(answer(Verb::Preempt, body.as_bytes(), policy, None, 0).is_err());
+        assert!(replay(Verb::Preempt, body.as_bytes(), policy, None, 0).is_err());
     }
 }
 
@@ -173,10 +173,10 @@ fn node_lists_up_to_the_cap_are_answered_and_one_more_is_refused_naming_the_cap(
         let names: Vec<String> = (0..n).map(|i| format!("node-{i}")).collect();
         serde_json::to_vec(&serde_json::json!({"Pod": {"metadata": {"name": "p"}}, "NodeNames": names})).unwrap()
     };
-    let a = answer(Verb::Filter, &body(cap), policy, None, 0).unwrap();
+    let a = replay(Verb::Filter, &body(cap), policy, None, 0).unwrap();
     let out: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
     assert_eq!(out["NodeNames"].as_array().unwrap().len(), cap);
-    let error = answer(Verb::Filter, &body(1_000_000), policy, None, 0).err().expect("refused");
+    let error = replay(Verb::Filter, &body(1_000_000), policy, None, 0).err().expect("refused");
     assert!(matches!(error, DecodeError::TooMany { cap: c, flag: "--max-nodes", .. } if c == cap), "{error:?}");
     assert_eq!(
         error.to_string(),
@@ -196,9 +196,9 @@ fn victim_lists_up_to_the_cap_are_answered_and_one_more_is_refused_naming_the_ca
         }))
         .unwrap()
     };
-    let a = answer(Verb::Preempt, &body(cap), policy, Some(view), 0).unwrap();
+    let a = replay(Verb::Preempt, &body(cap), policy, Some(view), 0).unwrap();
     assert!(String::from_utf8_lossy(&a.body).starts_with("{\"NodeNameToMetaVictims\""));
-    let error = answer(Verb::Preempt, &body(200_000), policy, Some(view), 0).err().expect("refused");
+    let error = replay(Verb::Preempt, &body(200_000), policy, Some(view), 0).err().expect("refused");
     assert_eq!(error.to_string(), format!("NodeNameToMetaVictims[node-a1].Pods has more than {cap} entries, the most one request may carry (--max-victims-per-node)"));
 }
 

@@ -10,7 +10,8 @@ use axum::body::{Body, Bytes};
 use axum::http::{Method, Request, StatusCode};
 use axum::Router;
 use coloc_extender::cluster::{snapshot, View, ViewCell};
-use coloc_extender::http::{admin_router, health_router, router, AppState, ViewSource};
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::http::{admin_router, health_router, router};
 use coloc_extender::policy::Policy;
 use http_body_util::BodyExt;
 use rstest::rstest;
@@ -90,7 +91,7 @@ fn state_with(policy: Policy, snapshot: Option<&Path>) -> AppState {
 }
 
 fn app(policy: Policy, snapshot: Option<&Path>) -> Router {
-    router(state_with(policy, snapshot), "")
+    router(state_with(policy, snapshot), "", decision_workers())
 }
 
 fn default_app() -> Router {
@@ -689,7 +690,7 @@ async fn unknown_path_is_404_and_wrong_method_405() {
 async fn body_over_the_limit_is_413(#[case] streamed: bool) {
     let mut state = state_with(Policy::builtin_default().enforced(), None);
     state.limits.max_body_bytes = 1024;
-    let app = router(state, "");
+    let app = router(state, "", decision_workers());
     let body = payload(R1, "0001-filter.json");
     assert!(body.len() > 1024);
     let body = if streamed {
@@ -711,7 +712,7 @@ async fn a_declared_length_over_the_limit_is_413_before_the_body_arrives() {
     let mut state = state_with(Policy::builtin_default().enforced(), None);
     state.limits.max_body_bytes = 1024;
     state.limits.request_timeout = Duration::from_secs(30);
-    let app = router(state, "");
+    let app = router(state, "", decision_workers());
     // The body never arrives: only the header can say it is too large.
     let req = Request::post("/filter")
         .header("content-type", "application/json")
@@ -773,7 +774,7 @@ fn stalled_body() -> Body {
 async fn no_concurrency_budget_answers_503_overloaded() {
     let mut state = state_with(Policy::builtin_default().enforced(), None);
     state.limits.max_concurrency = 0;
-    let app = router(state.clone(), "");
+    let app = router(state.clone(), "", decision_workers());
     err_json(&app, "/filter", payload(R2, "0001-filter.json"), 503, "overloaded").await;
     // Refusals are counted like any answer, so they can be alerted on.
     let (_, metrics) = get(&admin_router(state), "/metrics").await;
@@ -806,7 +807,7 @@ async fn healthz_and_readyz() {
 
     let policy = Policy::builtin_default().enforced();
     let cell = Arc::new(ViewCell::default());
-    let app = router(AppState::new(policy.clone(), cell.clone(), ViewSource::Kubernetes), "");
+    let app = router(AppState::new(policy.clone(), cell.clone(), ViewSource::Kubernetes), "", decision_workers());
     assert_eq!(get(&app, "/healthz").await.0, StatusCode::OK, "alive while syncing");
     let (status, body) = get(&app, "/readyz").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
@@ -824,7 +825,7 @@ async fn healthz_and_readyz() {
 #[tokio::test]
 async fn metrics_count_requests_and_decisions() {
     let state = state_with(custom_policy(), None);
-    let (app, admin) = (router(state.clone(), ""), admin_router(state));
+    let (app, admin) = (router(state.clone(), "", decision_workers()), admin_router(state));
     assert_eq!(get(&admin, "/metrics").await.0, StatusCode::OK);
     ok_json(&app, "/filter", payload(R1, "0001-filter.json")).await;
     let mut never = payload_json(R1, "0037-preempt.json");
@@ -848,7 +849,7 @@ async fn metrics_count_requests_and_decisions() {
 #[tokio::test]
 async fn path_prefix_moves_the_verbs_only() {
     for prefix in ["/scheduler", "/scheduler/"] {
-        let app = router(state_with(Policy::builtin_default().enforced(), None), prefix);
+        let app = router(state_with(Policy::builtin_default().enforced(), None), prefix, decision_workers());
         ok_json(&app, "/scheduler/filter", payload(R2, "0001-filter.json")).await;
         ok_json(&app, "/scheduler/prioritize", payload(R2, "0002-prioritize.json")).await;
         ok_json(&app, "/scheduler/preempt", payload(R1, "0037-preempt.json")).await;
@@ -865,7 +866,8 @@ async fn path_prefix_moves_the_verbs_only() {
 #[tokio::test]
 async fn metrics_and_decisions_are_served_on_the_admin_port_only() {
     let state = state_with(Policy::builtin_default().enforced(), Some(&snapshot_path(R1)));
-    let (app, health, admin) = (router(state.clone(), ""), health_router(state.clone()), admin_router(state));
+    let (app, health, admin) =
+        (router(state.clone(), "", decision_workers()), health_router(state.clone()), admin_router(state));
     ok_json(&app, "/preempt", payload(R1, "0037-preempt.json")).await;
     let decisions = "/decisions?pod=online/online-2";
     for path in ["/metrics", decisions] {
@@ -938,4 +940,9 @@ async fn a_second_preemptor_of_a_wave_is_not_given_the_room_promised_to_the_firs
 fn app_fresh(round: &str) -> Router {
     let snap = snapshot_path(round);
     app(Policy::builtin_default().enforced(), Some(snap.as_path()))
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use coloc_extender::cluster::ViewCell;
-use coloc_extender::http::{admin_router, router, AppState, ViewSource};
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::http::{admin_router, router};
 use coloc_extender::policy::Policy;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
@@ -26,7 +27,7 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 #[tokio::test]
 async fn requests_before_the_first_scrape_are_counted() {
     let state = AppState::new(Policy::builtin_default().enforced(), Arc::new(ViewCell::default()), ViewSource::None);
-    let app = router(state.clone(), "");
+    let app = router(state.clone(), "", decision_workers());
     let body = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/payloads/r2-nodecache-true/0001-filter.json"
@@ -71,4 +72,9 @@ async fn every_answer_an_alert_counts_is_exported_at_zero_before_any_request() {
     for series in ["coloc_policy_fallback", "coloc_policy_reloads_total{result=\"error\"}"] {
         assert_eq!(sample(&text, series), Some(0.0), "{series} missing or not 0:\n{text}");
     }
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

@@ -9,9 +9,9 @@ mod common;
 use std::collections::BTreeMap;
 
 use coloc_extender::decide::LostReason;
+use coloc_extender::model::marks::{ATTEMPT, FROM_UID};
 use coloc_extender::model::{BaselineControl, Pod};
 use coloc_extender::policy::Policy;
-use coloc_extender::requeue::{ATTEMPT, FROM_UID};
 use common::*;
 use rstest::rstest;
 

@@ -603,10 +603,9 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
         let files = serde_yaml_ng::to_string(&load(&format!("{component}/kustomization.yaml"))["resources"]).unwrap();
         assert!(!files.contains("admissionpolicy"), "{component} ships a policy of its own");
     }
-    use coloc_extender::{requeue, wake};
+    use coloc_extender::{model::marks, wake};
     let text = serde_yaml_ng::to_string(spec).unwrap();
-    for name in [requeue::LABEL, requeue::FROM_UID, requeue::GATE, requeue::GUARD, wake::LABEL, wake::NODE, wake::IMAGE]
-    {
+    for name in [marks::LABEL, marks::FROM_UID, marks::GATE, marks::GUARD, wake::LABEL, wake::NODE, wake::IMAGE] {
         assert!(text.contains(&format!("'{name}'")), "the policy does not name {name}, as the extender does");
     }
     // The marks are reserved through every path that carries a pod's metadata (every pods/*
@@ -662,7 +661,7 @@ fn the_uninstall_job_has_its_own_narrow_rbac() {
 
 #[test]
 fn the_per_pod_verbs_profile_sends_every_pod_to_preempt_and_only_marked_ones_to_filter() {
-    use coloc_extender::policy::PER_POD_VERBS_MARKER as MARKER;
+    use coloc_extender::model::marks::PER_POD_VERBS_MARKER as MARKER;
     let config = load("scheduler/kube-scheduler-config-per-pod-verbs.yaml");
     let entries = config["extenders"].as_sequence().unwrap();
     assert_eq!(entries.len(), 2);
@@ -687,7 +686,8 @@ fn the_per_pod_verbs_profile_sends_every_pod_to_preempt_and_only_marked_ones_to_
 
 #[test]
 fn the_marker_policy_is_an_opt_in_component_that_marks_the_classes_needing_filter() {
-    use coloc_extender::policy::{Policy, PER_POD_VERBS_MARKER as MARKER};
+    use coloc_extender::model::marks::PER_POD_VERBS_MARKER as MARKER;
+    use coloc_extender::policy::Policy;
     let component = load("per-pod-verbs/kustomization.yaml");
     assert_eq!(component["kind"], Value::from("Component"));
     let files: Vec<&str> = component["resources"].as_sequence().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
@@ -836,7 +836,8 @@ fn the_mutating_policies_leave_requeue_copies_alone() {
         let skip = conditions.iter().find(|c| c["name"] == "not-a-requeue-copy").unwrap_or_else(|| panic!("{file}"));
         let expression = skip["expression"].as_str().unwrap();
         assert!(
-            expression.contains(&format!("'{}'", coloc_extender::requeue::LABEL)) && expression.contains("!= 'true'"),
+            expression.contains(&format!("'{}'", coloc_extender::model::marks::LABEL))
+                && expression.contains("!= 'true'"),
             "{file}: {expression}"
         );
     }

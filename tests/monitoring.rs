@@ -10,7 +10,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
 use coloc_extender::cluster::{snapshot, View, ViewCell};
-use coloc_extender::http::{admin_router, router, AppState, ViewSource};
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::http::{admin_router, router};
 use coloc_extender::policy::Policy;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
@@ -48,12 +49,12 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
         &policy,
     ));
     let state = AppState::new(policy, view, ViewSource::Snapshot);
-    let (app, admin) = (router(state.clone(), ""), admin_router(state));
+    let (app, admin) = (router(state.clone(), "", decision_workers()), admin_router(state));
     // What a replica with --kube registers at start, once the recorder is installed
     // (requeue's and the old guards' series).
     coloc_extender::requeue::kube::register_metrics();
     let default = Policy::builtin_default().enforced();
-    coloc_extender::http::metrics::record_policy(default.mode.as_str(), &default.fingerprint());
+    coloc_extender::http::prometheus::record_policy(default.mode.as_str(), &default.fingerprint());
     let _requeue_on = coloc_extender::requeue::availability::Availability::new(true);
     // ... and with TLS (--tls-cert, --client-ca): the certificates loaded, one client's
     // handshake.
@@ -215,4 +216,9 @@ fn the_metric_reference_lists_every_metric_the_code_records_and_nothing_else() {
         missing.is_empty() && stale.is_empty(),
         "docs/metrics.md lacks {missing:?} and lists {stale:?} the code does not record"
     );
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

@@ -34,17 +34,17 @@ fn a_node_object_the_view_holds_is_not_decoded_and_goes_back_unchanged() {
     let policy = Policy::builtin_default().enforced();
     let (body, broken) = filter_with_a_broken_node();
     // Without a view every object is decoded, and the broken one is refused.
-    let err = pipeline::answer(Verb::Filter, &body, &policy, None, NOW).err().expect("refused without a view");
+    let err = pipeline::replay(Verb::Filter, &body, &policy, None, NOW).err().expect("refused without a view");
     assert!(err.to_string().contains(&broken), "{err}");
     // With a view holding the node, only its name is read: the answer keeps it, as sent.
     let view = view(&policy);
     assert!(view.node(&broken).is_some(), "the snapshot holds {broken}");
-    let answer = pipeline::answer(Verb::Filter, &body, &policy, Some(&view), NOW).expect("answered from the view");
+    let answer = pipeline::replay(Verb::Filter, &body, &policy, Some(&view), NOW).expect("answered from the view");
     let out: Value = serde_json::from_slice(&answer.body).unwrap();
     let kept = out["Nodes"]["items"].as_array().unwrap();
     let sent = kept.iter().find(|n| n["metadata"]["name"] == broken.as_str()).expect("the node is kept");
     assert_eq!(sent["status"]["allocatable"]["cpu"], "not a quantity", "its bytes go back as they came");
-    let prioritized = pipeline::answer(Verb::Prioritize, &body, &policy, Some(&view), NOW);
+    let prioritized = pipeline::replay(Verb::Prioritize, &body, &policy, Some(&view), NOW);
     assert!(prioritized.is_ok(), "{:?}", prioritized.err());
 }
 
@@ -59,9 +59,9 @@ fn objects_and_names_decide_alike_where_the_view_holds_every_node() {
             objects["Nodes"]["items"].as_array().unwrap().iter().map(|n| n["metadata"]["name"].clone()).collect();
         let as_names = json!({"Pod": objects["Pod"], "NodeNames": names});
         let a =
-            pipeline::answer(Verb::Filter, &serde_json::to_vec(&objects).unwrap(), &policy, Some(&view), NOW).unwrap();
+            pipeline::replay(Verb::Filter, &serde_json::to_vec(&objects).unwrap(), &policy, Some(&view), NOW).unwrap();
         let b =
-            pipeline::answer(Verb::Filter, &serde_json::to_vec(&as_names).unwrap(), &policy, Some(&view), NOW).unwrap();
+            pipeline::replay(Verb::Filter, &serde_json::to_vec(&as_names).unwrap(), &policy, Some(&view), NOW).unwrap();
         let a: Value = serde_json::from_slice(&a.body).unwrap();
         let b: Value = serde_json::from_slice(&b.body).unwrap();
         let kept: Vec<&Value> =

@@ -4,7 +4,8 @@ mod common;
 
 use std::collections::HashMap;
 
-use coloc_extender::decide::fit::{fits, NodeUsage};
+use coloc_extender::cluster::usage::NodeUsage;
+use coloc_extender::decide::fit::fits;
 use coloc_extender::model::Pod;
 use common::*;
 use proptest::prelude::*;

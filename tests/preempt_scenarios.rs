@@ -339,8 +339,8 @@ fn a_tenants_labels_and_annotations_on_its_own_pods_change_nothing_about_another
     let padded = "x".repeat(200 * 1024);
     let forged = [
         ("team-b's queue name", plain().label(q, "b")),
-        ("a claim of 9 requeues", plain().annotate(coloc_extender::requeue::ATTEMPT, "9")),
-        ("an opt-out of requeue", plain().annotate(coloc_extender::requeue::OPT_OUT, "never")),
+        ("a claim of 9 requeues", plain().annotate(coloc_extender::model::marks::ATTEMPT, "9")),
+        ("an opt-out of requeue", plain().annotate(coloc_extender::model::marks::OPT_OUT, "never")),
         ("a 200 KiB annotation", plain().annotate("example.com/padding", &padded)),
     ];
     let out = victim_with(plain());

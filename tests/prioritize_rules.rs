@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use coloc_extender::cluster::{Objects, View};
 use coloc_extender::model::{Node, Pod};
-use coloc_extender::pipeline::{answer, Verb};
+use coloc_extender::pipeline::{replay, Verb};
 use coloc_extender::policy::Policy;
 use common::{node, pod, NOW};
 use serde_json::{json, Value};
@@ -48,7 +48,7 @@ fn request(class: &str, milli_cpu: i64, nodes: &[&str]) -> Vec<u8> {
 
 fn scores(body: &[u8], view: Option<&View>) -> BTreeMap<String, i64> {
     let policy = Policy::builtin_default().enforced();
-    let a = answer(Verb::Prioritize, body, &policy, view, NOW).unwrap();
+    let a = replay(Verb::Prioritize, body, &policy, view, NOW).unwrap();
     let list: Vec<Value> = serde_json::from_slice(&a.body).unwrap();
     list.iter().map(|h| (h["Host"].as_str().unwrap().to_string(), h["Score"].as_i64().unwrap())).collect()
 }
@@ -77,7 +77,7 @@ fn an_online_pod_is_ranked_by_kube_scheduler_alone() {
     let nodes = vec![node("half", 8000, 64), node("empty", 8000, 64)];
     let policy = Policy::builtin_default().enforced();
     let view = view(nodes, filled("half", 4, "batch"));
-    let a = answer(Verb::Prioritize, &request("online", 1000, &["half", "empty"]), &policy, Some(&view), NOW).unwrap();
+    let a = replay(Verb::Prioritize, &request("online", 1000, &["half", "empty"]), &policy, Some(&view), NOW).unwrap();
     assert_eq!(a.body, b"[]");
     assert!(a.explanations.iter().any(|e| e.code == "neutral" && e.is_routine()), "{:?}", a.explanations);
 }

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use coloc_extender::cluster::{snapshot, View};
 use coloc_extender::decide::{Explanation, LostReason};
-use coloc_extender::pipeline::{answer, Verb};
+use coloc_extender::pipeline::{replay, Verb};
 use coloc_extender::policy::Policy;
+use coloc_extender::wire::Bounds;
 use rstest::rstest;
 use serde_json::Value;
 
@@ -67,7 +68,7 @@ fn run_preempt(rec: &Recorded, policy: &Policy, with_view: bool) -> (Victims, Ve
 }
 
 fn run_preempt_in(rec: &Recorded, policy: &Policy, view: Option<&View>) -> (Victims, Vec<(String, String, String)>) {
-    let a = answer(Verb::Preempt, &rec.request, policy, view, now()).unwrap();
+    let a = replay(Verb::Preempt, &rec.request, policy, view, now()).unwrap();
     let body: Value = serde_json::from_slice(&a.body).unwrap();
     let names = names(&rec.snapshot);
     let victims = body["NodeNameToMetaVictims"]
@@ -140,7 +141,7 @@ fn default_policy_with_view_places_every_online_pod_and_requeues_bare_victims(
     assert_eq!(sorted(victims.clone()), default_with_view(seq), "{reasons:?}");
     // Every bare victim in the answer is requeued, under the name replay reports.
     let view = View::build(snapshot::load(&rec.snapshot).unwrap(), &policy);
-    let a = answer(Verb::Preempt, &rec.request, &policy, Some(&view), now()).unwrap();
+    let a = replay(Verb::Preempt, &rec.request, &policy, Some(&view), now()).unwrap();
     let requeued: Vec<&str> = a.requeues().iter().map(|r| r.name.as_str()).collect();
     let snap: Value = serde_json::from_slice(&std::fs::read(&rec.snapshot).unwrap()).unwrap();
     let owned: Vec<&str> = snap["items"]
@@ -213,7 +214,7 @@ fn default_policy_with_requeue_off_takes_bare_pods_only_as_a_last_resort_and_say
     let policy = policy("default");
     let view = View::build(snapshot::load(&rec.snapshot).unwrap(), &policy);
     let ctx = coloc_extender::decide::Context::new(&policy, Some(&view), now());
-    let a = coloc_extender::pipeline::answer_in(Verb::Preempt, &rec.request, &ctx).unwrap();
+    let a = coloc_extender::pipeline::answer(Verb::Preempt, &rec.request, &ctx, &Bounds::default()).unwrap();
     assert!(a.requeues().is_empty());
     let body: Value = serde_json::from_slice(&a.body).unwrap();
     let nodes: Vec<&String> = body["NodeNameToMetaVictims"].as_object().unwrap().keys().collect();
@@ -389,7 +390,7 @@ fn filter_answers_follow_placement_rules(#[values("r1-nodecache-false", "r2-node
         let seq = format!("{:04}", entry["seq"].as_u64().unwrap());
         let body = std::fs::read(fixtures().join(round).join(format!("{seq}-filter.json"))).unwrap();
         let pod = entry["pod"].as_str().unwrap();
-        let a = answer(Verb::Filter, &body, &policy, Some(&view), now()).unwrap();
+        let a = replay(Verb::Filter, &body, &policy, Some(&view), now()).unwrap();
         let out: Value = serde_json::from_slice(&a.body).unwrap();
         let unresolvable: Vec<&String> = out["FailedAndUnresolvableNodes"].as_object().unwrap().keys().collect();
         let input: Value = serde_json::from_slice(&body).unwrap();
@@ -432,7 +433,7 @@ fn prioritize_scores_stay_in_range_and_prefer_colocation_nodes_for_batch(
         let seq = format!("{:04}", entry["seq"].as_u64().unwrap());
         let body = std::fs::read(fixtures().join(round).join(format!("{seq}-prioritize.json"))).unwrap();
         for v in [None, Some(&view)] {
-            let a = answer(Verb::Prioritize, &body, &policy, v, now()).unwrap();
+            let a = replay(Verb::Prioritize, &body, &policy, v, now()).unwrap();
             let scores: Vec<Value> = serde_json::from_slice(&a.body).unwrap();
             assert!(!scores.is_empty());
             for s in &scores {
@@ -462,7 +463,7 @@ fn per_request_the_policy_evicts_no_more_than_kube_scheduler_unless_kubes_choice
     let mut policy = policy("default");
     policy.mode = coloc_extender::policy::Mode::Shadow;
     let view = View::build(snapshot::load(&rec.snapshot).unwrap(), &policy);
-    let a = answer(Verb::Preempt, &rec.request, &policy, Some(&view), now()).unwrap();
+    let a = replay(Verb::Preempt, &rec.request, &policy, Some(&view), now()).unwrap();
     let (kube, ours) = (a.discarded().expect("kube's choice"), a.would_discard().expect("the policy's"));
     let count = |d: &coloc_extender::discarded::Discarded| (d.node.clone(), d.victims);
     let want = match seq {

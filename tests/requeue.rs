@@ -16,12 +16,13 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use coloc_extender::cluster::watch::{self, Freshness};
 use coloc_extender::cluster::{RequeueCell, ViewCell};
-use coloc_extender::http::{router, AppState, ViewSource};
+use coloc_extender::http::router;
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::model::marks::{FROM_UID, GATE, GUARD, PREEMPTED_ON};
 use coloc_extender::policy::Policy;
 use coloc_extender::requeue::controller::Settings;
 use coloc_extender::requeue::kube::Requeuer;
 use coloc_extender::requeue::remove_after_0_1::tries::Tries;
-use coloc_extender::requeue::{FROM_UID, GATE, GUARD, PREEMPTED_ON};
 use fake_api::FakeApi;
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -137,7 +138,7 @@ async fn preempt(r: &Replica) -> (StatusCode, Value) {
         .header("content-type", "application/json")
         .body(Body::from(fixture("0043-preempt.json")))
         .unwrap();
-    let resp = router(r.state.clone(), "").oneshot(req).await.unwrap();
+    let resp = router(r.state.clone(), "", decision_workers()).oneshot(req).await.unwrap();
     let status = resp.status();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     (status, serde_json::from_slice(&body).unwrap())
@@ -354,7 +355,7 @@ async fn a_pod_of_the_same_name_that_is_not_our_copy_is_never_taken_for_one() {
     let name = {
         let pod = api.get("Pod", "batch", VICTIM).unwrap();
         let model = serde_json::from_value::<coloc_extender::wire::k8s::Pod>(pod).unwrap().into_model().unwrap();
-        coloc_extender::requeue::replacement_name(&model)
+        coloc_extender::model::marks::replacement_name(&model)
     };
     let mut stranger = api.get("Pod", "batch", VICTIM).unwrap();
     stranger["metadata"]["name"] = json!(name);
@@ -512,7 +513,7 @@ fn stranger(api: &FakeApi, name: &str) -> Value {
 fn names_of(api: &FakeApi, name: &str) -> Vec<String> {
     let pod = api.get("Pod", "batch", name).unwrap();
     let model = serde_json::from_value::<coloc_extender::wire::k8s::Pod>(pod).unwrap().into_model().unwrap();
-    coloc_extender::requeue::replacement_names(&model)
+    coloc_extender::model::marks::replacement_names(&model)
 }
 
 #[tokio::test]
@@ -551,9 +552,9 @@ async fn a_create_that_finds_its_name_taken_by_a_stranger_takes_the_next() {
     let r = replica(&api).await;
     let json = api.get("Pod", "batch", VICTIM).unwrap();
     let model = serde_json::from_value::<coloc_extender::wire::k8s::Pod>(json.clone()).unwrap().into_model().unwrap();
-    let names = coloc_extender::requeue::replacement_names(&model);
+    let names = coloc_extender::model::marks::replacement_names(&model);
     api.apply(stranger(&api, &names[0]));
-    let intent = coloc_extender::requeue::RequeueIntent::for_victim(&model, "node-gpu2", "");
+    let intent = coloc_extender::model::RequeueIntent::for_victim(&model, "node-gpu2", "");
     r.requeuer.store_copy(&json, &intent).await.unwrap();
     assert_eq!(replacements_of(&api, &model.uid)[0]["metadata"]["name"], json!(names[1]));
     r.requeuer.store_copy(&json, &intent).await.unwrap();
@@ -575,7 +576,7 @@ async fn a_pod_preempted_for_its_own_namespaces_pod_keeps_its_requeue_count() {
     assert!(eventually(|| r.cell.load().unwrap().pod_by_uid(&original).is_none()).await);
     r.settle().await;
     let stored = replacements_of(&api, &original);
-    assert_eq!(stored[0]["metadata"]["annotations"][coloc_extender::requeue::ATTEMPT], "0", "not counted");
+    assert_eq!(stored[0]["metadata"]["annotations"][coloc_extender::model::marks::ATTEMPT], "0", "not counted");
 }
 
 /// `VICTIM` with an annotation of `size` bytes.
@@ -888,4 +889,9 @@ async fn two_replicas_finishing_the_same_guard_store_one_replacement() {
     a.requeuer.finish_guards_once(&tries).await.unwrap();
     assert!(api.get("Pod", "batch", VICTIM).is_none());
     assert_eq!(replacements_of(&api, &original).len(), 1);
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

@@ -63,7 +63,7 @@ fn a_pod_with_an_owner_that_is_not_a_controller_is_left_to_its_owner_not_copied(
 #[test]
 fn a_bare_pod_that_opted_out_of_requeue_is_not_copied() {
     let mut opted_out = pod("ci-job", "batch", Some("n1"), 2000).bare();
-    opted_out.annotations.insert(coloc_extender::requeue::OPT_OUT.into(), "never".into());
+    opted_out.annotations.insert(coloc_extender::model::marks::OPT_OUT.into(), "never".into());
     let s = Scenario::new(requeue_policy("requeue")).node(node("n1", 2000, 8)).pods([opted_out]);
     let out = s.preempt(online(2000), &["n1"]);
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["ci-job"]))]), "{}", out.explain());
@@ -239,9 +239,9 @@ fn a_proposed_victim_the_view_knows_is_terminating_is_judged_by_the_view() {
 fn returning_replacement() -> Pod {
     pod("work-rq-0000000001", "batch", None, 2000)
         .bare()
-        .annotate(coloc_extender::requeue::FROM_UID, "uid-work")
-        .annotate(coloc_extender::requeue::BASE_NAME, "work")
-        .annotate(coloc_extender::requeue::ATTEMPT, "1")
+        .annotate(coloc_extender::model::marks::FROM_UID, "uid-work")
+        .annotate(coloc_extender::model::marks::BASE_NAME, "work")
+        .annotate(coloc_extender::model::marks::ATTEMPT, "1")
 }
 
 #[test]
@@ -276,7 +276,7 @@ fn with_requeue_preemption_keep_a_returning_replacement_preempts_as_its_original
 
 #[test]
 fn after_max_attempts_requeues_a_pod_is_not_copied_again_and_is_only_a_last_resort() {
-    use coloc_extender::requeue::{ATTEMPT, FROM_UID};
+    use coloc_extender::model::marks::{ATTEMPT, FROM_UID};
     let twice =
         pod("work-rq-2", "batch", Some("n1"), 2000).bare().annotate(FROM_UID, "uid-work-1").annotate(ATTEMPT, "2");
     let s = Scenario::new(requeue_policy_with("requeue", "{maxAttempts: 2}")).node(node("n1", 2000, 8)).pods([twice]);

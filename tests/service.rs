@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use coloc_extender::cluster::{Objects, View, ViewCell};
+use coloc_extender::model::RequeueIntent;
 use coloc_extender::pipeline::{Answer, PreemptPart};
 use coloc_extender::policy::{Mode, Policy};
-use coloc_extender::requeue::RequeueIntent;
 use coloc_extender::service::{self, VIEW_CATCH_UP};
 use coloc_extender::wake::Reason;
 
@@ -61,7 +61,7 @@ async fn a_preempt_decided_on_a_view_behind_kube_scheduler_is_decided_again_once
         let n = calls.fetch_add(1, Ordering::SeqCst);
         async move { Ok::<_, ()>(answer(&[], n == 0)) }
     };
-    let out = service::preempt(decide, Some(&*view)).await.unwrap();
+    let out = service::decide_caught_up(decide, Some(&*view)).await.unwrap();
     publisher.await.unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 2, "decided again after the view was published");
     assert!(!out.view_behind());
@@ -76,7 +76,7 @@ async fn a_view_that_never_catches_up_is_answered_as_decided_within_the_bound() 
         async { Ok::<_, ()>(answer(&[], true)) }
     };
     let started = Instant::now();
-    let out = service::preempt(decide, Some(&view)).await.unwrap();
+    let out = service::decide_caught_up(decide, Some(&view)).await.unwrap();
     assert!(out.view_behind() && calls.load(Ordering::SeqCst) == 1);
     assert!(started.elapsed() >= VIEW_CATCH_UP && started.elapsed() < VIEW_CATCH_UP * 20, "{:?}", started.elapsed());
 }
@@ -89,7 +89,7 @@ async fn bare_victims_are_answered_from_the_decision_alone() {
         calls.fetch_add(1, Ordering::SeqCst);
         async { Ok::<_, ()>(answer(&["a", "b"], false)) }
     };
-    let out = service::preempt(decide, None).await.unwrap();
+    let out = service::decide_caught_up(decide, None).await.unwrap();
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert_eq!(out.requeues().len(), 2);
 }
@@ -191,7 +191,7 @@ mod shadow {
     async fn kube_schedulers_own_answer_is_sent_before_the_policy_decides() {
         let (workers, view) = (Arc::new(Workers::new(1).unwrap()), watched_view());
         let service = Service::new(Some(view.clone()), None);
-        let answered = service.answer(request(&workers, &view)).await.unwrap();
+        let answered = service.respond(request(&workers, &view)).await.unwrap();
         let sent = json(&answered.sent.body);
         let asked = json(&std::fs::read(format!("{PAYLOADS}/0037-preempt.json")).unwrap());
         for (node, victims) in asked["NodeNameToMetaVictims"].as_object().unwrap() {
@@ -229,7 +229,7 @@ mod shadow {
             "NodeNameToVictims": {"node-unknown": {"Pods": [victim], "NumPDBViolations": 0}}});
         let mut request = request(&workers, &view);
         request.body = serde_json::to_vec(&body).unwrap().into();
-        let refused = service.answer(request).await;
+        let refused = service.respond(request).await;
         assert!(refused.is_err(), "a body the decision refuses is refused in shadow mode too");
     }
 
@@ -239,14 +239,14 @@ mod shadow {
         let service = Service::new(Some(view.clone()), None);
         let mut busy = Vec::new();
         for _ in 0..SHADOW_DECISIONS {
-            busy.push(service.answer(request(&workers, &view)).await.unwrap().later.expect("a slot is free"));
+            busy.push(service.respond(request(&workers, &view)).await.unwrap().later.expect("a slot is free"));
         }
-        let answered = service.answer(request(&workers, &view)).await.unwrap();
+        let answered = service.respond(request(&workers, &view)).await.unwrap();
         assert!(answered.later.is_none(), "no slot: answered, not decided");
-        let filter = service.answer(request_of(Verb::Filter, "0001-filter.json", &workers, &view)).await.unwrap();
+        let filter = service.respond(request_of(Verb::Filter, "0001-filter.json", &workers, &view)).await.unwrap();
         assert!(filter.later.is_some(), "a filter does not wait for the preempts' slots");
         drop(busy);
-        let answered = service.answer(request(&workers, &view)).await.unwrap();
+        let answered = service.respond(request(&workers, &view)).await.unwrap();
         assert!(answered.later.is_some(), "the slots are back once the decisions end");
     }
 }

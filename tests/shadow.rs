@@ -6,9 +6,10 @@
 
 use coloc_extender::cluster::{snapshot, View};
 use coloc_extender::decide::Context;
-use coloc_extender::pipeline::{answer_in, Verb};
+use coloc_extender::pipeline::{answer, Verb};
 use coloc_extender::policy::{Mode, PdbMode, Policy};
 use coloc_extender::shadow::DiffKind;
+use coloc_extender::wire::Bounds;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -158,7 +159,7 @@ proptest! {
 
         // filter: every node, as it came; nothing failed.
         let body = case.filter_body(names);
-        let a = answer_in(Verb::Filter, &body, &ctx(&shadow)).unwrap();
+        let a = answer(Verb::Filter, &body, &ctx(&shadow), &Bounds::default()).unwrap();
         let got = json_of(&a.body);
         let sent = json_of(&body);
         if names {
@@ -169,20 +170,20 @@ proptest! {
         prop_assert_eq!(&got["FailedNodes"], &json!({}));
         prop_assert_eq!(&got["FailedAndUnresolvableNodes"], &json!({}));
         // The policy's decision is still made: it is the enforced answer.
-        let enforced = answer_in(Verb::Filter, &body, &ctx(&enforce)).unwrap();
+        let enforced = answer(Verb::Filter, &body, &ctx(&enforce), &Bounds::default()).unwrap();
         prop_assert_eq!(a.would_answer(), Some(enforced.body.as_slice()));
 
         // prioritize: score 0 for every node, in order.
-        let a = answer_in(Verb::Prioritize, &body, &ctx(&shadow)).unwrap();
+        let a = answer(Verb::Prioritize, &body, &ctx(&shadow), &Bounds::default()).unwrap();
         let hosts: Vec<Value> = case.nodes.iter().map(|n| json!({"Host": n["metadata"]["name"], "Score": 0})).collect();
         prop_assert_eq!(json_of(&a.body), Value::Array(hosts));
 
         // preempt: kube's candidates and victims unchanged, nothing requeued.
         let (body, expected) = case.preempt_body(meta, pdb_mask);
-        let a = answer_in(Verb::Preempt, &body, &ctx(&shadow)).unwrap();
+        let a = answer(Verb::Preempt, &body, &ctx(&shadow), &Bounds::default()).unwrap();
         prop_assert_eq!(json_of(&a.body), expected);
         prop_assert!(a.requeues().is_empty());
-        let enforced = answer_in(Verb::Preempt, &body, &ctx(&enforce)).unwrap();
+        let enforced = answer(Verb::Preempt, &body, &ctx(&enforce), &Bounds::default()).unwrap();
         prop_assert_eq!(a.would_answer(), Some(enforced.body.as_slice()));
         prop_assert!(enforced.diffs().is_empty() && enforced.would_answer().is_none());
     }
@@ -210,7 +211,7 @@ fn a_vetoed_node_and_a_bare_pod_kube_would_lose_are_counted() {
     let view = case.view(&shadow);
     let ctx = Context::new(&shadow, Some(&view), NOW);
     let (body, expected) = case.preempt_body(false, 0);
-    let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
+    let a = answer(Verb::Preempt, &body, &ctx, &Bounds::default()).unwrap();
     assert_eq!(json_of(&a.body), expected);
     assert_eq!(json_of(a.would_answer().unwrap()), json!({"NodeNameToMetaVictims": {}}));
     assert_eq!(a.diffs().0.get(&DiffKind::NodeVetoed), Some(&1), "{:?}", a.diffs());
@@ -227,7 +228,7 @@ fn a_bare_pod_both_would_lose_is_no_difference() {
     let view = case.view(&shadow);
     let ctx = Context::new(&shadow, Some(&view), NOW);
     let (body, expected) = case.preempt_body(false, 0);
-    let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
+    let a = answer(Verb::Preempt, &body, &ctx, &Bounds::default()).unwrap();
     assert_eq!(json_of(&a.body), expected);
     assert_eq!(json_of(a.would_answer().unwrap()), expected);
     assert!(a.diffs().is_empty(), "{:?}", a.diffs());
@@ -243,7 +244,7 @@ fn a_requeued_bare_pod_is_not_lost_and_owned_pods_change_nothing() {
     let view = case.view(&shadow);
     let ctx = Context::new(&shadow, Some(&view), NOW).with_requeue(true);
     let (body, _) = case.preempt_body(true, 0);
-    let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
+    let a = answer(Verb::Preempt, &body, &ctx, &Bounds::default()).unwrap();
     assert_eq!(
         a.diffs().0.clone().into_iter().collect::<Vec<_>>(),
         vec![(DiffKind::BarePodLost, 1)],
@@ -257,7 +258,7 @@ fn a_requeued_bare_pod_is_not_lost_and_owned_pods_change_nothing() {
     let view = case.view(&shadow);
     let ctx = Context::new(&shadow, Some(&view), NOW);
     let (body, _) = case.preempt_body(true, 0);
-    assert!(answer_in(Verb::Preempt, &body, &ctx).unwrap().diffs().is_empty());
+    assert!(answer(Verb::Preempt, &body, &ctx, &Bounds::default()).unwrap().diffs().is_empty());
 }
 
 #[test]
@@ -269,7 +270,7 @@ fn a_pdb_violation_the_policy_avoids_is_counted() {
     shadow.classes.iter_mut().filter(|c| c.name == "batch").for_each(|c| c.victim.pdb = PdbMode::Strict);
     let ctx = Context::new(&shadow, None, NOW);
     let (body, _) = case.preempt_body(false, 1);
-    let a = answer_in(Verb::Preempt, &body, &ctx).unwrap();
+    let a = answer(Verb::Preempt, &body, &ctx, &Bounds::default()).unwrap();
     assert_eq!(a.diffs().0.get(&DiffKind::PdbViolationAvoided), Some(&1), "{:?}", a.diffs());
     assert_eq!(a.diffs().0.get(&DiffKind::NodeVetoed), Some(&1), "{:?}", a.diffs());
 }
@@ -284,11 +285,11 @@ fn filter_counts_vetoed_nodes_and_keeps_them_all() {
     };
     let shadow = policy(Mode::Shadow);
     let ctx = Context::new(&shadow, None, NOW);
-    let a = answer_in(Verb::Filter, &case.filter_body(false), &ctx).unwrap();
+    let a = answer(Verb::Filter, &case.filter_body(false), &ctx, &Bounds::default()).unwrap();
     assert_eq!(json_of(&a.body)["Nodes"]["items"].as_array().unwrap().len(), 2);
     assert_eq!(a.diffs().0.get(&DiffKind::NodeVetoed), Some(&1));
     assert_eq!(a.summary, "kept 1 of 2 node(s)");
-    let a = answer_in(Verb::Prioritize, &case.filter_body(false), &ctx).unwrap();
+    let a = answer(Verb::Prioritize, &case.filter_body(false), &ctx, &Bounds::default()).unwrap();
     assert_eq!(
         a.diffs().0.get(&DiffKind::ScoresChanged),
         Some(&1),

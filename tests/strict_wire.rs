@@ -10,8 +10,9 @@ use axum::body::{Body, Bytes};
 use axum::http::{Method, Request, StatusCode};
 use axum::Router;
 use coloc_extender::cluster::{snapshot, View, ViewCell};
-use coloc_extender::http::{router, AppState, ViewSource};
-use coloc_extender::pipeline::{answer, Verb};
+use coloc_extender::http::router;
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::pipeline::{replay, Verb};
 use coloc_extender::policy::Policy;
 use coloc_extender::wire::request::{clip_message, DecodeError, MESSAGE_LIMIT};
 use coloc_extender::wire::{decode_extender_args, decode_preempt_args, decode_preempt_args_for, Candidates};
@@ -55,7 +56,7 @@ fn app(snapshot_of: Option<&str>) -> Router {
     };
     let mut state = AppState::new(policy, Arc::new(cell), source);
     state.clock = Arc::new(|| NOW);
-    router(state, "")
+    router(state, "", decision_workers())
 }
 
 async fn post(app: &Router, path: &str, body: impl Into<Body>) -> (StatusCode, Bytes) {
@@ -271,7 +272,7 @@ async fn a_victim_without_a_uid_is_rejected_naming_node_and_index(
 fn a_repeated_victim_is_answered_once(#[values(0, 1, 2)] which: usize) {
     let policy = Policy::builtin_default().enforced();
     let req = payload_json(R1, "0037-preempt.json");
-    let want = answer(Verb::Preempt, req.to_string().as_bytes(), &policy, None, NOW).unwrap().body;
+    let want = replay(Verb::Preempt, req.to_string().as_bytes(), &policy, None, NOW).unwrap().body;
     let want: Value = serde_json::from_slice(&want).unwrap();
     assert_eq!(want["NodeNameToMetaVictims"]["node-gpu1"]["Pods"].as_array().unwrap().len(), 3, "{want}");
 
@@ -280,7 +281,7 @@ fn a_repeated_victim_is_answered_once(#[values(0, 1, 2)] which: usize) {
     let copy = pods[which].clone();
     pods.push(copy.clone());
     pods.insert(0, copy);
-    let got = answer(Verb::Preempt, repeated.to_string().as_bytes(), &policy, None, NOW).unwrap().body;
+    let got = replay(Verb::Preempt, repeated.to_string().as_bytes(), &policy, None, NOW).unwrap().body;
     let got: Value = serde_json::from_slice(&got).unwrap();
     assert_eq!(got, want);
 }
@@ -440,4 +441,9 @@ proptest! {
             prop_assert_eq!(out.as_ref(), message.as_str());
         }
     }
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

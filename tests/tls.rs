@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use coloc_extender::cluster::ViewCell;
-use coloc_extender::http::{self, server::ServeOptions, AppState, ViewSource};
+use coloc_extender::http::state::{AppState, ViewSource};
+use coloc_extender::http::{self, server::ServeOptions};
 use coloc_extender::policy::Policy;
 use coloc_extender::tls::{self, TlsAcceptorCell, TlsFiles};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
@@ -55,7 +56,12 @@ async fn start(files: &TlsFiles) -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let opts = ServeOptions { tls: Some(cell.clone()), ..ServeOptions::default() };
-    tokio::spawn(http::server::serve(listener, http::router(state, ""), opts, std::future::pending()));
+    tokio::spawn(http::server::serve(
+        listener,
+        http::router(state, "", decision_workers()),
+        opts,
+        std::future::pending(),
+    ));
     Server { addr, cell }
 }
 
@@ -184,4 +190,9 @@ fn unreadable_files_are_named_in_the_error() {
     let files = TlsFiles { cert: "/nonexistent/tls.crt".into(), key: "/nonexistent/tls.key".into(), client_ca: None };
     let err = files.load().unwrap_err().to_string();
     assert!(err.contains("/nonexistent/tls.crt"), "{err}");
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

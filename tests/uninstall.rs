@@ -11,7 +11,9 @@ mod forged;
 
 use std::time::Duration;
 
-use coloc_extender::requeue::{replacement, RequeueIntent, FROM_UID, GATE};
+use coloc_extender::model::marks::{FROM_UID, GATE};
+use coloc_extender::model::RequeueIntent;
+use coloc_extender::requeue::replacement;
 use coloc_extender::uninstall::twin::{twin, twin_name};
 use coloc_extender::uninstall::{uninstall, Outcome, Report, UninstallArgs};
 use fake_api::FakeApi;

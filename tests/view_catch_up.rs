@@ -11,7 +11,8 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Method, Request};
 use coloc_extender::cluster::ViewCell;
-use coloc_extender::http::{router, AppState, ViewSource};
+use coloc_extender::http::router;
+use coloc_extender::http::state::{AppState, ViewSource};
 use common::*;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
@@ -48,7 +49,7 @@ fn preempt_body() -> String {
 fn app(cell: Arc<ViewCell>, source: ViewSource) -> axum::Router {
     let mut state = AppState::new(policy("strict", ""), cell, source);
     state.clock = Arc::new(|| NOW);
-    router(state, "")
+    router(state, "", decision_workers())
 }
 
 /// The answer's node → victim UIDs.
@@ -92,4 +93,9 @@ async fn a_snapshot_view_is_the_whole_truth_and_is_not_waited_on() {
     tokio::time::sleep(Duration::from_millis(30)).await;
     cell.publish(cluster(true).view());
     assert_eq!(asked.await.unwrap(), json!({"n2": {"Pods": [{"UID": "uid-worth-more"}], "NumPDBViolations": 0}}));
+}
+
+/// The decision workers `serve` starts beside the router.
+fn decision_workers() -> std::sync::Arc<coloc_extender::workers::Workers> {
+    std::sync::Arc::new(coloc_extender::workers::Workers::new(1).unwrap())
 }

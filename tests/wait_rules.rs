@@ -315,7 +315,7 @@ fn a_class_that_checkpoints_on_sigterm_throws_none_of_its_run_away() {
 
 #[test]
 fn the_answer_says_how_soon_beside_kube_schedulers_own_choice() {
-    use coloc_extender::pipeline::{answer, Verb};
+    use coloc_extender::pipeline::{replay, Verb};
     // kube-scheduler picks n1 (fewer victims by priority sum: one); the policy n2.
     let s = Scenario::new(policy("strict", ""))
         .node(node("n1", 2000, 8))
@@ -330,7 +330,7 @@ fn the_answer_says_how_soon_beside_kube_schedulers_own_choice() {
             "n2": {"Pods": [{"UID": "uid-fast"}], "NumPDBViolations": 0}}
     });
     let view = s.view();
-    let a = answer(Verb::Preempt, body.to_string().as_bytes(), &s.policy, Some(&view), NOW).unwrap();
+    let a = replay(Verb::Preempt, body.to_string().as_bytes(), &s.policy, Some(&view), NOW).unwrap();
     let line = a.explanations.iter().find(|e| e.code == "expected_wait").expect("an expected_wait line");
     assert_eq!(line.verdict, "waits");
     assert_eq!(
@@ -344,7 +344,7 @@ fn the_answer_says_how_soon_beside_kube_schedulers_own_choice() {
 #[test]
 fn the_expected_wait_is_checked_against_the_one_observed() {
     use coloc_extender::http::waits::{Seen, Waits, FOLLOWED_FOR};
-    use coloc_extender::pipeline::{answer, Verb};
+    use coloc_extender::pipeline::{replay, Verb};
     use std::time::{Duration, Instant};
     let s =
         Scenario::new(policy("strict", ""))
@@ -357,7 +357,7 @@ fn the_expected_wait_is_checked_against_the_one_observed() {
         "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "uid-fast"}], "NumPDBViolations": 0}}
     });
     let view = s.view();
-    let a = answer(Verb::Preempt, body.to_string().as_bytes(), &s.policy, Some(&view), NOW).unwrap();
+    let a = replay(Verb::Preempt, body.to_string().as_bytes(), &s.policy, Some(&view), NOW).unwrap();
     let waits = Waits::default();
     let t0 = Instant::now();
     waits.record(&a, t0);

@@ -15,7 +15,7 @@ use axum::Router;
 use coloc_extender::cluster::watch::{self, Freshness};
 use coloc_extender::cluster::{snapshot, RequeueView, StoreCell, View, ViewCell};
 use coloc_extender::model::{Pod, PodRef};
-use coloc_extender::pipeline::{answer, Verb};
+use coloc_extender::pipeline::{replay, Verb};
 use coloc_extender::policy::Policy;
 use serde_json::{json, Value};
 
@@ -116,14 +116,14 @@ async fn watches_build_the_same_view_as_the_snapshot() {
     // The same decisions, whichever source built the view.
     let body = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join(ROUND).join("0037-preempt.json")).unwrap();
     let now = 1_800_000_000;
-    let from_watch = answer(Verb::Preempt, &body, &policy, Some(&live), now).unwrap();
-    let from_snapshot = answer(Verb::Preempt, &body, &policy, Some(&snap), now).unwrap();
+    let from_watch = replay(Verb::Preempt, &body, &policy, Some(&live), now).unwrap();
+    let from_snapshot = replay(Verb::Preempt, &body, &policy, Some(&snap), now).unwrap();
     assert_eq!(from_watch.body, from_snapshot.body);
     assert_eq!(from_watch.explanations, from_snapshot.explanations);
     // A policy that lets online pods through finds the same victims on the live view.
     let custom =
         Policy::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("policy/custom-priority-classes.yaml")).unwrap();
-    let with_custom = answer(Verb::Preempt, &body, &custom, Some(&live), now).unwrap();
+    let with_custom = replay(Verb::Preempt, &body, &custom, Some(&live), now).unwrap();
     assert!(
         String::from_utf8_lossy(&with_custom.body).contains("node-a2"),
         "{}",
@@ -226,7 +226,7 @@ async fn a_pod_deleted_on_the_watch_is_never_returned_by_the_next_preempt() {
     let mut deleted: Vec<String> = Vec::new();
     for round in 0..12 {
         let view = cell.load().unwrap();
-        let a = answer(Verb::Preempt, &body, &policy, Some(&view), now).unwrap();
+        let a = replay(Verb::Preempt, &body, &policy, Some(&view), now).unwrap();
         let uids = victim_uids(&a.body);
         for uid in &uids {
             assert!(!deleted.contains(uid), "round {round}: deleted pod {uid} offered again");

@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use coloc_extender::cluster::{snapshot, View};
-use coloc_extender::pipeline::{answer, Verb};
+use coloc_extender::pipeline::{replay, Verb};
 use coloc_extender::policy::Policy;
 use libfuzzer_sys::fuzz_target;
 
@@ -22,8 +22,8 @@ fn fixtures() -> &'static (Policy, View) {
 fuzz_target!(|data: &[u8]| {
     let (policy, view) = fixtures();
     for verb in [Verb::Filter, Verb::Prioritize, Verb::Preempt] {
-        let _ = answer(verb, data, policy, None, 1_800_000_000);
-        let _ = answer(verb, data, policy, Some(view), 1_800_000_000);
+        let _ = replay(verb, data, policy, None, 1_800_000_000);
+        let _ = replay(verb, data, policy, Some(view), 1_800_000_000);
     }
     let _ = Policy::from_yaml(&String::from_utf8_lossy(data));
     let _ = coloc_extender::quantity::parse(&String::from_utf8_lossy(data));

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use super::args::AdminListen;
-use crate::http::{self, AppState};
+use crate::http::{self, state::AppState};
 
 /// Who may read the admin port: whoever reaches it, or whom the API server this
 /// configuration reaches allows (`--admin-auth kube`).

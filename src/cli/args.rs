@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::http::Limits;
+use crate::http::state::Limits;
 use crate::policy::Mode;
 use crate::wire::Caps;
 
@@ -48,6 +48,7 @@ pub struct ServeArgs {
     /// This replica's pod (the downward API): an owner of what it publishes.
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
+    /// That pod's UID, for the owner reference of what it publishes.
     #[arg(long, env = "POD_UID")]
     pub pod_uid: Option<String>,
     /// The install namespace: where the wake placeholders, the requeue controller's Lease
@@ -91,7 +92,7 @@ pub struct ServeArgs {
     /// be said.
     #[arg(long, value_enum)]
     pub admin_auth: Option<AdminAuth>,
-    /// Threads serving the verbs and running requeue, Events and wakes. kube-scheduler calls
+    /// Threads serving the verbs and running Events and wakes. kube-scheduler calls
     /// one verb at a time and large decisions run on --decision-workers, so one thread
     /// spares the wake-ups of handing each request between two (measured:
     /// docs/journal/performance.md, "One I/O thread").
@@ -124,7 +125,8 @@ pub struct RequeueArgs {
     /// can store copies (what `serve --requeue` reads).
     #[arg(long, default_value = crate::requeue::lease::NAME)]
     pub lease: String,
-    /// This replica's name on the Lease (default: $POD_NAME, else the host name).
+    /// This replica's name on the Lease (default: $POD_NAME, else $HOSTNAME, else the host's
+    /// own name).
     #[arg(long, env = "POD_NAME")]
     pub name: Option<String>,
     /// A gated copy whose original is still terminating this long past its

@@ -64,7 +64,7 @@ pub fn print_schema() -> anyhow::Result<()> {
 /// Which classes need filter/prioritize, and how to spare the others (the per-pod-verbs
 /// registration and the marker the shipped MutatingAdmissionPolicy adds).
 fn per_pod_verbs_advice(policy: &Policy) -> String {
-    use crate::policy::PER_POD_VERBS_MARKER as MARKER;
+    use crate::model::marks::PER_POD_VERBS_MARKER as MARKER;
     const PROFILE: &str = "manifests/scheduler/kube-scheduler-config-per-pod-verbs.yaml";
     let needing: Vec<(&crate::policy::Class, Vec<&str>)> =
         policy.classes.iter().map(|c| (c, c.per_pod_verbs_reasons())).filter(|(_, why)| !why.is_empty()).collect();

@@ -11,7 +11,7 @@ use axum::body::Body;
 use hyper::Uri;
 use hyper_util::rt::TokioIo;
 
-use crate::http::decisions::{parse_pod_key, PodDecisions};
+use crate::http::decision_log::{parse_pod_key, PodDecisions};
 
 /// The admin port (`serve --admin-listen`, 127.0.0.1:8082 by default), as
 /// `kubectl port-forward` brings it to this machine.

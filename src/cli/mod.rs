@@ -8,6 +8,7 @@ mod check_policy;
 pub mod explain;
 mod policy_reload;
 mod replay;
+mod replica_name;
 mod requeue;
 mod serve;
 

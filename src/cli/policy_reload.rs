@@ -56,7 +56,7 @@ pub async fn reload_policy(reloading: PolicyReload, reload: tokio::sync::watch::
     if let Some(why) = problem.load_full() {
         raise(&why);
     }
-    let mut ticker = http::server::ReloadTicker::new(Duration::from_secs(2), reload);
+    let mut ticker = crate::reload::ReloadTicker::new(Duration::from_secs(2), reload);
     loop {
         let forced = ticker.next().await;
         let now = match std::fs::read(&path) {
@@ -65,7 +65,7 @@ pub async fn reload_policy(reloading: PolicyReload, reload: tokio::sync::watch::
                 let why =
                     format!("policy file {} is unreadable ({e}); the last good policy stays in force", path.display());
                 if problem.load().as_deref() != Some(&why) {
-                    http::metrics::record_policy_reload("unreadable");
+                    http::prometheus::record_policy_reload("unreadable");
                     tracing::error!(policy = %path.display(), error = %e, "policy file unreadable; keeping the previous policy");
                     raise(&why);
                     problem.store(Some(Arc::new(why)));
@@ -89,7 +89,7 @@ pub async fn reload_policy(reloading: PolicyReload, reload: tokio::sync::watch::
         match parsed {
             Ok(Ok(p)) => {
                 serving_fallback = false;
-                http::metrics::record_policy_fallback(false);
+                http::prometheus::record_policy_fallback(false);
                 if let Some(objects) = &snapshot {
                     let (objects, p2) = (objects.clone(), p.clone());
                     if let Ok(v) = tokio::task::spawn_blocking(move || View::build(objects, &p2)).await {
@@ -97,17 +97,17 @@ pub async fn reload_policy(reloading: PolicyReload, reload: tokio::sync::watch::
                     }
                 }
                 let (mode, fingerprint) = (p.mode.as_str(), p.fingerprint());
-                http::metrics::record_policy(mode, &fingerprint);
+                http::prometheus::record_policy(mode, &fingerprint);
                 policy.store(Arc::new(p));
                 problem.store(None);
-                http::metrics::record_policy_reload("ok");
+                http::prometheus::record_policy_reload("ok");
                 tracing::info!(policy = %path.display(), mode, fingerprint, "policy reloaded");
             }
             Ok(Err(e)) => {
                 let error = format!("{e:#}");
                 // Tried again on every tick while the problem lasts: said once per new error.
                 if problem.load().as_deref().is_none_or(|p| !p.contains(&error)) {
-                    http::metrics::record_policy_reload("error");
+                    http::prometheus::record_policy_reload("error");
                     tracing::error!(policy = %path.display(), error, "policy reload failed; keeping the previous policy");
                     let keeping = match serving_fallback {
                         true => "the built-in default policy stays in force, in shadow mode",

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 
 use crate::cluster::{self, View};
-use crate::http;
 use crate::pipeline::{self, Verb};
 use crate::policy::Mode;
+use crate::wire::Bounds;
 
 /// What `replay` was asked.
 pub struct ReplayArgs {
@@ -47,7 +47,8 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         detail: crate::decide::Detail::Routine,
         promised: &[],
     };
-    let answer = pipeline::answer_in(verb, &body, &ctx).map_err(|e| anyhow::anyhow!("{}: {e}", payload.display()))?;
+    let answer = pipeline::answer(verb, &body, &ctx, &Bounds::default())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", payload.display()))?;
     eprintln!(
         "{} {} ({})",
         verb.as_str(),
@@ -82,7 +83,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
 
 fn parse_now(s: Option<&str>) -> anyhow::Result<i64> {
     match s {
-        None => Ok(http::system_now()),
+        None => Ok(crate::clock::system_now()),
         Some(t) => match t.parse::<i64>() {
             Ok(secs) => Ok(secs),
             Err(_) => Ok(t

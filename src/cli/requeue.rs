@@ -12,16 +12,17 @@ use anyhow::Context as _;
 use super::apart::{listen_apart, watch_apart, AdminAccess, WATCH_TICK};
 use super::args::{AdminAuth, RequeueArgs};
 use super::policy_reload::{reload_policy, PolicyReload};
+use super::replica_name::this_replica;
 use super::serve::starting_policy;
 use crate::cluster::{self, RequeueCell, ViewCell};
-use crate::http::{self, AppState, ViewSource};
+use crate::http::{self, state::AppState, state::ViewSource};
 use crate::requeue::controller::{Settings, ACCESS_EVERY, BACKOFF_FIRST};
 use crate::requeue::kube::Requeuer;
 use crate::requeue::leader::{self, Leadership, LeaseRef};
 
 pub async fn run(args: RequeueArgs) -> anyhow::Result<()> {
     let admin_auth = args.admin_auth().map_err(anyhow::Error::msg)?;
-    http::metrics::handle();
+    http::prometheus::handle();
     let (policy, startup_problem) = starting_policy(args.policy.as_deref(), None);
     let view = Arc::new(RequeueCell::default());
     // No decision is made here: the state serves health and admin, ready with `view`.
@@ -34,11 +35,8 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<()> {
     let client = kube::Client::try_from(config.clone()).context("cannot build a Kubernetes client")?;
     let fresh = Arc::new(cluster::watch::Freshness::default());
     state.freshness = Some(fresh.clone());
-    let me = args
-        .name
-        .clone()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .context("this replica needs a name on the Lease: --name, $POD_NAME or $HOSTNAME")?;
+    let me = this_replica(args.name.clone())
+        .context("this replica needs a name on the Lease: --name, $POD_NAME, $HOSTNAME or the host's name")?;
 
     let requeuer = Arc::new(Requeuer::new(client.clone(), Some(me.clone()), args.copies));
     state.requeue = requeuer.availability.clone();
@@ -73,7 +71,7 @@ pub async fn run(args: RequeueArgs) -> anyhow::Result<()> {
             problem: state.policy_problem.clone(),
             alarm: None,
         };
-        tokio::spawn(reload_policy(reloading, http::server::reload_signals()));
+        tokio::spawn(reload_policy(reloading, crate::reload::reload_signals()));
     }
     let access = match admin_auth {
         AdminAuth::Kube => AdminAccess::Kube(Box::new(config)),

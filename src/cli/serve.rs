@@ -11,16 +11,17 @@ use super::apart::{listen_apart, watch_apart, AdminAccess, WATCH_TICK};
 use super::args::{AdminAuth, ServeArgs};
 use super::policy_reload::{policy_alarm, reload_policy, PolicyReload};
 use crate::cluster::{self, View, ViewCell};
-use crate::http::{self, AppState, ViewSource};
+use crate::http::{self, state::AppState, state::ViewSource};
 use crate::policy::{Mode, Policy};
 use crate::tls::{self, TlsAcceptorCell, TlsFiles};
+use crate::workers::Workers;
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     check_prefix(&args.path_prefix)?;
     let admin_auth = args.admin_auth().map_err(anyhow::Error::msg)?;
     // Before anything records: the watches register their counters once, as they start,
     // and a counter registered before the recorder would count nothing.
-    http::metrics::handle();
+    http::prometheus::handle();
     let (policy, startup_problem) = starting_policy(args.policy.as_deref(), args.ops.mode);
     if policy.mode == Mode::Shadow && startup_problem.is_none() {
         tracing::warn!("shadow mode: answers are kube-scheduler's own; the policy's decisions are only logged, counted (coloc_shadow_diffs_total) and kept for /decisions");
@@ -28,7 +29,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let view = Arc::new(ViewCell::default());
     let (source, snapshot) = view_source(&args, &view, &policy)?;
     let mut state = app_state(&args, policy, view.clone(), source, startup_problem)?;
-    let reload = http::server::reload_signals();
+    let reload = crate::reload::reload_signals();
     let config = match source {
         ViewSource::Kubernetes => Some(start_kube(&args, &mut state, &view).await?),
         _ => None,
@@ -68,14 +69,14 @@ pub(super) fn starting_policy(path: Option<&std::path::Path>, mode: Option<Mode>
             let file = path.map(|p| p.display().to_string()).unwrap_or_default();
             let why = format!("policy file {file} is invalid ({e:#}); serving the built-in default policy in shadow mode until it is fixed");
             tracing::error!(policy = %file, error = format!("{e:#}"), "invalid policy at start: serving the built-in default policy in shadow mode (kube-scheduler's own answers) until the file is fixed");
-            http::metrics::record_policy_reload("error");
-            http::metrics::record_policy_fallback(true);
+            http::prometheus::record_policy_reload("error");
+            http::prometheus::record_policy_fallback(true);
             let mut fallback = Policy::builtin_default();
             fallback.mode = Mode::Shadow;
             (fallback, Some(why))
         }
     };
-    http::metrics::record_policy(policy.mode.as_str(), &policy.fingerprint());
+    http::prometheus::record_policy(policy.mode.as_str(), &policy.fingerprint());
     (policy, startup_problem)
 }
 
@@ -113,7 +114,7 @@ fn app_state(
     http::memory::tune();
     let mut state = AppState::new(policy, view.clone(), source);
     state.policy_problem.store(startup_problem.map(Arc::new));
-    state.decisions = Arc::new(http::decisions::DecisionLog::new(http::decisions::RingLimits {
+    state.decisions = Arc::new(http::decision_log::DecisionLog::new(http::decision_log::RingLimits {
         entries: args.ops.decisions_entries,
         bytes: args.ops.decisions_bytes,
     }));
@@ -144,7 +145,7 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
     let client = kube::Client::try_from(config.clone()).context("cannot build a Kubernetes client")?;
     let fresh = Arc::new(cluster::watch::Freshness::default());
     state.freshness = Some(fresh.clone());
-    let instance = std::env::var("POD_NAME").ok().or_else(|| std::env::var("HOSTNAME").ok());
+    let instance = super::replica_name::this_replica(args.pod_name.clone());
     if args.ops.events {
         let throttle = crate::events::Throttle::new(
             args.ops.events_min_interval.as_secs() as i64,
@@ -221,7 +222,8 @@ async fn listen(
     reload: tokio::sync::watch::Receiver<u64>,
     admin: AdminAccess,
 ) -> anyhow::Result<()> {
-    let app = http::router(state.clone(), &args.path_prefix);
+    let workers = Workers::new(state.limits.decision_workers).context("cannot start the decision worker threads")?;
+    let app = http::router(state.clone(), &args.path_prefix, Arc::new(workers));
     let mut opts = http::server::ServeOptions::default();
     if let (Some(cert), Some(key)) = (args.tls_cert, args.tls_key) {
         tls::register_metrics();

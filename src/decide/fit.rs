@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-pub use crate::cluster::usage::NodeUsage;
+use crate::cluster::usage::NodeUsage;
 use crate::model::{Node, Pod};
 
 /// Why a pod does not fit: numbers only, so checking costs no allocation (preempt asks
@@ -106,7 +106,7 @@ mod tests {
             allocatable_pods: 110,
             ..Default::default()
         };
-        assert_eq!(exceeds_allocatable(&pod(crate::policy::PER_POD_VERBS_MARKER), &node), None);
+        assert_eq!(exceeds_allocatable(&pod(crate::model::marks::PER_POD_VERBS_MARKER), &node), None);
         assert!(exceeds_allocatable(&pod("vendor.example/gpu"), &node).is_some());
     }
 }

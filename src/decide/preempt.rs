@@ -29,9 +29,10 @@ use self::rank::rank;
 use self::request_victims::{judge_request_victims, note_misplaced_uids};
 use self::reselect::reselect_or_drop;
 use super::eligibility::Preemptor;
-use super::fit::{fits, NodeUsage};
+use super::fit::fits;
 use super::wait::{self, Wait};
 use super::{Context, Explanation};
+use crate::cluster::usage::NodeUsage;
 use crate::cluster::View;
 use crate::model::{Pod, PodRef, RequeueIntent};
 use crate::policy::{ReplacementPreemption, WithoutView};
@@ -321,15 +322,15 @@ fn room_already_free(
 }
 
 /// Like kube-scheduler, room held by the pods `nominated` to a node with a priority at
-/// least `priority` is not available to a pod of that priority (`asking`, never counted
+/// least `priority` is not available to a pod of that priority (`preemptor_uid`, never counted
 /// against itself); they are never victims either.
 fn held_room<'v>(
     view: &'v View,
     nominated: &'v [PodRef],
     priority: i32,
-    asking: &'v str,
+    preemptor_uid: &'v str,
 ) -> impl Iterator<Item = &'v Pod> + 'v {
-    nominated.iter().map(|p| &**p).filter(move |p| p.uid != asking && view.priority_of(p) >= priority)
+    nominated.iter().map(|p| &**p).filter(move |p| p.uid != preemptor_uid && view.priority_of(p) >= priority)
 }
 
 /// The room held on `node` for a pod of `priority`: pods nominated there, and preemptors
@@ -339,14 +340,14 @@ fn held_on<'v>(
     view: &'v View,
     node: &'v str,
     priority: i32,
-    asking: &'v str,
+    preemptor_uid: &'v str,
 ) -> impl Iterator<Item = &'v Pod> + 'v {
-    held_room(view, view.nominated_on(node), priority, asking).chain(super::promised::on_node(
+    held_room(view, view.nominated_on(node), priority, preemptor_uid).chain(super::promised::on_node(
         ctx.promised,
         view,
         node,
         priority,
-        asking,
+        preemptor_uid,
     ))
 }
 

@@ -38,18 +38,18 @@ impl PromisedRoom {
 }
 
 /// The pods promised room on `node` that the view does not show there yet, other than
-/// `asking`, with a priority at least `priority` (as kube-scheduler holds nominated room).
+/// the preemptor's own (`preemptor_uid`), with a priority at least `priority` (as kube-scheduler holds nominated room).
 pub fn on_node<'p>(
     promised: &'p [PromisedRoom],
     view: &'p View,
     node: &'p str,
     priority: i32,
-    asking: &'p str,
+    preemptor_uid: &'p str,
 ) -> impl Iterator<Item = &'p Pod> + 'p {
     promised
         .iter()
         .filter(move |p| {
-            p.node == node && p.pod.uid != asking && view.priority_of(&p.pod) >= priority && p.unseen_by(view)
+            p.node == node && p.pod.uid != preemptor_uid && view.priority_of(&p.pod) >= priority && p.unseen_by(view)
         })
         .map(|p| &p.pod)
 }

@@ -6,7 +6,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-pub use super::decision_log::{parse_pod_key, Decision, DecisionLog, PodDecisions, Reason, RingLimits};
+use super::decision_log::{parse_pod_key, PodDecisions};
 use super::error::ApiError;
 use super::state::AppState;
 use crate::wire::request::clip;

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use super::admission::Gate;
 use super::error::ApiError;
 use super::state::{AppState, ViewSource};
-use super::{memory, metrics};
+use super::{memory, prometheus};
 use crate::pipeline::{Answer, Verb};
 use crate::service::{Answered, Request};
 use crate::workers::{Cancel, Workers};
@@ -22,15 +22,15 @@ pub struct Verbs {
     pub workers: Arc<Workers>,
 }
 
-pub async fn filter(state: State<AppState>, verbs: Extension<Arc<Verbs>>, req: HttpRequest) -> Response {
+pub async fn post_filter(state: State<AppState>, verbs: Extension<Arc<Verbs>>, req: HttpRequest) -> Response {
     handle(Verb::Filter, state, verbs, req).await
 }
 
-pub async fn prioritize(state: State<AppState>, verbs: Extension<Arc<Verbs>>, req: HttpRequest) -> Response {
+pub async fn post_prioritize(state: State<AppState>, verbs: Extension<Arc<Verbs>>, req: HttpRequest) -> Response {
     handle(Verb::Prioritize, state, verbs, req).await
 }
 
-pub async fn preempt(state: State<AppState>, verbs: Extension<Arc<Verbs>>, req: HttpRequest) -> Response {
+pub async fn post_preempt(state: State<AppState>, verbs: Extension<Arc<Verbs>>, req: HttpRequest) -> Response {
     handle(Verb::Preempt, state, verbs, req).await
 }
 
@@ -65,7 +65,7 @@ async fn handle(
                 cancel,
                 ready: state.is_ready(),
             };
-            state.service.answer(request).await.map_err(ApiError::from)
+            state.service.respond(request).await.map_err(ApiError::from)
         }
         Err(e) => Err(e),
     };
@@ -76,7 +76,7 @@ async fn handle(
     let seconds = || started.elapsed().as_secs_f64();
     match result {
         Ok(Answered { sent, later }) => {
-            metrics::record_request(verb.as_str(), 200, "ok", seconds());
+            prometheus::record_request(verb.as_str(), 200, "ok", seconds());
             match later {
                 None => explain(&state, verb, &sent, started),
                 // Shadow mode: kube-scheduler's own answer goes now; the policy's decision
@@ -96,8 +96,8 @@ async fn handle(
             ([(header::CONTENT_TYPE, "application/json")], sent.body).into_response()
         }
         Err(e) => {
-            metrics::record_request(verb.as_str(), e.status.as_u16(), e.code, seconds());
-            metrics::warn_refusal(verb.as_str(), e.status.as_u16(), e.code, &e.message);
+            prometheus::record_request(verb.as_str(), e.status.as_u16(), e.code, seconds());
+            prometheus::warn_refusal(verb.as_str(), e.status.as_u16(), e.code, &e.message);
             e.into_response()
         }
     }
@@ -106,7 +106,7 @@ async fn handle(
 /// A decision made: logged, counted, kept for `/decisions` and told (`observe`).
 fn explain(state: &AppState, verb: Verb, answer: &Answer, started: Instant) {
     log_answer(verb, answer, started);
-    metrics::record_decisions(verb.as_str(), &answer.explanations);
+    prometheus::record_decisions(verb.as_str(), &answer.explanations);
     super::observe::answered(state, verb, answer);
 }
 
@@ -167,5 +167,5 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 
 pub async fn metrics_text(State(state): State<AppState>) -> Response {
     super::observe::view_freshness(&state);
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::handle().render()).into_response()
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], prometheus::handle().render()).into_response()
 }

@@ -4,13 +4,13 @@ pub mod admin_auth;
 mod admission;
 pub mod decision_log;
 pub mod decisions;
-mod error;
+pub mod error;
 mod handlers;
 pub mod memory;
-pub mod metrics;
 mod observe;
+pub mod prometheus;
 pub mod server;
-mod state;
+pub mod state;
 pub mod waits;
 
 use std::sync::Arc;
@@ -26,27 +26,22 @@ use crate::workers::Workers;
 use admission::Gate;
 use handlers::Verbs;
 
-pub use error::ApiError;
-pub use state::{system_now, AppState, Limits, ViewSource};
+use error::ApiError;
+use state::AppState;
 
 /// The scheduler-facing routes: `POST {prefix}/{filter,prioritize,preempt}`, `GET /healthz`,
 /// `/readyz`. `prefix` is "" or starts with '/'. `/metrics` and `/decisions` are on
-/// [`admin_router`] only.
-pub fn router(state: AppState, prefix: &str) -> Router {
+/// [`admin_router`] only. Large bodies are decided on `workers`, which the caller started.
+pub fn router(state: AppState, prefix: &str, workers: Arc<Workers>) -> Router {
     // Install the recorder before the first request records anything.
-    metrics::handle();
+    prometheus::handle();
     let prefix = prefix.trim_end_matches('/');
     let timeout = state.limits.request_timeout;
-    let shared = Arc::new(Verbs {
-        gate: Gate::new(&state.limits),
-        workers: Arc::new(
-            Workers::new(state.limits.decision_workers).expect("cannot start the decision worker threads"),
-        ),
-    });
+    let shared = Arc::new(Verbs { gate: Gate::new(&state.limits), workers });
     let verbs = Router::new()
-        .route(&format!("{prefix}/filter"), post(handlers::filter))
-        .route(&format!("{prefix}/prioritize"), post(handlers::prioritize))
-        .route(&format!("{prefix}/preempt"), post(handlers::preempt))
+        .route(&format!("{prefix}/filter"), post(handlers::post_filter))
+        .route(&format!("{prefix}/prioritize"), post(handlers::post_prioritize))
+        .route(&format!("{prefix}/preempt"), post(handlers::post_preempt))
         .layer(Extension(shared))
         .layer(middleware::from_fn_with_state(timeout, time_limit));
     let expected = format!("POST {prefix}/filter, {prefix}/prioritize or {prefix}/preempt; GET /healthz, /readyz");
@@ -102,7 +97,7 @@ pub fn guarded_admin_router(state: AppState, guard: Arc<admin_auth::Guard>) -> R
 }
 
 fn admin_routes(state: AppState, access: impl FnOnce(Router<AppState>) -> Router<AppState>) -> Router {
-    metrics::handle();
+    prometheus::handle();
     let routes =
         Router::new().route("/metrics", get(handlers::metrics_text)).route("/decisions", get(decisions::handler));
     access(routes)
@@ -128,7 +123,7 @@ async fn time_limit(State(limit): State<std::time::Duration>, req: Request, next
                 "timeout",
                 format!("request not answered within {} ms (--request-timeout)", limit.as_millis()),
             );
-            metrics::record_refusal(&path, e.status.as_u16(), e.code, &e.message);
+            prometheus::record_refusal(&path, e.status.as_u16(), e.code, &e.message);
             e.into_response()
         }
     }

@@ -2,15 +2,16 @@
 //! `/decisions`, the preemptor's Event queued (written by another task), and a victim of
 //! last resort counted and told on the pod and its namespace.
 
-use super::metrics;
-use super::state::{system_now, AppState, ViewSource};
+use super::prometheus;
+use super::state::{AppState, ViewSource};
+use crate::clock::system_now;
 use crate::cluster::watch::STALE_AFTER_SECS;
 use crate::pipeline::{Answer, Verb};
 use crate::policy::Mode;
 
 pub fn answered(state: &AppState, verb: Verb, answer: &Answer) {
-    metrics::record_shadow_diffs(verb.as_str(), answer.diffs());
-    metrics::record_discarded(answer);
+    prometheus::record_shadow_diffs(verb.as_str(), answer.diffs());
+    prometheus::record_discarded(answer);
     state.decisions.record(verb, answer, answer.decided_at);
     // Shadow answers are kube-scheduler's own: an Event about the policy's would mislead.
     if (verb, answer.mode) != (Verb::Preempt, Mode::Enforce) {

@@ -12,7 +12,6 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
-pub use crate::reload::{reload_signals, ReloadTicker};
 use crate::tls::TlsAcceptorCell;
 
 pub struct ServeOptions {

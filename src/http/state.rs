@@ -6,7 +6,7 @@ use std::time::Duration;
 use arc_swap::{ArcSwap, ArcSwapOption};
 
 use super::decision_log::DecisionLog;
-pub use crate::clock::system_now;
+use crate::clock::system_now;
 use crate::cluster::watch::Freshness;
 use crate::cluster::{Readiness, ViewCell};
 use crate::model::Timestamp;

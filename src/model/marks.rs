@@ -124,3 +124,38 @@ fn name_hash(uid: &str, n: usize) -> String {
 pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, uid: &str) -> Pod {
+        Pod { name: name.into(), namespace: "batch".into(), uid: uid.into(), ..Default::default() }
+    }
+
+    #[test]
+    fn the_name_is_deterministic_and_differs_per_original() {
+        let a = replacement_name(&pod("free-3", "uid-1"));
+        assert_eq!(a, replacement_name(&pod("free-3", "uid-1")));
+        assert_ne!(a, replacement_name(&pod("free-3", "uid-2")));
+        assert!(a.starts_with("free-3-rq-"), "{a}");
+    }
+
+    #[test]
+    fn a_replacement_of_a_replacement_keeps_the_base_name() {
+        let mut second = pod("free-3-rq-0123456789", "uid-2");
+        second.annotations.insert(BASE_NAME.into(), "free-3".into());
+        second.annotations.insert(ATTEMPT.into(), "1".into());
+        second.annotations.insert(FROM_UID.into(), "uid-1".into());
+        assert!(replacement_name(&second).starts_with("free-3-rq-"));
+        assert_eq!(replacement_name(&second).len(), "free-3-rq-".len() + 10);
+        assert_eq!(attempt_of(&second), 1);
+    }
+
+    #[test]
+    fn long_names_are_cut_to_a_valid_length() {
+        let long = "a".repeat(300);
+        let name = replacement_name(&pod(&long, "u"));
+        assert_eq!(name.len(), 253);
+    }
+}

@@ -29,8 +29,6 @@ pub enum PolicyError {
     Invalid { field: String, message: String, line: Option<usize> },
 }
 
-pub use crate::model::marks::PER_POD_VERBS_MARKER;
-
 /// The policy file's JSON Schema, generated from its types: shape only (fields, types,
 /// enums, durations). What refers to what (a class named in `preempts` exists, the default
 /// class is listed) is checked by `Policy::load`, i.e. `check-policy`.

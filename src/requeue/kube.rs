@@ -17,10 +17,9 @@ use std::sync::Arc;
 use super::availability::Availability;
 use super::plan::Release;
 use super::retry::{Planned, Retry};
-use super::{RequeueIntent, FROM_UID, GATE};
 use crate::cluster::evictions::NotRecorded;
-
-pub use crate::events::kube::REPORTER;
+use crate::model::marks::{FROM_UID, GATE};
+use crate::model::RequeueIntent;
 
 pub struct Requeuer {
     /// Every read and write: the requeue identity, the only one admission lets create a
@@ -191,7 +190,7 @@ impl Requeuer {
         intent: &RequeueIntent,
         manifest: Value,
     ) -> Result<Stored, StoreError> {
-        let names = super::copy_names(&intent.replacement, &intent.uid);
+        let names = crate::model::marks::copy_names(&intent.replacement, &intent.uid);
         let from = names.iter().position(|n| *n == intent.replacement).unwrap_or(0);
         let names = match names.get(from) {
             Some(_) => names[from..].to_vec(),

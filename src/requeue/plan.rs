@@ -23,7 +23,8 @@ use crate::cluster::{Eviction, RequeueView};
 use crate::model::{marks, GangRef, Pod, Timestamp};
 use crate::policy::{CannotRequeue, NotRequeued, Policy};
 
-use super::{replacement_names, RequeueIntent, ATTEMPT, FROM_POD, FROM_UID, GATE};
+use crate::model::marks::{replacement_names, ATTEMPT, FROM_POD, FROM_UID, GATE};
+use crate::model::RequeueIntent;
 
 /// Seconds past an original's deletionTimestamp after which its copy is released anyway.
 pub const STUCK_AFTER: i64 = 120;

@@ -6,7 +6,9 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{RequeueIntent, ATTEMPT, BASE_NAME, FROM_POD, FROM_UID, GATE, GUARD, LABEL, PREEMPTED_ON};
+use crate::model::copy_spec::without_instance_fields;
+use crate::model::marks::{ATTEMPT, BASE_NAME, FROM_POD, FROM_UID, GATE, GUARD, LABEL, PREEMPTED_ON};
+use crate::model::RequeueIntent;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ReplacementError {
@@ -36,8 +38,6 @@ const INSTANCE_METADATA: &[&str] = &[
 /// overwrites whatever the pod had, so dropping them loses nothing. A copy would claim the
 /// old node's zone while it waits (and would mislead topology spreading and selectors).
 pub const BOUND_NODE_LABELS: &[&str] = &["topology.kubernetes.io/zone", "topology.kubernetes.io/region"];
-
-pub use crate::model::copy_spec::without_instance_fields;
 
 /// The replacement of an evicted original.
 pub fn build(original: &Value, intent: &RequeueIntent) -> Result<Value, ReplacementError> {

@@ -12,10 +12,10 @@ use serde_json::Value;
 use super::settle::{settle, verify, Settle, Unverified};
 use super::twin::twin;
 use super::UninstallArgs;
+use crate::model::marks::{FROM_POD, FROM_UID, GATE, LABEL};
 use crate::model::Pod;
 use crate::requeue::kube::decoded;
 use crate::requeue::kube::Requeuer;
-use crate::requeue::{FROM_POD, FROM_UID, GATE, LABEL};
 
 /// What became of one gated copy.
 #[derive(Debug, Clone, PartialEq, Eq)]

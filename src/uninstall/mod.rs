@@ -34,11 +34,11 @@ use kube::api::{DeleteParams, DynamicObject, ListParams};
 
 pub use copies::{Outcome, Settled};
 
+use crate::model::marks::GATE;
 use crate::model::NamespaceOptIn;
 use crate::policy::{requeue_rule, Circumstances};
 use crate::requeue::kube::decoded;
 use crate::requeue::kube::Requeuer;
-use crate::requeue::GATE;
 
 #[derive(clap::Args, Debug)]
 pub struct UninstallArgs {
@@ -214,10 +214,10 @@ async fn adopt(
         if !(class.requeue.brings_back(&pod) && pod.deletion_time.is_some() && requeue_rule(&pod, class, at).is_ok()) {
             continue;
         }
-        if crate::requeue::is_replacement(&pod) && pod.scheduling_gates.iter().any(|g| g == GATE) {
+        if crate::model::marks::is_replacement(&pod) && pod.scheduling_gates.iter().any(|g| g == GATE) {
             continue;
         }
-        let intent = crate::requeue::RequeueIntent::for_victim(&pod, pod.node_name.as_deref().unwrap_or_default(), "");
+        let intent = crate::model::RequeueIntent::for_victim(&pod, pod.node_name.as_deref().unwrap_or_default(), "");
         if names.contains(&(intent.namespace.clone(), intent.replacement.clone())) {
             continue;
         }
@@ -340,7 +340,7 @@ async fn waiting_for(client: &kube::Client, scheduler: &str) -> anyhow::Result<V
         .items
         .iter()
         .filter_map(decoded)
-        .filter(|(_, p)| !crate::requeue::is_replacement(p) && p.deletion_time.is_none() && !p.is_terminal())
+        .filter(|(_, p)| !crate::model::marks::is_replacement(p) && p.deletion_time.is_none() && !p.is_terminal())
         .map(|(_, p)| p.key())
         .collect())
 }

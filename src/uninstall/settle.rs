@@ -10,8 +10,9 @@
 
 use serde_json::Value;
 
+use crate::model::RequeueIntent;
 use crate::model::{copy_spec, marks, Phase, Pod, Timestamp};
-use crate::requeue::{replacement, RequeueIntent};
+use crate::requeue::replacement;
 
 /// Why uninstall cannot tell a gated pod claiming to be a copy from a forged one.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use crate::requeue::GATE;
+use crate::model::marks::GATE;
 
 /// The name of the twin a copy is moved to: the copy's, `-d` added (cut to 253).
 pub fn twin_name(name: &str) -> String {
@@ -31,7 +31,7 @@ pub fn twin(json: &Value, scheduler: &str) -> Value {
         "spec": json["spec"],
     });
     if let Some(spec) = t["spec"].as_object_mut() {
-        crate::requeue::replacement::without_instance_fields(spec);
+        crate::model::copy_spec::without_instance_fields(spec);
     }
     t["spec"]["schedulerName"] = json!(scheduler);
     let mut gates: Vec<Value> = t["spec"]["schedulingGates"].as_array().cloned().unwrap_or_default();
@@ -45,7 +45,7 @@ pub fn twin(json: &Value, scheduler: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::requeue::{FROM_UID, LABEL};
+    use crate::model::marks::{FROM_UID, LABEL};
 
     #[test]
     fn a_copys_twin_names_the_other_scheduler_and_keeps_the_rest() {

@@ -15,15 +15,9 @@
 //! failed Jobs' other pods' run), the offline work executed, the copies still pending, and
 //! the extender's Events. Online pods arrive in their waves, `--wave-interval` apart.
 //!
-//!   cargo build --release && cargo run --release -p coloc-testbed --bin coloc-demo
-//!   coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs] | --trace FILE]
-//!              [--mixed-grace] [--time-scale F] [--grace-cap SECS] [--write-trace FILE]
-//!              [--runs stock,requeue-only,names,objects | --modes names,objects] [--policy FILE]
-//!              [--wave-interval SECS] [--json FILE] [--extender PATH] [--weight N] [--hold]
-//!              [--batch-not-opted-in] [--quiet]
+//!   cargo build --release && cargo run --release -p coloc-testbed --bin coloc-demo -- --help
 //!
-//! `--modes X` is `--runs stock,X`. `--batch-not-opted-in` leaves namespace `batch` without
-//! the requeue opt-in label: its bare pods cannot be copied (victims of last resort).
+//! Its flags (`Flags`) are described in docs/cli.md. `--modes X` is `--runs stock,X`.
 //!
 //! Termination is real: a pod being deleted runs until its stop time (the scenario's,
 //! through the kubelet stand-in's test-bed annotation) or the end of its grace period,
@@ -57,7 +51,7 @@ use serde_json::json;
 
 const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
-/// What a run of coloc-demo was asked for (`parse_args`).
+/// What a run of coloc-demo was asked for (`Flags`, resolved).
 pub struct Args {
     scenario: PathBuf,
     /// Nodes of a generated scenario (`Scenario::generate`) instead of a file.
@@ -91,8 +85,6 @@ pub struct Args {
     /// Print nothing but errors (the figures are returned, and written with `--json`).
     quiet: bool,
 }
-
-const USAGE: &str = "usage: coloc-demo [--scenario FILE | --generate NODES [--seed N] [--no-gangs] | --trace FILE] [--mixed-grace] [--time-scale F] [--grace-cap SECS] [--write-trace FILE] [--runs stock,requeue-only,names,objects | --modes names,objects] [--policy FILE] [--wave-interval SECS] [--json FILE] [--extender PATH] [--weight N] [--hold] [--batch-not-opted-in] [--quiet]";
 
 /// One run of the comparison.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -148,132 +140,152 @@ struct ExtenderSetup<'a> {
     weight: u32,
 }
 
+/// coloc-demo's flags as given; `resolve` checks what needs the file system.
+#[derive(clap::Parser)]
+#[command(
+    name = "coloc-demo",
+    about = "A scenario on a local control plane: kube-scheduler alone beside coloc-extender, figures side by side"
+)]
+pub struct Flags {
+    /// The scenario to run (default: testbed/scenarios/colocated.json).
+    #[arg(long, value_name = "FILE")]
+    scenario: Option<PathBuf>,
+    /// Run a generated cluster of this many nodes instead of a scenario file.
+    #[arg(long, value_name = "NODES", value_parser = nodes, conflicts_with = "trace")]
+    generate: Option<usize>,
+    /// The generated cluster's seed (and the mixed grace periods').
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    seed: u64,
+    /// Generated bare pods declare no gangs (to see what keeping gangs whole costs).
+    #[arg(long, conflicts_with = "trace")]
+    no_gangs: bool,
+    /// Replay a trace (docs/traces.md) instead of a scenario.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Draw offline workloads' grace periods and stop times from a mix (seeded from --seed).
+    #[arg(long)]
+    mixed_grace: bool,
+    /// Multiply every grace period and stop time by F, in every run alike (above 0, at most 1).
+    #[arg(long, value_name = "F", default_value_t = 1.0, value_parser = time_scale, allow_negative_numbers = true)]
+    time_scale: f64,
+    /// Cap every grace period at this many seconds, as the test bed did before.
+    #[arg(long, value_name = "SECS", value_parser = secs, allow_negative_numbers = true)]
+    grace_cap: Option<Duration>,
+    /// Write the scenario as a trace to FILE, and stop.
+    #[arg(long, value_name = "FILE")]
+    write_trace: Option<PathBuf>,
+    /// The runs to make, of stock, requeue-only, names, objects (stock is made first).
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = run_kind, conflicts_with = "modes")]
+    runs: Option<Vec<RunKind>>,
+    /// Stock, then these extender modes (names, objects): `--runs stock,LIST`.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = mode)]
+    modes: Option<Vec<RunKind>>,
+    /// The policy of every extender run (default: the shipped default policy).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Online pods arrive in waves this many seconds apart.
+    #[arg(long, value_name = "SECS", default_value = "3", value_parser = secs, allow_negative_numbers = true)]
+    wave_interval: Duration,
+    /// Write each run's figures as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// The coloc-extender binary (default: target/release/coloc-extender).
+    #[arg(long, value_name = "PATH")]
+    extender: Option<PathBuf>,
+    /// The registration's prioritize weight (default: the shipped registrations').
+    #[arg(long, value_name = "N", value_parser = weight)]
+    weight: Option<u32>,
+    /// Keep the last run's control plane up for kubectl, until interrupted.
+    #[arg(long)]
+    hold: bool,
+    /// Leave namespace batch without the requeue opt-in label: its bare pods cannot be
+    /// copied (victims of last resort).
+    #[arg(long)]
+    batch_not_opted_in: bool,
+    /// Print nothing but errors (the figures are still returned, and written with --json).
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn nodes(s: &str) -> Result<usize, String> {
+    s.parse().ok().filter(|n| *n > 0).ok_or(format!("--generate needs a number of nodes, not {s:?}"))
+}
+
+fn secs(s: &str) -> Result<Duration, String> {
+    let secs =
+        s.parse().ok().filter(|s: &f64| s.is_finite() && *s >= 0.0).ok_or(format!("needs seconds, not {s:?}"))?;
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn time_scale(s: &str) -> Result<f64, String> {
+    s.parse()
+        .ok()
+        .filter(|f: &f64| f.is_finite() && *f > 0.0 && *f <= 1.0)
+        .ok_or(format!("--time-scale needs a factor above 0 and at most 1, not {s:?}"))
+}
+
+fn weight(s: &str) -> Result<u32, String> {
+    s.parse().ok().filter(|w| *w > 0).ok_or(format!("--weight needs a positive number, not {s:?}"))
+}
+
+fn run_kind(s: &str) -> Result<RunKind, String> {
+    RunKind::parse(s).ok_or(format!("{s:?} is none of stock, requeue-only, names, objects"))
+}
+
+fn mode(s: &str) -> Result<RunKind, String> {
+    match s {
+        "names" => Ok(RunKind::Names),
+        "objects" => Ok(RunKind::Objects),
+        other => Err(format!("{other:?} is neither names nor objects")),
+    }
+}
+
 /// The command line's words after the program's name.
 pub fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
-    let mut a = Args {
-        scenario: Path::new(REPO).join("testbed/scenarios/colocated.json"),
-        generate: None,
-        seed: 1,
-        no_gangs: false,
-        wave_interval: Duration::from_secs(3),
-        json: None,
-        runs: RunKind::ALL.to_vec(),
-        policy: None,
-        extender: Path::new(REPO).join("target/release/coloc-extender"),
-        hold: false,
-        batch_not_opted_in: false,
-        weight: crate::scheduler::SHIPPED_WEIGHT,
-        trace: None,
-        mixed_grace: false,
-        time_scale: 1.0,
-        grace: kubelet::Grace::Honour,
-        write_trace: None,
-        quiet: false,
-    };
-    let mut runs_given = None;
-    let mut policy = None;
-    let mut it = argv.into_iter();
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--scenario" => a.scenario = it.next().ok_or("--scenario needs a file")?.into(),
-            "--generate" => {
-                let n = it.next().ok_or("--generate needs a number of nodes")?;
-                a.generate = Some(
-                    n.parse()
-                        .ok()
-                        .filter(|n| *n > 0)
-                        .ok_or(format!("--generate needs a number of nodes, not {n:?}"))?,
-                );
-            }
-            "--seed" => {
-                let n = it.next().ok_or("--seed needs a number")?;
-                a.seed = n.parse().map_err(|_| format!("--seed needs a number, not {n:?}"))?;
-            }
-            "--wave-interval" => {
-                let n = it.next().ok_or("--wave-interval needs seconds")?;
-                a.wave_interval = Duration::from_secs_f64(
-                    n.parse()
-                        .ok()
-                        .filter(|s: &f64| s.is_finite() && *s >= 0.0)
-                        .ok_or(format!("--wave-interval needs seconds, not {n:?}"))?,
-                );
-            }
-            "--no-gangs" => a.no_gangs = true,
-            "--trace" => a.trace = Some(it.next().ok_or("--trace needs a file")?.into()),
-            "--write-trace" => a.write_trace = Some(it.next().ok_or("--write-trace needs a file")?.into()),
-            "--mixed-grace" => a.mixed_grace = true,
-            "--quiet" => a.quiet = true,
-            "--time-scale" => {
-                let n = it.next().ok_or("--time-scale needs a factor")?;
-                a.time_scale = n
-                    .parse()
-                    .ok()
-                    .filter(|f: &f64| f.is_finite() && *f > 0.0 && *f <= 1.0)
-                    .ok_or(format!("--time-scale needs a factor above 0 and at most 1, not {n:?}"))?;
-            }
-            "--grace-cap" => {
-                let n = it.next().ok_or("--grace-cap needs seconds")?;
-                let secs: f64 = n
-                    .parse()
-                    .ok()
-                    .filter(|s: &f64| s.is_finite() && *s >= 0.0)
-                    .ok_or(format!("--grace-cap needs seconds, not {n:?}"))?;
-                a.grace = kubelet::Grace::Cap(Duration::from_secs_f64(secs));
-            }
-            "--json" => a.json = Some(it.next().ok_or("--json needs a file")?.into()),
-            "--modes" => {
-                let m = it.next().ok_or("--modes needs names, objects or both")?;
-                let modes = m
-                    .split(',')
-                    .map(|x| match x {
-                        "names" => Ok(RunKind::Names),
-                        "objects" => Ok(RunKind::Objects),
-                        other => Err(format!("--modes: {other:?} is neither names nor objects")),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                if runs_given.replace("--modes").is_some() {
-                    return Err("give --runs or --modes, once".into());
-                }
-                a.runs = [RunKind::Stock].into_iter().chain(modes).collect();
-            }
-            "--runs" => {
-                let m = it.next().ok_or("--runs needs a list of stock, requeue-only, names, objects")?;
-                let mut runs = m
-                    .split(',')
-                    .map(|x| {
-                        RunKind::parse(x).ok_or(format!("--runs: {x:?} is none of stock, requeue-only, names, objects"))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                if runs_given.replace("--runs").is_some() {
-                    return Err("give --runs or --modes, once".into());
-                }
-                // The others are read against kube-scheduler alone: it comes first.
-                runs.sort_by_key(|k| *k != RunKind::Stock);
-                a.runs = runs;
-            }
-            "--policy" => policy = Some(PathBuf::from(it.next().ok_or("--policy needs a file")?)),
-            "--extender" => a.extender = it.next().ok_or("--extender needs a path")?.into(),
-            "--weight" => {
-                let n = it.next().ok_or("--weight needs a number")?;
-                a.weight =
-                    n.parse().ok().filter(|w| *w > 0).ok_or(format!("--weight needs a positive number, not {n:?}"))?;
-            }
-            "--hold" => a.hold = true,
-            "--batch-not-opted-in" => a.batch_not_opted_in = true,
-            "-h" | "--help" => return Err(USAGE.into()),
-            other => return Err(format!("unknown argument {other:?}; {USAGE}")),
+    use clap::Parser;
+    let flags =
+        Flags::try_parse_from(std::iter::once("coloc-demo".to_string()).chain(argv)).map_err(|e| e.to_string())?;
+    resolve(flags)
+}
+
+/// What `flags` ask for, with the defaults filled in, the extender found and the policy checked.
+pub fn resolve(flags: Flags) -> Result<Args, String> {
+    let runs = match (flags.runs, flags.modes) {
+        (Some(mut runs), _) => {
+            // The others are read against kube-scheduler alone: it comes first.
+            runs.sort_by_key(|k| *k != RunKind::Stock);
+            runs
         }
-    }
-    if a.trace.is_some() && (a.generate.is_some() || a.no_gangs) {
-        return Err("give --trace or --generate, not both".into());
-    }
+        (None, Some(modes)) => [RunKind::Stock].into_iter().chain(modes).collect(),
+        (None, None) => RunKind::ALL.to_vec(),
+    };
+    let mut a = Args {
+        scenario: flags.scenario.unwrap_or_else(|| Path::new(REPO).join("testbed/scenarios/colocated.json")),
+        generate: flags.generate,
+        seed: flags.seed,
+        no_gangs: flags.no_gangs,
+        wave_interval: flags.wave_interval,
+        json: flags.json,
+        runs,
+        policy: None,
+        extender: flags.extender.unwrap_or_else(|| Path::new(REPO).join("target/release/coloc-extender")),
+        hold: flags.hold,
+        batch_not_opted_in: flags.batch_not_opted_in,
+        weight: flags.weight.unwrap_or(crate::scheduler::SHIPPED_WEIGHT),
+        trace: flags.trace,
+        mixed_grace: flags.mixed_grace,
+        time_scale: flags.time_scale,
+        grace: flags.grace_cap.map_or(kubelet::Grace::Honour, kubelet::Grace::Cap),
+        write_trace: flags.write_trace,
+        quiet: flags.quiet,
+    };
     if !a.extender.is_file() && a.write_trace.is_none() {
         return Err(format!(
             "no extender binary at {} (build it: cargo build --release, or pass --extender)",
             a.extender.display()
         ));
     }
-    if let Some(p) = policy {
+    if let Some(p) = flags.policy {
         let abs = std::fs::canonicalize(&p).map_err(|e| format!("--policy {}: {e}", p.display()))?;
         let text = abs.to_str().ok_or(format!("--policy {}: not a UTF-8 path", abs.display()))?.to_string();
         // An invalid file would be served as the default policy in shadow mode: every
@@ -353,7 +365,9 @@ impl Outcome {
 
 /// coloc-demo's `main`: the figures printed, and written where `--json` says.
 pub async fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
+    // Help and usage errors print as clap prints them (help exits 0, an error 2).
+    let flags = <Flags as clap::Parser>::parse();
+    let args = match resolve(flags) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("coloc-demo: {e}");
@@ -1085,4 +1099,72 @@ async fn run(
     drop(_scheduler);
     drop(ext);
     Ok((out, hold.then_some(plane)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `flags` after an extender binary that exists (any file will do until a run starts).
+    fn parse(flags: &[&str]) -> Result<Args, String> {
+        let extender = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        parse_args(["--extender", extender].iter().chain(flags).map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn the_defaults_run_all_four_on_the_shipped_scenario() {
+        let a = parse(&[]).unwrap();
+        assert!(a.runs == RunKind::ALL, "stock, requeue-only, names, objects");
+        assert!(a.scenario.ends_with("testbed/scenarios/colocated.json"));
+        assert_eq!((a.seed, a.wave_interval, a.time_scale), (1, Duration::from_secs(3), 1.0));
+        assert_eq!(a.weight, crate::scheduler::SHIPPED_WEIGHT);
+        assert!(matches!(a.grace, kubelet::Grace::Honour));
+    }
+
+    #[test]
+    fn runs_are_made_stock_first_and_modes_are_stock_and_those() {
+        let names = |a: Args| a.runs.iter().map(|k| k.name()).collect::<Vec<_>>();
+        assert_eq!(names(parse(&["--runs", "names,stock"]).unwrap()), ["stock", "names"]);
+        assert_eq!(names(parse(&["--modes", "objects"]).unwrap()), ["stock", "objects"]);
+        let both = parse(&["--runs", "stock", "--modes", "names"]).err().unwrap();
+        assert!(both.contains("--runs") && both.contains("--modes"), "{both}");
+        let unknown = parse(&["--runs", "stock,echo"]).err().unwrap();
+        assert!(unknown.contains("\"echo\" is none of stock, requeue-only, names, objects"), "{unknown}");
+        let unknown = parse(&["--modes", "stock"]).err().unwrap();
+        assert!(unknown.contains("\"stock\" is neither names nor objects"), "{unknown}");
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_refused_with_what_is_expected() {
+        for (flags, expected) in [
+            (["--generate", "0"], "--generate needs a number of nodes, not \"0\""),
+            (["--time-scale", "0"], "--time-scale needs a factor above 0 and at most 1, not \"0\""),
+            (["--time-scale", "2"], "--time-scale needs a factor above 0 and at most 1, not \"2\""),
+            (["--time-scale", "-0.5"], "--time-scale needs a factor above 0 and at most 1, not \"-0.5\""),
+            (["--weight", "0"], "--weight needs a positive number, not \"0\""),
+            (["--wave-interval", "-1"], "needs seconds, not \"-1\""),
+            (["--grace-cap", "soon"], "needs seconds, not \"soon\""),
+        ] {
+            let refused = parse(&flags).err().unwrap_or_else(|| panic!("{flags:?} accepted"));
+            assert!(refused.contains(expected), "{flags:?}: {refused}");
+        }
+        let cap = parse(&["--grace-cap", "2.5"]).unwrap();
+        assert!(matches!(cap.grace, kubelet::Grace::Cap(d) if d == Duration::from_millis(2500)));
+    }
+
+    #[test]
+    fn a_trace_is_not_run_with_a_generated_cluster() {
+        for flags in [["--trace", "t.csv", "--generate", "3"], ["--trace", "t.csv", "--no-gangs", "--quiet"]] {
+            let refused = parse(&flags).err().unwrap_or_else(|| panic!("{flags:?} accepted"));
+            assert!(refused.contains("--trace"), "{flags:?}: {refused}");
+        }
+    }
+
+    #[test]
+    fn without_an_extender_binary_only_writing_a_trace_goes_on() {
+        let argv = |flags: &[&str]| flags.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let missing = parse_args(argv(&["--extender", "/nonexistent/coloc-extender"])).err().unwrap();
+        assert!(missing.contains("no extender binary at /nonexistent/coloc-extender"), "{missing}");
+        assert!(parse_args(argv(&["--extender", "/nonexistent/coloc-extender", "--write-trace", "t.csv"])).is_ok());
+    }
 }

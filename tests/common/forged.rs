@@ -1,7 +1,7 @@
 //! The forged copy, a security fixture: a gated "copy" made as whoever holds the requeue
 //! identity could make one. Shared by the fake-API tests and the end-to-end suite.
 
-use coloc_extender::requeue::{FROM_POD, FROM_UID, GATE, LABEL};
+use coloc_extender::model::marks::{FROM_POD, FROM_UID, GATE, LABEL};
 use serde_json::{json, Value};
 
 /// `pod` turned into a gated copy that names `from_uid` (and `from_pod`, where given) as

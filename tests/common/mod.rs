@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 
 use coloc_extender::cluster::{Objects, View};
 use coloc_extender::decide::{self, Context, Explanation};
+use coloc_extender::model::RequeueIntent;
 use coloc_extender::model::{
     DisruptionMode, GangSource, HostPort, Labels, Node, OwnerRef, Pdb, Pod, PodGroup, Resources, Selector,
 };
 use coloc_extender::policy::Policy;
-use coloc_extender::requeue::RequeueIntent;
 use coloc_extender::wire::request::{MetaVictims, Victims};
 use coloc_extender::wire::{Candidates, PreemptArgs, PreemptionResult};
 

@@ -8,7 +8,9 @@
 //! identity is out of its reach. On a real API server, with the rendered install (requeue
 //! and wake on) and its RBAC as rendered.
 
-use coloc_extender::requeue::{replacement, RequeueIntent, FROM_UID, GATE};
+use coloc_extender::model::marks::{FROM_UID, GATE};
+use coloc_extender::model::RequeueIntent;
+use coloc_extender::requeue::replacement;
 use coloc_extender::wake;
 use coloc_testbed::cluster::PodBuilder;
 use coloc_testbed::control_plane::{client_from, service_account, INSTALL_NAMESPACE};

@@ -4,7 +4,9 @@
 //! copies keep what is beyond baseline (never kube-system or the install namespace), and a
 //! copy's metadata is what requeue builds.
 
-use coloc_extender::requeue::{replacement, RequeueIntent, ATTEMPT, BASE_NAME, FROM_POD, GUARD};
+use coloc_extender::model::marks::{ATTEMPT, BASE_NAME, FROM_POD, GUARD};
+use coloc_extender::model::RequeueIntent;
+use coloc_extender::requeue::replacement;
 use coloc_testbed::cluster::{self, PodBuilder};
 use coloc_testbed::control_plane::Options;
 use coloc_testbed::Binaries;

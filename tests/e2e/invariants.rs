@@ -7,7 +7,7 @@ use coloc_testbed::cluster;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::Bed;
-use coloc_extender::requeue::{BASE_NAME, FROM_UID};
+use coloc_extender::model::marks::{BASE_NAME, FROM_UID};
 
 pub fn uid(p: &Pod) -> String {
     p.metadata.uid.clone().unwrap_or_default()

@@ -7,7 +7,7 @@
 //! cluster-admin) may write marks; a tenant, even one granted the same verb in its own
 //! namespace, may not.
 
-use coloc_extender::requeue::{ATTEMPT, FROM_POD, FROM_UID, GATE, LABEL};
+use coloc_extender::model::marks::{ATTEMPT, FROM_POD, FROM_UID, GATE, LABEL};
 use coloc_testbed::cluster::PodBuilder;
 use coloc_testbed::control_plane::Options;
 use coloc_testbed::Binaries;

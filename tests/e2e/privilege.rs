@@ -3,7 +3,9 @@
 //! to them (the requeue controller's identity: copies, their release and deletion; the wake
 //! identity: placeholders; the extender's own: none); RBAC alone grants them any pod.
 
-use coloc_extender::requeue::{replacement, RequeueIntent, GATE, GUARD, LABEL};
+use coloc_extender::model::marks::{GATE, GUARD, LABEL};
+use coloc_extender::model::RequeueIntent;
+use coloc_extender::requeue::replacement;
 use coloc_extender::wake;
 use coloc_testbed::cluster::PodBuilder;
 use coloc_testbed::control_plane::{client_from, Options};
@@ -373,7 +375,7 @@ async fn copies_stay_home(bed: &Bed, admin: &Client, as_requeue: &Client, copy: 
         let mut v = copy.clone();
         v["metadata"]["namespace"] = json!(ns);
         // As requeue builds it there: its original of the same namespace.
-        v["metadata"]["annotations"][coloc_extender::requeue::FROM_POD] = json!(format!("{ns}/free-1"));
+        v["metadata"]["annotations"][coloc_extender::model::marks::FROM_POD] = json!(format!("{ns}/free-1"));
         f(&mut v);
         Ok(serde_json::from_value(v)?)
     };
@@ -507,7 +509,7 @@ async fn policy_files_refused_at_apply(admin: &Client) -> anyhow::Result<()> {
 /// RBAC, may not forge or change the marks decisions trust: a copy's, a placeholder's, a
 /// guard. What else it changes on a copy is its own business.
 async fn tenant_marks(bed: &Bed, admin: &Client, copies: &Api<Pod>, copy: &Value) -> anyhow::Result<()> {
-    use coloc_extender::requeue::{ATTEMPT, FROM_UID};
+    use coloc_extender::model::marks::{ATTEMPT, FROM_UID};
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
     let role: Role = serde_json::from_value(json!({
         "metadata": {"name": "pod-editor", "namespace": "batch"},

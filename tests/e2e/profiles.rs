@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use coloc_extender::policy::PER_POD_VERBS_MARKER as MARKER;
+use coloc_extender::model::marks::PER_POD_VERBS_MARKER as MARKER;
 use coloc_testbed::cluster::{self, PodBuilder};
 use coloc_testbed::{Binaries, ExtenderEntry};
 use k8s_openapi::api::core::v1::Pod;

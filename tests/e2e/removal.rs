@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use coloc_extender::requeue::GUARD;
+use coloc_extender::model::marks::GUARD;
 use coloc_testbed::cluster::{self, PodBuilder};
 use coloc_testbed::control_plane::INSTALL_NAMESPACE;
 use coloc_testbed::{wait, Binaries};
@@ -62,7 +62,9 @@ pub fn cases() -> Vec<Case> {
 /// is moved to the default scheduler and released there; a gated one it cannot check
 /// against its original (there is none) is deleted, not moved.
 async fn scheduler_of_its_own_goes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
-    use coloc_extender::requeue::{replacement, RequeueIntent, FROM_POD, FROM_UID, GATE};
+    use coloc_extender::model::marks::{FROM_POD, FROM_UID, GATE};
+    use coloc_extender::model::RequeueIntent;
+    use coloc_extender::requeue::replacement;
     let bed = Bed::up(bins, mode).await?;
     bed.plane.apply(&repo("manifests/uninstall/clusterrole.yaml"))?;
     bed.plane.apply(&repo("manifests/uninstall/clusterrolebinding.yaml"))?;
@@ -140,7 +142,9 @@ async fn scheduler_of_its_own_goes(bins: Binaries, mode: Mode) -> anyhow::Result
 /// gone. A gated "copy" of no original (every toleration) is deleted and named, never
 /// released. Nothing lost.
 async fn uninstall_checks_copies(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
-    use coloc_extender::requeue::{replacement, RequeueIntent, BASE_NAME, FROM_POD, FROM_UID};
+    use coloc_extender::model::marks::{BASE_NAME, FROM_POD, FROM_UID};
+    use coloc_extender::model::RequeueIntent;
+    use coloc_extender::requeue::replacement;
     let bed = Bed::up_honouring_grace(bins, mode).await?;
     bed.plane.apply(&repo("manifests/uninstall/clusterrole.yaml"))?;
     bed.plane.apply(&repo("manifests/uninstall/clusterrolebinding.yaml"))?;
@@ -552,17 +556,17 @@ fn copy_as_an_earlier_release_stored(pod: &Pod) -> Pod {
         uid: pod.metadata.uid.clone().unwrap_or_default(),
         ..Default::default()
     };
-    let name = coloc_extender::requeue::replacement_name(&original);
+    let name = coloc_extender::model::marks::replacement_name(&original);
     copy.metadata = kube::api::ObjectMeta {
         name: Some(name),
         namespace: pod.metadata.namespace.clone(),
-        labels: Some([(coloc_extender::requeue::LABEL.to_string(), "true".to_string())].into()),
+        labels: Some([(coloc_extender::model::marks::LABEL.to_string(), "true".to_string())].into()),
         annotations: Some(
             [
-                (coloc_extender::requeue::FROM_UID.to_string(), pod.metadata.uid.clone().unwrap_or_default()),
-                (coloc_extender::requeue::FROM_POD.to_string(), format!("batch/{}", cluster::name(pod))),
-                (coloc_extender::requeue::ATTEMPT.to_string(), "1".to_string()),
-                (coloc_extender::requeue::BASE_NAME.to_string(), cluster::name(pod).to_string()),
+                (coloc_extender::model::marks::FROM_UID.to_string(), pod.metadata.uid.clone().unwrap_or_default()),
+                (coloc_extender::model::marks::FROM_POD.to_string(), format!("batch/{}", cluster::name(pod))),
+                (coloc_extender::model::marks::ATTEMPT.to_string(), "1".to_string()),
+                (coloc_extender::model::marks::BASE_NAME.to_string(), cluster::name(pod).to_string()),
             ]
             .into(),
         ),
@@ -572,7 +576,7 @@ fn copy_as_an_earlier_release_stored(pod: &Pod) -> Pod {
     spec.node_name = None;
     spec.priority = None;
     spec.scheduling_gates =
-        Some(vec![k8s_openapi::api::core::v1::PodSchedulingGate { name: coloc_extender::requeue::GATE.into() }]);
+        Some(vec![k8s_openapi::api::core::v1::PodSchedulingGate { name: coloc_extender::model::marks::GATE.into() }]);
     copy.status = None;
     copy
 }

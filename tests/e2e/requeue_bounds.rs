@@ -84,7 +84,7 @@ async fn name_taken(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         .iter()
         .filter(|p| is_replacement(p))
         .find(|p| {
-            p.metadata.annotations.as_ref().and_then(|a| a.get(coloc_extender::requeue::FROM_UID))
+            p.metadata.annotations.as_ref().and_then(|a| a.get(coloc_extender::model::marks::FROM_UID))
                 == free_1.metadata.uid.as_ref()
         })
         .ok_or_else(|| anyhow::anyhow!("no copy of free-1"))?;

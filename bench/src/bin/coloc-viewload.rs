@@ -30,7 +30,7 @@
 //!    label `viewload.example.com/seq`: the view keeps no annotation it does not read), and a dedicated thread polls `cell.load()`
 //!    until that pod shows that sequence number (spinning for 50 µs, then napping 20 µs
 //!    between looks, only while an event is outstanding: ~0.1 ms resolution).
-//! 5. Decisions: `pipeline::answer` (= `answer_in` with the `Context` it builds) for a
+//! 5. Decisions: `pipeline::replay` (= `pipeline::answer` with the `Context` it builds) for a
 //!    filter with every node name and a preempt with `--candidates` nodes of UID victims,
 //!    each call on a fresh `cell.load()`, `--calls` calls per verb idle and as many while
 //!    pod events stream in at `--rate`/s; idle and loaded blocks are interleaved over
@@ -873,7 +873,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     let addr = server_rt.block_on(start_server(server.clone()))?;
     let policy = Policy::builtin_default().enforced();
     if args.metrics {
-        let _ = coloc_extender::http::metrics::handle();
+        let _ = coloc_extender::http::prometheus::handle();
     }
 
     // ---- initial sync ----
@@ -1058,11 +1058,11 @@ fn run(args: Args) -> anyhow::Result<()> {
         // Fail loudly on a rejected payload: an error path would look wonderfully fast.
         let v = cell.load().context("no view")?;
         let t = Instant::now();
-        let f = pipeline::answer(Verb::Filter, &filter, &policy, Some(&v), NOW)
+        let f = pipeline::replay(Verb::Filter, &filter, &policy, Some(&v), NOW)
             .map_err(|e| anyhow::anyhow!("filter rejected: {e}"))?;
         let tf = t.elapsed();
         let t = Instant::now();
-        let p = pipeline::answer(Verb::Preempt, &preempt, &policy, Some(&v), NOW)
+        let p = pipeline::replay(Verb::Preempt, &preempt, &policy, Some(&v), NOW)
             .map_err(|e| anyhow::anyhow!("preempt rejected: {e}"))?;
         let tp = t.elapsed();
         drop(v);
@@ -1110,7 +1110,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                     {
                         let t = Instant::now();
                         let view = cell.load();
-                        let a = pipeline::answer(verb, body, &policy, view.as_deref(), NOW).map(|a| a.body.len());
+                        let a = pipeline::replay(verb, body, &policy, view.as_deref(), NOW).map(|a| a.body.len());
                         drop(view);
                         let d = t.elapsed();
                         if a.is_err() {

@@ -12,9 +12,10 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::plan::Victim;
+use crate::cluster::usage::NodeUsage;
 use crate::cluster::View;
 use crate::decide::eligibility::{self, Fate, Preemptor};
-use crate::decide::fit::{fits, NodeUsage};
+use crate::decide::fit::fits;
 use crate::decide::{Context, Explanation};
 use crate::explanation::{Code, Verdict};
 use crate::model::{Node, Pod, Timestamp};

@@ -4,9 +4,10 @@
 use super::plan::{restarts_of, run_thrown_away, Cost, Plan, Victim, WaitPrice};
 use super::Asking;
 use super::{gangs, jobs};
+use crate::cluster::usage::NodeUsage;
 use crate::cluster::View;
 use crate::decide::eligibility::{Fate, Preemptor};
-use crate::decide::fit::{fits, NodeUsage};
+use crate::decide::fit::fits;
 use crate::decide::{wait, Context, Explanation};
 use crate::explanation::{Code, Verdict};
 use crate::model::{Pod, RequeueIntent};

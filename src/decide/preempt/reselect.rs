@@ -4,7 +4,8 @@
 use super::plan::{victim, Plan, Victim};
 use super::reprieve::{reprieve, Budgets, Taken};
 use super::{gangs, held_on, jobs, Asking};
-use crate::decide::fit::{fits, NodeUsage};
+use crate::cluster::usage::NodeUsage;
+use crate::decide::fit::fits;
 use crate::decide::{eligibility, wait, Explanation};
 use crate::explanation::{Code, Verdict};
 use crate::model::Pod;

@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 pub use cache::{CacheLimits, VerdictCache};
 
 use super::error::ApiError;
-use super::metrics;
+use super::prometheus;
 
 /// The ClusterRoles that grant each path (manifests/clusterrole-diagnosis.yaml), named in
 /// refusals so that whoever is refused knows what to ask for.
@@ -150,7 +150,7 @@ pub async fn require(State(guard): State<Arc<Guard>>, req: Request, next: Next) 
     let token = match bearer_token(req.headers()) {
         Ok(token) => token,
         Err(why) => {
-            metrics::record_admin_request(path, "unauthenticated");
+            prometheus::record_admin_request(path, "unauthenticated");
             return unauthenticated(format!(
                 "GET {path} needs `Authorization: Bearer <token>` (serve --admin-auth kube): {why}; use the token of a ServiceAccount bound to ClusterRole {role} (kubectl create token)"
             ));
@@ -158,7 +158,7 @@ pub async fn require(State(guard): State<Arc<Guard>>, req: Request, next: Next) 
     };
     let verdict = guard.check(token, path).await;
     let outcome = verdict.as_ref().map_or("unavailable", Verdict::outcome);
-    metrics::record_admin_request(path, outcome);
+    prometheus::record_admin_request(path, outcome);
     match verdict {
         Ok(Verdict::Allowed { .. }) => next.run(req).await,
         Ok(Verdict::Unauthenticated) => unauthenticated(format!(
@@ -188,7 +188,7 @@ pub async fn require(State(guard): State<Arc<Guard>>, req: Request, next: Next) 
 /// Middleware of the open admin routes (`--admin-auth none`): counted, nothing asked.
 pub async fn open(req: Request, next: Next) -> Response {
     if let Some((path, _)) = admin_path(req.uri().path()) {
-        metrics::record_admin_request(path, "open");
+        prometheus::record_admin_request(path, "open");
     }
     next.run(req).await
 }

@@ -2,8 +2,8 @@ use std::sync::Arc;
 
 use super::*;
 use crate::model::copy_spec::SpecDigest;
+use crate::model::marks::replacement_name;
 use crate::model::{GangRef, Phase};
-use crate::requeue::replacement_name;
 
 const NOW: i64 = 1_800_000_000;
 /// Priority 6000: class batch of the default policy, which requeues bare victims.

@@ -19,10 +19,12 @@ use serde_json::{json, Value};
 
 use super::guard::{self, Finish};
 use super::tries::Tries;
+use crate::model::marks::GUARD;
 use crate::model::Pod;
+use crate::model::RequeueIntent;
 use crate::requeue::give_up;
 use crate::requeue::kube::{api_code, decoded, pod_api, pod_ref, pod_resource, Requeuer};
-use crate::requeue::{replacement, RequeueIntent, GUARD};
+use crate::requeue::replacement;
 
 /// Between two looks while guards are left, and once none are.
 const AGAIN_SOON: Duration = Duration::from_secs(5);

@@ -13,7 +13,7 @@
 use crate::model::Pod;
 
 #[cfg(doc)]
-use crate::requeue::GUARD;
+use crate::model::marks::GUARD;
 
 /// What finishing a guarded pod means, decided on the pod as the API server has it.
 #[derive(Debug, Clone, PartialEq, Eq)]

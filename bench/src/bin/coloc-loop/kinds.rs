@@ -41,9 +41,6 @@ pub enum Kind {
     RequeueOnly,
 }
 
-/// The marker resource of the per-pod-verbs profile (`managedResources`).
-pub const PER_POD_VERBS_MARKER: &str = "coloc-extender.io/per-pod-verbs";
-
 /// The extender binaries a run may start.
 pub struct Programs<'a> {
     pub extender: &'a Path,
@@ -113,7 +110,7 @@ impl Kind {
                 ExtenderEntry { filter: false, prioritize: false, ..ExtenderEntry::all_verbs(url, true) },
                 ExtenderEntry {
                     preempt: false,
-                    managed_resources: vec![PER_POD_VERBS_MARKER.to_string()],
+                    managed_resources: vec![coloc_extender::model::marks::PER_POD_VERBS_MARKER.to_string()],
                     ..ExtenderEntry::all_verbs(url, true)
                 },
             ],

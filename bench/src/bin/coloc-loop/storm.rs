@@ -17,7 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use coloc_bench::procstat;
-use coloc_extender::requeue::{FROM_UID, GUARD};
+use coloc_extender::model::marks::{FROM_UID, GUARD};
 use coloc_testbed::cluster::{self, PodBuilder};
 use coloc_testbed::{kubelet, prepared, wait, Binaries, ControlPlane, Extender, Kubelet, Scheduler};
 use serde::Serialize;

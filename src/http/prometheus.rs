@@ -1,5 +1,6 @@
-//! Prometheus metrics. The recorder is process-global (the `metrics` crate's design), so
-//! it is installed once and shared by every router.
+//! The Prometheus recorder and what the service records in it (through the `metrics`
+//! crate's macros). The recorder is process-global (the `metrics` crate's design), so it
+//! is installed once and shared by every router.
 
 use std::sync::OnceLock;
 
@@ -270,7 +271,7 @@ pub fn warn_refusal(verb: &str, status: u16, code: &str, message: &str) {
     use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
     static LAST: AtomicI64 = AtomicI64::new(0);
     static SUPPRESSED: AtomicU64 = AtomicU64::new(0);
-    let now = crate::http::system_now();
+    let now = crate::clock::system_now();
     let last = LAST.load(Ordering::Relaxed);
     if now > last && LAST.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
         let suppressed = SUPPRESSED.swap(0, Ordering::Relaxed);
