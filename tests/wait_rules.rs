@@ -289,6 +289,8 @@ fn room_on_its_way_is_waited_for_unless_elsewhere_is_much_sooner() {
     preemptor.nominated_node_name = Some("n1".into());
     let soon = nominated(5).preempt(preemptor.clone(), &["n2"]);
     assert!(soon.victims().is_empty() && soon.has("refused", "room_on_its_way"), "{}", soon.explain());
+    assert!(soon.explain().contains(" s sooner for "), "the trade refused is said: {}", soon.explain());
+    assert!(soon.explain().contains("not worth it at 1,000 CPU-s per second"), "{}", soon.explain());
     let late = nominated(600).preempt(preemptor, &["n2"]);
     assert_eq!(chosen(&late), "n2", "{}", late.explain());
     assert!(late.has("preemptor", "room_on_its_way"), "{}", late.explain());

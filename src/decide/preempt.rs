@@ -144,7 +144,7 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
             Some(c) => format!(
                 "; evicting elsewhere would free room in ~{}, {}",
                 wait::seconds(c.wait_ms),
-                price.trade(&Cost { wait_ms: wait.ms, ..Cost::default() }, c).unwrap_or_default()
+                price.trade(&Cost { wait_ms: wait.ms, owners_loss: 0, ..c.clone() }, c).unwrap_or_default()
             ),
             None => String::new(),
         };
