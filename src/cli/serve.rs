@@ -191,6 +191,17 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
         let owner = crate::routing::OwnerPod { name, uid };
         tokio::spawn(crate::routing::publish(client.clone(), args.namespace.clone(), owner, state.policy.clone()));
     }
+    if args.check_routing {
+        let check = crate::routing::probe::RoutingCheck {
+            reader: client.clone(),
+            prober: acting_as(&own, &args.routing_check_identity())?,
+            policy: state.policy.clone(),
+            events: state.events.clone(),
+            clock: state.clock.clone(),
+        };
+        tokio::spawn(check.run());
+        tracing::info!(checks_as = %args.routing_check_identity(), "checking that routing is in effect (a dry run every 30 s)");
+    }
     tokio::spawn(state.waits.clone().run(view.clone()));
     // The extender copies no pod: its view keeps what decisions read, nothing requeue's.
     watch_apart(config.clone(), view.clone(), state.policy.clone(), fresh, cluster::watch::PodsKept::ForDecisions)?;
