@@ -108,13 +108,16 @@ const SERVED_BY_V1_33: &[(&str, &[&str])] = &[
 #[test]
 fn the_base_install_asks_only_for_what_v1_33_serves_but_the_routing_it_leaves_out() {
     let text = std::fs::read_to_string(repo("deploy/coloc-extender.yaml")).unwrap();
-    let mut routing: Vec<(String, String)> = ["routing", "grants"]
-        .iter()
-        .flat_map(|dir| ["mutatingadmissionpolicy.yaml", "mutatingadmissionpolicybinding.yaml"].map(|f| repo(&format!("manifests/{dir}/{f}"))))
-        .map(|f| {
-            let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();
-            (v["kind"].as_str().unwrap().to_string(), v["metadata"]["name"].as_str().unwrap().to_string())
+    let files = ["routing/mutatingadmissionpolicy.yaml", "routing/mutatingadmissionpolicybinding.yaml", "routing/parameter-keeper.yaml"];
+    let files = files.into_iter().chain(["grants/mutatingadmissionpolicy.yaml", "grants/mutatingadmissionpolicybinding.yaml"]);
+    let mut routing: Vec<(String, String)> = files
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(repo(&format!("manifests/{f}"))).unwrap();
+            serde_yaml_ng::Deserializer::from_str(&text)
+                .map(|d| serde::Deserialize::deserialize(d).unwrap())
+                .collect::<Vec<serde_yaml_ng::Value>>()
         })
+        .map(|v| (v["kind"].as_str().unwrap().to_string(), v["metadata"]["name"].as_str().unwrap().to_string()))
         .collect();
     routing.sort();
     let mut left_out = Vec::new();

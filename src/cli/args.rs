@@ -45,13 +45,16 @@ pub struct ServeArgs {
     /// it goes, and so does the routing. Writes that one ConfigMap.
     #[arg(long, requires = "kube", overrides_with = "publish_classes")]
     pub publish_classes: bool,
-    /// Check every 30 s that routing is in effect: a dry run of a pod it must send to
+    /// Check every --check-routing-every that routing is in effect: a dry run of a pod it must send to
     /// coloc-scheduler in a namespace labelled for it, as --routing-check-as (stored
     /// nowhere; the `routing-check` component grants it); coloc_routing_in_effect, and a
     /// Warning Event `NotRouted` on each governed pod left to the default scheduler
     /// meanwhile (with --events).
     #[arg(long, requires = "publish_classes")]
     pub check_routing: bool,
+    /// How often routing is checked, e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = parse_secs)]
+    pub check_routing_every: Duration,
     /// The identity the routing check's dry runs are made as (impersonated). Default:
     /// system:serviceaccount:<--namespace>:coloc-extender-routing-check.
     #[arg(long)]

@@ -198,9 +198,10 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
             policy: state.policy.clone(),
             events: state.events.clone(),
             clock: state.clock.clone(),
+            every: args.check_routing_every,
         };
         tokio::spawn(check.run());
-        tracing::info!(checks_as = %args.routing_check_identity(), "checking that routing is in effect (a dry run every 30 s)");
+        tracing::info!(checks_as = %args.routing_check_identity(), every_s = args.check_routing_every.as_secs(), "checking that routing is in effect (a dry run)");
     }
     tokio::spawn(state.waits.clone().run(view.clone()));
     // The extender copies no pod: its view keeps what decisions read, nothing requeue's.

@@ -1,10 +1,10 @@
-//! `serve --check-routing`: every 30 s, off the answer path, whether the routing admission
+//! `serve --check-routing`: every `--check-routing-every` (30 s), off the answer path, whether the routing admission
 //! policy is in effect (`check`): a dry run of a pod it must route, in the first namespace
 //! labelled for it, as the routing-check identity (which admission lets create nothing but
 //! that, and only as a dry run). Says so in `coloc_routing_in_effect` (1 or 0; absent until
 //! a namespace is labelled and a PriorityClass of a governed class exists) and, on a
 //! change, in the log; where it does not hold, a Warning Event `NotRouted` on each governed
-//! pod of that namespace created since it last held and left to the default scheduler.
+//! pod of a labelled namespace created since it last held and left to the default scheduler.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +21,6 @@ use crate::events::{PodEvent, Regarding};
 use crate::model::Timestamp;
 use crate::policy::Policy;
 
-const EVERY: Duration = Duration::from_secs(30);
-
 /// The check's parts: reads as the extender, the dry run as the routing-check identity.
 pub struct RoutingCheck {
     pub reader: Client,
@@ -30,11 +28,13 @@ pub struct RoutingCheck {
     pub policy: Arc<ArcSwap<Policy>>,
     pub events: Option<Arc<EventSink>>,
     pub clock: Arc<dyn Fn() -> Timestamp + Send + Sync>,
+    pub every: Duration,
 }
 
 /// What one check found.
 enum Found {
-    Verdict { namespace: String, verdict: Verdict },
+    /// The verdict in the first of the `labelled` namespaces.
+    Verdict { labelled: Vec<String>, verdict: Verdict },
     /// Nothing to try: no labelled namespace, or no PriorityClass of a governed class.
     Nothing(&'static str),
 }
@@ -46,15 +46,17 @@ impl RoutingCheck {
         loop {
             let now = (self.clock)();
             let said = match self.once().await {
-                Ok(Found::Verdict { namespace, verdict: Verdict::InEffect }) => {
+                Ok(Found::Verdict { labelled, verdict: Verdict::InEffect }) => {
                     metrics::gauge!("coloc_routing_in_effect").set(1.0);
                     held_at = now;
-                    format!("routing is in effect (a pod of a governed class in {namespace} is sent to coloc-scheduler)")
+                    format!("routing is in effect (a pod of a governed class in {} is sent to coloc-scheduler)", labelled[0])
                 }
-                Ok(Found::Verdict { namespace, verdict: Verdict::NotInEffect { scheduler } }) => {
+                Ok(Found::Verdict { labelled, verdict: Verdict::NotInEffect { scheduler } }) => {
                     metrics::gauge!("coloc_routing_in_effect").set(0.0);
-                    self.mark_missed(&namespace, held_at).await;
-                    format!("routing is NOT in effect: a pod of a governed class in {namespace} is left to {scheduler} (docs/troubleshooting.md, \"Pods of a labelled namespace left with the default scheduler\")")
+                    for namespace in &labelled {
+                        self.mark_missed(namespace, held_at).await;
+                    }
+                    format!("routing is NOT in effect: a pod of a governed class in {} is left to {scheduler} (docs/troubleshooting.md, \"Pods of a labelled namespace left with the default scheduler\")", labelled[0])
                 }
                 Ok(Found::Nothing(why)) => format!("routing not checked: {why}"),
                 Err(e) => format!("routing not checked: {e}"),
@@ -66,7 +68,7 @@ impl RoutingCheck {
                 }
                 last = said;
             }
-            tokio::time::sleep(EVERY).await;
+            tokio::time::sleep(self.every).await;
         }
     }
 
@@ -81,7 +83,7 @@ impl RoutingCheck {
             .filter_map(|n| n.metadata.name)
             .collect();
         namespaces.sort();
-        let Some(namespace) = namespaces.into_iter().next() else { return Ok(Found::Nothing("no namespace is labelled")) };
+        let Some(namespace) = namespaces.first().cloned() else { return Ok(Found::Nothing("no namespace is labelled")) };
         let classes: Vec<(String, i32)> = Api::<PriorityClass>::all(self.reader.clone())
             .list(&ListParams::default())
             .await?
@@ -96,7 +98,7 @@ impl RoutingCheck {
         let dry = PostParams { dry_run: true, ..Default::default() };
         let admitted = Api::<Pod>::namespaced(self.prober.clone(), &namespace).create(&dry, &pod).await?;
         let scheduler = admitted.spec.and_then(|s| s.scheduler_name);
-        Ok(Found::Verdict { namespace, verdict: check::verdict(scheduler.as_deref()) })
+        Ok(Found::Verdict { labelled: namespaces, verdict: check::verdict(scheduler.as_deref()) })
     }
 
     /// A Warning on each governed pod of `namespace` created since `since` and left to the
