@@ -588,7 +588,7 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
         ["coloc-extender", "coloc-extender-uninstall", "coloc-extender-requeue", "coloc-extender-wake"]
     );
     assert!(
-        matched.contains("matches('^system:serviceaccount:coloc-system:coloc-extender(-uninstall|-requeue|-wake)?$')"),
+        matched.contains("matches('^system:serviceaccount:coloc-system:coloc-extender(-uninstall|-requeue|-wake|-routing-check)?$')"),
         "{matched}"
     );
     for v in spec["validations"].as_sequence().unwrap() {

@@ -39,6 +39,15 @@ enum Found {
     Nothing(&'static str),
 }
 
+/// Says `verdict` in `coloc_routing_in_effect`.
+pub fn record(verdict: &Verdict) {
+    let value = match verdict {
+        Verdict::InEffect => 1.0,
+        Verdict::NotInEffect { .. } => 0.0,
+    };
+    metrics::gauge!("coloc_routing_in_effect").set(value);
+}
+
 impl RoutingCheck {
     pub async fn run(self) {
         let mut last = String::new();
@@ -47,12 +56,12 @@ impl RoutingCheck {
             let now = (self.clock)();
             let said = match self.once().await {
                 Ok(Found::Verdict { labelled, verdict: Verdict::InEffect }) => {
-                    metrics::gauge!("coloc_routing_in_effect").set(1.0);
+                    record(&Verdict::InEffect);
                     held_at = now;
                     format!("routing is in effect (a pod of a governed class in {} is sent to coloc-scheduler)", labelled[0])
                 }
                 Ok(Found::Verdict { labelled, verdict: Verdict::NotInEffect { scheduler } }) => {
-                    metrics::gauge!("coloc_routing_in_effect").set(0.0);
+                    record(&Verdict::NotInEffect { scheduler: scheduler.clone() });
                     for namespace in &labelled {
                         self.mark_missed(namespace, held_at).await;
                     }
@@ -89,7 +98,7 @@ impl RoutingCheck {
             .await?
             .items
             .into_iter()
-            .filter_map(|c| Some((c.metadata.name?, c.value)))
+            .filter_map(|c| Some((c.metadata.name?, c.value?)))
             .collect();
         let Some(probe) = self.policy.load().routing_probe(&namespace, &classes) else {
             return Ok(Found::Nothing("no PriorityClass of a governed class"));

@@ -55,7 +55,7 @@ fn may(bed: &Bed, token: Option<&str>, identity: &str, verb: &str, resource: &st
         ns => args.extend(["-n", ns]),
     }
     let user = service_account(INSTALL_NAMESPACE, identity);
-    args.extend(["--as", &user]);
+    args.extend(["--as", user.as_str()]);
     if let Some(token) = token {
         args.extend(["--token", token]);
     }
@@ -139,7 +139,7 @@ async fn no_grant_outlives_the_install(bins: Binaries, mode: Mode) -> anyhow::Re
     // The attack is real: the user may act as the install's identities there, none of
     // which exists.
     coloc_testbed::wait::until(MINUTE, "the user may act as the namespace's ServiceAccounts", || async {
-        let args = ["auth", "can-i", "impersonate", "serviceaccounts/coloc-scheduler", "-n", INSTALL_NAMESPACE, "--token", &token];
+        let args = ["auth", "can-i", "impersonate", "serviceaccounts/coloc-scheduler", "-n", INSTALL_NAMESPACE, "--token", token.as_str()];
         let yes = bed.plane.kubectl(&args).unwrap_or_default().trim() == "yes";
         yes.then_some(()).ok_or("not yet".to_string())
     })
@@ -154,9 +154,10 @@ async fn no_grant_outlives_the_install(bins: Binaries, mode: Mode) -> anyhow::Re
     anyhow::ensure!(reached.is_empty(), "reached through a re-made namespace: {reached:?}");
     // And the acting itself goes through: a read the namespace admin grants its accounts
     // nothing of is refused as that identity, not as the user.
+    let scheduler = service_account(INSTALL_NAMESPACE, "coloc-scheduler");
     let refusal = bed
         .plane
-        .kubectl(&["get", "nodes", "--token", &token, "--as", &service_account(INSTALL_NAMESPACE, "coloc-scheduler")])
+        .kubectl(&["get", "nodes", "--token", token.as_str(), "--as", scheduler.as_str()])
         .err()
         .map(|e| e.to_string())
         .unwrap_or_default();

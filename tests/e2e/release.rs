@@ -43,7 +43,9 @@ pub async fn copies_are_held_as_they_stand(admin: &Client, as_requeue: &Client, 
     for class in ["system-node-critical", "system-cluster-critical"] {
         let critical = variant(copy, "batch", "free-1-rq-00000000c1", &|v| {
             v["spec"]["priorityClassName"] = json!(class);
-            v["spec"].as_object_mut().map(|s| s.remove("priority"));
+            if let Some(spec) = v["spec"].as_object_mut() {
+                spec.remove("priority");
+            }
         })?;
         refused(&format!("a copy of {class}"), SYSTEM_CLASS, create(critical).await)?;
     }
