@@ -108,8 +108,13 @@ const SERVED_BY_V1_33: &[(&str, &[&str])] = &[
 #[test]
 fn the_base_install_asks_only_for_what_v1_33_serves_but_the_routing_it_leaves_out() {
     let text = std::fs::read_to_string(repo("deploy/coloc-extender.yaml")).unwrap();
-    let files = ["routing/mutatingadmissionpolicy.yaml", "routing/mutatingadmissionpolicybinding.yaml", "routing/parameter-keeper.yaml"];
-    let files = files.into_iter().chain(["grants/mutatingadmissionpolicy.yaml", "grants/mutatingadmissionpolicybinding.yaml"]);
+    let files = [
+        "routing/mutatingadmissionpolicy.yaml",
+        "routing/mutatingadmissionpolicybinding.yaml",
+        "routing/parameter-keeper.yaml",
+    ];
+    let files =
+        files.into_iter().chain(["grants/mutatingadmissionpolicy.yaml", "grants/mutatingadmissionpolicybinding.yaml"]);
     let mut routing: Vec<(String, String)> = files
         .flat_map(|f| {
             let text = std::fs::read_to_string(repo(&format!("manifests/{f}"))).unwrap();

@@ -588,7 +588,9 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
         ["coloc-extender", "coloc-extender-uninstall", "coloc-extender-requeue", "coloc-extender-wake"]
     );
     assert!(
-        matched.contains("matches('^system:serviceaccount:coloc-system:coloc-extender(-uninstall|-requeue|-wake|-routing-check)?$')"),
+        matched.contains(
+            "matches('^system:serviceaccount:coloc-system:coloc-extender(-uninstall|-requeue|-wake|-routing-check)?$')"
+        ),
         "{matched}"
     );
     for v in spec["validations"].as_sequence().unwrap() {
@@ -709,7 +711,8 @@ fn the_marker_policy_is_an_opt_in_component_that_marks_the_classes_needing_filte
     let manifests = format!("{up}{}", Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests").display());
     let kustomization = format!("resources: [{manifests}]\ncomponents: [{manifests}/per-pod-verbs]\n");
     std::fs::write(overlay.join("kustomization.yaml"), kustomization).unwrap();
-    let out = std::process::Command::new("kubectl").args(["kustomize", &overlay.display().to_string()]).output().unwrap();
+    let out =
+        std::process::Command::new("kubectl").args(["kustomize", &overlay.display().to_string()]).output().unwrap();
     let _ = std::fs::remove_dir_all(&overlay);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("Deployment") && err.contains("coloc-extender"), "{err}");

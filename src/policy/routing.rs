@@ -31,7 +31,11 @@ impl Policy {
     /// priorities?
     pub fn routes(&self, pod: &crate::model::Pod, priority: i32) -> bool {
         priority <= HIGHEST_USER_PRIORITY
-            && self.classes.iter().filter(|c| c.name != self.default_class).any(|c| c.r#match.iter().any(|s| s.matches(pod, priority)))
+            && self
+                .classes
+                .iter()
+                .filter(|c| c.name != self.default_class)
+                .any(|c| c.r#match.iter().any(|s| s.matches(pod, priority)))
     }
 
     /// A pod the routing must send to coloc-scheduler in `namespace`, to try whether it
@@ -111,7 +115,8 @@ mod tests {
     fn the_routing_probe_is_a_governed_class_of_the_cluster_and_never_the_systems() {
         let policy = Policy::builtin_default();
         let cluster = |names: &[(&str, i32)]| names.iter().map(|(n, v)| (n.to_string(), *v)).collect::<Vec<_>>();
-        let probe = policy.routing_probe("batch", &cluster(&[("system-cluster-critical", 2_000_000_000), ("free", 3000)]));
+        let probe =
+            policy.routing_probe("batch", &cluster(&[("system-cluster-critical", 2_000_000_000), ("free", 3000)]));
         assert_eq!(probe.map(|p| p.priority_class_name).as_deref(), Some("free"));
         // A class by its priority alone (the default policy's online range from 9000).
         let probe = policy.routing_probe("batch", &cluster(&[("tier-1", 9500)]));

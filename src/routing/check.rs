@@ -52,7 +52,9 @@ pub fn probe_pod(namespace: &str, probe: &RoutingProbe) -> Value {
 pub enum Verdict {
     InEffect,
     /// Admitted, but left to `scheduler`.
-    NotInEffect { scheduler: String },
+    NotInEffect {
+        scheduler: String,
+    },
 }
 
 /// The verdict on the probe as admitted, by the scheduler it names.

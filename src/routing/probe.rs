@@ -58,7 +58,10 @@ impl RoutingCheck {
                 Ok(Found::Verdict { labelled, verdict: Verdict::InEffect }) => {
                     record(&Verdict::InEffect);
                     held_at = now;
-                    format!("routing is in effect (a pod of a governed class in {} is sent to coloc-scheduler)", labelled[0])
+                    format!(
+                        "routing is in effect (a pod of a governed class in {} is sent to coloc-scheduler)",
+                        labelled[0]
+                    )
                 }
                 Ok(Found::Verdict { labelled, verdict: Verdict::NotInEffect { scheduler } }) => {
                     record(&Verdict::NotInEffect { scheduler: scheduler.clone() });
@@ -92,7 +95,9 @@ impl RoutingCheck {
             .filter_map(|n| n.metadata.name)
             .collect();
         namespaces.sort();
-        let Some(namespace) = namespaces.first().cloned() else { return Ok(Found::Nothing("no namespace is labelled")) };
+        let Some(namespace) = namespaces.first().cloned() else {
+            return Ok(Found::Nothing("no namespace is labelled"));
+        };
         let classes: Vec<(String, i32)> = Api::<PriorityClass>::all(self.reader.clone())
             .list(&ListParams::default())
             .await?

@@ -68,7 +68,9 @@ async fn grants_left(admin: &kube::Client) -> anyhow::Result<Vec<String>> {
     let roles = Api::<ClusterRole>::all(admin.clone()).list(&owned).await?.items;
     let bindings = Api::<ClusterRoleBinding>::all(admin.clone()).list(&owned).await?.items;
     let names = roles.into_iter().map(|r| format!("ClusterRole/{}", r.metadata.name.unwrap_or_default()));
-    Ok(names.chain(bindings.into_iter().map(|b| format!("ClusterRoleBinding/{}", b.metadata.name.unwrap_or_default()))).collect())
+    Ok(names
+        .chain(bindings.into_iter().map(|b| format!("ClusterRoleBinding/{}", b.metadata.name.unwrap_or_default())))
+        .collect())
 }
 
 /// The mode does not reach admission or RBAC.
@@ -90,7 +92,8 @@ async fn no_grant_outlives_the_install(bins: Binaries, mode: Mode) -> anyhow::Re
     let bindings = Api::<ClusterRoleBinding>::all(admin.clone()).list(&owned).await?.items;
     anyhow::ensure!(bindings.len() >= 5, "the install's ClusterRoleBindings: {}", bindings.len());
     for b in &bindings {
-        let owners: Vec<_> = b.metadata.owner_references.iter().flatten().map(|o| (o.kind.as_str(), o.uid.as_str())).collect();
+        let owners: Vec<_> =
+            b.metadata.owner_references.iter().flatten().map(|o| (o.kind.as_str(), o.uid.as_str())).collect();
         anyhow::ensure!(owners == [("Namespace", uid.as_str())], "{:?} owned by {owners:?}", b.metadata.name);
     }
 
@@ -109,10 +112,12 @@ async fn no_grant_outlives_the_install(bins: Binaries, mode: Mode) -> anyhow::Re
     let user_home = "self-service";
     let portal = json!({"metadata": {"name": user_home}});
     namespaces.create(&PostParams::default(), &serde_json::from_value(portal)?).await?;
-    let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "tenant", "namespace": user_home}}))?;
+    let account: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "tenant", "namespace": user_home}}))?;
     Api::<ServiceAccount>::namespaced(admin.clone(), user_home).create(&PostParams::default(), &account).await?;
     let user = service_account(user_home, "tenant");
-    let token = bed.plane.kubectl(&["-n", user_home, "create", "token", "tenant", "--duration", "1h"])?.trim().to_string();
+    let token =
+        bed.plane.kubectl(&["-n", user_home, "create", "token", "tenant", "--duration", "1h"])?.trim().to_string();
     let role: ClusterRole = serde_json::from_value(json!({
         "metadata": {"name": "self-service"},
         "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["create", "get"]}],
@@ -127,7 +132,11 @@ async fn no_grant_outlives_the_install(bins: Binaries, mode: Mode) -> anyhow::Re
     let as_user = crate::privilege::acting_as(&bed.plane.admin_kubeconfig, &user).await?;
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": INSTALL_NAMESPACE}}))?;
     coloc_testbed::wait::until(MINUTE, "the namespace made again by the user", || async {
-        Api::<Namespace>::all(as_user.clone()).create(&PostParams::default(), &ns).await.map(drop).map_err(|e| e.to_string())
+        Api::<Namespace>::all(as_user.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
     })
     .await?;
     let admin_of: RoleBinding = serde_json::from_value(json!({
@@ -139,7 +148,16 @@ async fn no_grant_outlives_the_install(bins: Binaries, mode: Mode) -> anyhow::Re
     // The attack is real: the user may act as the install's identities there, none of
     // which exists.
     coloc_testbed::wait::until(MINUTE, "the user may act as the namespace's ServiceAccounts", || async {
-        let args = ["auth", "can-i", "impersonate", "serviceaccounts/coloc-scheduler", "-n", INSTALL_NAMESPACE, "--token", token.as_str()];
+        let args = [
+            "auth",
+            "can-i",
+            "impersonate",
+            "serviceaccounts/coloc-scheduler",
+            "-n",
+            INSTALL_NAMESPACE,
+            "--token",
+            token.as_str(),
+        ];
         let yes = bed.plane.kubectl(&args).unwrap_or_default().trim() == "yes";
         yes.then_some(()).ok_or("not yet".to_string())
     })

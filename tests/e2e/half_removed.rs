@@ -75,7 +75,11 @@ fn routing_deleted_and_applied_again(bed: &Bed, objects: &[Value], names: &[&str
         .cloned()
         .collect();
     for o in &again {
-        bed.plane.kubectl(&["delete", &o["kind"].as_str().unwrap_or_default().to_lowercase(), o["metadata"]["name"].as_str().unwrap_or_default()])?;
+        bed.plane.kubectl(&[
+            "delete",
+            &o["kind"].as_str().unwrap_or_default().to_lowercase(),
+            o["metadata"]["name"].as_str().unwrap_or_default(),
+        ])?;
     }
     // The API server looks at its policies every second.
     std::thread::sleep(std::time::Duration::from_secs(3));
@@ -140,7 +144,10 @@ async fn half_removed(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     routing_said(&bed, 0.0).await?;
     placed_by(&bed, "web-4", "default-scheduler").await?;
     coloc_testbed::wait::until(MINUTE, "the Warning NotRouted on web-4", || async {
-        let events = bed.plane.kubectl(&["-n", "online", "get", "events", "--field-selector", "reason=NotRouted", "-o", "name"]).map_err(|e| e.to_string())?;
+        let events = bed
+            .plane
+            .kubectl(&["-n", "online", "get", "events", "--field-selector", "reason=NotRouted", "-o", "name"])
+            .map_err(|e| e.to_string())?;
         let describe = bed.plane.kubectl(&["-n", "online", "describe", "pod", "web-4"]).map_err(|e| e.to_string())?;
         (!events.trim().is_empty() && describe.contains("NotRouted")).then_some(()).ok_or(describe)
     })

@@ -79,7 +79,11 @@ pub async fn parameters_cannot_fail(bed: &Bed, admin: &Client) -> anyhow::Result
     })
     .await?;
     for bad in ["a|b|c|d|e", "|1|2|3|novalue", "|99999999999|1||", "|1|2||\n|"] {
-        crate::privilege::refused(&format!("{bad:?} as the extender"), GRAMMAR, maps.create(&dry, &classes(bad, "")?).await)?;
+        crate::privilege::refused(
+            &format!("{bad:?} as the extender"),
+            GRAMMAR,
+            maps.create(&dry, &classes(bad, "")?).await,
+        )?;
     }
     let every = format!("|-2147483648|1000000000|{ROUTED_NS}|\nfree,offline-batch|0|10||app=x,tier=");
     maps.create(&PostParams::default(), &classes(&every, "|-2147483648|1000000000||")?)
@@ -96,7 +100,12 @@ pub async fn parameters_cannot_fail(bed: &Bed, admin: &Client) -> anyhow::Result
     let unmarked = [
         ("in kube-system", PodBuilder::new("kube-system", "agent", "free", 100).build()),
         ("of a system class", PodBuilder::new("batch", "critical", "system-cluster-critical", 100).build()),
-        ("of another scheduler", PodBuilder::new("batch", "own", "free", 100).edit(|p| p["spec"]["schedulerName"] = json!("coloc-scheduler")).build()),
+        (
+            "of another scheduler",
+            PodBuilder::new("batch", "own", "free", 100)
+                .edit(|p| p["spec"]["schedulerName"] = json!("coloc-scheduler"))
+                .build(),
+        ),
         ("in a namespace routed to coloc-scheduler", routed.clone()),
     ];
     for (what, pod) in &unmarked {

@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 use crate::privilege::{json_patch, refused, DELETE};
 
 const SYSTEM_CLASS: &str = "coloc-extender may create a requeue copy only below the system's classes";
-const CONSENT: &str = "coloc-extender may release a requeue copy beyond Pod Security baseline only while its namespace opts in";
+const CONSENT: &str =
+    "coloc-extender may release a requeue copy beyond Pod Security baseline only while its namespace opts in";
 const EPHEMERAL: &str = "coloc-extender may not release a requeue copy that has ephemeral containers";
 
 /// The release requeue sends: the gate list emptied.
@@ -69,7 +70,12 @@ pub async fn copies_are_held_as_they_stand(admin: &Client, as_requeue: &Client, 
     create(variant(copy, "batch", "free-1-rq-00000000e1", &|_| {})?).await?;
     let debug = json!({"spec": {"ephemeralContainers": [{"name": "debug", "image": "registry.example/debug:1"}]}});
     Api::<Pod>::namespaced(admin.clone(), "batch")
-        .patch_subresource("ephemeralcontainers", "free-1-rq-00000000e1", &PatchParams::default(), &Patch::Strategic(debug))
+        .patch_subresource(
+            "ephemeralcontainers",
+            "free-1-rq-00000000e1",
+            &PatchParams::default(),
+            &Patch::Strategic(debug),
+        )
         .await?;
     refused(
         "releasing a copy given an ephemeral container",
@@ -80,7 +86,8 @@ pub async fn copies_are_held_as_they_stand(admin: &Client, as_requeue: &Client, 
     // Beyond baseline, released only while the namespace still opts in beyond it.
     let (opt_in, enabled) = NAMESPACE_OPT_IN;
     let (beyond, on) = NAMESPACE_BEYOND_BASELINE;
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "beyond", "labels": {opt_in: enabled, beyond: on}}}))?;
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "beyond", "labels": {opt_in: enabled, beyond: on}}}))?;
     let namespaces: Api<Namespace> = Api::all(admin.clone());
     namespaces.create(&PostParams::default(), &ns).await?;
     let host_port = variant(copy, "beyond", "free-1-rq-00000000f1", &|v| {
