@@ -8,6 +8,9 @@
 //! collector deletes it, and new pods go to the default scheduler again, unmarked. So a
 //! half-removed install leaves no pod unplaced, and the classes are the policy's alone.
 
+pub mod check;
+pub mod probe;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -68,8 +68,15 @@ async fn a_real_api_server_accepts_the_install_file() {
         Err(why) => return println!("install_manifest: skipped: {why}"),
     };
     let plane = ControlPlane::start(&bins, Options { controllers: false, ..Default::default() }).await.unwrap();
-    // A dry run stores no Namespace for the objects in it.
+    // A dry run stores no Namespace for the objects in it, nor the policy giving the
+    // grants their owner.
     plane.kubectl(&["create", "namespace", "coloc-system"]).unwrap();
+    let text = std::fs::read_to_string(repo("deploy/coloc-extender.yaml")).unwrap();
+    let objects: Vec<serde_yaml_ng::Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &serde_yaml_ng::Value| !v.is_null())
+        .collect();
+    grants_policy_stored(&plane, &objects);
     let out = server_dry_run(&plane, &repo("deploy/coloc-extender.yaml"))
         .unwrap_or_else(|e| panic!("server-side dry run refused the install file: {e:#}"));
     // Every object, the cluster-scoped admission policies included, is named in the answer.
@@ -96,18 +103,28 @@ const SERVED_BY_V1_33: &[(&str, &[&str])] = &[
 ];
 
 /// Every object of the install file a v1.33-1.35 cluster serves, but those of the routing
-/// component, which such an install leaves out in one line (manifests/kustomization.yaml).
+/// component and the grants policy, which such an install leaves out (one line each, and
+/// grants-owned with it: manifests/kustomization.yaml).
 #[test]
 fn the_base_install_asks_only_for_what_v1_33_serves_but_the_routing_it_leaves_out() {
     let text = std::fs::read_to_string(repo("deploy/coloc-extender.yaml")).unwrap();
-    let routing: Vec<(String, String)> = ["mutatingadmissionpolicy.yaml", "mutatingadmissionpolicybinding.yaml"]
-        .iter()
-        .map(|f| {
-            let v: serde_yaml_ng::Value =
-                serde_yaml_ng::from_str(&std::fs::read_to_string(repo("manifests/routing").join(f)).unwrap()).unwrap();
-            (v["kind"].as_str().unwrap().to_string(), v["metadata"]["name"].as_str().unwrap().to_string())
+    let files = [
+        "routing/mutatingadmissionpolicy.yaml",
+        "routing/mutatingadmissionpolicybinding.yaml",
+        "routing/parameter-keeper.yaml",
+    ];
+    let files =
+        files.into_iter().chain(["grants/mutatingadmissionpolicy.yaml", "grants/mutatingadmissionpolicybinding.yaml"]);
+    let mut routing: Vec<(String, String)> = files
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(repo(&format!("manifests/{f}"))).unwrap();
+            serde_yaml_ng::Deserializer::from_str(&text)
+                .map(|d| serde::Deserialize::deserialize(d).unwrap())
+                .collect::<Vec<serde_yaml_ng::Value>>()
         })
+        .map(|v| (v["kind"].as_str().unwrap().to_string(), v["metadata"]["name"].as_str().unwrap().to_string()))
         .collect();
+    routing.sort();
     let mut left_out = Vec::new();
     for doc in serde_yaml_ng::Deserializer::from_str(&text) {
         let v: serde_yaml_ng::Value = serde::Deserialize::deserialize(doc).unwrap();
@@ -119,7 +136,8 @@ fn the_base_install_asks_only_for_what_v1_33_serves_but_the_routing_it_leaves_ou
         assert!(routing.contains(&(kind.to_string(), name.clone())), "{api} {kind} {name}: not served by v1.33");
         left_out.push((kind.to_string(), name));
     }
-    assert_eq!(left_out, routing, "the routing component is all a v1.33 install leaves out");
+    left_out.sort();
+    assert_eq!(left_out, routing, "the routing and grants policies are all a v1.33 install leaves out");
 }
 
 /// deploy/overlay-example's namespace: not the default, so that a missed rewrite shows.
@@ -343,12 +361,33 @@ async fn dry_run_with_crds(bins: &Binaries, namespace: &str, objects: &[serde_ya
     if plane.kubectl(&["get", "namespace", namespace]).is_err() {
         plane.kubectl(&["create", "namespace", namespace]).unwrap();
     }
+    grants_policy_stored(&plane, objects);
     let file = std::env::temp_dir().join(format!("coloc-dry-run-{namespace}-{}.yaml", std::process::id()));
     let all: Vec<String> = objects.iter().map(|o| serde_yaml_ng::to_string(o).unwrap()).collect();
     std::fs::write(&file, all.join("---\n")).unwrap();
     let out = server_dry_run(&plane, &file).unwrap_or_else(|e| panic!("the API server refused the install: {e:#}"));
     let _ = std::fs::remove_file(&file);
     out
+}
+
+/// The policy that gives the install's grants their owner (manifests/grants), stored for
+/// real: a dry run stores none, and the grants are refused without it.
+fn grants_policy_stored(plane: &ControlPlane, objects: &[serde_yaml_ng::Value]) {
+    let policy: Vec<String> = objects
+        .iter()
+        .filter(|o| o["kind"].as_str().is_some_and(|k| k.starts_with("MutatingAdmissionPolicy")))
+        .filter(|o| o["metadata"]["name"] == "coloc-extender-grants")
+        .map(|o| serde_yaml_ng::to_string(o).unwrap())
+        .collect();
+    assert_eq!(policy.len(), 2, "the grants policy and its binding");
+    let file = std::env::temp_dir().join(format!("coloc-grants-{}.yaml", std::process::id()));
+    std::fs::write(&file, policy.join("---\n")).unwrap();
+    let path = file.display().to_string();
+    // The dry run's field manager, so that it finds no conflict on them.
+    plane
+        .kubectl(&["apply", "--server-side", "--validate=false", "--field-manager=coloc-install-check", "-f", &path])
+        .unwrap();
+    let _ = std::fs::remove_file(&file);
 }
 
 fn copy_dir(from: &Path, to: &Path) {

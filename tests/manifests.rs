@@ -206,7 +206,7 @@ fn routing_and_per_pod_verbs_read_the_classes_the_extender_publishes_and_nothing
         let spec = &policy["spec"];
         assert_eq!(spec["paramKind"]["kind"], "ConfigMap", "{dir}");
         let text = serde_yaml_ng::to_string(spec).unwrap();
-        assert!(text.contains(&format!("params.data.?{key}.orValue('')")), "{dir} reads {key}");
+        assert!(text.contains(&format!("params.?data.?{key}.orValue('')")), "{dir} reads {key}");
         // The one place classes are named is the policy: no PriorityClass name here.
         for name in ["online-prod", "offline-batch", "free-tier", "koord"] {
             assert!(!text.contains(name), "{dir} names {name}");
@@ -544,9 +544,7 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
             "validatingadmissionpolicy-policy.yaml",
             "validatingadmissionpolicybinding-policy.yaml",
             "validatingadmissionpolicy-classes.yaml",
-            "validatingadmissionpolicybinding-classes.yaml",
-            "validatingadmissionpolicy-identities.yaml",
-            "validatingadmissionpolicybinding-identities.yaml"
+            "validatingadmissionpolicybinding-classes.yaml"
         ]
     );
     let backstop = load("admission-backstop/kustomization.yaml");
@@ -590,7 +588,9 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
         ["coloc-extender", "coloc-extender-uninstall", "coloc-extender-requeue", "coloc-extender-wake"]
     );
     assert!(
-        matched.contains("matches('^system:serviceaccount:coloc-system:coloc-extender(-uninstall|-requeue|-wake)?$')"),
+        matched.contains(
+            "matches('^system:serviceaccount:coloc-system:coloc-extender(-uninstall|-requeue|-wake|-routing-check)?$')"
+        ),
         "{matched}"
     );
     for v in spec["validations"].as_sequence().unwrap() {
@@ -703,6 +703,19 @@ fn the_marker_policy_is_an_opt_in_component_that_marks_the_classes_needing_filte
     assert!(serde_yaml_ng::to_string(&spec["variables"]).unwrap().contains(MARKER));
     let binding = load("per-pod-verbs/mutatingadmissionpolicybinding.yaml");
     assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    // Only where the registration is: the standalone extender's, never with
+    // coloc-scheduler (which has none), so it does not render without standalone.
+    let overlay = std::env::temp_dir().join(format!("per-pod-verbs-{}", std::process::id()));
+    std::fs::create_dir_all(&overlay).unwrap();
+    let up = "../".repeat(overlay.components().count() - 1);
+    let manifests = format!("{up}{}", Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests").display());
+    let kustomization = format!("resources: [{manifests}]\ncomponents: [{manifests}/per-pod-verbs]\n");
+    std::fs::write(overlay.join("kustomization.yaml"), kustomization).unwrap();
+    let out =
+        std::process::Command::new("kubectl").args(["kustomize", &overlay.display().to_string()]).output().unwrap();
+    let _ = std::fs::remove_dir_all(&overlay);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("Deployment") && err.contains("coloc-extender"), "{err}");
 
     // Which classes it marks: those the published `perPodVerbs` names, the policy's
     // classes that need filter/prioritize (routing::tests); online ones are not.

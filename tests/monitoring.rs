@@ -59,6 +59,8 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
     // ... and with TLS (--tls-cert, --client-ca): the certificates loaded, one client's
     // handshake.
     coloc_extender::tls::register_metrics();
+    // serve --check-routing's gauge, as its first check sets it.
+    coloc_extender::routing::probe::record(&coloc_extender::routing::check::Verdict::InEffect);
     let dir = std::env::temp_dir().join(format!("coloc-monitoring-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let ca = rcgen::generate_simple_self_signed(vec!["coloc-ca".into()]).unwrap();
@@ -111,6 +113,7 @@ async fn every_metric_the_dashboard_and_the_alerts_use_is_exported() {
             "ColocExtenderSlow",
             "ColocExtenderViewStale",
             "ColocExtenderPolicyReloadFailed",
+            "ColocExtenderRoutingNotInEffect",
             "ColocExtenderPolicyFallback",
             "ColocExtenderRequeueGivenUp",
             "ColocExtenderRequeueUnavailable",

@@ -45,6 +45,20 @@ pub struct ServeArgs {
     /// it goes, and so does the routing. Writes that one ConfigMap.
     #[arg(long, requires = "kube", overrides_with = "publish_classes")]
     pub publish_classes: bool,
+    /// Check every --check-routing-every that routing is in effect: a dry run of a pod it must send to
+    /// coloc-scheduler in a namespace labelled for it, as --routing-check-as (stored
+    /// nowhere; the `routing-check` component grants it); coloc_routing_in_effect, and a
+    /// Warning Event `NotRouted` on each governed pod left to the default scheduler
+    /// meanwhile (with --events).
+    #[arg(long, requires = "publish_classes")]
+    pub check_routing: bool,
+    /// How often routing is checked, e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = parse_secs)]
+    pub check_routing_every: Duration,
+    /// The identity the routing check's dry runs are made as (impersonated). Default:
+    /// system:serviceaccount:<--namespace>:coloc-extender-routing-check.
+    #[arg(long)]
+    pub routing_check_as: Option<String>,
     /// This replica's pod (the downward API): an owner of what it publishes.
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
@@ -325,6 +339,13 @@ impl ServeArgs {
     /// Who placeholders are written as.
     pub fn wake_identity(&self) -> String {
         self.wake_as.clone().unwrap_or_else(|| format!("system:serviceaccount:{}:coloc-extender-wake", self.namespace))
+    }
+
+    /// Who the routing check's dry runs are made as.
+    pub fn routing_check_identity(&self) -> String {
+        self.routing_check_as
+            .clone()
+            .unwrap_or_else(|| format!("system:serviceaccount:{}:coloc-extender-routing-check", self.namespace))
     }
 }
 

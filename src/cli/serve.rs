@@ -192,6 +192,18 @@ async fn start_kube(args: &ServeArgs, state: &mut AppState, view: &Arc<ViewCell>
         let owner = crate::routing::OwnerPod { name, uid };
         tokio::spawn(crate::routing::publish(client.clone(), args.namespace.clone(), owner, state.policy.clone()));
     }
+    if args.check_routing {
+        let check = crate::routing::probe::RoutingCheck {
+            reader: client.clone(),
+            prober: acting_as(&own, &args.routing_check_identity())?,
+            policy: state.policy.clone(),
+            events: state.events.clone(),
+            clock: state.clock.clone(),
+            every: args.check_routing_every,
+        };
+        tokio::spawn(check.run());
+        tracing::info!(checks_as = %args.routing_check_identity(), every_s = args.check_routing_every.as_secs(), "checking that routing is in effect (a dry run)");
+    }
     tokio::spawn(state.waits.clone().run(view.clone()));
     // The decisions' view alone: the extender copies no pod, and keeps nothing requeue reads.
     let (view, policy) = (view.clone(), state.policy.clone());

@@ -26,6 +26,37 @@ impl Policy {
         self.selector_lines(|c| !c.per_pod_verbs_reasons().is_empty())
     }
 
+    /// Is `pod` (of `priority`) one the routing admission policy sends to coloc-scheduler
+    /// in a namespace labelled for it: of a governed class's selector, below the system's
+    /// priorities?
+    pub fn routes(&self, pod: &crate::model::Pod, priority: i32) -> bool {
+        priority <= HIGHEST_USER_PRIORITY
+            && self
+                .classes
+                .iter()
+                .filter(|c| c.name != self.default_class)
+                .any(|c| c.r#match.iter().any(|s| s.matches(pod, priority)))
+    }
+
+    /// A pod the routing must send to coloc-scheduler in `namespace`, to try whether it
+    /// does: the first governed selector that holds there and names (or admits by its
+    /// priority) a PriorityClass of `classes` (name, value). None where no class of the
+    /// cluster is routed there.
+    pub fn routing_probe(&self, namespace: &str, classes: &[(String, i32)]) -> Option<RoutingProbe> {
+        let governed = self.classes.iter().filter(|c| c.name != self.default_class).flat_map(|c| &c.r#match);
+        governed.filter(|s| s.namespaces.is_empty() || s.namespaces.iter().any(|n| n == namespace)).find_map(|s| {
+            let (min, max) = s.priority.map(|r| (r.min, r.max)).unwrap_or((i32::MIN, i32::MAX));
+            let fits = |(name, value): &&(String, i32)| {
+                (s.priority_class_names.is_empty() || s.priority_class_names.contains(name))
+                    && min <= *value
+                    && *value <= max.min(HIGHEST_USER_PRIORITY)
+            };
+            let (name, _) = classes.iter().find(fits)?;
+            let labels = s.labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            Some(RoutingProbe { priority_class_name: name.clone(), labels })
+        })
+    }
+
     fn selector_lines(&self, wanted: impl Fn(&Class) -> bool) -> String {
         let mut lines = Vec::new();
         for class in self.classes.iter().filter(|c| c.name != self.default_class && wanted(c)) {
@@ -33,6 +64,13 @@ impl Policy {
         }
         lines.join("\n")
     }
+}
+
+/// What a pod needs to be routed: its PriorityClass and labels (`Policy::routing_probe`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoutingProbe {
+    pub priority_class_name: String,
+    pub labels: Vec<(String, String)>,
 }
 
 /// The line of `s`, its priorities cut at `HIGHEST_USER_PRIORITY`; none where nothing is
@@ -71,6 +109,20 @@ mod tests {
         );
         let per_pod = policy.per_pod_verbs_selectors();
         assert_eq!(per_pod.lines().collect::<Vec<_>>(), lines[4..], "batch and free: placement and packing");
+    }
+
+    #[test]
+    fn the_routing_probe_is_a_governed_class_of_the_cluster_and_never_the_systems() {
+        let policy = Policy::builtin_default();
+        let cluster = |names: &[(&str, i32)]| names.iter().map(|(n, v)| (n.to_string(), *v)).collect::<Vec<_>>();
+        let probe =
+            policy.routing_probe("batch", &cluster(&[("system-cluster-critical", 2_000_000_000), ("free", 3000)]));
+        assert_eq!(probe.map(|p| p.priority_class_name).as_deref(), Some("free"));
+        // A class by its priority alone (the default policy's online range from 9000).
+        let probe = policy.routing_probe("batch", &cluster(&[("tier-1", 9500)]));
+        assert_eq!(probe.map(|p| p.priority_class_name).as_deref(), Some("tier-1"));
+        assert_eq!(policy.routing_probe("batch", &cluster(&[("system-node-critical", 2_000_001_000)])), None);
+        assert_eq!(policy.routing_probe("batch", &[]), None, "no PriorityClass, nothing to try");
     }
 
     #[test]

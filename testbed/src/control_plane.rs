@@ -23,6 +23,10 @@ use crate::ports::{free_port, TempDir};
 use crate::process::Proc;
 use crate::{pki, Binaries};
 
+/// What the API server says of a grant of the install made while the policy that gives it
+/// its owner is not in effect yet (manifests/grants).
+pub const GRANT_UNOWNED: &str = "metadata.ownerReferences.uid";
+
 /// The install's namespace, as manifests/ name it.
 pub const INSTALL_NAMESPACE: &str = "coloc-system";
 /// Where an earlier release installed itself: its identities authenticate too.
@@ -287,6 +291,12 @@ impl ControlPlane {
             let err = String::from_utf8_lossy(&out.stderr);
             if attempt < 40 && err.contains("unable to handle the request") {
                 std::thread::sleep(Duration::from_millis(250));
+                continue;
+            }
+            // The install's grants are refused until its grants policy, applied in the
+            // same run, is in effect (a second at most): applied again, as the docs say.
+            if attempt < 40 && args.first() == Some(&"apply") && err.contains(GRANT_UNOWNED) {
+                std::thread::sleep(Duration::from_millis(500));
                 continue;
             }
             anyhow::bail!("kubectl {}: {err}", args.join(" "));

@@ -127,10 +127,7 @@ async fn scheduler_pod_mints_no_pods(bins: Binaries, mode: Mode) -> anyhow::Resu
         as_extender.delete("free-1-rq-0000000001", &DeleteParams::default()).await,
     )?;
 
-    // The requeue controller releases and deletes its copy.
-    json_patch(&requeue, "batch", "free-1-rq-0000000001", release)
-        .await
-        .map_err(|e| anyhow::anyhow!("releasing a copy, as the requeue controller: {e}"))?;
+    // The requeue controller deletes its copy while gated, and releases the next.
     let own = DeleteParams {
         preconditions: Some(Preconditions { uid: Some(made_uid), resource_version: None }),
         ..Default::default()
@@ -139,6 +136,17 @@ async fn scheduler_pod_mints_no_pods(bins: Binaries, mode: Mode) -> anyhow::Resu
         .delete("free-1-rq-0000000001", &own)
         .await
         .map_err(|e| anyhow::anyhow!("deleting its copy was refused: {e}"))?;
+    let made = copies
+        .create(&PostParams::default(), &copy)
+        .await
+        .map_err(|e| anyhow::anyhow!("a copy again, as the requeue controller: {e}"))?;
+    let release = json!([
+        {"op": "test", "path": "/metadata/uid", "value": made.metadata.uid.unwrap_or_default()},
+        {"op": "replace", "path": "/spec/schedulingGates", "value": []},
+    ]);
+    json_patch(&requeue, "batch", "free-1-rq-0000000001", release)
+        .await
+        .map_err(|e| anyhow::anyhow!("releasing a copy, as the requeue controller: {e}"))?;
 
     // As the wake identity: a placeholder as wake builds it, in the install namespace, and
     // nothing that could run.

@@ -42,10 +42,11 @@ pub fn default_install_with(bed: &Bed, components: &[&str]) -> anyhow::Result<Ve
     std::fs::write(
         overlay.join("kustomization.yaml"),
         format!(
-            "resources: [{}]\ncomponents: [{}]\ntransformers: [{}]\n",
+            "resources: [{}]\ncomponents: [{}]\ntransformers: [{}, {}]\n",
             manifests(""),
             components.join(", "),
             manifests("install-namespace"),
+            manifests("grants-owned"),
         ),
     )?;
     render(bed, &overlay)

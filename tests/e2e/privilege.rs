@@ -163,9 +163,8 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         "cannot delete resource \"pods\"",
         pods.delete("free-1-rq-0000000001", &DeleteParams::default()).await,
     )?;
-    json_patch(&as_requeue, "batch", "free-1-rq-0000000001", release_made)
-        .await
-        .map_err(|e| anyhow::anyhow!("releasing a replacement was refused: {e}"))?;
+    // Deleted while gated, as the controller deletes a copy that must not run (a released
+    // copy is a workload: tests/e2e/release.rs).
     let uid_pre = |uid: &str| DeleteParams {
         preconditions: Some(Preconditions { uid: Some(uid.into()), resource_version: None }),
         ..Default::default()
@@ -174,6 +173,16 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         .delete("free-1-rq-0000000001", &uid_pre(&made_uid))
         .await
         .map_err(|e| anyhow::anyhow!("deleting a replacement was refused: {e}"))?;
+    let made = copies.create(&PostParams::default(), &serde_json::from_value(copy.clone())?).await?;
+    let made_uid = made.metadata.uid.clone().unwrap_or_default();
+    let release_made = json!([
+        {"op": "test", "path": "/metadata/uid", "value": made_uid},
+        {"op": "test", "path": "/spec/schedulingGates", "value": gates},
+        {"op": "replace", "path": "/spec/schedulingGates", "value": []},
+    ]);
+    json_patch(&as_requeue, "batch", "free-1-rq-0000000001", release_made)
+        .await
+        .map_err(|e| anyhow::anyhow!("releasing a replacement was refused: {e}"))?;
     // The guard's removal exactly as the requeue controller sends it (merge patch,
     // resourceVersion).
     let current = serde_json::to_value(pods.get("free-1").await?)?;
@@ -344,6 +353,8 @@ async fn only_own_writes(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
 
     tenant_marks(&bed, &admin, &copies, &copy).await?;
     policy_files_refused_at_apply(&admin).await?;
+    crate::release::copies_are_held_as_they_stand(&admin, &as_requeue, &copy).await?;
+    crate::parameters::parameters_cannot_fail(&bed, &admin).await?;
 
     // Control: without the bindings, RBAC alone lets the same write through.
     for b in ["coloc-extender"] {

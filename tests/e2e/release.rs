@@ -1,0 +1,109 @@
+//! What a copy may become, held by admission as the requeue identity writes it: never of
+//! the system's classes; released only as it stands (beyond Pod Security baseline only
+//! while its namespace still opts in, never with an ephemeral container added since);
+//! deleted only while gated (a released copy is a workload).
+
+use coloc_extender::model::marks::{NAMESPACE_BEYOND_BASELINE, NAMESPACE_OPT_IN};
+use coloc_extender::requeue::FROM_POD;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+
+use crate::privilege::{json_patch, refused, DELETE};
+
+const SYSTEM_CLASS: &str = "coloc-extender may create a requeue copy only below the system's classes";
+const CONSENT: &str =
+    "coloc-extender may release a requeue copy beyond Pod Security baseline only while its namespace opts in";
+const EPHEMERAL: &str = "coloc-extender may not release a requeue copy that has ephemeral containers";
+
+/// The release requeue sends: the gate list emptied.
+fn release() -> Value {
+    json!([{"op": "replace", "path": "/spec/schedulingGates", "value": []}])
+}
+
+/// `copy` (as requeue builds it, of `batch/free-1`) in namespace `ns` under another name
+/// of its (`-rq-` and 10 hex digits), changed by `f`.
+fn variant(copy: &Value, ns: &str, name: &str, f: &dyn Fn(&mut Value)) -> anyhow::Result<Pod> {
+    let mut v = copy.clone();
+    v["metadata"]["namespace"] = json!(ns);
+    v["metadata"]["name"] = json!(name);
+    v["metadata"]["annotations"][FROM_POD] = json!(format!("{ns}/free-1"));
+    f(&mut v);
+    Ok(serde_json::from_value(v)?)
+}
+
+pub async fn copies_are_held_as_they_stand(admin: &Client, as_requeue: &Client, copy: &Value) -> anyhow::Result<()> {
+    let copies: Api<Pod> = Api::namespaced(as_requeue.clone(), "batch");
+    let create = |pod: Pod| {
+        let api: Api<Pod> = Api::namespaced(as_requeue.clone(), pod.metadata.namespace.as_deref().unwrap_or_default());
+        async move { api.create(&PostParams::default(), &pod).await }
+    };
+
+    // Never of the system's classes: released, it would preempt anything anywhere.
+    for class in ["system-node-critical", "system-cluster-critical"] {
+        let critical = variant(copy, "batch", "free-1-rq-00000000c1", &|v| {
+            v["spec"]["priorityClassName"] = json!(class);
+            if let Some(spec) = v["spec"].as_object_mut() {
+                spec.remove("priority");
+            }
+        })?;
+        refused(&format!("a copy of {class}"), SYSTEM_CLASS, create(critical).await)?;
+    }
+
+    // Deleted only while gated.
+    create(variant(copy, "batch", "free-1-rq-00000000d1", &|_| {})?).await?;
+    create(variant(copy, "batch", "free-1-rq-00000000d2", &|_| {})?).await?;
+    json_patch(as_requeue, "batch", "free-1-rq-00000000d2", release()).await?;
+    refused(
+        "deleting a released copy as the requeue identity",
+        DELETE,
+        copies.delete("free-1-rq-00000000d2", &DeleteParams::default()).await,
+    )?;
+    copies
+        .delete("free-1-rq-00000000d1", &DeleteParams::default())
+        .await
+        .map_err(|e| anyhow::anyhow!("deleting a gated copy was refused: {e}"))?;
+
+    // An ephemeral container added to a gated copy (by whoever may, in its namespace)
+    // stops its release.
+    create(variant(copy, "batch", "free-1-rq-00000000e1", &|_| {})?).await?;
+    let debug = json!({"spec": {"ephemeralContainers": [{"name": "debug", "image": "registry.example/debug:1"}]}});
+    Api::<Pod>::namespaced(admin.clone(), "batch")
+        .patch_subresource(
+            "ephemeralcontainers",
+            "free-1-rq-00000000e1",
+            &PatchParams::default(),
+            &Patch::Strategic(debug),
+        )
+        .await?;
+    refused(
+        "releasing a copy given an ephemeral container",
+        EPHEMERAL,
+        json_patch(as_requeue, "batch", "free-1-rq-00000000e1", release()).await,
+    )?;
+
+    // Beyond baseline, released only while the namespace still opts in beyond it.
+    let (opt_in, enabled) = NAMESPACE_OPT_IN;
+    let (beyond, on) = NAMESPACE_BEYOND_BASELINE;
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "beyond", "labels": {opt_in: enabled, beyond: on}}}))?;
+    let namespaces: Api<Namespace> = Api::all(admin.clone());
+    namespaces.create(&PostParams::default(), &ns).await?;
+    let host_port = variant(copy, "beyond", "free-1-rq-00000000f1", &|v| {
+        v["spec"]["containers"][0]["ports"] = json!([{"containerPort": 80, "hostPort": 8080}]);
+    })?;
+    create(host_port).await.map_err(|e| anyhow::anyhow!("a copy beyond baseline where its namespace opts in: {e}"))?;
+    let set = |value: Value| Patch::Merge(json!({"metadata": {"labels": {beyond: value}}}));
+    namespaces.patch("beyond", &PatchParams::default(), &set(Value::Null)).await?;
+    refused(
+        "releasing a copy beyond baseline once its namespace withdrew",
+        CONSENT,
+        json_patch(as_requeue, "beyond", "free-1-rq-00000000f1", release()).await,
+    )?;
+    namespaces.patch("beyond", &PatchParams::default(), &set(json!(on))).await?;
+    json_patch(as_requeue, "beyond", "free-1-rq-00000000f1", release())
+        .await
+        .map_err(|e| anyhow::anyhow!("releasing it with the consent given again: {e}"))?;
+    Ok(())
+}
