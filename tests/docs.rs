@@ -107,3 +107,107 @@ fn the_readme_lists_every_doc() {
         .collect();
     assert!(unlisted.is_empty(), "README.md does not link {unlisted:?}");
 }
+
+/// Every path of the repository (files and folders, as `a/b/c.rs` and `a/b/`), build
+/// output and git's own left out.
+fn repo_paths() -> Vec<String> {
+    fn walk(dir: &Path, rel: &str, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if rel.is_empty() && matches!(name.as_str(), "target" | ".git") {
+                continue;
+            }
+            let path = format!("{rel}{name}");
+            if entry.path().is_dir() {
+                out.push(format!("{path}/"));
+                walk(&entry.path(), &format!("{path}/"), out);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&repo(), "", &mut out);
+    out
+}
+
+/// `requeue/{mod,plan}.rs` as `requeue/mod.rs` and `requeue/plan.rs` (one group).
+fn expand_braces(span: &str) -> Vec<String> {
+    let (Some(open), Some(close)) = (span.find('{'), span.find('}')) else { return vec![span.to_string()] };
+    span[open + 1..close]
+        .split(',')
+        .map(|alt| format!("{}{}{}", &span[..open], alt.trim(), &span[close + 1..]))
+        .collect()
+}
+
+/// The files and folders ARCHITECTURE.md names in its code spans, as it names them: from
+/// the repository's root (`src/cli/serve.rs`), from `src/` (`http/handlers.rs`) or from a
+/// folder the text is about (`preempt/rank.rs`, `reselect.rs`). A span is a path when it
+/// ends in `.rs` or `/` and holds nothing a path does not.
+fn architecture_paths(text: &str) -> Vec<String> {
+    let outside_blocks: String = text.split("```").step_by(2).collect::<Vec<_>>().join("\n");
+    let is_path = |s: &str| {
+        (s.ends_with(".rs") || s.ends_with('/'))
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '{' | '}' | ','))
+    };
+    outside_blocks.split('`').skip(1).step_by(2).filter(|s| is_path(s)).flat_map(expand_braces).collect()
+}
+
+/// A path named from some folder resolves when a file or folder of the repository ends
+/// with it.
+fn resolves_in(paths: &[String], named: &str) -> bool {
+    paths.iter().any(|p| p == named || p.ends_with(&format!("/{named}")))
+}
+
+#[test]
+fn every_file_architecture_names_exists() {
+    let text = std::fs::read_to_string(repo().join("ARCHITECTURE.md")).unwrap();
+    let paths = repo_paths();
+    let missing: Vec<String> = architecture_paths(&text).into_iter().filter(|p| !resolves_in(&paths, p)).collect();
+    assert!(missing.is_empty(), "ARCHITECTURE.md names files that do not exist: {missing:?}");
+}
+
+#[test]
+fn the_architecture_check_reads_short_paths_and_finds_a_missing_one() {
+    let text =
+        "`preempt/rank.rs` `requeue/{mod,plan}.rs` `crate::x` `--flag` `decide/nowhere.rs`\n```\nsrc/\n```\n`src/`";
+    let named = architecture_paths(text);
+    assert_eq!(named, ["preempt/rank.rs", "requeue/mod.rs", "requeue/plan.rs", "decide/nowhere.rs", "src/"]);
+    let paths = repo_paths();
+    let missing: Vec<&String> = named.iter().filter(|p| !resolves_in(&paths, p)).collect();
+    assert_eq!(missing, ["decide/nowhere.rs"]);
+}
+
+/// The layers `tests/layers.rs` keeps, bottom first, read from its `LAYERS`.
+fn layers() -> Vec<String> {
+    let text = std::fs::read_to_string(repo().join("tests/layers.rs")).unwrap();
+    let start = text.find("const LAYERS").expect("tests/layers.rs has LAYERS");
+    let list = &text[start..start + text[start..].find("];").unwrap()];
+    list.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('"'))
+        .map(|l| l.trim_matches(|c| c == '"' || c == ',').to_string())
+        .collect()
+}
+
+/// ARCHITECTURE.md lists every layer: in the order its arrows run, as `tests/layers.rs`
+/// keeps them, and in its layout, as a file (`x.rs`) or a folder (`x/`) of `src/`.
+#[test]
+fn architecture_lists_every_layer() {
+    let text = std::fs::read_to_string(repo().join("ARCHITECTURE.md")).unwrap();
+    let layers = layers();
+    assert!(layers.len() > 10, "LAYERS read from tests/layers.rs: {layers:?}");
+    let order = text.split("in this order (bottom first):").nth(1).expect("ARCHITECTURE.md says the layers' order");
+    let order: Vec<String> =
+        order.split(':').next().unwrap().split(',').map(|l| l.split_whitespace().collect::<String>()).collect();
+    assert_eq!(order, layers, "ARCHITECTURE.md's order of the layers is not tests/layers.rs's");
+    let layout =
+        text.split("## Layout").nth(1).and_then(|l| l.split("```").nth(1)).expect("ARCHITECTURE.md has a layout");
+    let src = layout.split("\ntests/").next().unwrap();
+    let listed = |l: &str| {
+        src.split(|c: char| c.is_whitespace() || c == ',').any(|w| w == format!("{l}/") || w == format!("{l}.rs"))
+    };
+    let missing: Vec<&String> = layers.iter().filter(|l| !listed(l)).collect();
+    assert!(missing.is_empty(), "ARCHITECTURE.md's layout leaves out {missing:?}");
+}

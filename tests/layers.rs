@@ -208,3 +208,54 @@ fn the_files_of_a_module_import_each_other_in_no_circle() {
     }
     assert!(circles.is_empty(), "files of one module that import each other in a circle:\n{}", circles.join("\n"));
 }
+
+/// preempt's steps, in the order `decide::preempt` takes them, each a file or a folder of
+/// `src/decide/preempt/`. A step names only the steps before it; the files beside them
+/// that are no step (the plans' vocabulary, room held or on its way) name no step.
+const PREEMPT_STEPS: &[&str] = &["refuse", "candidates", "select", "wait_or_evict", "rank"];
+
+#[test]
+fn a_preempt_step_names_only_the_steps_before_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let dir = src.join("decide/preempt");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    let mut forward = Vec::new();
+    for step in PREEMPT_STEPS {
+        assert!(
+            dir.join(format!("{step}.rs")).exists() || dir.join(step).is_dir(),
+            "preempt's step {step} is no file or folder of {}",
+            dir.display()
+        );
+    }
+    for file in &files {
+        let Some(own) = sibling_of(&dir, file) else { continue };
+        // A step may name the steps before it; the rest name none.
+        let allowed = PREEMPT_STEPS.iter().position(|s| *s == own).unwrap_or(0);
+        let text = std::fs::read_to_string(file).unwrap();
+        for other in siblings_named(&src, &dir, file, &text) {
+            if PREEMPT_STEPS[allowed..].contains(&other.as_str()) && other != own {
+                forward.push(format!("{} ({own}) names the step {other}", file.display()));
+            }
+        }
+    }
+    assert!(forward.is_empty(), "preempt's steps call a later step:\n{}", forward.join("\n"));
+}
+
+/// `decide::preempt` takes its steps in order, one comment and one call each.
+#[test]
+fn preempt_takes_its_steps_in_order() {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/decide/preempt.rs")).unwrap();
+    let body = &text[text.find("pub fn preempt(").expect("decide::preempt")..];
+    let mut at = 0;
+    for (i, step) in PREEMPT_STEPS.iter().enumerate() {
+        let comment = format!("// {}. ", i + 1);
+        let found = body[at..].find(&comment).unwrap_or_else(|| panic!("no comment `{comment}` after step {i}"));
+        at += found + comment.len();
+        let next = body[at..].find(&format!("// {}. ", i + 2)).map_or(body.len(), |n| at + n);
+        let import = format!("use self::{step}::");
+        assert!(text.contains(&import), "decide::preempt does not take step {} from {step}", i + 1);
+        let function = text[text.find(&import).unwrap() + import.len()..].split(';').next().unwrap().to_string();
+        assert!(body[at..next].contains(&format!("{function}(")), "step {} does not call {function}", i + 1);
+    }
+}

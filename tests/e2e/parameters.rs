@@ -6,7 +6,7 @@
 //! only pods the registered kube-scheduler places, never in kube-system, in a namespace
 //! routed to coloc-scheduler, or of the system's classes.
 
-use coloc_extender::policy::PER_POD_VERBS_MARKER as MARKER;
+use coloc_extender::model::marks::PER_POD_VERBS_MARKER as MARKER;
 use coloc_extender::routing::{NAME, PER_POD_VERBS, ROUTED};
 use coloc_testbed::cluster::{self, PodBuilder};
 use coloc_testbed::control_plane::{client_from, INSTALL_NAMESPACE as HOME};

@@ -1,6 +1,7 @@
 //! kube-scheduler's candidates as decisions read them: the one place the two forms its
 //! victims arrive in (whole pods, or UIDs only) are told apart.
 
+use crate::cluster::View;
 use crate::wire::request::{MetaVictims, Victims};
 use crate::wire::Candidates;
 
@@ -41,4 +42,13 @@ pub(super) fn proposed(candidates: &Candidates) -> Vec<(&str, Proposed<'_>)> {
         Candidates::Full(map) => map.iter().map(|(n, v)| (n.as_str(), Proposed::Full(v))).collect(),
         Candidates::Meta(map) => map.iter().map(|(n, v)| (n.as_str(), Proposed::Meta(v))).collect(),
     }
+}
+/// Does kube-scheduler know proposed victims the view does not (and did not see go), or
+/// has it seen them bound where the view has them pending? (A pod on another node is a
+/// disagreement, not a lag; one the view saw go means kube-scheduler's cache is behind.)
+pub(super) fn lags_behind(view: &View, uids: &[String]) -> bool {
+    uids.iter().any(|uid| match view.pod_by_uid(uid) {
+        None => !view.saw_go(uid),
+        Some(p) => p.node_name.is_none(),
+    })
 }

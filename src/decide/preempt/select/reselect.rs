@@ -1,11 +1,12 @@
 //! Step 3: re-select the victims on a node the view knows: every pod the policy lets us
 //! evict, the room nominated pods hold, fair sharing between tenants, gangs kept whole.
 
-use super::plan::{victim, Plan, Victim};
 use super::reprieve::{reprieve, Budgets, Taken};
-use super::{gangs, held_on, jobs, Asking};
+use super::{gangs, jobs, Asking};
 use crate::cluster::usage::NodeUsage;
 use crate::decide::fit::fits;
+use crate::decide::preempt::held::held_on;
+use crate::decide::preempt::plan::{victim, Plan, Victim};
 use crate::decide::{eligibility, wait, Explanation};
 use crate::explanation::{Code, Verdict};
 use crate::model::Pod;
@@ -14,7 +15,7 @@ use crate::model::Pod;
 /// view and kube-scheduler's cache disagree (one of them is stale): never answer an
 /// empty victim list for a candidate that had victims (v1.35 rejects it), drop the node.
 pub(super) fn reselect_or_drop<'a>(
-    asking: &Asking<'a>,
+    asking: &Asking<'a, '_>,
     node: &str,
     proposed: &[String],
     ex: &mut Vec<Explanation>,
@@ -42,7 +43,7 @@ enum Reselected<'a> {
 
 /// Full re-selection on a node the view knows.
 fn reselect<'a>(
-    asking: &Asking<'a>,
+    asking: &Asking<'a, '_>,
     node_name: &str,
     proposed: &[String],
     ex: &mut Vec<Explanation>,

@@ -2,10 +2,10 @@
 //! or the node is dropped), and UIDs the view places elsewhere noted.
 
 use super::jobs;
-use super::plan::{victim, Plan};
 use super::reprieve::{cost_of, finish};
 use crate::cluster::View;
 use crate::decide::eligibility::Preemptor;
+use crate::decide::preempt::plan::{victim, Plan};
 use crate::decide::{eligibility, Context, Explanation};
 use crate::explanation::{Code, Verdict};
 use crate::model::Pod;

@@ -1,16 +1,17 @@
-//! Step 4: put candidates back most valuable first while the preemptor still fits, then
-//! cost what is left exactly (PDBs, Jobs, what follows, gangs) and order the victims.
+//! Step 3's reprieve (kube-scheduler's is inside `SelectVictimsOnNode` too): put
+//! candidates back most valuable first while the preemptor still fits, then cost what is
+//! left exactly (PDBs, Jobs, what follows, gangs) and order the victims.
 
-use super::plan::{restarts_of, run_thrown_away, Cost, Plan, Victim, WaitPrice};
 use super::Asking;
 use super::{gangs, jobs};
 use crate::cluster::usage::NodeUsage;
 use crate::cluster::View;
 use crate::decide::eligibility::{Fate, Preemptor};
 use crate::decide::fit::fits;
+use crate::decide::preempt::plan::{restarts_of, run_thrown_away, Cost, Plan, Victim, WaitPrice};
 use crate::decide::{wait, Context, Explanation};
 use crate::explanation::{Code, Verdict};
-use crate::model::{Pod, RequeueIntent};
+use crate::model::Pod;
 use crate::policy::PdbMode;
 use std::collections::HashMap;
 
@@ -20,7 +21,7 @@ use std::collections::HashMap;
 /// are chosen (the slowest put back first) are waited for. `None`: a strict class's PDB
 /// would be exceeded.
 pub(super) fn reprieve<'a>(
-    asking: &Asking<'a>,
+    asking: &Asking<'a, '_>,
     node: &crate::model::Node,
     candidates: &[Victim<'a>],
     order: &[usize],
@@ -236,77 +237,8 @@ pub(super) fn finish<'a>(
             victims.len(),
             cost.describe(),
             wait.describe(),
-            super::plan::cpu_seconds_said(cost.priced_loss)
+            crate::decide::preempt::plan::cpu_seconds_said(cost.priced_loss)
         ),
     ));
     Plan { node: node.to_string(), victims, pdb_violations, cost, wait }
-}
-
-/// A kept plan's victims, each explained, and the requeue intents of its bare ones.
-pub(super) fn settle(
-    ctx: &Context,
-    preemptor: Preemptor,
-    plan: &Plan,
-    ex: &mut Vec<Explanation>,
-) -> Vec<RequeueIntent> {
-    let node = plan.node.as_str();
-    let mut requeues = Vec::new();
-    for v in &plan.victims {
-        for (code, detail) in &v.pdb_notes {
-            ex.push(Explanation::pod(node, &v.pod.key(), Verdict::Victim, *code, detail.clone()));
-        }
-        let class = &ctx.policy.class(v.class).name;
-        let why = match &v.gang {
-            Some(g) if g.priority.is_some() => {
-                format!("priority {} (of {}), class {class}, needed for the preemptor to fit", v.priority, g.gang)
-            }
-            _ => format!("priority {}, class {class}, needed for the preemptor to fit", v.priority),
-        };
-        let (code, detail) = match v.fate {
-            Fate::Requeued => {
-                let intent = RequeueIntent::for_victim(v.pod, node, preemptor.key);
-                let detail = format!("{why}; bare pod: requeued as {} (attempt {})", intent.replacement, intent.attempt);
-                requeues.push(intent);
-                (Code::Requeued, detail)
-            }
-            Fate::LastResort(reason) => {
-                let why_not = reason.sentence(v.pod, ctx.policy.class(v.class));
-                (
-                    Code::LastResort,
-                    format!("{why}; bare pod: {why_not}; chosen as a last resort: no other victims place the pod; lost"),
-                )
-            }
-            Fate::Lost => match &v.job_note {
-                Some(note) => (Code::Lost, format!("{why}; lost work: {note}")),
-                None => (Code::Lost, format!("{why}; bare pod: lost (class {class} is bare: lose)")),
-            },
-            Fate::LeftToOwner => match &v.pod.owner {
-                Some(o) => (Code::LeftToOwner, format!("{why}; owned by {} {} (not a controller): not requeued, left to its owner", o.kind, o.name)),
-                None => (Code::LeftToOwner, format!("{why}; opted out of requeue ({}: never): not copied, left to whoever created it", crate::model::marks::OPT_OUT)),
-            },
-            Fate::Recreated => match (&v.pod.controller, &v.job_note) {
-                (Some(_), Some(note)) => (Code::Chosen, format!("{why}; {note}")),
-                (Some(c), None) if c.kind == "Job" => (Code::Chosen, format!(
-                    "{why}; recreated by Job {} (not in the cluster view), and the preemption counts against its backoffLimit unless its podFailurePolicy ignores DisruptionTarget",
-                    c.name
-                )),
-                (Some(c), None) => (Code::Chosen, format!("{why}; recreated by its {} {}", c.kind, c.name)),
-                (None, _) => (Code::Chosen, why),
-            },
-        };
-        let detail = match (&v.recently_back, v.follow_on) {
-            (None, false) => detail,
-            (back, follow_on) => format!(
-                "{detail}{}{}",
-                back.as_deref().map(|b| format!("; {b}")).unwrap_or_default(),
-                if follow_on { "; its return is expected to evict (follow_on)" } else { "" }
-            ),
-        };
-        let line = Explanation::pod(node, &v.pod.key(), Verdict::Victim, code, detail);
-        ex.push(match v.fate {
-            Fate::LastResort(reason) => line.lost_for(reason.into()),
-            _ => line,
-        });
-    }
-    requeues
 }

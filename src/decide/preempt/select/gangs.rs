@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use super::plan::{cpu_seconds, restart_cost, Victim};
 use crate::cluster::View;
+use crate::decide::preempt::plan::{cpu_seconds, restart_cost, Victim};
 use crate::decide::{Context, Explanation};
 use crate::explanation::{Code, Verdict};
 use crate::model::{DisruptionMode, GangInfo, GangRef};

@@ -11,11 +11,12 @@ use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use super::plan::Victim;
 use crate::cluster::usage::NodeUsage;
 use crate::cluster::View;
 use crate::decide::eligibility::{self, Fate, Preemptor};
 use crate::decide::fit::fits;
+use crate::decide::preempt::held::held_room;
+use crate::decide::preempt::plan::Victim;
 use crate::decide::{Context, Explanation};
 use crate::explanation::{Code, Verdict};
 use crate::model::{Node, Pod, Timestamp};
@@ -259,7 +260,7 @@ impl<'a> Aftermath<'a> {
             if k == 0 {
                 continue;
             }
-            let mut held = super::held_room(self.view, info.nominated(), shape.priority, &pod.uid).peekable();
+            let mut held = held_room(self.view, info.nominated(), shape.priority, &pod.uid).peekable();
             let k = if held.peek().is_none() {
                 k
             } else {
@@ -300,7 +301,7 @@ impl<'a> Aftermath<'a> {
                 break;
             }
             let mut usage = info.usage().all.clone();
-            super::held_room(self.view, info.nominated(), preemptor.priority, &pod.uid).for_each(|p| usage.add(p));
+            held_room(self.view, info.nominated(), preemptor.priority, &pod.uid).for_each(|p| usage.add(p));
             let mut victims: Vec<(ClassId, &Pod)> = info
                 .pods()
                 .iter()
@@ -325,8 +326,8 @@ impl<'a> Aftermath<'a> {
                 }
                 usage.remove(p);
                 evictions += 1;
-                runtime += super::plan::run_thrown_away(ctx, c, p);
-                restarts += super::plan::restart_cost(ctx, c, p.requests.milli_cpu);
+                runtime += crate::decide::preempt::plan::run_thrown_away(ctx, c, p);
+                restarts += crate::decide::preempt::plan::restart_cost(ctx, c, p.requests.milli_cpu);
                 first.get_or_insert_with(|| p.key());
             }
             let (Ok(()), Some(first)) = (fits(pod, node, &usage), first) else { continue };

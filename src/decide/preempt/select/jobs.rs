@@ -1,9 +1,9 @@
 //! Job victims in a victim set: the failures of each Job's pods in one answer are counted
 //! together, so a Job at its last allowed failure loses at most what its limit allows.
 
-use super::plan::Victim;
 use crate::decide::eligibility::Fate;
 use crate::decide::jobs::JobLedger;
+use crate::decide::preempt::plan::Victim;
 use crate::decide::{Context, Explanation};
 use crate::explanation::{Code, Verdict};
 use crate::policy::JobVictims;
