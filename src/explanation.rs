@@ -219,7 +219,7 @@ impl Code {
             Code::ReplacementWaits => "a requeued pod whose class says requeue.preemption: never waits for free room",
             Code::Reprieved => "spared: the preemptor fits with it in place",
             Code::RoomOnItsWay => {
-                "room freed by earlier evictions is on its way (or already free) where the pod fits: no new evictions, unless they free room sooner by more than waitTolerance"
+                "room freed by earlier evictions is on its way (or already free) where the pod fits: no new evictions, unless they free room sooner by seconds worth more (waitPrice) than the work they throw away"
             }
             Code::Score => "prioritize: a node's score and why",
             Code::Selected => "the candidate returned, and its rank",

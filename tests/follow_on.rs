@@ -110,32 +110,39 @@ fn a_pod_that_may_not_preempt_waits_and_evicts_nobody() {
 }
 
 #[test]
-fn a_pod_recreated_a_moment_ago_costs_its_run_since_its_return_and_one_more_restart() {
+fn a_pod_recreated_a_moment_ago_costs_its_run_since_its_return_and_the_restart_its_owner_paid_already() {
     // rs-a lost a pod to preemption 40 s ago and recreated it on n1 30 s ago; rs-b's pod
-    // on n2 has run an hour. Both would come back to the empty n3 and both evictions are
-    // one restart: the fresh one throws away 30 s, the other an hour. The earlier
-    // eviction's loss is spent either way; it is said beside the victim.
+    // on n2 has run `b_ran`. Both would come back to the empty n3. The fresh one throws
+    // away 30 s × 3 CPU, but its owner restarts it a second time for an online pod: two
+    // restarts of 2 h × 3 CPU, 43,290 CPU-s in all; rs-b's throws away its run and one
+    // restart. So rs-a's is no cheap victim: rs-b's is taken after an hour (32,400), and
+    // rs-a's only against three hours of run (54,000), said beside the victim.
     let owned_by = |mut p: Pod, rs: &str| {
         p.controller = Some(OwnerRef { kind: "ReplicaSet".into(), name: rs.into() });
         p
     };
-    let mut preempted = owned_by(pod("a-old", "batch", Some("n4"), 1000), "rs-a");
-    preempted.preempted = true;
-    preempted.deletion_time = Some(NOW - 40);
-    let s = Scenario::new(policy_with("never"))
-        .node(node("n1", 4000, 8))
-        .node(node("n2", 4000, 8))
-        .node(node("n3", 8000, 8))
-        .node(node("n4", 1000, 8))
-        .pods([
-            owned_by(pod("a-new", "batch", Some("n1"), 3000).started(30), "rs-a"),
-            owned_by(pod("b", "batch", Some("n2"), 3000), "rs-b"),
-            preempted,
-        ]);
-    let out = s.preempt(online(2000), &["n1", "n2"]);
-    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["a-new"]))]), "{}", out.explain());
-    let said = out.explanations.iter().find(|e| e.pod.as_deref() == Some("default/a-new") && e.verdict == "victim");
-    assert!(said.is_some_and(|e| e.detail.contains("recreated by ReplicaSet rs-a 30s ago")), "{}", out.explain());
+    let answer = |b_ran: i64| {
+        let mut preempted = owned_by(pod("a-old", "batch", Some("n4"), 1000), "rs-a");
+        preempted.preempted = true;
+        preempted.deletion_time = Some(NOW - 40);
+        let s = Scenario::new(policy_with("never"))
+            .node(node("n1", 4000, 8))
+            .node(node("n2", 4000, 8))
+            .node(node("n3", 8000, 8))
+            .node(node("n4", 1000, 8))
+            .pods([
+                owned_by(pod("a-new", "batch", Some("n1"), 3000).started(30), "rs-a"),
+                owned_by(pod("b", "batch", Some("n2"), 3000).started(b_ran), "rs-b"),
+                preempted,
+            ]);
+        s.preempt(online(2000), &["n1", "n2"])
+    };
+    let hour = answer(3600);
+    assert_eq!(hour.victims(), BTreeMap::from([("n2".into(), uids(&["b"]))]), "{}", hour.explain());
+    let three = answer(3 * 3600);
+    assert_eq!(three.victims(), BTreeMap::from([("n1".into(), uids(&["a-new"]))]), "{}", three.explain());
+    let said = three.explanations.iter().find(|e| e.pod.as_deref() == Some("default/a-new") && e.verdict == "victim");
+    assert!(said.is_some_and(|e| e.detail.contains("recreated by ReplicaSet rs-a 30s ago")), "{}", three.explain());
 }
 
 #[test]

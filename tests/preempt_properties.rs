@@ -233,9 +233,21 @@ impl ClassName for Pod {
 }
 
 /// online preempts batch and free, best-effort PDBs; bare pods of both are requeued
-/// (victims of last resort while requeue is off); the wait weighed at `tolerance`.
-fn wait_policy(tolerance: f64) -> coloc_extender::policy::Policy {
-    classes().max_candidates(None).batch_preempts(None).online(&format!("waitTolerance: {tolerance}")).build()
+/// (victims of last resort while requeue is off); a second of the wait worth `price`.
+fn wait_policy(price: f64) -> coloc_extender::policy::Policy {
+    classes().max_candidates(None).batch_preempts(None).online(&format!("waitPrice: {price}")).build()
+}
+
+/// The victims' least valuable class taken: the answer's victims' classes, most valuable.
+fn top_class(out: &Outcome, s: &Scenario) -> Option<usize> {
+    let order = ["online", "batch", "free"];
+    let uids: Vec<String> = out.victims().into_values().flatten().collect();
+    s.objects
+        .pods
+        .iter()
+        .filter(|p| uids.contains(&p.uid))
+        .filter_map(|p| order.iter().position(|c| Some(*c) == p.priority_class_name.as_deref()))
+        .min()
 }
 
 /// What the returned node's victims lose or violate: victims of last resort, PDB
@@ -250,12 +262,16 @@ fn losses(out: &Outcome) -> (usize, i64) {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
-    /// However long victims take to stop, the answer loses and violates no more than the
-    /// one that only breaks ties with the wait: the wait ranks after losses and PDBs.
+    /// However long victims take to stop, and whatever a second costs, the answer loses,
+    /// violates and takes from the classes no more than the one that only breaks ties with
+    /// the wait: the price ranks after losses, PDBs and the victims' class.
     #[test]
-    fn the_wait_never_outranks_a_pdb_violation_or_a_loss((nodes, budgets, want, _, _) in gen_cluster()) {
-        let build = |tolerance| {
-            let (mut s, names) = lay_out(Scenario::new(wait_policy(tolerance)), &nodes, |_, p, g| {
+    fn the_price_never_outranks_a_loss_a_pdb_violation_or_the_victims_class(
+        (nodes, budgets, want, _, _) in gen_cluster(),
+        price in prop_oneof![Just(1.0), Just(1000.0), Just(1e9)],
+    ) {
+        let build = |price| {
+            let (mut s, names) = lay_out(Scenario::new(wait_policy(price)), &nodes, |_, p, g| {
                 p.label("app", &format!("app{}", g.app))
             });
             for (app, allowed) in budgets.iter().enumerate() {
@@ -264,7 +280,7 @@ proptest! {
             s.requeue = false;
             (s, names)
         };
-        let (weighed, names) = build(2.0);
+        let (weighed, names) = build(price);
         let (tie_only, _) = build(0.0);
         let node_refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let preemptor = pod("preemptor", "online", None, want * 100);
@@ -272,6 +288,35 @@ proptest! {
         let base = tie_only.preempt(preemptor, &node_refs);
         prop_assert_eq!(out.victims().is_empty(), base.victims().is_empty());
         prop_assert_eq!(losses(&out), losses(&base), "weighing the wait lost or violated more:\n{}", out.explain());
+        prop_assert_eq!(top_class(&out, &weighed), top_class(&base, &tie_only), "weighing the wait took from a more valuable class:\n{}", out.explain());
+    }
+
+    /// The dearer a second, the sooner the room: raising the price never chooses a plan
+    /// whose room is free later.
+    #[test]
+    fn the_choice_is_monotone_in_the_price(
+        (nodes, budgets, want, _, _) in gen_cluster(),
+        cheap in 0u32..=50,
+        more in 1u32..=100_000,
+    ) {
+        let answer = |price: f64| {
+            let (mut s, names) = lay_out(Scenario::new(wait_policy(price)), &nodes, |_, p, g| {
+                p.label("app", &format!("app{}", g.app))
+            });
+            for (app, allowed) in budgets.iter().enumerate() {
+                s = s.pdb(pdb(&format!("pdb{app}"), &format!("app{app}"), *allowed));
+            }
+            s.requeue = false;
+            let node_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            s.preempt(pod("preemptor", "online", None, want * 100), &node_refs)
+        };
+        let low = answer(f64::from(cheap));
+        let high = answer(f64::from(cheap) + f64::from(more));
+        let wait = |o: &Outcome| o.waits.values().next().copied();
+        match (wait(&low), wait(&high)) {
+            (Some(l), Some(h)) => prop_assert!(h <= l, "at {} the room is free in {} ms, at {} in {} ms:\n{}", cheap, l, cheap + more, h, high.explain()),
+            (l, h) => prop_assert_eq!(l.is_some(), h.is_some()),
+        }
     }
 
     /// Two nodes alike but for how long their pods take to stop: the answer is the node

@@ -128,3 +128,30 @@ fn an_offline_pod_keeps_off_the_room_an_online_pod_would_fit_in_as_is() {
     assert_eq!(s["hole"], 0, "{s:?}");
     assert!(s["snug"] > s["hole"], "{s:?}");
 }
+
+/// A batch pod of 1 CPU declaring `grace` seconds.
+fn request_with_grace(grace: i64, nodes: &[&str]) -> Vec<u8> {
+    let mut body: Value = serde_json::from_slice(&request("batch", 1000, nodes)).unwrap();
+    body["Pod"]["spec"]["terminationGracePeriodSeconds"] = json!(grace);
+    body.to_string().into_bytes()
+}
+
+#[test]
+fn offline_pods_that_stop_slowly_keep_together_away_from_those_that_exit_at_once() {
+    // Two co-location nodes alike but for how their batch pods stop: checkpointing (a
+    // grace of 10 minutes) on one, exiting at once on the other. Mixed, every node's
+    // cheapest room would hold a slow victim, and an online pod would wait for it.
+    let with_grace = |node: &str, grace: i32| {
+        filled(node, 4, "batch").into_iter().map(move |mut p| {
+            p.grace_period = Some(grace);
+            p
+        })
+    };
+    let nodes = vec![labelled(node("slow", 8000, 64)), labelled(node("fast", 8000, 64))];
+    let pods = with_grace("slow", 600).chain(with_grace("fast", 2)).collect();
+    let view = view(nodes, pods);
+    let checkpointing = scores(&request_with_grace(600, &["slow", "fast"]), Some(&view));
+    assert!(checkpointing["slow"] > checkpointing["fast"], "{checkpointing:?}");
+    let quick = scores(&request_with_grace(2, &["slow", "fast"]), Some(&view));
+    assert!(quick["fast"] > quick["slow"], "{quick:?}");
+}

@@ -1,6 +1,8 @@
-//! The room free soonest: how long victims take to stop weighs in the choice, after
-//! losses, PDB violations, the victims' class and budgets, before the work thrown away
-//! (within `waitTolerance`). Each rule on the smallest cluster that shows it.
+//! The price of a second: how long victims take to stop weighs in the choice at the
+//! preemptor class's `waitPrice` (CPU-seconds of offline work per second of its wait),
+//! on one figure with the work thrown away and the restarts, after losses, PDB
+//! violations, the victims' class and budgets. Each rule on the smallest cluster that
+//! shows it.
 
 mod common;
 
@@ -13,8 +15,8 @@ use common::*;
 /// The common policy with one class changed.
 trait Tweak: Sized {
     fn class(self, name: &str, change: impl FnOnce(&mut coloc_extender::policy::Class)) -> Self;
-    fn with_wait_tolerance(self, class: &str, t: f64) -> Self {
-        self.class(class, |c| c.wait_tolerance = t)
+    fn with_wait_price(self, class: &str, price: f64) -> Self {
+        self.class(class, |c| c.wait_price = price)
     }
     fn with_bare(self, class: &str, bare: BareVictims) -> Self {
         self.class(class, |c| (c.victim.bare, c.victim.recreatable_only) = (Some(bare), None))
@@ -53,38 +55,108 @@ fn where_all_else_is_equal_the_victims_that_stop_sooner_win() {
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["fast"]))]), "{}", out.explain());
 }
 
-#[test]
-fn sooner_by_more_than_the_tolerance_wins_over_less_work_thrown_away() {
-    // n1's victim ran 10 minutes, n2's an hour: n1 throws away less, but its victim takes
-    // 10 minutes to stop, n2's 5 s.
-    let s = Scenario::new(policy("strict", "")).node(node("n1", 2000, 8)).node(node("n2", 2000, 8)).pods([
-        pod("young-slow", "batch", Some("n1"), 2000).started(600).grace(600),
-        pod("old-fast", "batch", Some("n2"), 2000).started(3600).grace(5),
-    ]);
-    let out = s.preempt(online(2000), &["n1", "n2"]);
-    assert_eq!(chosen(&out), "n2", "{}", out.explain());
-    assert!(out.explain().contains("room free ~5.0 s"), "{}", out.explain());
+/// n1's victim ran 10 minutes and takes 10 minutes to stop; n2's ran an hour and stops in
+/// 5 s. Both 2 CPU: n2 throws away 2 × 3,000 = 6,000 CPU-s more, and frees the room 595 s
+/// sooner. n2 is worth it exactly where 595 s cost more than 6,000 CPU-s: above
+/// 6,000 / 595 = 10.08 CPU-s per second.
+fn young_slow_and_old_fast(price: f64) -> Scenario {
+    Scenario::new(policy("strict", "").with_wait_price("online", price))
+        .node(node("n1", 2000, 8))
+        .node(node("n2", 2000, 8))
+        .pods([
+            pod("young-slow", "batch", Some("n1"), 2000).started(600).grace(600),
+            pod("old-fast", "batch", Some("n2"), 2000).started(3600).grace(5),
+        ])
 }
 
 #[test]
-fn within_the_tolerance_the_least_work_thrown_away_wins() {
-    // 8 s against 5 s: within twice the soonest (plus 2 s), so as soon.
-    let s = Scenario::new(policy("strict", "")).node(node("n1", 2000, 8)).node(node("n2", 2000, 8)).pods([
-        pod("young", "batch", Some("n1"), 2000).started(600).grace(8),
-        pod("old", "batch", Some("n2"), 2000).started(3600).grace(5),
-    ]);
+fn a_sooner_plan_wins_exactly_where_its_seconds_are_worth_more_than_the_work_it_adds() {
+    let worth = young_slow_and_old_fast(10.1).preempt(online(2000), &["n1", "n2"]);
+    assert_eq!(chosen(&worth), "n2", "{}", worth.explain());
+    assert!(worth.explain().contains("room free ~5.0 s"), "{}", worth.explain());
+    let not_worth = young_slow_and_old_fast(10.0).preempt(online(2000), &["n1", "n2"]);
+    assert_eq!(chosen(&not_worth), "n1", "{}", not_worth.explain());
+}
+
+#[test]
+fn the_answer_says_the_trade_in_the_policys_units() {
+    let out = young_slow_and_old_fast(10.0).preempt(online(2000), &["n1", "n2"]);
+    assert!(
+        out.explain().contains(
+            "against the chosen candidate (n1): 9 min 55 s sooner for 6,000 CPU-s more, not worth it at 10 CPU-s per second"
+        ),
+        "{}",
+        out.explain()
+    );
+    let out = young_slow_and_old_fast(1000.0).preempt(online(2000), &["n1", "n2"]);
+    assert!(
+        out.explain().contains(
+            "against the chosen candidate (n2): 9 min 55 s later for 6,000 CPU-s less: the seconds are worth more at 1,000 CPU-s per second"
+        ),
+        "{}",
+        out.explain()
+    );
+}
+
+#[test]
+fn a_cheaper_slightly_slower_plan_wins_where_its_seconds_are_worth_less() {
+    // 8 s against 5 s: 3 s sooner for 6,000 CPU-s more, worth 3,000 at 1,000 a second.
+    let s = Scenario::new(policy("strict", "").with_wait_price("online", 1000.0))
+        .node(node("n1", 2000, 8))
+        .node(node("n2", 2000, 8))
+        .pods([
+            pod("young", "batch", Some("n1"), 2000).started(600).grace(8),
+            pod("old", "batch", Some("n2"), 2000).started(3600).grace(5),
+        ]);
     let out = s.preempt(online(2000), &["n1", "n2"]);
     assert_eq!(chosen(&out), "n1", "{}", out.explain());
 }
 
 #[test]
-fn with_a_tolerance_of_0_the_wait_only_breaks_ties() {
-    let tie_only = policy("strict", "").with_wait_tolerance("online", 0.0);
-    let s = Scenario::new(tie_only).node(node("n1", 2000, 8)).node(node("n2", 2000, 8)).pods([
-        pod("young-slow", "batch", Some("n1"), 2000).started(600).grace(600),
-        pod("old-fast", "batch", Some("n2"), 2000).started(3600).grace(5),
-    ]);
-    assert_eq!(chosen(&s.preempt(online(2000), &["n1", "n2"])), "n1");
+fn a_slower_plan_that_is_also_dearer_is_never_chosen_at_any_price() {
+    // n1 both throws away more and frees the room later.
+    for price in [0.0, 1.0, 1000.0, 1e9] {
+        let s = Scenario::new(policy("strict", "").with_wait_price("online", price))
+            .node(node("n1", 2000, 8))
+            .node(node("n2", 2000, 8))
+            .pods([
+                pod("old-slow", "batch", Some("n1"), 2000).started(3600).grace(600),
+                pod("young-fast", "batch", Some("n2"), 2000).started(600).grace(5),
+            ]);
+        assert_eq!(chosen(&s.preempt(online(2000), &["n1", "n2"])), "n2", "at {price}");
+    }
+}
+
+#[test]
+fn at_a_price_of_0_the_wait_only_breaks_ties() {
+    let out = young_slow_and_old_fast(0.0).preempt(online(2000), &["n1", "n2"]);
+    assert_eq!(chosen(&out), "n1", "{}", out.explain());
+}
+
+#[test]
+fn a_copy_just_released_is_no_cheap_victim() {
+    // n1: a copy released 2 minutes ago (its original was preempted once already); n2: a
+    // pod that ran 30 minutes. Both 1 CPU, both stop in 5 s, restartCost 2h. By run
+    // alone the copy is the cheaper (120 against 1,800 CPU-s); but its owner restarted it
+    // once already: 2 × 7,200 + 120 against 7,200 + 1,800.
+    let copy = pod("train-rq", "batch", Some("n1"), 1000)
+        .bare()
+        .started(120)
+        .grace(5)
+        .annotate(coloc_extender::model::marks::FROM_UID, "uid-train")
+        .annotate(coloc_extender::model::marks::ATTEMPT, "1");
+    let mut s = Scenario::new(
+        classes()
+            .batch_victim("{allowed: true, pdb: prefer, bare: requeue, restartCost: 2h}")
+            .online("waitPrice: 1000")
+            .build(),
+    )
+    .node(node("n1", 1000, 8))
+    .node(node("n2", 1000, 8))
+    .pods([copy, pod("steady", "batch", Some("n2"), 1000).bare().started(1800).grace(5)]);
+    s.requeue = true;
+    let out = s.preempt(online(1000), &["n1", "n2"]);
+    assert_eq!(chosen(&out), "n2", "{}", out.explain());
 }
 
 #[test]
@@ -177,7 +249,7 @@ fn room_already_terminating_counts_by_when_it_will_be_free() {
     // 4 CPU, full: a pod deleted 25 s ago with 30 s of grace (5.5 s left), and three
     // batch pods that stop in 5 s. The preemptor needs 2 CPU: one victim and the room
     // on its way, or two victims. As soon either way: one victim.
-    let s = Scenario::new(policy("strict", "")).node(node("n1", 4000, 8)).pods([
+    let s = Scenario::new(policy("strict", "").with_wait_price("online", 1000.0)).node(node("n1", 4000, 8)).pods([
         pod("leaving", "batch", Some("n1"), 1000).grace(30).deleted(25),
         pod("b-1", "batch", Some("n1"), 1000).grace(5),
         pod("b-2", "batch", Some("n1"), 1000).grace(5),
@@ -191,7 +263,7 @@ fn room_already_terminating_counts_by_when_it_will_be_free() {
 #[test]
 fn room_already_terminating_is_not_waited_for_when_evicting_is_much_sooner() {
     // The same, but the terminating pod checkpoints for 10 more minutes.
-    let s = Scenario::new(policy("strict", "")).node(node("n1", 4000, 8)).pods([
+    let s = Scenario::new(policy("strict", "").with_wait_price("online", 1000.0)).node(node("n1", 4000, 8)).pods([
         pod("leaving", "batch", Some("n1"), 1000).grace(630).deleted(30),
         pod("b-1", "batch", Some("n1"), 1000).grace(5),
         pod("b-2", "batch", Some("n1"), 1000).grace(5),
@@ -208,7 +280,7 @@ fn room_on_its_way_is_waited_for_unless_elsewhere_is_much_sooner() {
     let nominated = |grace: i32| {
         let mut p = pod("gone-for", "batch", Some("n1"), 2000).grace(grace).deleted(1);
         p.preempted = true;
-        Scenario::new(policy("strict", ""))
+        Scenario::new(policy("strict", "").with_wait_price("online", 1000.0))
             .node(node("n1", 2000, 8))
             .node(node("n2", 2000, 8))
             .pods([p, pod("fast", "batch", Some("n2"), 2000).grace(3)])

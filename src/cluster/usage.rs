@@ -98,12 +98,45 @@ pub struct ClassUsage {
     pub requeue: NodeUsage,
 }
 
+/// A pod whose declared grace period is at least this long (seconds) stops slowly: as a
+/// victim it keeps an online pod waiting that long, if it takes its grace (checkpointing
+/// batch work does).
+pub const SLOW_STOP_S: i32 = 60;
+
+/// How a pod stops when deleted, by its declared grace period (the kubelet's default,
+/// 30 s, where unset). Read the same when the pod is attached and detached: the grace is
+/// part of a pod's spec, which does not change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopping {
+    Fast = 0,
+    Slow = 1,
+}
+
+impl Stopping {
+    pub fn declared(pod: &Pod) -> Stopping {
+        match pod.grace_period.unwrap_or(30) >= SLOW_STOP_S {
+            true => Stopping::Slow,
+            false => Stopping::Fast,
+        }
+    }
+
+    pub fn other(self) -> Stopping {
+        match self {
+            Stopping::Fast => Stopping::Slow,
+            Stopping::Slow => Stopping::Fast,
+        }
+    }
+}
+
 /// A node's aggregates: everything bound to it, and per class what could be evicted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Aggregates {
     pub all: NodeUsage,
     /// Sorted by class; only classes with evictable pods on the node (a handful).
     pub by_class: Vec<ClassUsage>,
+    /// Milli-CPU requested by the evictable pods (of any class), by how they stop
+    /// (`Stopping` as index): what prioritize keeps apart.
+    pub evictable_cpu_by_stop: [i64; 2],
 }
 
 impl Aggregates {
@@ -111,6 +144,7 @@ impl Aggregates {
         self.all.add(pod);
         if let Some(bucket) = self.bucket(counted) {
             bucket.add(pod);
+            self.evictable_cpu_by_stop[Stopping::declared(pod) as usize] += pod.requests.milli_cpu;
         }
     }
 
@@ -118,8 +152,19 @@ impl Aggregates {
         self.all.remove(pod);
         if let Some(bucket) = self.bucket(counted) {
             bucket.remove(pod);
+            self.evictable_cpu_by_stop[Stopping::declared(pod) as usize] -= pod.requests.milli_cpu;
         }
         self.by_class.retain(|c| !(c.evictable.is_empty() && c.requeue.is_empty()));
+    }
+
+    /// The share of the evictable CPU here that stops unlike `stopping` (0..=1; 0 on a
+    /// node with no evictable pods).
+    pub fn share_stopping_unlike(&self, stopping: Stopping) -> f64 {
+        let [fast, slow] = self.evictable_cpu_by_stop.map(|c| c.max(0));
+        match fast + slow {
+            0 => 0.0,
+            all => self.evictable_cpu_by_stop[stopping.other() as usize].max(0) as f64 / all as f64,
+        }
     }
 
     fn bucket(&mut self, counted: Counted) -> Option<&mut NodeUsage> {

@@ -23,7 +23,7 @@ mod reselect;
 
 use self::aftermath::Aftermath;
 pub use self::plan::Cost;
-use self::plan::Plan;
+use self::plan::{cpu_seconds_said, Plan, WaitPrice};
 use self::proposed::{proposed, Proposed};
 use self::rank::rank;
 use self::request_victims::{judge_request_victims, note_misplaced_uids};
@@ -137,12 +137,13 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     let candidates = proposed(&args.candidates);
     let candidate_nodes: Vec<&str> = candidates.iter().map(|(n, _)| *n).collect();
     let on_its_way = view.and_then(|v| room_on_its_way(ctx, v, preemptor, pod, &candidate_nodes));
-    let tolerance = ctx.policy.class(class_id).wait_tolerance;
-    let refuse_on_its_way = |ex: &mut Vec<Explanation>, node: &str, wait: &Wait, sooner: Option<i64>| {
+    let price = WaitPrice::of_preemptor(ctx, preemptor);
+    let refuse_on_its_way = |ex: &mut Vec<Explanation>, node: &str, wait: &Wait, sooner: Option<&Cost>| {
         let alternative = match sooner {
-            Some(ms) => format!(
-                "; evicting elsewhere would free room in ~{}, not sooner by more than waitTolerance {tolerance}",
-                wait::seconds(ms)
+            Some(c) => format!(
+                "; evicting elsewhere would free room in ~{}, {}",
+                wait::seconds(c.wait_ms),
+                price.trade(&Cost { wait_ms: wait.ms, ..Cost::default() }, c).unwrap_or_default()
             ),
             None => String::new(),
         };
@@ -153,7 +154,7 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
         ));
     };
     if let Some((node, wait)) = &on_its_way {
-        if tolerance == 0.0 {
+        if price.0 == 0.0 {
             refuse_on_its_way(&mut out.explanations, node, wait, None);
             return out;
         }
@@ -220,19 +221,26 @@ pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     }
 
     // 2, once the plans are known: room on its way is waited for, unless a plan that
-    // loses, violates and spends nothing frees room sooner by more than the tolerance.
+    // loses, violates and spends nothing frees room sooner by seconds worth more than the
+    // work it throws away (the room on its way costs nothing but its wait).
     if let Some((node, wait)) = &on_its_way {
         let harmless =
             |c: &Cost| c.lost_unasked == 0 && c.pdb_violations == 0 && c.lost_pods == 0 && c.budgets_spent == 0;
-        let sooner = plans.iter().filter(|p| harmless(&p.cost)).map(|p| p.cost.wait_ms).min();
-        match sooner {
-            Some(ms) if wait::later_by(wait.ms, ms, tolerance) > 0 => ex.push(Explanation::request(
+        let best = plans.iter().map(|p| &p.cost).filter(|c| harmless(c)).min();
+        match best {
+            Some(c) if c.priced_loss < price.of(wait.ms) => ex.push(Explanation::request(
                 Verdict::Preemptor,
                 Code::RoomOnItsWay,
-                format!("pods preempted on {node} are still terminating, {}: evicting elsewhere frees room in ~{}, sooner by more than waitTolerance {tolerance}", wait.describe(), wait::seconds(ms)),
+                format!(
+                    "pods preempted on {node} are still terminating, {}: evicting elsewhere frees room in ~{} for {}, worth it at {}",
+                    wait.describe(),
+                    wait::seconds(c.wait_ms),
+                    cpu_seconds_said(c.owners_loss),
+                    price.said()
+                ),
             )),
             _ => {
-                refuse_on_its_way(ex, node, wait, sooner);
+                refuse_on_its_way(ex, node, wait, best);
                 return out;
             }
         }

@@ -66,35 +66,9 @@ pub fn until_gone<'p>(ctx: &Context, pods: impl IntoIterator<Item = &'p Pod>) ->
     })
 }
 
-/// Scheduling's own retry: waits closer than this to each other are as soon.
-pub const SAME_WAIT_MS: i64 = 2_000;
-
-/// How many times over `tolerance` a wait of `ms` is later than the soonest, `soonest_ms`:
-/// 0 within `tolerance` × the soonest (plus `SAME_WAIT_MS`), 1 within its square, and so
-/// on. With a tolerance of 0 every wait is as soon (0).
-pub fn later_by(ms: i64, soonest_ms: i64, tolerance: f64) -> i64 {
-    if tolerance <= 1.0 || !tolerance.is_finite() {
-        return 0;
-    }
-    let ratio = (ms.max(0) + SAME_WAIT_MS) as f64 / (soonest_ms.clamp(0, ms.max(0)) + SAME_WAIT_MS) as f64;
-    (ratio.ln() / tolerance.ln()).floor().max(0.0) as i64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn later_by_counts_factors_of_the_tolerance_beyond_the_soonest() {
-        // Soonest 3 s: within 2 × (3 + 2) − 2 = 8 s as soon.
-        assert_eq!(later_by(3_000, 3_000, 2.0), 0);
-        assert_eq!(later_by(7_900, 3_000, 2.0), 0);
-        assert_eq!(later_by(8_000, 3_000, 2.0), 1);
-        assert_eq!(later_by(120_000, 3_000, 2.0), 4, "122 / 5 = 24.4: 4 doublings");
-        // Waits of a second or two are as soon: the scheduler's retry is as long.
-        assert_eq!(later_by(1_900, 0, 2.0), 0);
-        assert_eq!(later_by(120_000, 3_000, 0.0), 0, "0: the wait only breaks ties");
-    }
 
     #[test]
     fn seconds_read_as_a_person_reads_them() {

@@ -117,7 +117,7 @@ pub fn for_preempt(pod: &str, pod_uid: &str, ex: &[Explanation]) -> Option<PodEv
         })
         .collect();
     // The order of `Cost` (decide/preempt.rs), in words.
-    let why = "the cheapest choice under the policy (fewest victims of last resort, fewest PDB violations, then no lost work, the least valuable class, fewest budgets spent to the last, the room free soonest within waitTolerance, then the least the owners lose: work thrown away, a broken gang's included, and restarts)";
+    let why = "the cheapest choice under the policy (fewest victims of last resort, fewest PDB violations, then no lost work, the least valuable class, fewest budgets spent to the last, then the least on one figure: work thrown away, a broken gang's included, restarts, and the wait at the class's waitPrice)";
     // How soon, first: the line most likely to be read, never the one clipped.
     let wait = ex
         .iter()

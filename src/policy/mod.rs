@@ -10,6 +10,7 @@ use std::path::Path;
 pub use model::{
     parse_duration, weight_in, BareVictims, Class, GangConfig, GangSources, JobVictims, Mode, PdbMode, Placement,
     Policy, ReplacementPreemption, RequeueRules, Scoring, Selector, TenantConfig, VictimRules, WithoutView,
+    DEFAULT_WAIT_PRICE,
 };
 
 pub use annotations_read::AnnotationsRead;
@@ -40,7 +41,10 @@ pub fn json_schema() -> String {
 }
 
 /// The policy file's API version and kind, as a KubeSchedulerConfiguration names its own.
-pub const API_VERSION: &str = "coloc-extender.io/v1alpha1";
+/// v1alpha2 replaced the classes' `waitTolerance` with `waitPrice`.
+pub const API_VERSION: &str = "coloc-extender.io/v1alpha2";
+/// The earlier API this release still reads: the same fields but `waitTolerance`.
+pub const API_VERSION_BEFORE: &str = "coloc-extender.io/v1alpha1";
 pub const KIND: &str = "Policy";
 
 /// Index of a class in the policy: lower means listed earlier, i.e. more valuable.
@@ -87,7 +91,7 @@ impl Policy {
             field,
             message,
         };
-        if let Some(v) = self.api_version.as_deref().filter(|v| *v != API_VERSION) {
+        if let Some(v) = self.api_version.as_deref().filter(|v| ![API_VERSION, API_VERSION_BEFORE].contains(v)) {
             return Err(invalid(
                 "apiVersion".into(),
                 format!("{v:?} is not an API this release reads: write {API_VERSION}"),
@@ -160,11 +164,20 @@ impl Policy {
                     Some("checkpointsOnTerm"),
                 ));
             }
-            if !(c.wait_tolerance == 0.0 || (c.wait_tolerance.is_finite() && c.wait_tolerance > 1.0)) {
+            if c.wait_tolerance.is_some() {
                 return Err(invalid(
                     field(".waitTolerance"),
-                    format!("{} must be greater than 1 (a factor), or 0 (the wait only breaks ties)", c.wait_tolerance),
+                    format!(
+                        "waitTolerance was replaced by waitPrice in {API_VERSION}: what a second of the pod's wait is worth in CPU-seconds of offline work (default {DEFAULT_WAIT_PRICE}; 0: the wait only breaks ties)"
+                    ),
                     Some("waitTolerance"),
+                ));
+            }
+            if !(c.wait_price.is_finite() && c.wait_price >= 0.0) {
+                return Err(invalid(
+                    field(".waitPrice"),
+                    format!("{} must be a number of CPU-seconds, 0 or more", c.wait_price),
+                    Some("waitPrice"),
                 ));
             }
             if c.requeue.max_attempts == Some(0) {

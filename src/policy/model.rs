@@ -9,8 +9,10 @@ use crate::model::{GangRef, GangSource, Labels, Pod};
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Policy {
-    /// The policy file's API, `coloc-extender.io/v1alpha1` (`policy::API_VERSION`). A file
-    /// without it (written before the policy was versioned) is read as v1alpha1.
+    /// The policy file's API, `coloc-extender.io/v1alpha2` (`policy::API_VERSION`), or the
+    /// v1alpha1 it replaced. A file without it (written before the policy was versioned) is
+    /// read as either: they differ only in `waitTolerance`, which is refused with its
+    /// replacement named.
     #[serde(default)]
     pub api_version: Option<String>,
     /// `Policy` (`policy::KIND`).
@@ -66,21 +68,26 @@ pub struct Class {
     /// How this class's requeued pods come back.
     #[serde(default)]
     pub requeue: RequeueRules,
-    /// How much later than the soonest way to place a preemptor of this class a way may
-    /// free its room and still compete on what the owners lose. Ways whose victims are
-    /// expected gone within `waitTolerance` times the soonest way's wait (plus 2 s, the
-    /// scheduler's own retry) rank by work thrown away; one that keeps the pod waiting
-    /// longer ranks after them, one rank further per further factor. Never ahead of
-    /// losses, PDB violations, the victims' class or budgets. 0: the wait only breaks ties.
-    #[serde(default = "default_wait_tolerance")]
-    pub wait_tolerance: f64,
+    /// What one second of this class's pod's wait for room is worth, in CPU-seconds of
+    /// offline work (run thrown away and restarts): a way to place the pod that frees its
+    /// room sooner wins only where the work it adds costs less than the seconds it saves
+    /// are worth. Never ahead of losses, PDB violations, the victims' class or budgets.
+    /// 0: the wait only breaks ties.
+    #[serde(default = "default_wait_price")]
+    pub wait_price: f64,
+    /// Replaced by `waitPrice` (`coloc-extender.io/v1alpha2`): read only to say so.
+    #[serde(default)]
+    #[schemars(skip)]
+    pub wait_tolerance: Option<serde_yaml_ng::Value>,
 }
 
-/// `waitTolerance` by default.
-pub const DEFAULT_WAIT_TOLERANCE: f64 = 2.0;
+/// `waitPrice` by default, CPU-seconds of offline work per second of wait: chosen on
+/// public co-location traces and generated clusters (docs/decisions.md, "The price of a
+/// second").
+pub const DEFAULT_WAIT_PRICE: f64 = 1000.0;
 
-fn default_wait_tolerance() -> f64 {
-    DEFAULT_WAIT_TOLERANCE
+fn default_wait_price() -> f64 {
+    DEFAULT_WAIT_PRICE
 }
 
 /// How a requeued pod (a released replacement) comes back, and how often one workload may

@@ -77,6 +77,15 @@ fn a_policy_names_its_api_and_a_file_written_before_it_was_versioned_still_loads
     assert_eq!(Policy::from_yaml(&named).unwrap().fingerprint(), Policy::from_yaml(body).unwrap().fingerprint());
     let future = Policy::from_yaml(&format!("apiVersion: coloc-extender.io/v2\n{body}")).unwrap_err().to_string();
     assert!(future.starts_with("apiVersion:") && future.contains(API_VERSION) && future.contains("line 1"), "{future}");
+    let before = format!("apiVersion: {}\n{body}", crate::policy::API_VERSION_BEFORE);
+    assert!(Policy::from_yaml(&before).is_ok(), "a v1alpha1 file without waitTolerance still loads");
+    let tolerance = format!(
+        "apiVersion: {}\n{}",
+        crate::policy::API_VERSION_BEFORE,
+        body.replace("{name: a}", "{name: a, waitTolerance: 2}")
+    );
+    let replaced = Policy::from_yaml(&tolerance).unwrap_err().to_string();
+    assert!(replaced.contains("replaced by waitPrice"), "{replaced}");
     let other = Policy::from_yaml(&format!("kind: KubeSchedulerConfiguration\n{body}")).unwrap_err().to_string();
     assert!(other.starts_with("kind:") && other.contains("kind: Policy"), "{other}");
 }
@@ -210,24 +219,29 @@ fn preemption_matrix_follows_preempts() {
     "classes[0].victim.checkpointsOnTerm: its pods are never victims (victim.allowed is false)",
     "line 4"
 )]
-#[case::wait_tolerance_not_a_factor(
-    "defaultClass: a\nclasses:\n  - name: a\n    waitTolerance: 0.5\n",
-    "classes[0].waitTolerance: 0.5 must be greater than 1 (a factor), or 0",
+#[case::wait_tolerance_replaced(
+    "defaultClass: a\nclasses:\n  - name: a\n    waitTolerance: 2\n",
+    "classes[0].waitTolerance: waitTolerance was replaced by waitPrice in coloc-extender.io/v1alpha2",
     "line 4"
 )]
-#[case::wait_tolerance_negative(
-    "defaultClass: a\nclasses:\n  - name: a\n    waitTolerance: -2\n",
-    "classes[0].waitTolerance: -2 must be greater than 1",
+#[case::wait_price_negative(
+    "defaultClass: a\nclasses:\n  - name: a\n    waitPrice: -2\n",
+    "classes[0].waitPrice: -2 must be a number of CPU-seconds, 0 or more",
     "line 4"
 )]
-#[case::wait_tolerance_not_a_number(
-    "defaultClass: a\nclasses:\n  - name: a\n    waitTolerance: .nan\n",
-    "classes[0].waitTolerance: NaN must be greater than 1",
+#[case::wait_price_not_a_number(
+    "defaultClass: a\nclasses:\n  - name: a\n    waitPrice: .nan\n",
+    "classes[0].waitPrice: NaN must be a number of CPU-seconds",
     "line 4"
 )]
-#[case::wait_tolerance_a_word(
-    "defaultClass: a\nclasses:\n  - name: a\n    waitTolerance: soon\n",
-    "waitTolerance: invalid type",
+#[case::wait_price_infinite(
+    "defaultClass: a\nclasses:\n  - name: a\n    waitPrice: .inf\n",
+    "classes[0].waitPrice: inf must be a number of CPU-seconds",
+    "line 4"
+)]
+#[case::wait_price_a_word(
+    "defaultClass: a\nclasses:\n  - name: a\n    waitPrice: soon\n",
+    "waitPrice: invalid type",
     "line 4"
 )]
 fn invalid_policies_name_the_field(#[case] yaml: &str, #[case] message: &str, #[case] line: &str) {
@@ -292,11 +306,11 @@ fn the_fingerprint_names_the_rules_not_the_layout_or_the_mode() {
 #[test]
 fn the_wait_and_checkpoints_have_their_defaults_and_read_as_written() {
     let p = Policy::from_yaml(
-        "defaultClass: a\nclasses:\n  - name: a\n    preempts: [b]\n  - name: b\n    waitTolerance: 0\n    victim: {allowed: true, checkpointsOnTerm: true}\n",
+        "defaultClass: a\nclasses:\n  - name: a\n    preempts: [b]\n  - name: b\n    waitPrice: 0\n    victim: {allowed: true, checkpointsOnTerm: true}\n",
     )
     .unwrap();
-    assert_eq!(p.classes[0].wait_tolerance, crate::policy::model::DEFAULT_WAIT_TOLERANCE);
+    assert_eq!(p.classes[0].wait_price, crate::policy::DEFAULT_WAIT_PRICE);
     assert!(!p.classes[0].victim.checkpoints_on_term);
-    assert_eq!(p.classes[1].wait_tolerance, 0.0);
+    assert_eq!(p.classes[1].wait_price, 0.0);
     assert!(p.classes[1].victim.checkpoints_on_term);
 }

@@ -278,6 +278,8 @@ pub struct Outcome {
     pub explanations: Vec<Explanation>,
     pub requeues: Vec<RequeueIntent>,
     pub view_behind: bool,
+    /// How soon the room is free on each returned node, milliseconds.
+    pub waits: BTreeMap<String, i64>,
 }
 
 impl Outcome {
@@ -422,6 +424,7 @@ impl Scenario {
             explanations: out.explanations,
             requeues: out.requeues,
             view_behind: out.view_behind,
+            waits: out.waits.into_iter().map(|(n, w)| (n, w.ms)).collect(),
         }
     }
 

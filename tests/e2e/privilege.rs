@@ -466,7 +466,9 @@ async fn policy_files_refused_at_apply(admin: &Client) -> anyhow::Result<()> {
         Ok(serde_json::from_value(json!({"metadata": {"name": name}, "data": {"policy.yaml": text}}))?)
     };
     let dry = PostParams { dry_run: true, ..Default::default() };
-    let future = SHIPPED_POLICY.replace("apiVersion: coloc-extender.io/v1alpha1", "apiVersion: coloc-extender.io/v2");
+    let api = format!("apiVersion: {}", coloc_extender::policy::API_VERSION);
+    anyhow::ensure!(SHIPPED_POLICY.contains(&api), "the shipped policy names no {api}");
+    let future = SHIPPED_POLICY.replace(&api, "apiVersion: coloc-extender.io/v2");
     coloc_testbed::wait::until(MINUTE, "the policy file's check enforced", || async {
         match maps.create(&dry, &map("coloc-extender-policy", &future).map_err(|e| e.to_string())?).await {
             Err(kube::Error::Api(s)) if s.message.contains("must name its API") => Ok(()),
@@ -477,6 +479,11 @@ async fn policy_files_refused_at_apply(admin: &Client) -> anyhow::Result<()> {
     maps.create(&dry, &map("coloc-extender-policy", SHIPPED_POLICY)?)
         .await
         .map_err(|e| anyhow::anyhow!("the shipped policy was refused: {e}"))?;
+    // A file of the API before (it differs only in waitTolerance) is still taken in.
+    let before = SHIPPED_POLICY.replace(&api, &format!("apiVersion: {}", coloc_extender::policy::API_VERSION_BEFORE));
+    maps.create(&dry, &map("coloc-extender-policy", &before)?)
+        .await
+        .map_err(|e| anyhow::anyhow!("a policy of the API before was refused: {e}"))?;
     let enforcing = SHIPPED_POLICY.replace("\nmode: shadow\n", "\nmode: enforce\n");
     maps.create(&dry, &map("coloc-extender-policy", &enforcing)?)
         .await

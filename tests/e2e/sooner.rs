@@ -1,5 +1,7 @@
 //! Online placed sooner than stock where victims take time to stop: the extender weighs
-//! how soon the room a preemption frees is free; kube-scheduler alone does not.
+//! how soon the room a preemption frees is free, at the policy's price of a second;
+//! kube-scheduler alone does not. Much sooner wins; a few seconds sooner for much more
+//! work thrown away does not.
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +15,7 @@ use crate::{Bed, Case, Mode};
 
 pub fn cases() -> Vec<Case> {
     vec![Case {
-        name: "an_online_pod_goes_where_victims_stop_in_seconds_while_stock_waits_for_a_checkpoint",
+        name: "an_online_pod_goes_where_victims_stop_in_seconds_while_stock_waits_for_a_checkpoint_but_not_a_few_seconds_sooner_for_much_more_work",
         run: |b, m| Box::pin(sooner_than_stock(b, m)),
     }]
 }
@@ -45,6 +47,33 @@ fn victims(pair: &str, slow_node: &str, quick_node: &str) -> Vec<PodBuilder> {
     ]
 }
 
+/// Pair c: on c-1 a pod of no class (never a victim) of 0.9 CPU and a `free` pod of 2.5
+/// CPU that runs out its 12 s of grace; on c-2 a `free` pod of 3.8 CPU that runs out 8 s.
+/// c-2 frees the room 4 s sooner, but its restart alone costs 1.3 CPU × 2 h = 9,360 CPU-s
+/// more: at 1,000 CPU-s per second, 4 s are worth 4,000.
+fn cheaper_or_sooner() -> Vec<PodBuilder> {
+    let grace = |secs: i64| {
+        move |p: &mut serde_json::Value| p["spec"]["terminationGracePeriodSeconds"] = serde_json::json!(secs)
+    };
+    vec![
+        PodBuilder::new("batch", "pin-c", "free", 900)
+            .on("c-1")
+            .edit(|p| p["spec"]["priorityClassName"] = serde_json::Value::Null),
+        PodBuilder::new("batch", "cheap-c", "free", 2500).on("c-1").edit(grace(12)),
+        PodBuilder::new("batch", "dear-c", "free", 3800).on("c-2").edit(grace(8)),
+    ]
+}
+
+/// The shipped policy with `online`'s `waitPrice` set to `price`.
+fn policy_priced(bed: &Bed, price: u32) -> anyhow::Result<String> {
+    let shipped = std::fs::read_to_string(crate::bed::repo("policy/default.yaml"))?;
+    let at = shipped.find("    waitPrice: ").ok_or_else(|| anyhow::anyhow!("no waitPrice in the shipped policy"))?;
+    let end = at + shipped[at..].find('\n').unwrap_or(shipped.len() - at);
+    let path = bed.plane.dir().join("policy.yaml");
+    std::fs::write(&path, format!("{}    waitPrice: {price}{}", &shipped[..at], &shipped[end..]))?;
+    Ok(path.display().to_string())
+}
+
 /// Creates online pod `name` of 3 CPU for the pair, and waits for it to be bound: its
 /// node and how long that took.
 async fn place(bed: &Bed, name: &str, pair: &str, within: Duration) -> anyhow::Result<(String, Duration)> {
@@ -66,10 +95,12 @@ async fn place(bed: &Bed, name: &str, pair: &str, within: Duration) -> anyhow::R
 async fn sooner_than_stock(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let kubelet = kubelet::Options { grace: kubelet::Grace::Honour, ..Default::default() };
     let mut bed = Bed::up_with_kubelet(bins, mode, Default::default(), kubelet).await?;
-    let nodes = vec![node("a-1", "a"), node("a-2", "a"), node("b-1", "b"), node("b-2", "b")];
-    cluster::create_all(&bed.client, nodes).await?;
-    bed.bound(victims("a", "a-1", "a-2").into_iter().chain(victims("b", "b-1", "b-2")).collect()).await?;
-    bed.until_running("batch", 4).await?;
+    let nodes = ["a-1", "a-2", "b-1", "b-2", "c-1", "c-2"].map(|n| node(n, &n[..1]));
+    cluster::create_all(&bed.client, nodes.to_vec()).await?;
+    let all =
+        [victims("a", "a-1", "a-2"), victims("b", "b-1", "b-2"), cheaper_or_sooner()].into_iter().flatten().collect();
+    bed.bound(all).await?;
+    bed.until_running("batch", 7).await?;
     let uids = crate::invariants::bare_pods(&bed, "batch").await?;
     let uid_of = |name: &str| uids.iter().find(|(n, _)| n == name).map(|(_, u)| u.clone()).unwrap_or_default();
 
@@ -87,8 +118,9 @@ async fn sooner_than_stock(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     );
     bed.scheduler = None;
 
-    // Behind the extender.
-    let e = bed.extender(&["--requeue", "--events"]).await?;
+    // Behind the extender, a second of an online pod's wait worth 1,000 CPU-s.
+    let policy = policy_priced(&bed, 1000)?;
+    let e = bed.extender(&["--requeue", "--events", "--policy", &policy]).await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
     let (node, took) = place(&bed, "web-1", "b", Duration::from_secs(CHECKPOINT as u64 / 2)).await?;
     anyhow::ensure!(
@@ -105,6 +137,20 @@ async fn sooner_than_stock(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     println!(
         "{}: stock placed web-stock on a-1 in {stock_took:.1?}; the extender web-1 on b-2 in {took:.1?}",
         mode.label()
+    );
+
+    // A few seconds sooner for much more work: the cheaper node, and the trade said.
+    let (node, _) = place(&bed, "web-2", "c", Duration::from_secs(60)).await?;
+    anyhow::ensure!(
+        node == "c-1",
+        "web-2 placed on {node}: c-2 frees the room 4 s sooner for 9,360 CPU-s more, not worth it at 1,000 a second\n{}",
+        bed.logs()
+    );
+    let decisions = bed.extenders[e].admin_get("/decisions?pod=online/web-2").await?;
+    anyhow::ensure!(
+        decisions.contains("against the chosen candidate (c-1): 4.0 s sooner for")
+            && decisions.contains("not worth it at 1,000 CPU-s per second"),
+        "the trade is not said in /decisions: {decisions}"
     );
 
     // Said where people look: the preemptor's Event names both waits...

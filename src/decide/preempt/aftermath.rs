@@ -23,6 +23,10 @@ use crate::policy::{ClassId, ReplacementPreemption};
 /// A pod that came back less than this long ago (seconds) counts as just disrupted.
 pub(super) const RECENTLY_BACK_S: i64 = 300;
 
+/// A copy's earlier interruptions counted at most (its attempt is the requeue controller's
+/// own annotation, and `maxAttempts` bounds it too; this bounds what any value can weigh).
+const MOST_INTERRUPTIONS_COUNTED: u32 = 8;
+
 /// Room for this many pods of a shape elsewhere is plenty: the scan stops.
 const PLENTY: u32 = 64;
 
@@ -187,10 +191,30 @@ impl<'a> Aftermath<'a> {
                 crate::model::marks::attempt_of(pod)
             ));
         }
-        let preempted_at = self.view.last_preemption_by_controller(pod)?;
         let c = pod.controller.as_ref()?;
-        (pod.creation_time? >= preempted_at)
+        self.recreated_after_preemption(pod)
             .then(|| format!("recreated by {} {} {age}s ago, after one of its pods was preempted", c.kind, c.name))
+    }
+
+    /// How many times `pod`'s work was interrupted before: a requeued copy's attempt
+    /// (whatever its age: its owner paid for each), or one for a pod its controller
+    /// recreated less than `RECENTLY_BACK_S` ago after one of its pods was preempted.
+    pub(super) fn interrupted_before(&self, pod: &Pod) -> u32 {
+        if crate::model::marks::is_replacement(pod) {
+            return crate::model::marks::attempt_of(pod).clamp(1, MOST_INTERRUPTIONS_COUNTED);
+        }
+        let recent = pod.running_since().is_some_and(|t| self.ctx.now - t <= RECENTLY_BACK_S);
+        u32::from(recent && self.recreated_after_preemption(pod))
+    }
+
+    /// Was `pod` created by its controller after the view last saw that controller's pod
+    /// preempted?
+    fn recreated_after_preemption(&self, pod: &Pod) -> bool {
+        let (Some(preempted_at), Some(created)) = (self.view.last_preemption_by_controller(pod), pod.creation_time)
+        else {
+            return false;
+        };
+        pod.controller.is_some() && created >= preempted_at
     }
 
     fn comes_back(&self, v: &Victim) -> Option<Return> {

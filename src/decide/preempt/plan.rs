@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 
 use crate::cluster::View;
-use crate::decide::eligibility::{self, Fate};
+use crate::decide::eligibility::{self, Fate, Preemptor};
 use crate::decide::wait::{self, Wait};
 use crate::decide::Context;
 use crate::explanation::Code;
@@ -17,12 +17,13 @@ use crate::policy::ClassId;
 /// Ahead of everything: victims of last resort, then PDB violations, then work nothing
 /// brings back (a failed Job, a bare pod of a `lose` class), then the policy's class
 /// order, then budgets a later arrival would have to break (a PDB's or a Job's last).
-/// Then how much later than the soonest candidate the room comes free (in factors of the
-/// preemptor class's `waitTolerance`): an online pod is placed as soon as it can be.
-/// Within them, what the owners lose: the work thrown away plus a restart for every pod
-/// interrupted; then the wait itself. A broken gang is no tier of its own: its
-/// survivors' run and restarts are in that figure, so a gang is broken only where keeping
-/// it whole throws away more.
+/// Then one figure: what the owners lose (the work thrown away plus a restart for every
+/// pod interrupted) and the preemptor's wait until the room is free, priced at its
+/// class's `waitPrice`. So a plan that frees the room sooner wins only where the work it
+/// adds costs less than the seconds it saves are worth, and a slower plan that is also
+/// dearer never wins. Then the sooner of two equal figures. A broken gang is no tier of
+/// its own: its survivors' run and restarts are in the figure, so a gang is broken only
+/// where keeping it whole throws away more.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Cost {
     /// Work lost that nobody agreed to lose: a bare pod whose class asks for requeue but
@@ -41,15 +42,15 @@ pub struct Cost {
     /// allowed failure. Nothing is lost now, but a later arrival whose only room is
     /// behind that budget would have to violate it (budgets are shared over time).
     pub budgets_spent: i64,
-    /// How many factors of the preemptor class's `waitTolerance` the room comes free later
-    /// than on the soonest candidate compared (`wait::later_by`; set where plans are
-    /// compared: 0 for a plan alone).
-    pub later: i64,
-    /// `work_thrown_away + restarts`, milli-CPU-seconds.
-    pub owners_loss: i64,
+    /// `owners_loss + priced_wait`, milli-CPU-seconds: the one figure plans are weighed on.
+    pub priced_loss: i64,
     /// Milliseconds until the room is free: the last victim gone, and the pods already
     /// terminating the plan waits for (`wait::until_gone`).
     pub wait_ms: i64,
+    /// `work_thrown_away + restarts`, milli-CPU-seconds.
+    pub owners_loss: i64,
+    /// The wait at the preemptor class's `waitPrice`, milli-CPU-seconds (`Cost::price_wait`).
+    pub priced_wait: i64,
     pub max_priority: i64,
     pub priority_sum: i64,
     pub victims: i64,
@@ -83,6 +84,15 @@ impl Cost {
         self.restarts = self.restarts.saturating_add(restarts);
         self.interrupted += pods;
         self.owners_loss = self.work_thrown_away.saturating_add(self.restarts);
+        self.priced_loss = self.owners_loss.saturating_add(self.priced_wait);
+    }
+
+    /// Sets the wait until the room is free, `wait_ms`, and its price: `price` CPU-seconds
+    /// a second is `price` milli-CPU-seconds a millisecond.
+    pub(super) fn price_wait(&mut self, wait_ms: i64, price: WaitPrice) {
+        self.wait_ms = wait_ms;
+        self.priced_wait = price.of(wait_ms);
+        self.priced_loss = self.owners_loss.saturating_add(self.priced_wait);
     }
 
     /// The figure owners lose and what it is made of, for explanations.
@@ -116,6 +126,64 @@ impl Cost {
     }
 }
 
+/// What a second of the preemptor's wait is worth in CPU-seconds of offline work: its
+/// class's `waitPrice`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct WaitPrice(pub(super) f64);
+
+impl WaitPrice {
+    pub(super) fn of_preemptor(ctx: &Context, preemptor: Preemptor) -> WaitPrice {
+        WaitPrice(ctx.policy.class(preemptor.class).wait_price)
+    }
+
+    /// "1,000 CPU-s per second".
+    pub(super) fn said(self) -> String {
+        match self.0.fract() {
+            0.0 => format!("{} per second", cpu_seconds_said((self.0 * 1000.0) as i64)),
+            _ => format!("{} CPU-s per second", self.0),
+        }
+    }
+
+    /// `ms` of waiting, in milli-CPU-seconds of work.
+    pub(super) fn of(self, ms: i64) -> i64 {
+        (self.0 * ms.max(0) as f64).min(i64::MAX as f64) as i64
+    }
+
+    /// How `other` compares with the `chosen` plan where their waits differ, in the
+    /// policy's units: "3.0 s sooner for 198,000 CPU-s more, not worth it at 1,000
+    /// CPU-s per second". `None` where they tie on time, or a rank ahead of the price
+    /// (losses, PDB violations, class, budgets) already tells them apart.
+    pub(super) fn trade(self, chosen: &Cost, other: &Cost) -> Option<String> {
+        let ahead = |c: &Cost| (c.lost_unasked, c.pdb_violations, c.lost_pods, c.top_class_value, c.budgets_spent);
+        if ahead(chosen) != ahead(other) || chosen.wait_ms == other.wait_ms {
+            return None;
+        }
+        let seconds = wait::seconds((chosen.wait_ms - other.wait_ms).abs());
+        let work = cpu_seconds_said((chosen.owners_loss - other.owners_loss).abs());
+        let price = self.said();
+        let dearer = other.owners_loss > chosen.owners_loss;
+        Some(match (other.wait_ms < chosen.wait_ms, dearer) {
+            (true, true) => format!("{seconds} sooner for {work} more, not worth it at {price}"),
+            (true, false) => format!("{seconds} sooner and {work} cheaper, yet ranked after"),
+            (false, true) => format!("{seconds} later and {work} dearer"),
+            (false, false) => format!("{seconds} later for {work} less: the seconds are worth more at {price}"),
+        })
+    }
+}
+
+/// "198,000 CPU-s", from milli-CPU-seconds.
+pub fn cpu_seconds_said(milli: i64) -> String {
+    let digits = (milli / 1000).to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 && c != '-' && !out.ends_with('-') {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    format!("{out} CPU-s")
+}
+
 /// One victim as decisions rank it.
 #[derive(Debug, Clone)]
 pub(super) struct Victim<'a> {
@@ -144,6 +212,9 @@ pub(super) struct Victim<'a> {
     pub(super) follow_on: bool,
     /// It came back a moment ago (`aftermath`).
     pub(super) recently_back: Option<String>,
+    /// Times its work was interrupted before (a requeued copy's attempt, a pod recreated
+    /// after a preemption): each is a restart its owner already paid (`aftermath`).
+    pub(super) interrupted_before: u32,
     /// What its eviction does to the PDBs covering it (`reprieve`), said only where the
     /// plan is kept: a pod on an outranked candidate is not a victim.
     pub(super) pdb_notes: Vec<(Code, String)>,
@@ -203,6 +274,7 @@ pub(super) fn victim<'a>(
         last_job_failure: false,
         follow_on: false,
         recently_back: None,
+        interrupted_before: 0,
         pdb_notes: Vec::new(),
     }
 }
@@ -228,4 +300,11 @@ pub(super) fn run_thrown_away(ctx: &Context, class: ClassId, pod: &Pod) -> i64 {
 /// pod's restart takes as long: an eviction is never cheap because the pod is small).
 pub(super) fn restart_cost(ctx: &Context, class: ClassId, milli_cpu: i64) -> i64 {
     ctx.policy.class(class).victim.restart_cost.saturating_mul(milli_cpu.max(1000))
+}
+
+/// What interrupting `v` costs its owner in restarts: one, and one more for each time its
+/// work was interrupted before. A copy just released is young, and so throws away little
+/// run, but its owner already restarted it once for an online pod: it is no cheap victim.
+pub(super) fn restarts_of(ctx: &Context, v: &Victim) -> i64 {
+    restart_cost(ctx, v.class, v.pod.requests.milli_cpu).saturating_mul(1 + i64::from(v.interrupted_before))
 }

@@ -1,18 +1,20 @@
 //! Step 5: rank the plans by cost and keep `maxCandidates`, their victims explained.
 
-use super::plan::{Cost, Plan};
+use super::plan::{Plan, WaitPrice};
 use super::reprieve;
 use crate::decide::eligibility::Preemptor;
 use crate::decide::wait::Wait;
-use crate::decide::{wait, Context, Explanation};
+use crate::decide::{Context, Explanation};
 use crate::explanation::{Code, Verdict};
 use crate::model::RequeueIntent;
 use crate::wire;
 use crate::wire::PreemptionResult;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-/// Keeps the best `maxCandidates` plans, cheapest first (`Cost`: a broken gang is
-/// charged its survivors, no tier of its own).
+/// Keeps the best `maxCandidates` plans, cheapest first (`Cost`: the wait priced at the
+/// preemptor class's `waitPrice`; a broken gang charged its survivors, no tier of its
+/// own). An outranked candidate whose room is free sooner or later says what the trade
+/// was, in the policy's units.
 pub(super) fn rank(
     ctx: &Context,
     preemptor: Preemptor,
@@ -20,12 +22,13 @@ pub(super) fn rank(
     ex: &mut Vec<Explanation>,
 ) -> (PreemptionResult, Vec<RequeueIntent>, BTreeMap<String, Wait>) {
     let k = ctx.policy.max_candidates;
-    compare_waits(ctx, preemptor, plans.iter_mut());
+    let price = WaitPrice::of_preemptor(ctx, preemptor);
     plans.sort_by(|a, b| a.cost.cmp(&b.cost).then_with(|| a.node.cmp(&b.node)));
     let mut result = PreemptionResult::default();
     let mut requeues = Vec::new();
     let mut waits = BTreeMap::new();
-    let best = plans.first().map(|p| p.node.clone());
+    let best = plans.first().map(|p| (p.node.clone(), p.cost.clone()));
+    let best_node = best.as_ref().map_or("-", |(n, _)| n.as_str()).to_string();
     let fewest_lost = plans.first().map_or(0, |p| p.cost.lost_unasked);
     for (i, p) in plans.into_iter().enumerate() {
         // kube-scheduler picks among the returned nodes by its own rules, blind to what
@@ -40,17 +43,21 @@ pub(super) fn rank(
                     "loses {} victim(s) nobody agreed to lose ({} of last resort: bare, cannot be requeued; the rest fail their Job), {} loses {fewest_lost}",
                     p.cost.lost_unasked,
                     p.cost.last_resort,
-                    best.as_deref().unwrap_or("-")
+                    best_node
                 ),
             ));
             continue;
         }
         if i >= k {
+            let trade = best.as_ref().and_then(|(_, b)| price.trade(b, &p.cost));
             ex.push(Explanation::node(
                 &p.node,
                 Verdict::Dropped,
                 Code::Outranked,
-                format!("a cheaper candidate ({}) was chosen; maxCandidates is {k}", best.as_deref().unwrap_or("-")),
+                match trade {
+                    Some(t) => format!("against the chosen candidate ({best_node}): {t}; maxCandidates is {k}"),
+                    None => format!("a cheaper candidate ({best_node}) was chosen; maxCandidates is {k}"),
+                },
             ));
             continue;
         }
@@ -71,26 +78,4 @@ pub(super) fn rank(
         );
     }
     (result, requeues, waits)
-}
-
-/// Sets each plan's `later`: how many factors of the preemptor class's `waitTolerance` its
-/// room comes free later than the soonest plan's among those that lose, violate, take from
-/// a class and spend as little as it does (a plan is only ever weighed against the plans
-/// it could lose to on time: the soonest of all may violate a PDB).
-pub(super) fn compare_waits<'p, 'a: 'p>(
-    ctx: &Context,
-    preemptor: Preemptor,
-    plans: impl Iterator<Item = &'p mut Plan<'a>>,
-) {
-    let tolerance = ctx.policy.class(preemptor.class).wait_tolerance;
-    let plans: Vec<&mut Plan> = plans.collect();
-    let ahead = |c: &Cost| (c.lost_unasked, c.pdb_violations, c.lost_pods, c.top_class_value, c.budgets_spent);
-    let soonest: HashMap<_, i64> = plans.iter().fold(HashMap::new(), |mut m, p| {
-        let w = m.entry(ahead(&p.cost)).or_insert(p.cost.wait_ms);
-        *w = (*w).min(p.cost.wait_ms);
-        m
-    });
-    for p in plans {
-        p.cost.later = wait::later_by(p.cost.wait_ms, soonest[&ahead(&p.cost)], tolerance);
-    }
 }

@@ -1,7 +1,7 @@
 //! Step 4: put candidates back most valuable first while the preemptor still fits, then
 //! cost what is left exactly (PDBs, Jobs, what follows, gangs) and order the victims.
 
-use super::plan::{restart_cost, run_thrown_away, Cost, Plan, Victim};
+use super::plan::{restarts_of, run_thrown_away, Cost, Plan, Victim, WaitPrice};
 use super::Asking;
 use super::{gangs, jobs};
 use crate::cluster::View;
@@ -99,6 +99,7 @@ pub(super) fn reprieve<'a>(
     // that find no room evict in turn.
     for c in chosen.iter_mut() {
         c.recently_back = aftermath.recently_back(c.pod);
+        c.interrupted_before = aftermath.interrupted_before(c.pod);
     }
     let follow_on = aftermath.charge(node, &mut chosen, ex);
     let mut cost = cost_of(ctx, &chosen);
@@ -114,7 +115,7 @@ pub(super) fn reprieve<'a>(
         0 => "re-selected under the policy".to_string(),
         n => format!("re-selected under the policy, counting the room of {n} pod(s) already terminating"),
     };
-    Some(finish(ctx, node_name, chosen, &waits_for, cost, &how, ex))
+    Some(finish(ctx, asking.preemptor, node_name, chosen, &waits_for, cost, &how, ex))
 }
 
 /// Remaining disruptions per PDB while a victim set is built.
@@ -177,7 +178,7 @@ pub(super) fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
         cost.top_class_value = cost.top_class_value.max(classes - v.class as i64);
         cost.max_priority = cost.max_priority.max(v.priority as i64);
         cost.priority_sum += v.priority as i64;
-        cost.interrupt(run_thrown_away(ctx, v.class, v.pod), 1, restart_cost(ctx, v.class, v.pod.requests.milli_cpu));
+        cost.interrupt(run_thrown_away(ctx, v.class, v.pod), 1, restarts_of(ctx, v));
         match v.fate {
             // A Job's pod lost fails its Job: nobody agreed to that (a `lose` class did).
             Fate::Lost if v.job_note.is_some() => {
@@ -206,11 +207,13 @@ pub(super) fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
 
 /// A candidate's plan: the victims in answer order, what they cost, and how soon its room
 /// is free (the victims gone, and `waits_for`, pods already terminating whose room it
-/// needs). The line naming each victim (and its requeue intent) is written only for the
+/// needs), that wait priced at the preemptor class's `waitPrice`. The line naming each victim (and its requeue intent) is written only for the
 /// plans kept (`settle`): kube-scheduler proposes up to a hundred candidates and evicts
 /// on one.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn finish<'a>(
     ctx: &Context,
+    preemptor: Preemptor,
     node: &str,
     mut victims: Vec<Victim<'a>>,
     waits_for: &[&Pod],
@@ -222,12 +225,18 @@ pub(super) fn finish<'a>(
     // kube-scheduler reads Pods[0] as the highest-priority victim.
     victims.sort_by(|a, b| b.pod_priority.cmp(&a.pod_priority).then(a.value_order(b)));
     let wait = wait::until_gone(ctx, victims.iter().map(|v| v.pod).chain(waits_for.iter().copied()));
-    cost.wait_ms = wait.ms;
+    cost.price_wait(wait.ms, WaitPrice::of_preemptor(ctx, preemptor));
     ex.push(Explanation::node(
         node,
         Verdict::Candidate,
         Code::Candidate,
-        format!("{how}: {} victim(s); {}; room free {}", victims.len(), cost.describe(), wait.describe()),
+        format!(
+            "{how}: {} victim(s); {}; room free {}; weighed {} with the wait",
+            victims.len(),
+            cost.describe(),
+            wait.describe(),
+            super::plan::cpu_seconds_said(cost.priced_loss)
+        ),
     ));
     Plan { node: node.to_string(), victims, pdb_violations, cost, wait }
 }

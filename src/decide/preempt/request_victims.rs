@@ -98,5 +98,5 @@ pub(super) fn judge_request_victims<'a>(
     jobs::charge(ctx, node, &mut victims, ex)?;
     let mut cost = cost_of(ctx, &victims);
     cost.pdb_violations = v.num_pdb_violations;
-    Some(finish(ctx, node, victims, &[], cost, "kube's victims, all allowed", ex))
+    Some(finish(ctx, preemptor, node, victims, &[], cost, "kube's victims, all allowed", ex))
 }

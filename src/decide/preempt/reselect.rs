@@ -3,7 +3,7 @@
 
 use super::plan::{victim, Plan, Victim};
 use super::reprieve::{reprieve, Budgets, Taken};
-use super::{gangs, held_on, jobs, rank, Asking};
+use super::{gangs, held_on, jobs, Asking};
 use crate::decide::fit::{fits, NodeUsage};
 use crate::decide::{eligibility, wait, Explanation};
 use crate::explanation::{Code, Verdict};
@@ -160,7 +160,6 @@ fn reselect<'a>(
             }
         }
     }
-    rank::compare_waits(ctx, preemptor, plans.iter_mut().map(|(p, _)| p));
     let best = plans.into_iter().min_by(|(a, _), (b, _)| a.cost.cmp(&b.cost));
     match (best, vetoed) {
         (Some((plan, notes)), _) => {
