@@ -209,7 +209,7 @@ fn panel(
     points: &[Point],
 ) -> Result<(), DrawingAreaErrorKind<std::io::Error>> {
     let mine: Vec<&Point> = points.iter().filter(|p| p.series == name).collect();
-    let x_max = mine.iter().map(|p| p.work_cpu_s).fold(1.0, f64::max) * 1.15;
+    let x_max = mine.iter().map(|p| p.work_cpu_s).fold(1.0, f64::max) * 1.3;
     let y_max = mine.iter().map(|p| p.p99_s).fold(0.5, f64::max) * 1.15;
     let mut chart = ChartBuilder::on(area)
         .margin(14)
