@@ -229,6 +229,7 @@ fn panel(
     let blue = RGBColor(31, 94, 173);
     let text = ("sans-serif", 12).into_font();
     let mut kinds: Vec<&str> = mine.iter().filter(|p| p.price.is_some()).map(|p| p.kind.as_str()).collect();
+    kinds.sort_unstable();
     kinds.dedup();
     for kind in kinds {
         let mut priced: Vec<&Point> = mine.iter().copied().filter(|p| p.price.is_some() && p.kind == kind).collect();

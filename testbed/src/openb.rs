@@ -144,11 +144,7 @@ fn rows<'a>(csv: Csv<'a>, needed: &[&str]) -> Result<Vec<Row<'a>>, CsvError> {
 /// A name the trace format takes (lower-case letters, digits and `-`).
 fn name(row: &Row<'_>, column: &str) -> Result<String, CsvError> {
     let n = row.text(column)?;
-    let ok = n.len() <= 63
-        && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !n.starts_with('-')
-        && !n.ends_with('-');
-    match ok {
+    match crate::trace::is_name(n) {
         true => Ok(n.to_string()),
         false => Err(row.err(column, format!("{n:?} is not a name (lower-case letters, digits and -, at most 63)"))),
     }
