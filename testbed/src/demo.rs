@@ -651,6 +651,7 @@ fn figures(kind: RunKind, o: &Outcome, sc: &Scenario) -> serde_json::Value {
         "time_to_place_p99_s": quantile(o.placed.values().map(|(_, s)| *s).collect(), 0.99),
         "time_to_place_by_pod_s": o.placed.iter().map(|(p, (_, s))| (p.clone(), *s)).collect::<BTreeMap<_, _>>(),
         "time_to_place_by_class": by_class(o, sc).into_iter().map(|(c, w)| (c.to_string(), serde_json::json!({
+            "arrived": sc.online.iter().filter(|a| a.class == c).count(),
             "placed": w.len(),
             "p50_s": median(w.clone()),
             "p99_s": quantile(w.clone(), 0.99),

@@ -12,10 +12,12 @@
 pub mod binaries;
 pub mod cluster;
 pub mod control_plane;
+pub mod curve;
 pub mod demo;
 pub mod extender;
 pub mod ids;
 pub mod kubelet;
+pub mod openb;
 pub mod pki;
 pub mod ports;
 pub mod prepared;
@@ -23,6 +25,7 @@ pub mod process;
 pub mod proxy;
 pub mod scenario;
 pub mod scheduler;
+pub mod sweep;
 pub mod trace;
 pub mod wait;
 

@@ -66,6 +66,21 @@ impl Termination {
 /// The mix [`Scenario::mix_grace`] draws offline workloads' termination from.
 pub const GRACE_MIX: &str = "30 % exit at once (grace 1-5 s, exit within 1 s), 45 % the default grace of 30 s (half exit within 1-3 s, half run it out), 25 % checkpointing batch (grace 120-600 s, exit at 60-95 % of it)";
 
+/// Draws from [`GRACE_MIX`], in order, from a seed: what `--mixed-grace` and trace
+/// converters give the workloads they fill in.
+pub struct GraceMix(Rng);
+
+impl GraceMix {
+    pub fn seeded(seed: u64) -> GraceMix {
+        GraceMix(Rng(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x0067_7261_6365))
+    }
+
+    /// The next workload's grace period and stop time.
+    pub fn draw(&mut self) -> Termination {
+        Termination::draw(&mut self.0)
+    }
+}
+
 impl Termination {
     /// One draw from [`GRACE_MIX`].
     fn draw(rng: &mut Rng) -> Termination {
@@ -504,19 +519,19 @@ impl Scenario {
     /// ReplicaSet, Job, gang and lone bare pod once (its pods share a template). Its own
     /// generator, seeded from `seed`: the cluster is the one `generate` made.
     pub fn mix_grace(&mut self, seed: u64) {
-        let mut rng = Rng(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x0067_7261_6365);
+        let mut mix = GraceMix::seeded(seed);
         let mut gangs: BTreeMap<String, Termination> = BTreeMap::new();
         for b in &mut self.bare {
             b.stop = match &b.gang {
-                Some(g) => *gangs.entry(g.clone()).or_insert_with(|| Termination::draw(&mut rng)),
-                None => Termination::draw(&mut rng),
+                Some(g) => *gangs.entry(g.clone()).or_insert_with(|| mix.draw()),
+                None => mix.draw(),
             };
         }
         for r in &mut self.replica_sets {
-            r.stop = Termination::draw(&mut rng);
+            r.stop = mix.draw();
         }
         for j in &mut self.jobs {
-            j.stop = Termination::draw(&mut rng);
+            j.stop = mix.draw();
         }
         self.about += "; grace mixed";
     }

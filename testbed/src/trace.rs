@@ -73,11 +73,7 @@ impl Row<'_> {
 
     fn name(&self, column: &'static str) -> Result<String, TraceError> {
         let n = self.required(column)?;
-        let ok = n.len() <= 63
-            && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !n.starts_with('-')
-            && !n.ends_with('-');
-        match ok {
+        match is_name(n) {
             true => Ok(n.to_string()),
             false => {
                 Err(self.err(column, format!("{n:?} is not a name (lower-case letters, digits and -, at most 63)")))
@@ -106,6 +102,14 @@ impl Row<'_> {
             Some(v) => Err(self.err(column, format!("{v:?}: {why}"))),
         }
     }
+}
+
+/// A name the format takes: lower-case letters, digits and `-` (not first or last), at most 63.
+pub fn is_name(n: &str) -> bool {
+    n.len() <= 63
+        && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !n.starts_with('-')
+        && !n.ends_with('-')
 }
 
 /// "500m", "0.5", "2": millicores, more than 0.
