@@ -3,8 +3,8 @@
 //! while its namespace still opts in, never with an ephemeral container added since);
 //! deleted only while gated (a released copy is a workload).
 
-use coloc_extender::model::marks::{NAMESPACE_BEYOND_BASELINE, NAMESPACE_OPT_IN};
 use coloc_extender::model::marks::FROM_POD;
+use coloc_extender::model::marks::{NAMESPACE_BEYOND_BASELINE, NAMESPACE_OPT_IN};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
