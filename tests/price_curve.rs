@@ -66,7 +66,8 @@ fn a_price_file_gives_its_extender_runs_and_a_baseline_file_its_stock_and_requeu
     // The online class's figures, not every arrival's.
     assert_eq!((p.kind.as_str(), p.price, p.p99_s, p.max_s, p.work_cpu_s), ("names", Some(100.0), 0.3, 1.3, 1400.0));
     assert_eq!((p.placed, p.arrived, p.interrupted), (2, 3, 3));
-    let broken = serde_json::json!({"runs": [{"kind": "names"}]});
+    let broken = serde_json::json!({"runs": [{"kind": "names", "time_to_place_by_class": {
+        "online-prod": {"arrived": 1, "placed": 1, "p50_s": 0.1, "p99_s": 0.1, "max_s": 0.1}}}]});
     let err = curve::points(&entry(Some(1.0), "x.json"), &broken, Path::new("x.json")).unwrap_err();
     assert!(err.contains("x.json") && err.contains("work_thrown_away_cpu_s"), "{err}");
 }
