@@ -52,6 +52,9 @@ struct Cli {
     /// coloc-demo (default: this repository's release build).
     #[arg(long)]
     demo: Option<PathBuf>,
+    /// The coloc-extender binary coloc-demo runs (its --extender; default: the release build).
+    #[arg(long)]
+    extender: Option<PathBuf>,
 }
 
 impl Cli {
@@ -65,6 +68,9 @@ impl Cli {
             args.push("--mixed-grace".into());
         }
         args.extend(["--time-scale".into(), self.time_scale.to_string(), "--quiet".into()]);
+        if let Some(e) = &self.extender {
+            args.extend(["--extender".into(), e.display().to_string()]);
+        }
         Ok(args)
     }
 }
