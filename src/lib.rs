@@ -1,8 +1,11 @@
 //! coloc-extender: a kube-scheduler extender for clusters that co-locate online services
 //! with offline batch work.
 //!
-//! Layout: `wire` (extender JSON) → `decide` (pure decisions over `model`, `policy` and the
-//! `cluster` view) → `wire` again; `http`, `cli` and `tls` are the edges.
+//! A verb's bytes go `wire` (extender JSON) → `decide` (pure decisions over `model`,
+//! `policy` and the `cluster` view) → `wire` again, through `pipeline`; `service` runs that
+//! without HTTP and `http` carries it. The requeue controller (`requeue`) reacts to the
+//! evictions it observes, in a process of its own; `cli` composes both. ARCHITECTURE.md
+//! gives the layers in order.
 
 pub mod cli;
 pub mod clock;

@@ -5,15 +5,16 @@ use std::str::FromStr;
 
 use crate::cluster::View;
 use crate::decide::promised::PromisedRoom;
-use crate::decide::{self, Context, Detail, Explanation, Requeue};
+use crate::decide::{self, Context, Detail, Requeue};
 use crate::discarded::{self, Discarded};
+use crate::explanation::Explanation;
 use crate::explanation::{Code, Verdict};
 use crate::model::{RequeueIntent, Timestamp};
 use crate::policy::{Mode, Policy};
 use crate::shadow::{self, Diffs};
 use crate::waiting::{self, Expected};
 use crate::wire::{
-    self, response::to_json, response::to_json_sized, Bounds, DecodeError, FilterResult, HostPriority, NodeSet,
+    self, error::DecodeError, response::to_json, response::to_json_sized, Bounds, FilterResult, HostPriority, NodeSet,
     PreemptionResult,
 };
 

@@ -24,7 +24,8 @@ use crate::pipeline::{self, Answer, Verb};
 use crate::policy::{Mode, Policy};
 use crate::wake::kube::Waker;
 use crate::wake::Reason as WakeReason;
-use crate::wire::{Bounds, Caps, DecodeError};
+use crate::wire::error::DecodeError;
+use crate::wire::{Bounds, Caps};
 use crate::workers::{Cancel, Workers};
 
 /// One admitted request, and what its decisions read: the edge fills it from its state.

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use coloc_extender::decide::Code;
+use coloc_extender::explanation::Code;
 
 #[test]
 fn every_code_is_listed_with_its_meaning_in_the_decision_docs() {

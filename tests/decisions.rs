@@ -156,9 +156,9 @@ fn one_huge_decision_keeps_at_most_a_quarter_of_the_bytes_and_says_what_it_cut()
     let mut a = one_answer("big");
     let filler = a.explanations[0].clone();
     a.explanations = (0..1000)
-        .map(|i| coloc_extender::decide::Explanation {
+        .map(|i| coloc_extender::explanation::Explanation {
             detail: format!("reason {i} {}", "x".repeat(200)),
-            verdict: coloc_extender::decide::Verdict::Unresolvable,
+            verdict: coloc_extender::explanation::Verdict::Unresolvable,
             ..filler.clone()
         })
         .collect();

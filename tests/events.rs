@@ -93,7 +93,7 @@ fn a_victim_of_last_resort_gives_a_warning_on_the_pod_and_on_its_namespace() {
 
 #[test]
 fn an_offline_pod_blocked_by_bare_pods_requeue_cannot_bring_back_is_told_so() {
-    use coloc_extender::decide::{Code, Explanation, Verdict};
+    use coloc_extender::explanation::{Code, Explanation, Verdict};
     let ex = vec![
         Explanation::pod("a", "plain/x", Verdict::Spared, Code::CannotRequeue, ""),
         Explanation::node("a", Verdict::Dropped, Code::DoesNotFit, ""),
@@ -106,7 +106,7 @@ fn an_offline_pod_blocked_by_bare_pods_requeue_cannot_bring_back_is_told_so() {
 
 #[test]
 fn a_namespace_not_opted_in_is_told_what_to_label() {
-    use coloc_extender::decide::{Code, Explanation, LostReason, Verdict};
+    use coloc_extender::explanation::{Code, Explanation, LostReason, Verdict};
     let ex = vec![
         Explanation::node("n1", Verdict::Kept, Code::Selected, "rank 1 of the candidates"),
         Explanation::pod("n1", "plain/a", Verdict::Victim, Code::LastResort, "…")
@@ -140,7 +140,7 @@ fn chosen_victims_give_a_normal_event_naming_them_and_why() {
 
 #[test]
 fn vetoes_are_grouped_by_reason_most_frequent_first() {
-    use coloc_extender::decide::{Code, Explanation, Verdict};
+    use coloc_extender::explanation::{Code, Explanation, Verdict};
     let ex = vec![
         Explanation::pod("a", "b/x", Verdict::Spared, Code::NotRecreatable, ""),
         Explanation::node("a", Verdict::Dropped, Code::DoesNotFit, ""),

@@ -7,8 +7,9 @@ use coloc_extender::cluster::{snapshot, View};
 use coloc_extender::http::error::ApiError;
 use coloc_extender::pipeline::{replay, Verb};
 use coloc_extender::policy::Policy;
-use coloc_extender::wire::request::MESSAGE_LIMIT;
-use coloc_extender::wire::{decode_extender_args_within, decode_preempt_args_for, Bounds, Caps, DecodeError};
+use coloc_extender::wire::error::DecodeError;
+use coloc_extender::wire::error::MESSAGE_LIMIT;
+use coloc_extender::wire::{decode_extender_args_within, decode_preempt_args_for, Bounds, Caps};
 use proptest::prelude::*;
 use serde_json::Value;
 

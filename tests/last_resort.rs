@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use coloc_extender::decide::LostReason;
+use coloc_extender::explanation::LostReason;
 use coloc_extender::model::marks::{ATTEMPT, FROM_UID};
 use coloc_extender::model::{BaselineControl, Pod};
 use coloc_extender::policy::Policy;

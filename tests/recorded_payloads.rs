@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use coloc_extender::cluster::{snapshot, View};
-use coloc_extender::decide::{Explanation, LostReason};
+use coloc_extender::explanation::{Explanation, LostReason};
 use coloc_extender::pipeline::{replay, Verb};
 use coloc_extender::policy::Policy;
 use coloc_extender::wire::Bounds;

@@ -14,7 +14,7 @@ use coloc_extender::http::router;
 use coloc_extender::http::state::{AppState, ViewSource};
 use coloc_extender::pipeline::{replay, Verb};
 use coloc_extender::policy::Policy;
-use coloc_extender::wire::request::{clip_message, DecodeError, MESSAGE_LIMIT};
+use coloc_extender::wire::error::{clip_message, DecodeError, MESSAGE_LIMIT};
 use coloc_extender::wire::{decode_extender_args, decode_preempt_args, decode_preempt_args_for, Candidates};
 use http_body_util::BodyExt;
 use proptest::prelude::*;

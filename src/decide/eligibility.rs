@@ -1,7 +1,7 @@
 //! May this pod be evicted for that preemptor? The per-pod rules of the policy.
 
 use super::Context;
-use crate::decide::Explanation;
+use crate::explanation::Explanation;
 use crate::explanation::{Code, Verdict};
 use crate::model::{NamespaceOptIn, Pod};
 use crate::policy::{requeue_rule, BareVictims, CannotRequeue, Circumstances, ClassId, JobVictims};

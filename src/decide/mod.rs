@@ -2,22 +2,21 @@
 //! clock: `now` is an input. Every rule leaves an `Explanation`.
 
 mod eligibility;
-pub mod filter;
+mod filter;
 pub mod fit;
 mod jobs;
-pub mod preempt;
-pub mod prioritize;
+mod preempt;
+mod prioritize;
 pub mod promised;
 pub mod wait;
 
 pub use eligibility::Fate;
-// Below decide: events and metrics read explanations without reaching up into decisions.
-pub use crate::explanation::{count_reasons, Code, Explanation, LostReason, Verdict};
 pub use filter::{filter, FilterOutcome};
 pub use preempt::{preempt, PreemptOutcome};
 pub use prioritize::{prioritize, PrioritizeOutcome};
 
 use crate::cluster::View;
+use crate::explanation::Explanation;
 use crate::model::{Node, Pod, Timestamp};
 use crate::policy::{ClassId, Policy};
 

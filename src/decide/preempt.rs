@@ -24,7 +24,6 @@ mod select;
 mod wait_or_evict;
 
 use self::candidates::find_candidates;
-pub use self::plan::Cost;
 use self::rank::rank;
 use self::refuse::refuse;
 use self::select::select_victims;

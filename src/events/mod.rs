@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::explanation::{Code, Explanation, LostReason};
 use crate::model::Timestamp;
-use crate::wire::request::clip;
+use crate::wire::error::clip;
 
 /// An Event on a pod (the preemptor, a victim of last resort, a replica) or a namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,7 +116,7 @@ pub fn for_preempt(pod: &str, pod_uid: &str, ex: &[Explanation]) -> Option<PodEv
             )
         })
         .collect();
-    // The order of `Cost` (decide/preempt.rs), in words.
+    // The order of `Cost` (decide/preempt/plan.rs), in words.
     let why = "the cheapest choice under the policy (fewest victims of last resort, fewest PDB violations, then no lost work, the least valuable class, fewest budgets spent to the last, then the least on one figure: work thrown away, a broken gang's included, restarts, and the wait at the class's waitPrice)";
     // How soon, first: the line most likely to be read, never the one clipped.
     let wait = ex

@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use crate::decide::Explanation;
+use crate::explanation::Explanation;
 use crate::model::Timestamp;
 use crate::pipeline::{Answer, Verb};
 use crate::shadow::Diffs;
-use crate::wire::request::clip;
+use crate::wire::error::clip;
 
 /// One answered request, as `/decisions` shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

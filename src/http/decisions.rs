@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::decision_log::{parse_pod_key, PodDecisions};
 use super::error::ApiError;
 use super::state::AppState;
-use crate::wire::request::clip;
+use crate::wire::error::clip;
 
 #[derive(Deserialize)]
 pub struct PodQuery {

@@ -4,8 +4,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use crate::wire::request::{clip_message, MESSAGE_LIMIT};
-use crate::wire::DecodeError;
+use crate::wire::error::DecodeError;
+use crate::wire::error::{clip_message, MESSAGE_LIMIT};
 
 /// No error body or log line carries more than this much text. `DecodeError` messages
 /// already clip every quote of the input to about 200 bytes and themselves to

@@ -126,16 +126,16 @@ fn log_answer(verb: Verb, answer: &Answer, started: Instant) {
     } else if tracing::enabled!(tracing::Level::INFO) {
         let reasons = reason_counts(&answer.explanations);
         // maxCandidates may name many nodes in a preempt summary: one line stays short.
-        let summary = crate::wire::request::clip(&answer.summary, 512);
+        let summary = crate::wire::error::clip(&answer.summary, 512);
         tracing::info!(verb = verb.as_str(), pod = %answer.pod, micros, %summary, %reasons, "answered");
     }
 }
 
 /// "unresolvable/placement×57 victim/chosen×3": the request's non-routine decisions,
 /// counted by verdict and reason (at most `SHOWN` kinds named).
-fn reason_counts(explanations: &[crate::decide::Explanation]) -> String {
+fn reason_counts(explanations: &[crate::explanation::Explanation]) -> String {
     const SHOWN: usize = 12;
-    let counts = crate::decide::count_reasons(explanations);
+    let counts = crate::explanation::count_reasons(explanations);
     let mut out: Vec<String> = counts
         .iter()
         .take(SHOWN)

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use metrics_exporter_prometheus::Matcher::Full;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-use crate::decide::Explanation;
+use crate::explanation::Explanation;
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -216,7 +216,7 @@ pub fn record_request(verb: &'static str, status: u16, code: &'static str, secon
 /// restate the request size.
 pub fn record_decisions(verb: &'static str, explanations: &[Explanation]) {
     // One registry lookup per (verdict, reason), not per decision.
-    let counts = crate::decide::count_reasons(explanations);
+    let counts = crate::explanation::count_reasons(explanations);
     for ((verdict, reason), n) in counts {
         metrics::counter!("coloc_decisions_total", "verb" => verb, "verdict" => verdict, "reason" => reason)
             .increment(n);

@@ -343,7 +343,7 @@ impl Requeuer {
         let tries = self.retry.failed(key, Instant::now(), backoff);
         if give_up::refused_for_good(e.code, &e.message) == Some("forbidden") {
             // Decisions stop counting on copies at once, not at the next check.
-            self.access_found(Some(format!("a copy was refused: {}", crate::wire::request::clip(&e.message, 200))));
+            self.access_found(Some(format!("a copy was refused: {}", crate::wire::error::clip(&e.message, 200))));
         }
         // A terminating original still counts against the namespace's quota: a refusal is
         // final only once the original has had time to go.
@@ -358,7 +358,7 @@ impl Requeuer {
         };
         self.retry.settle(key);
         metrics::counter!("coloc_requeue_given_up_total", "reason" => reason).increment(1);
-        let error = crate::wire::request::clip(&e.message, 300);
+        let error = crate::wire::error::clip(&e.message, 300);
         tracing::error!(original = %c.intent.original_key(), replacement = %c.intent.replacement, reason, tries,
             error = %error, "requeue given up: the preempted pod is lost");
         let note = format!(

@@ -321,7 +321,7 @@ async fn still_in_use(client: &kube::Client, args: &UninstallArgs) -> anyhow::Re
             );
             anyhow::bail!(
                 "kube-scheduler still sends to the extender: {age}s ago it could not schedule {pod}: {:?}. Remove the extender from the KubeSchedulerConfiguration (or delete the scheduler of its own), then run uninstall again after --quiet-for ({}s)",
-                crate::wire::request::clip(message, 200),
+                crate::wire::error::clip(message, 200),
                 args.quiet_for.as_secs()
             );
         }

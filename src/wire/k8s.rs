@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer};
 
 use super::baseline;
-pub use super::baseline::{Handler, Lifecycle, SecurityContext, Volume};
+use super::baseline::{Handler, Lifecycle, SecurityContext, Volume};
 use crate::model::{self, HostPort, Labels, LabelsVisitor, OwnerRef, Resources, Selector, SelectorRequirement, Taint};
 use crate::quantity;
 

@@ -2,7 +2,7 @@
 
 pub mod baseline;
 pub mod bounds;
-mod error;
+pub mod error;
 mod first_name;
 pub mod job;
 pub mod k8s;
@@ -15,6 +15,6 @@ mod strict;
 pub use bounds::{Bounds, Caps};
 pub use request::{
     decode_extender_args, decode_extender_args_for, decode_extender_args_within, decode_preempt_args,
-    decode_preempt_args_for, Candidates, DecodeError, ExtenderArgs, NodeSet, PreemptArgs,
+    decode_preempt_args_for, Candidates, ExtenderArgs, NodeSet, PreemptArgs,
 };
 pub use response::{FilterResult, HostPriority, MetaPod, MetaVictims, PreemptionResult};

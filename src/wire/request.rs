@@ -13,13 +13,13 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::bounds::Bounds;
+use super::error::{DecodeError, ItemAt, FULL, META};
 use super::k8s;
-use super::seeds::{self, Entries, ExtenderArgsSeed, FullPods, PreemptArgsSeed, UidOnly, FULL, META};
+use super::seeds::{self, Entries, ExtenderArgsSeed, FullPods, PreemptArgsSeed, UidOnly};
 use super::strict;
 use crate::model;
 
 use super::error::Clip;
-pub use super::error::{clip, clip_message, DecodeError, ItemAt, MESSAGE_LIMIT, QUOTE_LIMIT};
 
 /// One Node object from a `Nodes` list: its raw bytes (returned unchanged if kept), its
 /// name, and the fields decisions read, decoded only where the cluster view does not hold

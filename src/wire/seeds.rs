@@ -15,7 +15,7 @@ use super::error::{clip, DecodeError, QUOTE_LIMIT};
 use super::k8s;
 use super::strict;
 
-pub use super::error::{FULL, META};
+use super::error::{FULL, META};
 
 /// Go matches JSON keys to field names case-insensitively, and so do we.
 fn is(key: &str, name: &str) -> bool {

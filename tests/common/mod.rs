@@ -6,7 +6,8 @@ pub mod forged;
 use std::collections::BTreeMap;
 
 use coloc_extender::cluster::{Objects, View};
-use coloc_extender::decide::{self, Context, Explanation};
+use coloc_extender::decide::{self, Context};
+use coloc_extender::explanation::Explanation;
 use coloc_extender::model::RequeueIntent;
 use coloc_extender::model::{
     DisruptionMode, GangSource, HostPort, Labels, Node, OwnerRef, Pdb, Pod, PodGroup, Resources, Selector,

@@ -2,7 +2,8 @@
 //! priority), judging by kube-scheduler's victims alone where there is no view.
 
 use crate::decide::eligibility::Preemptor;
-use crate::decide::{Context, Explanation};
+use crate::decide::Context;
+use crate::explanation::Explanation;
 use crate::explanation::{Code, Verdict};
 use crate::model::Pod;
 use crate::policy::{ReplacementPreemption, WithoutView};

@@ -9,7 +9,8 @@ use crate::cluster::View;
 use crate::decide::eligibility::Preemptor;
 use crate::decide::fit::fits;
 use crate::decide::wait::{self, Wait};
-use crate::decide::{Context, Explanation};
+use crate::decide::Context;
+use crate::explanation::Explanation;
 use crate::explanation::{Code, Verdict};
 use crate::model::Pod;
 

@@ -6,7 +6,8 @@
 use super::candidates::Candidates;
 use super::plan::{cpu_seconds_said, Cost, Plan, WaitPrice};
 use crate::decide::eligibility::Preemptor;
-use crate::decide::{wait, Context, Explanation};
+use crate::decide::{wait, Context};
+use crate::explanation::Explanation;
 use crate::explanation::{Code, Verdict};
 
 /// Whether the preemptor waits for the room on its way (refused, explained) rather than

@@ -9,7 +9,7 @@ use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessRe
 use kube::api::PostParams;
 
 use super::ReviewError;
-use crate::wire::request::clip;
+use crate::wire::error::clip;
 
 /// Who the API server says a token belongs to.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -150,7 +150,7 @@ impl Requeuer {
                     report.left += 1;
                     report
                         .first_failure
-                        .get_or_insert_with(|| format!("{}: {}", pod.key(), crate::wire::request::clip(&why, 200)));
+                        .get_or_insert_with(|| format!("{}: {}", pod.key(), crate::wire::error::clip(&why, 200)));
                 }
                 Outcome::Nothing => {}
             }
@@ -195,7 +195,7 @@ impl Requeuer {
                         let reason = e.given_up.or_else(|| give_up::give_up_after(failed, e.code, &e.message));
                         match reason {
                             Some(reason) => {
-                                let error = crate::wire::request::clip(&e.message, 300);
+                                let error = crate::wire::error::clip(&e.message, 300);
                                 let note = format!("preempted, and its replacement {} could not be stored after {failed} tries ({reason}: {error}); the guard is removed and the pod is lost", intent.replacement);
                                 self.give_up(pod, json, reason, note, tries).await
                             }

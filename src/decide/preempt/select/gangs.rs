@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use crate::cluster::View;
 use crate::decide::preempt::plan::{cpu_seconds, restart_cost, Victim};
-use crate::decide::{Context, Explanation};
+use crate::decide::Context;
+use crate::explanation::Explanation;
 use crate::explanation::{Code, Verdict};
 use crate::model::{DisruptionMode, GangInfo, GangRef};
 

@@ -4,7 +4,8 @@
 use crate::decide::eligibility::Fate;
 use crate::decide::jobs::JobLedger;
 use crate::decide::preempt::plan::Victim;
-use crate::decide::{Context, Explanation};
+use crate::decide::Context;
+use crate::explanation::Explanation;
 use crate::explanation::{Code, Verdict};
 use crate::policy::JobVictims;
 

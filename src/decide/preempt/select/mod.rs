@@ -21,7 +21,8 @@ use crate::cluster::View;
 use crate::decide::eligibility::Preemptor;
 use crate::decide::preempt::plan::{Cost, Plan};
 use crate::decide::wait::Wait;
-use crate::decide::{Context, Explanation};
+use crate::decide::Context;
+use crate::explanation::Explanation;
 use crate::explanation::{Code, Verdict};
 use crate::model::Pod;
 

@@ -7,7 +7,8 @@ use crate::cluster::usage::NodeUsage;
 use crate::decide::fit::fits;
 use crate::decide::preempt::held::held_on;
 use crate::decide::preempt::plan::{victim, Plan, Victim};
-use crate::decide::{eligibility, wait, Explanation};
+use crate::decide::{eligibility, wait};
+use crate::explanation::Explanation;
 use crate::explanation::{Code, Verdict};
 use crate::model::Pod;
 
