@@ -66,8 +66,7 @@ async fn scheduler_of_its_own_goes(bins: Binaries, mode: Mode) -> anyhow::Result
     use coloc_extender::model::RequeueIntent;
     use coloc_extender::requeue::replacement;
     let bed = Bed::up(bins, mode).await?;
-    bed.plane.apply(&repo("manifests/uninstall/clusterrole.yaml"))?;
-    bed.plane.apply(&repo("manifests/uninstall/clusterrolebinding.yaml"))?;
+    uninstall_rbac(&bed)?;
     bed.nodes(&["node-1"], 4000).await?;
     // A pod of coloc-scheduler (its labels as the rendered Deployment gives them), which
     // runs kube-scheduler and the extender.
@@ -146,8 +145,7 @@ async fn uninstall_checks_copies(bins: Binaries, mode: Mode) -> anyhow::Result<(
     use coloc_extender::model::RequeueIntent;
     use coloc_extender::requeue::replacement;
     let bed = Bed::up_honouring_grace(bins, mode).await?;
-    bed.plane.apply(&repo("manifests/uninstall/clusterrole.yaml"))?;
-    bed.plane.apply(&repo("manifests/uninstall/clusterrolebinding.yaml"))?;
+    uninstall_rbac(&bed)?;
     bed.one_node_two_free_pods().await?;
     let originals = bare_pods(&bed, "batch").await?;
     preempt_as_kube_does(&bed, "batch", "free-1").await?;
@@ -330,8 +328,7 @@ async fn uninstall_mid_storm(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     // Victims keep their 30 s grace: those evicted just before the extender is killed are
     // still terminating when uninstall runs, and it copies them.
     let mut bed = Bed::up_honouring_grace(bins, mode).await?;
-    bed.plane.apply(&repo("manifests/uninstall/clusterrole.yaml"))?;
-    bed.plane.apply(&repo("manifests/uninstall/clusterrolebinding.yaml"))?;
+    uninstall_rbac(&bed)?;
     bed.full_of_free_pods(&["node-1", "node-2", "node-3", "node-4"]).await?;
     // Out of the storm's way (no online pod may preempt it): the pod an earlier release
     // guarded, which kube-scheduler preempts once the extender is gone.
@@ -612,4 +609,15 @@ async fn requeue_off_finishes_copies(bins: Binaries, mode: Mode) -> anyhow::Resu
     .await?;
     nothing_lost(&bed, "batch", &originals).await?;
     bed.finish()
+}
+
+/// The uninstall Job's grants, as `kubectl apply -k manifests/uninstall` makes them on an
+/// install: its ClusterRole is owned by the install's Namespace, whose uid the base's
+/// grants policy writes (applied first; a grant is refused until it is in effect).
+fn uninstall_rbac(bed: &Bed) -> anyhow::Result<()> {
+    bed.plane.apply(&repo("manifests/grants/mutatingadmissionpolicy.yaml"))?;
+    bed.plane.apply(&repo("manifests/grants/mutatingadmissionpolicybinding.yaml"))?;
+    bed.plane.apply(&repo("manifests/uninstall/clusterrole.yaml"))?;
+    bed.plane.apply(&repo("manifests/uninstall/clusterrolebinding.yaml"))?;
+    Ok(())
 }
