@@ -47,11 +47,16 @@ pub const GOVERNED: (&str, &str) = ("coloc-extender.io/scheduler", "coloc-schedu
 /// pod's containers itself) and, without the routing, the admission policy that routes.
 fn apply_install(bed: &Bed, routing: Routing) -> anyhow::Result<Vec<Value>> {
     let objects = default_install_with(bed, &["requeue"])?;
-    let mut left_out = vec!["Deployment"];
+    let mut installed = without(&objects, &["Deployment"]);
     if routing == Routing::SchedulerName {
-        left_out.extend(["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]);
+        // The routing's policies go (and the keeper of their parameter); the grants' stays,
+        // or no ClusterRole of the install is admitted.
+        installed.retain(|o| {
+            !o["kind"].as_str().is_some_and(|k| k.starts_with("MutatingAdmissionPolicy"))
+                || o["metadata"]["name"] == "coloc-extender-grants"
+        });
     }
-    apply(bed, &without(&objects, &left_out), "install")?;
+    apply(bed, &installed, "install")?;
     Ok(objects)
 }
 
