@@ -327,6 +327,8 @@ struct Outcome {
     /// Requeued copies bound to a node by the end: they took room again.
     copies_bound: usize,
     lost: BTreeSet<String>,
+    /// Bare victims whose run ended within their grace period: done, so not requeued.
+    completed_in_grace: BTreeSet<String>,
     gangs_broken: BTreeSet<String>,
     /// Run time × CPU of the members a broken gang still has running: a gang runs as one,
     /// so their progress is lost with the evicted member's.
@@ -500,6 +502,7 @@ pub async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<serde_json::Va
         ("requeued (back in the queue)", Box::new(|o| list(&o.requeued))),
         ("  copies bound by the end", Box::new(|o| o.copies_bound.to_string())),
         ("lost (bare pods gone for good)", Box::new(|o| list(&o.lost))),
+        ("completed within their grace period (done, not requeued)", Box::new(|o| list(&o.completed_in_grace))),
         ("PDB violations", Box::new(|o| o.pdb_violations.to_string())),
         ("gangs broken", Box::new(|o| list(&o.gangs_broken))),
         ("Jobs failed", Box::new(|o| list(&o.jobs_failed))),
@@ -666,6 +669,7 @@ fn figures(kind: RunKind, o: &Outcome, sc: &Scenario) -> serde_json::Value {
         "gangs_broken": o.gangs_broken.len(),
         "broken_gang_survivors_cpu_seconds": o.broken_gang_survivors_cpu_s.round(),
         "bare_lost": o.lost.len(),
+        "bare_completed_in_grace": o.completed_in_grace.len(),
         "requeued": o.requeued.len(),
         "requeued_copies_bound": o.copies_bound,
         "cpu_seconds_discarded": o.discarded_cpu_s.round(),
@@ -991,6 +995,16 @@ async fn run(
         .filter(|p| base_name(p).is_some() && cluster::node_of(p).is_none() && p.metadata.deletion_timestamp.is_none())
         .filter_map(|p| Some(seconds(p.metadata.creation_timestamp.as_ref()?.0, end)))
         .collect();
+    // A victim whose run ended within its grace period completed: its work is done, and
+    // requeue rightly deletes its copy. Not lost.
+    let completed: BTreeSet<String> = record
+        .lock()
+        .unwrap()
+        .pods
+        .values()
+        .filter(|p| cluster::phase(p) == "Succeeded")
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect();
     for (name, uid, _) in &before {
         if alive(uid) {
             continue;
@@ -999,6 +1013,8 @@ async fn run(
         if bare.contains(name.as_str()) {
             if stands_in(name) {
                 out.requeued.insert(name.clone());
+            } else if completed.contains(uid) {
+                out.completed_in_grace.insert(name.clone());
             } else {
                 out.lost.insert(name.clone());
             }
