@@ -316,7 +316,7 @@ async fn an_overlay_in_another_namespace_with_every_component_renders_right_and_
         .filter(|o| o["kind"] == "ValidatingAdmissionPolicy")
         .filter(|o| {
             let name = o["metadata"]["name"].as_str().unwrap_or("");
-            !name.starts_with("coloc-extender-policy") && !name.starts_with("coloc-extender-identities")
+            !name.starts_with("coloc-extender-policy")
         })
         .collect();
     assert_eq!(policies.len(), 6, "two policies on pods, one on the extender's ConfigMap, and their backstops");
