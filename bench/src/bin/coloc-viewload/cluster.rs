@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use coloc_bench::ids::{mix, uuid};
+use coloc_testbed::ids::{mix, uuid};
 
 pub(crate) const NAMESPACES: usize = 16;
 pub(crate) const APPS: usize = 64;
