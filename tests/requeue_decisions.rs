@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use coloc_extender::model::{OwnerRef, Pod};
 use coloc_extender::policy::Policy;
-use coloc_extender::wire::request::MetaVictims;
+use coloc_extender::wire::request::VictimUids;
 use coloc_extender::wire::Candidates;
 use common::*;
 
@@ -211,7 +211,7 @@ fn among_equally_good_victims_kubes_proposal_is_kept() {
     for proposed in ["b-1", "b-2"] {
         let candidates = Candidates::Meta(BTreeMap::from([(
             "n1".to_string(),
-            MetaVictims { uids: uids(&[proposed]), num_pdb_violations: 0 },
+            VictimUids { uids: uids(&[proposed]), num_pdb_violations: 0 },
         )]));
         let view = s.view();
         let out = s.preempt_with(online(1000), candidates, Some(&view));

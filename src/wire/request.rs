@@ -75,7 +75,8 @@ pub struct Victims {
     pub num_pdb_violations: i64,
 }
 
-pub struct MetaVictims {
+/// A candidate's victims as `NodeNameToMetaVictims` sends them (its `MetaVictims`): UIDs.
+pub struct VictimUids {
     /// Victim UIDs in kube-scheduler's order, each once.
     pub uids: Vec<String>,
     pub num_pdb_violations: i64,
@@ -86,7 +87,7 @@ pub enum Candidates {
     /// `NodeNameToVictims` (`nodeCacheCapable: false`): full victim pods.
     Full(BTreeMap<String, Victims>),
     /// `NodeNameToMetaVictims` (`nodeCacheCapable: true`): victim UIDs only.
-    Meta(BTreeMap<String, MetaVictims>),
+    Meta(BTreeMap<String, VictimUids>),
 }
 
 impl Candidates {
@@ -364,7 +365,7 @@ fn decode_preempt(
             }
             let mut uids: Vec<String> = v.pods.into_iter().map(|p| p.0.unwrap_or_default()).collect();
             keep_first(META, node, &mut uids, |u| u);
-            Ok(MetaVictims { uids, num_pdb_violations })
+            Ok(VictimUids { uids, num_pdb_violations })
         })?),
         // Both null: nothing to choose from; the answer is an empty map.
         (None, None) => Candidates::Meta(BTreeMap::new()),

@@ -13,7 +13,7 @@ use coloc_extender::model::{
     DisruptionMode, GangSource, HostPort, Labels, Node, OwnerRef, Pdb, Pod, PodGroup, Resources, Selector,
 };
 use coloc_extender::policy::Policy;
-use coloc_extender::wire::request::{MetaVictims, Victims};
+use coloc_extender::wire::request::{VictimUids, Victims};
 use coloc_extender::wire::{Candidates, PreemptArgs, PreemptionResult};
 
 pub const NOW: i64 = 1_800_000_000;
@@ -387,7 +387,7 @@ impl Scenario {
                 .iter()
                 .map(|n| {
                     let uids = self.lower_priority_on(preemptor, n).map(|p| p.uid.clone()).collect();
-                    (n.to_string(), MetaVictims { uids, num_pdb_violations: 0 })
+                    (n.to_string(), VictimUids { uids, num_pdb_violations: 0 })
                 })
                 .collect(),
         )

@@ -2,14 +2,14 @@
 //! victims arrive in (whole pods, or UIDs only) are told apart.
 
 use crate::cluster::View;
-use crate::wire::request::{MetaVictims, Victims};
+use crate::wire::request::{VictimUids, Victims};
 use crate::wire::Candidates;
 
 /// kube-scheduler's victims on one candidate node, in the form it sent them.
 #[derive(Clone, Copy)]
 pub(super) enum Proposed<'a> {
     Full(&'a Victims),
-    Meta(&'a MetaVictims),
+    Meta(&'a VictimUids),
 }
 
 impl<'a> Proposed<'a> {

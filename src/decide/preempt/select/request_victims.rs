@@ -11,9 +11,9 @@ use crate::explanation::Explanation;
 use crate::explanation::{Code, Verdict};
 use crate::model::Pod;
 use crate::policy::PdbMode;
-use crate::wire::request::{MetaVictims, Victims};
+use crate::wire::request::{VictimUids, Victims};
 
-pub(super) fn note_misplaced_uids(view: &View, node: &str, v: &MetaVictims, ex: &mut Vec<Explanation>) {
+pub(super) fn note_misplaced_uids(view: &View, node: &str, v: &VictimUids, ex: &mut Vec<Explanation>) {
     for uid in &v.uids {
         match view.pod_by_uid(uid) {
             None => ex.push(Explanation::pod(
