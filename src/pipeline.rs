@@ -14,8 +14,7 @@ use crate::policy::{Mode, Policy};
 use crate::shadow::{self, Diffs};
 use crate::waiting::{self, Expected};
 use crate::wire::{
-    self, error::DecodeError, response::to_json, response::to_json_sized, Bounds, FilterResult, HostPriority, NodeSet,
-    PreemptionResult,
+    self, error::DecodeError, to_json, to_json_sized, Bounds, FilterResult, HostPriority, NodeSet, PreemptionResult,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::decide::Context;
 use crate::model::{GangRef, Pod};
-use crate::wire::response::{to_json, to_json_sized};
+use crate::wire::{to_json, to_json_sized};
 use crate::wire::{
     Candidates, ExtenderArgs, FilterResult, HostPriority, MetaPod, MetaVictims, NodeSet, PreemptArgs, PreemptionResult,
 };

@@ -460,7 +460,7 @@ fn preempt_on(view: &View, policy: &Policy) -> BTreeMap<String, Vec<String>> {
     online.priority_class_name = Some("online".into());
     let candidates = coloc_extender::wire::Candidates::Meta(BTreeMap::from([(
         "n1".to_string(),
-        coloc_extender::wire::request::VictimUids { uids: uids(&["etl-1", "worker"]), num_pdb_violations: 0 },
+        coloc_extender::wire::VictimUids { uids: uids(&["etl-1", "worker"]), num_pdb_violations: 0 },
     )]));
     let out = coloc_extender::decide::preempt(&coloc_extender::wire::PreemptArgs { pod: online, candidates }, &ctx);
     out.result

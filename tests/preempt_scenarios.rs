@@ -566,7 +566,7 @@ fn uids_proposed_on_another_node_are_never_returned_there() {
     let p = online(1000);
     let candidates = coloc_extender::wire::Candidates::Meta(BTreeMap::from([(
         "n1".to_string(),
-        coloc_extender::wire::request::VictimUids { uids: uids(&["there", "nobody"]), num_pdb_violations: 0 },
+        coloc_extender::wire::VictimUids { uids: uids(&["there", "nobody"]), num_pdb_violations: 0 },
     )]));
     let out = s.preempt_with(p, candidates, Some(&s.view()));
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["here"]))]), "{}", out.explain());

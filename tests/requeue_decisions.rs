@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use coloc_extender::model::{OwnerRef, Pod};
 use coloc_extender::policy::Policy;
-use coloc_extender::wire::request::VictimUids;
 use coloc_extender::wire::Candidates;
+use coloc_extender::wire::VictimUids;
 use common::*;
 
 /// online preempts batch; batch's bare pods are handled as `bare` says.

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use coloc_extender::cluster::{snapshot, Objects, RequeueView, View};
 use coloc_extender::model::{marks, BaselineControl, COMPLETION_INDEX, INDEX_FAILURE_COUNT};
-use coloc_extender::policy::annotations_read::{ALWAYS_READ, LONGEST_VALUE};
 use coloc_extender::policy::{AnnotationsRead, Policy};
+use coloc_extender::policy::{ALWAYS_READ, LONGEST_VALUE};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 

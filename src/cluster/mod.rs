@@ -4,7 +4,7 @@
 //! process, reads `RequeueView` (the pods it copies and their copies). A source changes
 //! a view only through a `writer::Writer`; readers only read the cell that holds it.
 
-pub mod evictions;
+mod evictions;
 pub mod jobs;
 pub mod kept;
 pub mod lean;
@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwapOption;
 
-pub use evictions::{Eviction, Evictions};
+pub use evictions::{Eviction, Evictions, NotRecorded};
 pub use requeue_view::RequeueView;
 pub use view::{GangWork, NodeInfo, Objects, OnlineRoom, View};
 

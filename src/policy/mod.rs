@@ -1,8 +1,8 @@
 //! Workload classes: loading, validation and classification of pods.
 
-pub mod annotations_read;
+mod annotations_read;
 mod model;
-pub mod requeue_rule;
+mod requeue_rule;
 pub mod routing;
 
 use std::path::Path;
@@ -13,7 +13,7 @@ pub use model::{
     DEFAULT_WAIT_PRICE,
 };
 
-pub use annotations_read::AnnotationsRead;
+pub use annotations_read::{AnnotationsRead, ALWAYS_READ, LONGEST_VALUE};
 pub use requeue_rule::{requeue_rule, CannotRequeue, Circumstances, NotRequeued};
 
 use crate::model::Pod;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::availability::Availability;
 use super::plan::Release;
 use super::retry::{Planned, Retry};
-use crate::cluster::evictions::NotRecorded;
+use crate::cluster::NotRecorded;
 use crate::model::marks::{FROM_UID, GATE};
 use crate::model::RequeueIntent;
 

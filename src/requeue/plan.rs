@@ -276,7 +276,7 @@ fn gangs_held_back(view: &RequeueView, policy: &Policy, now: Timestamp, stuck_af
 
 /// Is `r` the copy this controller builds of an eviction it recorded, and the first of its
 /// names to hold one (a second pod claiming the same original is never released)?
-fn recorded(view: &RequeueView, r: &Pod) -> Result<(), crate::cluster::evictions::NotRecorded> {
+fn recorded(view: &RequeueView, r: &Pod) -> Result<(), crate::cluster::NotRecorded> {
     let e = view.recorded_copy(r)?;
     let uid = e.pod.uid.as_str();
     let first = replacement_names(&e.pod)
@@ -284,7 +284,7 @@ fn recorded(view: &RequeueView, r: &Pod) -> Result<(), crate::cluster::evictions
         .find(|n| view.pod(&format!("{}/{n}", r.namespace)).is_some_and(|p| p.annotations.get(FROM_UID) == Some(uid)));
     match first.as_deref() == Some(r.name.as_str()) {
         true => Ok(()),
-        false => Err(crate::cluster::evictions::NotRecorded::OtherName),
+        false => Err(crate::cluster::NotRecorded::OtherName),
     }
 }
 

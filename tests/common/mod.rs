@@ -13,8 +13,8 @@ use coloc_extender::model::{
     DisruptionMode, GangSource, HostPort, Labels, Node, OwnerRef, Pdb, Pod, PodGroup, Resources, Selector,
 };
 use coloc_extender::policy::Policy;
-use coloc_extender::wire::request::{VictimUids, Victims};
 use coloc_extender::wire::{Candidates, PreemptArgs, PreemptionResult};
+use coloc_extender::wire::{VictimUids, Victims};
 
 pub const NOW: i64 = 1_800_000_000;
 

@@ -2,8 +2,8 @@
 //! victims arrive in (whole pods, or UIDs only) are told apart.
 
 use crate::cluster::View;
-use crate::wire::request::{VictimUids, Victims};
 use crate::wire::Candidates;
+use crate::wire::{VictimUids, Victims};
 
 /// kube-scheduler's victims on one candidate node, in the form it sent them.
 #[derive(Clone, Copy)]

@@ -11,7 +11,7 @@ use crate::explanation::Explanation;
 use crate::explanation::{Code, Verdict};
 use crate::model::Pod;
 use crate::policy::PdbMode;
-use crate::wire::request::{VictimUids, Victims};
+use crate::wire::{VictimUids, Victims};
 
 pub(super) fn note_misplaced_uids(view: &View, node: &str, v: &VictimUids, ex: &mut Vec<Explanation>) {
     for uid in &v.uids {
