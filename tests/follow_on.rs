@@ -114,9 +114,10 @@ fn a_pod_recreated_a_moment_ago_costs_its_run_since_its_return_and_the_restart_i
     // rs-a lost a pod to preemption 40 s ago and recreated it on n1 30 s ago; rs-b's pod
     // on n2 has run `b_ran`. Both would come back to the empty n3. The fresh one throws
     // away 30 s × 3 CPU, but its owner restarts it a second time for an online pod: two
-    // restarts of 2 h × 3 CPU, 43,290 CPU-s in all; rs-b's throws away its run and one
-    // restart. So rs-a's is no cheap victim: rs-b's is taken after an hour (32,400), and
-    // rs-a's only against three hours of run (54,000), said beside the victim.
+    // restarts of 2 h × 3 CPU and 28,800 CPU-s each, 100,890 CPU-s in all; rs-b's throws
+    // away its run and one restart (50,400). So rs-a's is no cheap victim: rs-b's is
+    // taken after an hour (10,800 + 50,400), and rs-a's only against five hours of run
+    // (54,000 + 50,400), said beside the victim.
     let owned_by = |mut p: Pod, rs: &str| {
         p.controller = Some(OwnerRef { kind: "ReplicaSet".into(), name: rs.into() });
         p
@@ -139,10 +140,10 @@ fn a_pod_recreated_a_moment_ago_costs_its_run_since_its_return_and_the_restart_i
     };
     let hour = answer(3600);
     assert_eq!(hour.victims(), BTreeMap::from([("n2".into(), uids(&["b"]))]), "{}", hour.explain());
-    let three = answer(3 * 3600);
-    assert_eq!(three.victims(), BTreeMap::from([("n1".into(), uids(&["a-new"]))]), "{}", three.explain());
-    let said = three.explanations.iter().find(|e| e.pod.as_deref() == Some("default/a-new") && e.verdict == "victim");
-    assert!(said.is_some_and(|e| e.detail.contains("recreated by ReplicaSet rs-a 30s ago")), "{}", three.explain());
+    let five = answer(5 * 3600);
+    assert_eq!(five.victims(), BTreeMap::from([("n1".into(), uids(&["a-new"]))]), "{}", five.explain());
+    let said = five.explanations.iter().find(|e| e.pod.as_deref() == Some("default/a-new") && e.verdict == "victim");
+    assert!(said.is_some_and(|e| e.detail.contains("recreated by ReplicaSet rs-a 30s ago")), "{}", five.explain());
 }
 
 #[test]

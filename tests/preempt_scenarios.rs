@@ -709,7 +709,7 @@ classes:
 fn each_pod_interrupted_costs_a_restart_so_fewer_older_pods_go_before_more_younger_ones() {
     // 1,800 CPU-s + one 20-minute restart (3,000) against 1,200 + two (3,600): a restart
     // is priced at the pod's CPU, but at least one CPU's.
-    let out = one_older_or_two_younger(", restartCost: 20m");
+    let out = one_older_or_two_younger(", restartCost: 20m, interruptionCost: 0");
     assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["older"]))]), "{}", out.explain());
     let n1 = out.explanations.iter().find(|e| e.code == "candidate" && e.node.as_deref() == Some("n1")).unwrap();
     assert!(
@@ -718,6 +718,23 @@ fn each_pod_interrupted_costs_a_restart_so_fewer_older_pods_go_before_more_young
         n1.detail
     );
     // A restart the policy prices at nothing leaves run time alone to decide.
-    let out = one_older_or_two_younger(", restartCost: 0");
+    let out = one_older_or_two_younger(", restartCost: 0, interruptionCost: 0");
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["young-1", "young-2"]))]), "{}", out.explain());
+}
+
+#[test]
+fn each_interruption_costs_the_same_whatever_the_pods_size_so_one_pod_goes_before_two() {
+    // Run alone: 1,800 CPU-s on n1 against 1,200 on n2. An interruption priced at 700
+    // CPU-s each, whatever the pod's CPU: 2,500 against 2,600, so the one pod goes; at
+    // 500: 2,300 against 2,200, so the two do.
+    let out = one_older_or_two_younger(", restartCost: 0, interruptionCost: 700");
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["older"]))]), "{}", out.explain());
+    let n2 = out.explanations.iter().find(|e| e.code == "candidate" && e.node.as_deref() == Some("n2")).unwrap();
+    assert!(
+        n2.detail.contains("owners lose 2600 CPU-s: 1200 run thrown away + 1400 for 2 pod(s) interrupted"),
+        "{}",
+        n2.detail
+    );
+    let out = one_older_or_two_younger(", restartCost: 0, interruptionCost: 500");
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["young-1", "young-2"]))]), "{}", out.explain());
 }

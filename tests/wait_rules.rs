@@ -298,12 +298,13 @@ fn room_on_its_way_is_waited_for_unless_elsewhere_is_much_sooner() {
 
 #[test]
 fn a_class_that_checkpoints_on_sigterm_throws_none_of_its_run_away() {
-    // n1: one 2-CPU pod that ran 3 hours; n2: two 1-CPU pods that ran 15 minutes. Counting
-    // run, n2 throws away less (2 × 900 s × 1 CPU against 10800 s × 2 CPU, and a restart
-    // each); a class that checkpoints loses no run: the same restarts, fewer pods.
+    // n1: one 2-CPU pod that ran 6 hours; n2: two 1-CPU pods that ran 15 minutes. Counting
+    // run, n2 throws away less (2 × 900 s × 1 CPU against 21,600 s × 2 CPU, and a restart
+    // each: 73,800 CPU-s against 86,400); a class that checkpoints loses no run: the same
+    // restarts, fewer pods (43,200).
     let cluster = |p| {
         Scenario::new(p).node(node("n1", 2000, 8)).node(node("n2", 2000, 8)).pods([
-            pod("long", "batch", Some("n1"), 2000).started(10_800),
+            pod("long", "batch", Some("n1"), 2000).started(21_600),
             pod("short-1", "batch", Some("n2"), 1000).started(900),
             pod("short-2", "batch", Some("n2"), 1000).started(900),
         ])

@@ -155,6 +155,9 @@ impl Policy {
             if c.victim.restart_cost < 0 {
                 return Err(invalid(field(".victim.restartCost"), "must not be negative".into(), None));
             }
+            if c.victim.interruption_cost < 0 {
+                return Err(invalid(field(".victim.interruptionCost"), "must not be negative".into(), None));
+            }
             if c.victim.checkpoints_on_term && !c.victim.allowed {
                 return Err(invalid(
                     field(".victim.checkpointsOnTerm"),

@@ -273,6 +273,13 @@ pub struct VictimRules {
     #[serde(default = "default_restart_cost", deserialize_with = "duration::deserialize")]
     #[schemars(with = "String", regex(pattern = r"^\s*(0|([0-9]+[smhd])+)\s*$"))]
     pub restart_cost: i64,
+    /// What one interruption costs its owner whatever the pod's size, in CPU-seconds,
+    /// on top of `restartCost`: a pod is rescheduled, pulls and starts once however many
+    /// CPUs it asks for, so one 32-CPU pod interrupted is cheaper than four 8-CPU pods
+    /// (`restartCost` alone weighs them the same). 28,800 (8 CPU-hours) by default.
+    #[serde(default = "default_interruption_cost")]
+    #[schemars(range(min = 0))]
+    pub interruption_cost: i64,
     /// Pods of this class save their progress when sent SIGTERM (a checkpoint written
     /// within their grace period): an eviction throws none of their run away, only a
     /// restart is charged. Their room comes free once the checkpoint is written, which
@@ -286,6 +293,13 @@ pub const DEFAULT_RESTART_COST_S: i64 = 2 * 60 * 60;
 
 fn default_restart_cost() -> i64 {
     DEFAULT_RESTART_COST_S
+}
+
+/// `victim.interruptionCost` by default, in CPU-seconds.
+pub const DEFAULT_INTERRUPTION_COST_CPU_S: i64 = 8 * 60 * 60;
+
+fn default_interruption_cost() -> i64 {
+    DEFAULT_INTERRUPTION_COST_CPU_S
 }
 
 impl VictimRules {
@@ -309,6 +323,7 @@ impl Default for VictimRules {
             recreatable_only: None,
             min_runtime: 0,
             restart_cost: DEFAULT_RESTART_COST_S,
+            interruption_cost: DEFAULT_INTERRUPTION_COST_CPU_S,
             jobs: JobVictims::Count,
             checkpoints_on_term: false,
         }

@@ -63,7 +63,8 @@ pub struct Cost {
     /// Run time thrown away in milli-CPU-seconds (seconds run × CPU requested): the
     /// victims', a broken gang's survivors' and the expected follow-on evictions'.
     pub work_thrown_away: i64,
-    /// Each interrupted pod's `victim.restartCost` at its CPU request, milli-CPU-seconds.
+    /// Each interrupted pod's `victim.restartCost` at its CPU request plus its
+    /// `victim.interruptionCost`, milli-CPU-seconds.
     pub restarts: i64,
     /// Pods interrupted: victims, survivors of the gangs they break, follow-on evictions.
     pub interrupted: i64,
@@ -297,9 +298,15 @@ pub(super) fn run_thrown_away(ctx: &Context, class: ClassId, pod: &Pod) -> i64 {
 
 /// What restarting a pod of `class` requesting `milli_cpu` costs its owner, in
 /// milli-CPU-seconds: `victim.restartCost` at its CPU, but at least one CPU's (a small
-/// pod's restart takes as long: an eviction is never cheap because the pod is small).
+/// pod's restart takes as long: an eviction is never cheap because the pod is small),
+/// plus `victim.interruptionCost` whatever its size (so fewer pods go before more of
+/// the same CPU in all).
 pub(super) fn restart_cost(ctx: &Context, class: ClassId, milli_cpu: i64) -> i64 {
-    ctx.policy.class(class).victim.restart_cost.saturating_mul(milli_cpu.max(1000))
+    let victim = &ctx.policy.class(class).victim;
+    victim
+        .restart_cost
+        .saturating_mul(milli_cpu.max(1000))
+        .saturating_add(victim.interruption_cost.saturating_mul(1000))
 }
 
 /// What interrupting `v` costs its owner in restarts: one, and one more for each time its
