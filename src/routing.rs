@@ -1,9 +1,10 @@
 //! The policy's classes, published for admission (`serve --publish-classes`): the
 //! ConfigMap `coloc-extender-classes` in the install namespace holds, one selector a line,
-//! the classes whose pods are routed to coloc-scheduler (`routed`) and those the per-pod
-//! verbs registration sends (`perPodVerbs`), as `Policy::routed_selectors` writes them.
-//! The routing and per-pod-verbs admission policies read it as their parameter, and do
-//! nothing where it is missing. It is owned by the pods that run the extender: once none
+//! the classes whose pods are routed to coloc-scheduler (`routed`), those the per-pod
+//! verbs registration sends (`perPodVerbs`) and those whose bare victims are requeued
+//! (`requeued`), as `Policy::routed_selectors` writes them. The routing, per-pod-verbs
+//! and copy-class admission policies read it as their parameter, and do nothing where it
+//! is missing. It is owned by the pods that run the extender: once none
 //! is left (the Deployment deleted or scaled to zero, the namespace deleted), the garbage
 //! collector deletes it, and new pods go to the default scheduler again, unmarked. So a
 //! half-removed install leaves no pod unplaced, and the classes are the policy's alone.
@@ -28,6 +29,7 @@ pub const NAME: &str = "coloc-extender-classes";
 /// Its keys.
 pub const ROUTED: &str = "routed";
 pub const PER_POD_VERBS: &str = "perPodVerbs";
+pub const REQUEUED: &str = "requeued";
 /// How often the ConfigMap is looked at (a policy reload, an owner gone).
 const EVERY: Duration = Duration::from_secs(5);
 
@@ -55,6 +57,7 @@ pub fn data_of(policy: &Policy) -> BTreeMap<String, String> {
     BTreeMap::from([
         (ROUTED.to_string(), policy.routed_selectors()),
         (PER_POD_VERBS.to_string(), policy.per_pod_verbs_selectors()),
+        (REQUEUED.to_string(), policy.requeued_selectors()),
     ])
 }
 

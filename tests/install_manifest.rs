@@ -319,10 +319,22 @@ async fn an_overlay_in_another_namespace_with_every_component_renders_right_and_
             !name.starts_with("coloc-extender-policy")
         })
         .collect();
-    assert_eq!(policies.len(), 6, "two policies on pods, one on the extender's ConfigMap, and their backstops");
+    assert_eq!(
+        policies.len(),
+        8,
+        "two policies on pods, one on the extender's ConfigMap, one on copies' classes, and their backstops"
+    );
     for p in policies {
         let text = serde_yaml_ng::to_string(&p["spec"]).unwrap();
         assert!(text.contains(&identities), "{:?} does not name {identities}", p["metadata"]["name"]);
+    }
+    // Every parameter is the classes the install publishes in its own namespace.
+    let bindings = objects.iter().filter(|o| o["kind"].as_str().is_some_and(|k| k.ends_with("AdmissionPolicyBinding")));
+    let params: Vec<_> = bindings.filter(|b| b["spec"]["paramRef"]["name"] == "coloc-extender-classes").collect();
+    assert!(params.len() >= 4, "routing, per-pod-verbs and copy-class (and its backstop) read the classes: {params:?}");
+    for b in params {
+        let ns = b["spec"]["paramRef"]["namespace"].as_str();
+        assert_eq!(ns, Some(OVERLAY_NAMESPACE), "{:?} reads its parameter elsewhere", b["metadata"]["name"]);
     }
     // The uninstall Job of the same install: its namespace and image.
     let uninstall = render(&bins, "deploy/overlay-example/uninstall");

@@ -544,7 +544,9 @@ fn the_base_ships_an_admission_policy_bounding_every_pod_write() {
             "validatingadmissionpolicy-policy.yaml",
             "validatingadmissionpolicybinding-policy.yaml",
             "validatingadmissionpolicy-classes.yaml",
-            "validatingadmissionpolicybinding-classes.yaml"
+            "validatingadmissionpolicybinding-classes.yaml",
+            "validatingadmissionpolicy-copy-class.yaml",
+            "validatingadmissionpolicybinding-copy-class.yaml"
         ]
     );
     let backstop = load("admission-backstop/kustomization.yaml");

@@ -5,7 +5,7 @@
 //! governed classes. CEL cannot read YAML: each selector is one line its `split` reads,
 //! `priorityClassNames|min|max|namespaces|labels`, lists comma-separated, labels `k=v`.
 
-use super::model::{Class, Selector};
+use super::model::{BareVictims, Class, Selector};
 use super::Policy;
 
 /// The highest priority a user's PriorityClass may have; above it are the system's own
@@ -55,6 +55,13 @@ impl Policy {
             let labels = s.labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
             Some(RoutingProbe { priority_class_name: name.clone(), labels })
         })
+    }
+
+    /// The selectors of the classes whose bare victims requeue brings back
+    /// (`requeue_rule`): what admission holds a requeue copy's PriorityClass and priority
+    /// to, so that no copy is of an online class whatever PriorityClass exists.
+    pub fn requeued_selectors(&self) -> String {
+        self.selector_lines(|c| c.victim.allowed && c.victim.bare() == BareVictims::Requeue)
     }
 
     fn selector_lines(&self, wanted: impl Fn(&Class) -> bool) -> String {
@@ -109,6 +116,23 @@ mod tests {
         );
         let per_pod = policy.per_pod_verbs_selectors();
         assert_eq!(per_pod.lines().collect::<Vec<_>>(), lines[4..], "batch and free: placement and packing");
+    }
+
+    #[test]
+    fn a_copy_is_held_to_the_classes_whose_bare_victims_are_requeued() {
+        let lines = |p: &Policy| p.requeued_selectors().lines().map(String::from).collect::<Vec<_>>();
+        let shipped = Policy::builtin_default();
+        assert_eq!(lines(&shipped), shipped.routed_selectors().lines().skip(4).collect::<Vec<_>>(), "batch and free");
+        // Online is never a victim; a class that loses its bare pods has no copies.
+        let policy = Policy::from_yaml(
+            "defaultClass: rest\nclasses:\n\
+             - name: web\n  match: [{priorityClassNames: [tier-1]}]\n  preempts: [jobs, scratch]\n\
+             - name: jobs\n  match: [{priority: {min: 100, max: 200}}]\n  victim: {allowed: true}\n\
+             - name: scratch\n  match: [{priorityClassNames: [scratch]}]\n  victim: {allowed: true, bare: lose}\n\
+             - name: rest\n",
+        )
+        .unwrap();
+        assert_eq!(lines(&policy), ["|100|200||"]);
     }
 
     #[test]

@@ -7,10 +7,11 @@
 use coloc_extender::model::marks::{ATTEMPT, BASE_NAME, FROM_POD, GUARD};
 use coloc_extender::model::RequeueIntent;
 use coloc_extender::requeue::replacement;
+use coloc_extender::routing;
 use coloc_testbed::cluster::{self, PodBuilder};
 use coloc_testbed::control_plane::Options;
 use coloc_testbed::Binaries;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
 use serde_json::{json, Value};
@@ -348,7 +349,8 @@ async fn placeholders_are_what_wake_builds(bed: &Bed) -> anyhow::Result<()> {
 /// beyond baseline, so a copy of either is refused, and they are a last resort. web-1 has
 /// no other way: it is placed, they are lost, said (`beyond_baseline`). Once the namespace
 /// opts in beyond baseline by its own label, the next two are copied (admitted by the
-/// shipped policy), released, nothing lost.
+/// shipped policies, the copy-class one reading the classes the extender publishes),
+/// released, nothing lost.
 async fn host_ports_come_back_once_opted_in(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
     shipped_admission::apply(&bed.client).await?;
@@ -365,8 +367,18 @@ async fn host_ports_come_back_once_opted_in(bins: Binaries, mode: Mode) -> anyho
     cluster::create_all(&bed.client, vec![holding("free-1", 9001, "node-1"), holding("free-2", 9002, "node-1")])
         .await?;
     bed.until_running("ports", 2).await?;
-    let e = bed.extender(&["--requeue", "--events"]).await?;
+    let uid = crate::coloc_pod::pod_object(&bed, HOME, "coloc-extender-0").await?;
+    let e = bed
+        .extender(&["--requeue", "--events", "--publish-classes", "--pod-name", "coloc-extender-0", "--pod-uid", &uid])
+        .await?;
     bed.schedule_with(&[bed.entry(e)]).await?;
+    let maps: Api<ConfigMap> = Api::namespaced(bed.client.clone(), HOME);
+    coloc_testbed::wait::until(MINUTE, "the classes published", || async {
+        let map = maps.get_opt(routing::NAME).await.map_err(|e| e.to_string())?;
+        let requeued = map.and_then(|m| m.data).and_then(|d| d.get(routing::REQUEUED).cloned());
+        requeued.filter(|r| !r.is_empty()).map(drop).ok_or_else(|| "no requeued classes yet".to_string())
+    })
+    .await?;
 
     online(&bed, "web-1", 3000).await?;
     anyhow::ensure!(online_placed(&bed, "web-1").await? == "node-1", "web-1 not placed on node-1");

@@ -28,15 +28,17 @@ pub fn cases() -> Vec<Case> {
 
 /// The shipped policies and bindings, applied as they are (the install namespace is
 /// coloc-system here, as the files name it).
-pub const POLICIES: [&str; 3] = [
+pub const POLICIES: [&str; 4] = [
     include_str!("../../manifests/admission/validatingadmissionpolicy.yaml"),
     include_str!("../../manifests/admission/validatingadmissionpolicy-marks.yaml"),
     include_str!("../../manifests/admission/validatingadmissionpolicy-policy.yaml"),
+    include_str!("../../manifests/admission/validatingadmissionpolicy-copy-class.yaml"),
 ];
-pub const BINDINGS: [&str; 3] = [
+pub const BINDINGS: [&str; 4] = [
     include_str!("../../manifests/admission/validatingadmissionpolicybinding.yaml"),
     include_str!("../../manifests/admission/validatingadmissionpolicybinding-marks.yaml"),
     include_str!("../../manifests/admission/validatingadmissionpolicybinding-policy.yaml"),
+    include_str!("../../manifests/admission/validatingadmissionpolicybinding-copy-class.yaml"),
 ];
 /// The one default policy, as the install ships it.
 const SHIPPED_POLICY: &str = include_str!("../../manifests/policy.yaml");

@@ -1,18 +1,24 @@
 //! What a copy may become, held by admission as the requeue identity writes it: never of
-//! the system's classes; released only as it stands (beyond Pod Security baseline only
+//! the system's classes, and where the extender publishes its classes only of one whose
+//! bare victims are requeued (never an online one); released only as it stands (beyond Pod Security baseline only
 //! while its namespace still opts in, never with an ephemeral container added since);
 //! deleted only while gated (a released copy is a workload).
 
 use coloc_extender::model::marks::FROM_POD;
 use coloc_extender::model::marks::{NAMESPACE_BEYOND_BASELINE, NAMESPACE_OPT_IN};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use coloc_extender::policy::Policy;
+use coloc_extender::routing;
+use coloc_testbed::control_plane::INSTALL_NAMESPACE as HOME;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
 
 use crate::privilege::{json_patch, refused, DELETE};
+use crate::scenarios::MINUTE;
 
 const SYSTEM_CLASS: &str = "coloc-extender may create a requeue copy only below the system's classes";
+const COPY_CLASS: &str = "coloc-extender may create a requeue copy only of a class whose bare victims are requeued";
 const CONSENT: &str =
     "coloc-extender may release a requeue copy beyond Pod Security baseline only while its namespace opts in";
 const EPHEMERAL: &str = "coloc-extender may not release a requeue copy that has ephemeral containers";
@@ -50,6 +56,30 @@ pub async fn copies_are_held_as_they_stand(admin: &Client, as_requeue: &Client, 
         })?;
         refused(&format!("a copy of {class}"), SYSTEM_CLASS, create(critical).await)?;
     }
+
+    // Where the extender publishes its classes, only of a class whose bare victims are
+    // requeued: never online-prod (10,000), which would preempt batch anywhere once released.
+    let classes: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": routing::NAME, "namespace": HOME},
+        "data": routing::data_of(&Policy::builtin_default()),
+    }))?;
+    let maps: Api<ConfigMap> = Api::namespaced(admin.clone(), HOME);
+    maps.create(&PostParams::default(), &classes).await?;
+    let online = variant(copy, "batch", "free-1-rq-00000000c3", &|v| {
+        v["spec"]["priorityClassName"] = json!("online-prod");
+        if let Some(spec) = v["spec"].as_object_mut() {
+            spec.remove("priority");
+        }
+    })?;
+    let dry = PostParams { dry_run: true, ..Default::default() };
+    coloc_testbed::wait::until(MINUTE, "a copy of online-prod refused once the classes are published", || async {
+        let api: Api<Pod> = Api::namespaced(as_requeue.clone(), "batch");
+        refused("a copy of online-prod", COPY_CLASS, api.create(&dry, &online).await).map_err(|e| e.to_string())
+    })
+    .await?;
+    let own_class = variant(copy, "batch", "free-1-rq-00000000c4", &|_| {})?;
+    copies.create(&dry, &own_class).await.map_err(|e| anyhow::anyhow!("a copy of its own class was refused: {e}"))?;
+    maps.delete(routing::NAME, &DeleteParams::default()).await?;
 
     // Deleted only while gated.
     create(variant(copy, "batch", "free-1-rq-00000000d1", &|_| {})?).await?;
