@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub mod baseline;
+// What baseline allows, read by the wire's check; the control itself is `BaselineControl`.
+pub(crate) mod baseline;
 pub mod copy_spec;
 mod job;
 mod labels;
