@@ -28,10 +28,24 @@ use crate::wire::error::DecodeError;
 use crate::wire::{Bounds, Caps};
 use crate::workers::{Cancel, Workers};
 
-/// One admitted request, and what its decisions read: the edge fills it from its state.
+/// One admitted request: what kube-scheduler sent, how it is held, and what its
+/// decisions read (`Sources`, the same for every request).
 pub struct Request {
     pub verb: Verb,
     pub body: bytes::Bytes,
+    pub sources: Sources,
+    /// The body is too large to decide on the I/O threads.
+    pub on_workers: bool,
+    /// What the request holds (its admission), kept until its last decision ends.
+    pub hold: Arc<dyn Send + Sync>,
+    pub cancel: Cancel,
+    /// The extender was ready (a preempt answered while not is woken later).
+    pub ready: bool,
+}
+
+/// What decisions read beside a request: the edge fills it from its state.
+#[derive(Clone)]
+pub struct Sources {
     pub policy: Arc<ArcSwap<Policy>>,
     pub view: Arc<ViewCell>,
     /// A view is configured, so its absence is a fault.
@@ -43,13 +57,6 @@ pub struct Request {
     /// Where a body too large to decide on the I/O threads is decided, and shadow mode's
     /// decisions are made in the background.
     pub workers: Arc<Workers>,
-    /// The body is too large to decide on the I/O threads.
-    pub on_workers: bool,
-    /// What the request holds (its admission), kept until its last decision ends.
-    pub hold: Arc<dyn Send + Sync>,
-    pub cancel: Cancel,
-    /// The extender was ready (a preempt answered while not is woken later).
-    pub ready: bool,
 }
 
 /// Why a request got no answer.
@@ -117,7 +124,7 @@ impl Service {
 
     /// `request`'s answer.
     pub async fn respond(&self, request: Request) -> Result<Answered, Unanswered> {
-        if request.policy.load().mode == Mode::Shadow {
+        if request.sources.policy.load().mode == Mode::Shadow {
             return self.respond_in_shadow(request).await;
         }
         let sent = self.decider.decide(&request, Run::Answer).await;
@@ -130,9 +137,9 @@ impl Service {
     /// kube-scheduler's own answer now (`pipeline::echo`, on the workers for a large body),
     /// and the policy's decision in the background.
     async fn respond_in_shadow(&self, request: Request) -> Result<Answered, Unanswered> {
-        let (verb, body, clock, caps, cancel) =
-            (request.verb, request.body.clone(), request.clock.clone(), request.caps, request.cancel.clone());
-        let (hold, view) = (request.hold.clone(), request.view.load());
+        let Sources { clock, caps, view, .. } = request.sources.clone();
+        let (verb, body, cancel, hold, view) =
+            (request.verb, request.body.clone(), request.cancel.clone(), request.hold.clone(), view.load());
         let echo = move || {
             let _hold = hold;
             let bounds = Bounds::new(caps, Some(cancel.flag()));
@@ -215,8 +222,8 @@ async fn run_as<T: Send + 'static>(
 ) -> Result<T, Unanswered> {
     let gone = || Err(Unanswered::WorkersGone);
     match run {
-        Run::Background => request.workers.run_background(work).await.unwrap_or_else(gone),
-        Run::Answer if request.on_workers => request.workers.run(work).await.unwrap_or_else(gone),
+        Run::Background => request.sources.workers.run_background(work).await.unwrap_or_else(gone),
+        Run::Answer if request.on_workers => request.sources.workers.run(work).await.unwrap_or_else(gone),
         Run::Answer => work(),
     }
 }
@@ -226,11 +233,9 @@ async fn run_as<T: Send + 'static>(
 /// A large body is decided on the workers, which keep the request's hold until they
 /// finish and stop early once it is cancelled.
 async fn decide_once(request: &Request, promises: Option<Arc<Promises>>, run: Run) -> Result<Answer, Unanswered> {
-    let policy = request.policy.load_full();
-    let view = request.view.load();
-    let (verb, body, clock, caps) = (request.verb, request.body.clone(), request.clock.clone(), request.caps);
-    let (view_expected, requeue, hold, cancel) =
-        (request.view_expected, request.requeue, request.hold.clone(), request.cancel.clone());
+    let Sources { policy, view, view_expected, clock, requeue, caps, .. } = request.sources.clone();
+    let (policy, view) = (policy.load_full(), view.load());
+    let (verb, body, hold, cancel) = (request.verb, request.body.clone(), request.hold.clone(), request.cancel.clone());
     let work = move || {
         let _hold = hold;
         let now = clock();

@@ -141,7 +141,7 @@ mod shadow {
     use arc_swap::ArcSwap;
     use coloc_extender::cluster::snapshot;
     use coloc_extender::pipeline::Verb;
-    use coloc_extender::service::{Request, Service, SHADOW_DECISIONS};
+    use coloc_extender::service::{Request, Service, Sources, SHADOW_DECISIONS};
     use coloc_extender::wire::Caps;
     use coloc_extender::workers::{Cancel, Workers};
 
@@ -162,13 +162,15 @@ mod shadow {
         Request {
             verb,
             body: body.into(),
-            policy: Arc::new(ArcSwap::from_pointee(shadow())),
-            view: view.clone(),
-            view_expected: true,
-            clock: Arc::new(|| 1_700_000_000),
-            requeue: false,
-            caps: Caps::default(),
-            workers: workers.clone(),
+            sources: Sources {
+                policy: Arc::new(ArcSwap::from_pointee(shadow())),
+                view: view.clone(),
+                view_expected: true,
+                clock: Arc::new(|| 1_700_000_000),
+                requeue: false,
+                caps: Caps::default(),
+                workers: workers.clone(),
+            },
             on_workers: false,
             hold: Arc::new(()),
             cancel: Cancel::default(),

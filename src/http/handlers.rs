@@ -13,7 +13,7 @@ use super::error::ApiError;
 use super::state::{AppState, ViewSource};
 use super::{memory, prometheus};
 use crate::pipeline::{Answer, Verb};
-use crate::service::{Answered, Request};
+use crate::service::{Answered, Request, Sources};
 use crate::workers::{Cancel, Workers};
 
 /// What the verb routes share besides `AppState`: admission budgets and the workers.
@@ -53,13 +53,15 @@ async fn handle(
             let request = Request {
                 verb,
                 body,
-                policy: state.policy.clone(),
-                view: state.view.clone(),
-                view_expected: state.view_source != ViewSource::None,
-                clock: state.clock.clone(),
-                requeue: state.requeue.copies_possible(),
-                caps: state.limits.caps,
-                workers: verbs.workers.clone(),
+                sources: Sources {
+                    policy: state.policy.clone(),
+                    view: state.view.clone(),
+                    view_expected: state.view_source != ViewSource::None,
+                    clock: state.clock.clone(),
+                    requeue: state.requeue.copies_possible(),
+                    caps: state.limits.caps,
+                    workers: verbs.workers.clone(),
+                },
                 on_workers,
                 hold: Arc::new(admitted),
                 cancel,
