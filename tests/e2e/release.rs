@@ -1,8 +1,8 @@
 //! What a copy may become, held by admission as the requeue identity writes it: never of
 //! the system's classes, and where the extender publishes its classes only of one whose
-//! bare victims are requeued (never an online one); released only as it stands (beyond Pod Security baseline only
-//! while its namespace still opts in, never with an ephemeral container added since);
-//! deleted only while gated (a released copy is a workload).
+//! bare victims are requeued (never an online one); released only as it stands (beyond
+//! Pod Security baseline only while its namespace still opts in, never with an ephemeral
+//! container added since); deleted only while gated (a released copy is a workload).
 
 use coloc_extender::model::marks::FROM_POD;
 use coloc_extender::model::marks::{NAMESPACE_BEYOND_BASELINE, NAMESPACE_OPT_IN};
@@ -39,6 +39,17 @@ fn variant(copy: &Value, ns: &str, name: &str, f: &dyn Fn(&mut Value)) -> anyhow
     Ok(serde_json::from_value(v)?)
 }
 
+/// `copy` named `name` in batch, of PriorityClass `class`, its priority left for the
+/// Priority plugin to resolve from the class.
+fn of_class(copy: &Value, name: &str, class: &str) -> anyhow::Result<Pod> {
+    variant(copy, "batch", name, &|v| {
+        v["spec"]["priorityClassName"] = json!(class);
+        if let Some(spec) = v["spec"].as_object_mut() {
+            spec.remove("priority");
+        }
+    })
+}
+
 pub async fn copies_are_held_as_they_stand(admin: &Client, as_requeue: &Client, copy: &Value) -> anyhow::Result<()> {
     let copies: Api<Pod> = Api::namespaced(as_requeue.clone(), "batch");
     let create = |pod: Pod| {
@@ -48,12 +59,7 @@ pub async fn copies_are_held_as_they_stand(admin: &Client, as_requeue: &Client, 
 
     // Never of the system's classes: released, it would preempt anything anywhere.
     for class in ["system-node-critical", "system-cluster-critical"] {
-        let critical = variant(copy, "batch", "free-1-rq-00000000c1", &|v| {
-            v["spec"]["priorityClassName"] = json!(class);
-            if let Some(spec) = v["spec"].as_object_mut() {
-                spec.remove("priority");
-            }
-        })?;
+        let critical = of_class(copy, "free-1-rq-00000000c1", class)?;
         refused(&format!("a copy of {class}"), SYSTEM_CLASS, create(critical).await)?;
     }
 
@@ -65,12 +71,7 @@ pub async fn copies_are_held_as_they_stand(admin: &Client, as_requeue: &Client, 
     }))?;
     let maps: Api<ConfigMap> = Api::namespaced(admin.clone(), HOME);
     maps.create(&PostParams::default(), &classes).await?;
-    let online = variant(copy, "batch", "free-1-rq-00000000c3", &|v| {
-        v["spec"]["priorityClassName"] = json!("online-prod");
-        if let Some(spec) = v["spec"].as_object_mut() {
-            spec.remove("priority");
-        }
-    })?;
+    let online = of_class(copy, "free-1-rq-00000000c3", "online-prod")?;
     let dry = PostParams { dry_run: true, ..Default::default() };
     coloc_testbed::wait::until(MINUTE, "a copy of online-prod refused once the classes are published", || async {
         let api: Api<Pod> = Api::namespaced(as_requeue.clone(), "batch");
