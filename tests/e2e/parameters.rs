@@ -7,7 +7,7 @@
 //! routed to coloc-scheduler, or of the system's classes.
 
 use coloc_extender::model::marks::PER_POD_VERBS_MARKER as MARKER;
-use coloc_extender::routing::{NAME, PER_POD_VERBS, ROUTED};
+use coloc_extender::routing::{NAME, PER_POD_VERBS, REQUEUED, ROUTED};
 use coloc_testbed::cluster::{self, PodBuilder};
 use coloc_testbed::control_plane::{client_from, INSTALL_NAMESPACE as HOME};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
@@ -24,10 +24,11 @@ const GRAMMAR: &str = "coloc-extender-classes holds one selector a line";
 /// The namespace routed to coloc-scheduler.
 const ROUTED_NS: &str = "routed";
 
+/// The classes ConfigMap; `requeued` (what copies are held to) says what `per_pod_verbs` says.
 fn classes(routed: &str, per_pod_verbs: &str) -> anyhow::Result<ConfigMap> {
     Ok(serde_json::from_value(json!({
         "metadata": {"name": NAME, "namespace": HOME},
-        "data": {ROUTED: routed, PER_POD_VERBS: per_pod_verbs},
+        "data": {ROUTED: routed, PER_POD_VERBS: per_pod_verbs, REQUEUED: per_pod_verbs},
     }))?)
 }
 
@@ -83,6 +84,11 @@ pub async fn parameters_cannot_fail(bed: &Bed, admin: &Client) -> anyhow::Result
             &format!("{bad:?} as the extender"),
             GRAMMAR,
             maps.create(&dry, &classes(bad, "")?).await,
+        )?;
+        crate::privilege::refused(
+            &format!("{bad:?} as the extender, in perPodVerbs and requeued"),
+            GRAMMAR,
+            maps.create(&dry, &classes("", bad)?).await,
         )?;
     }
     let every = format!("|-2147483648|1000000000|{ROUTED_NS}|\nfree,offline-batch|0|10||app=x,tier=");
