@@ -113,6 +113,7 @@ catalogue! {
         PreemptionNever => "preemption_never",
         ReplacementWaits => "replacement_waits",
         Reprieved => "reprieved",
+        RoomLeftOver => "room_left_over",
         RoomOnItsWay => "room_on_its_way",
         Score => "score",
         Selected => "selected",
@@ -206,6 +207,9 @@ impl Code {
             Code::NoView => "no cluster view: kube-scheduler's victims are judged, not re-selected",
             Code::NoViewUidsOnly => "victims as UIDs only and no view: none can be checked, the node is dropped",
             Code::NodeNotInView => "a candidate node the view does not know",
+            Code::RoomLeftOver => {
+                "the room a plan leaves over places online pods already waiting: they share its cost"
+            }
             Code::NominatedRoom => {
                 "pending pods nominated to the node with at least the preemptor's priority hold their room"
             }

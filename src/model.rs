@@ -151,6 +151,10 @@ pub struct Pod {
     /// controller does not count it healthy. A pod with no `Ready` condition yet is taken
     /// as ready, as snapshots of clusters without kubelets have it.
     pub unready: bool,
+    /// kube-scheduler found no room for it (condition `PodScheduled` `False`, reason
+    /// `Unschedulable`): a pending pod of an online class waiting for room, which room
+    /// another preemption leaves over would place.
+    pub unschedulable: bool,
     /// Effective requests: max(init, sum(app)) + sidecars + overhead.
     pub requests: Resources,
     pub host_ports: Vec<HostPort>,

@@ -219,6 +219,9 @@ pub struct View {
     /// victims; DaemonSet and static pods aside: they never need room elsewhere), by size:
     /// the room an arriving online pod is likely to need.
     online_sizes: OrdMap<i64, usize>,
+    /// Pending pods of the same online classes, neither nominated nor gated nor
+    /// terminating, oldest first: those room left over by a preemption would place.
+    waiting_online: OrdMap<(Timestamp, String), PodRef>,
     /// Jobs and their pods' failures not counted yet (`cluster::jobs`).
     jobs: Jobs,
     /// Sum of node allocatable: the denominator of shares.
@@ -241,6 +244,12 @@ pub struct View {
     /// When the events applied next were received, milliseconds since the epoch (the
     /// watch sets it); 0 for a source without a clock (a snapshot): nothing is learned.
     clock_ms: i64,
+}
+
+/// A waiting pod's place in `View::waiting_online`: kube-scheduler's queue order among
+/// equals, oldest first.
+fn waiting_key(pod: &Pod) -> (Timestamp, String) {
+    (pod.creation_time.unwrap_or(0), pod.uid.clone())
 }
 
 /// Pods that left the view remembered at most; past that, the older half is forgotten.
@@ -492,7 +501,11 @@ impl View {
                     *p = pod;
                 }
             }
-            Slot::Pending => {}
+            // Its gates, deletion or condition may have changed, and its key with none.
+            Slot::Pending => {
+                self.leave_slot(old, policy);
+                self.enter_slot(pod, policy);
+            }
         }
     }
 
@@ -550,8 +563,19 @@ impl View {
                 self.count_bound(&pod, class, policy, 1);
             }
             Slot::Nominated(node) => self.node_mut(node).nominated.push(pod.clone()),
-            Slot::Pending => {}
+            Slot::Pending => {
+                if self.waits_for_online_room(&pod, policy) {
+                    self.waiting_online.insert(waiting_key(&pod), pod);
+                }
+            }
         }
+    }
+
+    fn waits_for_online_room(&self, pod: &Pod, policy: &Policy) -> bool {
+        pod.scheduling_gates.is_empty()
+            && pod.deletion_time.is_none()
+            && !pod.is_node_agent()
+            && policy.is_online(policy.classify(pod, self.priority_of(pod)))
     }
 
     fn detach(&mut self, pod: &PodRef, policy: &Policy) {
@@ -576,7 +600,9 @@ impl View {
                 self.node_mut(node).nominated.retain(|p| !Arc::ptr_eq(p, pod));
                 self.drop_if_empty(node);
             }
-            Slot::Pending => {}
+            Slot::Pending => {
+                self.waiting_online.remove(&waiting_key(pod));
+            }
         }
     }
 
@@ -919,6 +945,12 @@ impl View {
             at_most.push((*size, total));
         }
         OnlineRoom { at_most }
+    }
+
+    /// Pending pods of online classes waiting for room (neither nominated nor gated nor
+    /// terminating), oldest first.
+    pub fn waiting_online(&self) -> impl Iterator<Item = &Pod> {
+        self.waiting_online.values().map(|p| &**p)
     }
 
     /// Weighted dominant share of the cluster that `tenant`'s evictable pods hold.

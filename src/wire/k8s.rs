@@ -463,6 +463,11 @@ impl Pod {
         };
         let (preempted, evicted) = (disrupted("PreemptionByScheduler"), disrupted("EvictionByEvictionAPI"));
         let unready = self.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status != "True");
+        let unschedulable = self
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason == "Unschedulable");
         // Only a bare pod's is ever asked (requeue copies no other): an owned one pays nothing.
         let beyond_baseline = m.owner_references.is_empty().then(|| spec.beyond_baseline(&m.annotations)).flatten();
         Ok(model::Pod {
@@ -472,6 +477,7 @@ impl Pod {
             preempted,
             evicted,
             unready,
+            unschedulable,
             job_tracking: m.finalizers.iter().any(|f| f == model::TRACKING_FINALIZER),
             requeue_guarded: m.finalizers.iter().any(|f| f == crate::model::marks::GUARD),
             creation_time: parse_time("metadata.creationTimestamp", &m.creation_timestamp)?,
@@ -683,6 +689,18 @@ mod tests {
             serde_json::from_str::<Pod>(r#"{"metadata":{"labels":{"a":1}}}"#).is_err(),
             "a label that is not a string is refused"
         );
+    }
+
+    #[test]
+    fn a_pod_kube_scheduler_found_no_room_for_is_unschedulable_and_no_other() {
+        let with = |conditions: &str| {
+            let json = format!(r#"{{"metadata":{{"name":"a"}},"spec":{{}},"status":{{"conditions":{conditions}}}}}"#);
+            serde_json::from_str::<Pod>(&json).unwrap().into_model().unwrap().unschedulable
+        };
+        assert!(with(r#"[{"type":"PodScheduled","status":"False","reason":"Unschedulable"}]"#));
+        assert!(!with(r#"[{"type":"PodScheduled","status":"True"}]"#));
+        assert!(!with(r#"[{"type":"PodScheduled","status":"False","reason":"SchedulingGated"}]"#));
+        assert!(!with("null"));
     }
 
     // ---- Pod Security baseline: the first control a pod exceeds ----

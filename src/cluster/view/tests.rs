@@ -122,6 +122,35 @@ fn a_pending_pod_is_nominated_until_it_binds() {
 }
 
 #[test]
+fn an_online_pod_waits_for_room_while_pending_and_neither_nominated_gated_nor_terminating() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 4000));
+    let online = |name: &str| Pod {
+        priority: Some(10_000),
+        priority_class_name: Some("online-prod".into()),
+        creation_time: Some(if name == "older" { 1 } else { 2 }),
+        ..pod("o", name, None)
+    };
+    let waiting = |view: &View| view.waiting_online().map(|p| p.name.clone()).collect::<Vec<_>>();
+    view.apply_pod(Arc::new(online("web")), &p);
+    view.apply_pod(Arc::new(online("older")), &p);
+    view.apply_pod(Arc::new(pod("o", "batch", None)), &p);
+    view.apply_pod(Arc::new(Pod { scheduling_gates: vec!["g".into()], ..online("gated") }), &p);
+    assert_eq!(waiting(&view), ["older", "web"], "oldest first; offline and gated pods wait for nothing here");
+    // A change in place (kube-scheduler's condition) keeps one entry, the new version.
+    view.apply_pod(Arc::new(Pod { unschedulable: true, ..online("web") }), &p);
+    assert_eq!(waiting(&view), ["older", "web"]);
+    assert!(view.waiting_online().any(|w| w.name == "web" && w.unschedulable));
+    view.apply_pod(Arc::new(online("gated")), &p);
+    assert_eq!(waiting(&view), ["older", "gated", "web"], "its gate lifted (created with web: by UID then)");
+    view.apply_pod(Arc::new(Pod { nominated_node_name: Some("n1".into()), ..online("web") }), &p);
+    view.apply_pod(Arc::new(Pod { node_name: Some("n1".into()), ..online("older") }), &p);
+    view.apply_pod(Arc::new(Pod { deletion_time: Some(5), ..online("gated") }), &p);
+    assert!(waiting(&view).is_empty(), "{:?}", waiting(&view));
+}
+
+#[test]
 fn a_node_holds_its_pods_whatever_order_they_arrive_in() {
     let p = policy();
     let mut view = View::empty(&p);

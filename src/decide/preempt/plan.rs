@@ -18,8 +18,9 @@ use crate::policy::ClassId;
 /// brings back (a failed Job, a bare pod of a `lose` class), then the policy's class
 /// order, then budgets a later arrival would have to break (a PDB's or a Job's last).
 /// Then one figure: what the owners lose (the work thrown away plus a restart for every
-/// pod interrupted) and the preemptor's wait until the room is free, priced at its
-/// class's `waitPrice`. So a plan that frees the room sooner wins only where the work it
+/// pod interrupted), shared among the online pods the freed room places (the preemptor
+/// and those already waiting that fit in what is left over), and the preemptor's wait
+/// until the room is free, priced at its class's `waitPrice`. So a plan that frees the room sooner wins only where the work it
 /// adds costs less than the seconds it saves are worth, and a slower plan that is also
 /// dearer never wins. Then the sooner of two equal figures. A broken gang is no tier of
 /// its own: its survivors' run and restarts are in the figure, so a gang is broken only
@@ -42,7 +43,8 @@ pub struct Cost {
     /// allowed failure. Nothing is lost now, but a later arrival whose only room is
     /// behind that budget would have to violate it (budgets are shared over time).
     pub budgets_spent: i64,
-    /// `owners_loss + priced_wait`, milli-CPU-seconds: the one figure plans are weighed on.
+    /// `owners_loss / placed + priced_wait`, milli-CPU-seconds: the one figure plans are
+    /// weighed on.
     pub priced_loss: i64,
     /// Milliseconds until the room is free: the last victim gone, and the pods already
     /// terminating the plan waits for (`wait::until_gone`).
@@ -51,6 +53,11 @@ pub struct Cost {
     pub owners_loss: i64,
     /// The wait at the preemptor class's `waitPrice`, milli-CPU-seconds (`Cost::price_wait`).
     pub priced_wait: i64,
+    /// What the owners lose per online pod the freed room places (`owners_loss / placed`).
+    pub loss_per_placed: i64,
+    /// Online pods the freed room places: the preemptor, and those already waiting that
+    /// fit in the room left over (`Cost::share`). 0 stands for 1 (a cost not yet shared).
+    pub placed: i64,
     pub max_priority: i64,
     pub priority_sum: i64,
     pub victims: i64,
@@ -85,7 +92,18 @@ impl Cost {
         self.restarts = self.restarts.saturating_add(restarts);
         self.interrupted += pods;
         self.owners_loss = self.work_thrown_away.saturating_add(self.restarts);
-        self.priced_loss = self.owners_loss.saturating_add(self.priced_wait);
+        self.weigh();
+    }
+
+    /// Shares what the owners lose among `placed` online pods (at least the preemptor).
+    pub(super) fn share(&mut self, placed: i64) {
+        self.placed = placed.max(1);
+        self.weigh();
+    }
+
+    fn weigh(&mut self) {
+        self.loss_per_placed = self.owners_loss / self.placed.max(1);
+        self.priced_loss = self.loss_per_placed.saturating_add(self.priced_wait);
     }
 
     /// Sets the wait until the room is free, `wait_ms`, and its price: `price` CPU-seconds
@@ -93,7 +111,7 @@ impl Cost {
     pub(super) fn price_wait(&mut self, wait_ms: i64, price: WaitPrice) {
         self.wait_ms = wait_ms;
         self.priced_wait = price.of(wait_ms);
-        self.priced_loss = self.owners_loss.saturating_add(self.priced_wait);
+        self.weigh();
     }
 
     /// The figure owners lose and what it is made of, for explanations.
@@ -114,8 +132,12 @@ impl Cost {
             0 => String::new(),
             n => format!(" ({n} a last resort: bare, cannot be requeued)"),
         };
+        let shared = match self.placed {
+            0 | 1 => String::new(),
+            n => format!(", {} CPU-s for each of the {n} online pods its room places", cpu_s(self.loss_per_placed)),
+        };
         format!(
-            "owners lose {} CPU-s: {} run thrown away + {} for {} pod(s) interrupted ({}); {} PDB violation(s), {} lost{last_resort}{budgets}",
+            "owners lose {} CPU-s{shared}: {} run thrown away + {} for {} pod(s) interrupted ({}); {} PDB violation(s), {} lost{last_resort}{budgets}",
             cpu_s(self.owners_loss),
             cpu_s(self.work_thrown_away),
             cpu_s(self.restarts),
@@ -160,9 +182,14 @@ impl WaitPrice {
             return None;
         }
         let seconds = wait::seconds((chosen.wait_ms - other.wait_ms).abs());
-        let work = cpu_seconds_said((chosen.owners_loss - other.owners_loss).abs());
+        // Per online pod placed: a plan whose room places waiting pods too shares its loss.
+        let each = match chosen.placed.max(other.placed) {
+            0 | 1 => "",
+            _ => " per online pod placed",
+        };
+        let work = format!("{}{each}", cpu_seconds_said((chosen.loss_per_placed - other.loss_per_placed).abs()));
         let price = self.said();
-        let dearer = other.owners_loss > chosen.owners_loss;
+        let dearer = other.loss_per_placed > chosen.loss_per_placed;
         Some(match (other.wait_ms < chosen.wait_ms, dearer) {
             (true, true) => format!("{seconds} sooner for {work} more, not worth it at {price}"),
             (true, false) => format!("{seconds} sooner and {work} cheaper, yet ranked after"),

@@ -67,7 +67,9 @@ impl RoomOnItsWay {
             Some(c) => format!(
                 "; evicting elsewhere would free room in ~{}, {}",
                 wait::seconds(c.wait_ms),
-                price.trade(&Cost { wait_ms: wait.ms, owners_loss: 0, ..c.clone() }, c).unwrap_or_default()
+                price
+                    .trade(&Cost { wait_ms: wait.ms, owners_loss: 0, loss_per_placed: 0, ..c.clone() }, c)
+                    .unwrap_or_default()
             ),
             None => String::new(),
         };

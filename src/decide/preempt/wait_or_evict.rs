@@ -33,7 +33,7 @@ pub(super) fn waits_for_room_on_its_way(
                     "pods preempted on {node} are still terminating, {}: evicting elsewhere frees room in ~{} for {}, worth it at {}",
                     wait.describe(),
                     wait::seconds(c.wait_ms),
-                    cpu_seconds_said(c.owners_loss),
+                    cpu_seconds_said(c.loss_per_placed),
                     price.said()
                 ),
             ));

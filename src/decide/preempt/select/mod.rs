@@ -3,7 +3,8 @@
 //! policy lets this preemptor evict, then `reprieve.rs` puts them back while the pod
 //! fits and costs what is left), judged as kube-scheduler chose them where it does not
 //! (`request_victims.rs`). What the cost counts: Jobs failed (`jobs.rs`), gangs broken
-//! (`gangs.rs`), what the victims' return evicts (`aftermath.rs`).
+//! (`gangs.rs`), what the victims' return evicts (`aftermath.rs`), and the online pods
+//! waiting that the room left over places too, who share the cost (`room_left_over.rs`).
 
 mod aftermath;
 mod gangs;
@@ -11,6 +12,7 @@ mod jobs;
 mod reprieve;
 mod request_victims;
 mod reselect;
+mod room_left_over;
 
 use self::aftermath::Aftermath;
 use self::request_victims::{judge_request_victims, note_misplaced_uids};

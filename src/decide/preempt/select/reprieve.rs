@@ -3,7 +3,7 @@
 //! left exactly (PDBs, Jobs, what follows, gangs) and order the victims.
 
 use super::Asking;
-use super::{gangs, jobs};
+use super::{gangs, jobs, room_left_over};
 use crate::cluster::usage::NodeUsage;
 use crate::cluster::View;
 use crate::decide::eligibility::{Fate, Preemptor};
@@ -114,6 +114,22 @@ pub(super) fn reprieve<'a>(
     let survivors = gangs::charge(ctx, view, node_name, &chosen, ex);
     cost.gang_survivors = survivors.pods;
     cost.interrupt(survivors.work, survivors.pods, survivors.restarts);
+    // The room left over: online pods already waiting that it places share the cost.
+    let also = room_left_over::also_placed(view, node, &usage, pod);
+    cost.share(1 + also.len() as i64);
+    if !also.is_empty() {
+        let names: Vec<String> = also.iter().take(5).map(|p| p.key()).collect();
+        ex.push(Explanation::node(
+            node_name,
+            Verdict::Charged,
+            Code::RoomLeftOver,
+            format!(
+                "the room left over places {} online pod(s) already waiting too, who share the cost: {}",
+                also.len(),
+                names.join(", ")
+            ),
+        ));
+    }
     let how = match waits_for.len() {
         0 => "re-selected under the policy".to_string(),
         n => format!("re-selected under the policy, counting the room of {n} pod(s) already terminating"),
