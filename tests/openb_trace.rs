@@ -27,7 +27,7 @@ fn pods(rows: &[&str]) -> String {
 
 /// The window used below: trace seconds 10,000 to 11,000, ten trace seconds a replay second.
 fn window(nodes: usize) -> Window {
-    Window { start_s: 10_000, length_s: 1_000, speed: 10.0, nodes, seed: 7 }
+    Window { start_s: 10_000, length_s: 1_000, speed: 10.0, nodes, seed: 7, real_ages: false }
 }
 
 fn convert(nodes: &str, pods: &str, w: &Window) -> Result<openb::Converted, CsvError> {
@@ -75,6 +75,12 @@ fn pods_running_at_the_start_are_there_before_and_pods_created_in_the_window_arr
         ]
     );
     assert_eq!(c.gpu_pods, 1);
+
+    // With the trace's own ages, old-be has run 2,000 s: the same pods, the same lifetimes.
+    let real = convert(NODES, &list, &Window { real_ages: true, ..window(2) }).unwrap().scenario;
+    let old = &real.bare[0];
+    assert_eq!((old.name.as_str(), old.age_s, old.run_s), ("old-be", Some(2000), Some(300)));
+    assert_eq!(real.online.len(), sc.online.len());
 }
 
 #[test]

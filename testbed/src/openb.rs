@@ -11,7 +11,7 @@
 //!   scheduling) unscaled: the window's arrivals come `speed` times as fast as they did,
 //!   which is where the contention comes from (the trace's 1,523 nodes become a few);
 //! - pods there before: created before the window and still running at its start on that
-//!   clock, the newest first, each on the first kept node with room for it (pinned, the
+//!   clock (their age on it too, or the trace's own with `real_ages`), the newest first, each on the first kept node with room for it (pinned, the
 //!   same in every run); those with no room, or ending within [`SETTLE_S`] (they would end
 //!   while the test bed starts), are left out and counted;
 //! - arrivals: every pod created within the window, at its time on that clock;
@@ -43,6 +43,10 @@ pub struct Window {
     pub nodes: usize,
     /// Seeds the grace periods' and stop times' draws.
     pub seed: u64,
+    /// Pods there before have run since their creation in the trace, unscaled (hours or
+    /// days: the work an eviction throws away in production), not since their creation on
+    /// the replay's clock (minutes: comparable with generated clusters).
+    pub real_ages: bool,
 }
 
 /// A CSV of the trace that cannot be read: the file, where, and why.
@@ -260,7 +264,10 @@ pub fn convert(node_list: Csv<'_>, pod_list: Csv<'_>, w: &Window) -> Result<Conv
             gang_min: None,
             stop: draw(p.online),
             memory_mi: Some(p.memory_mi),
-            age_s: Some((-at(p)).round() as i64),
+            age_s: Some(match w.real_ages {
+                true => w.start_s - p.created_s,
+                false => (-at(p)).round() as i64,
+            }),
             run_s: end(p).map(|e| e.ceil() as u64),
             namespace: crate::prepared::BATCH.into(),
         });

@@ -40,6 +40,10 @@ enum Trace {
         /// Seeds offline pods' grace periods and stop times (drawn from the mix generated clusters draw).
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Pods there before have run since their creation in the trace (hours, days: what an
+        /// eviction throws away in production), not since on the replay's clock (minutes).
+        #[arg(long)]
+        real_ages: bool,
         /// The trace to write.
         #[arg(long)]
         out: PathBuf,
@@ -51,7 +55,7 @@ fn positive(s: &str) -> Result<f64, String> {
 }
 
 fn main() -> ExitCode {
-    let Trace::Openb { node_list, pod_list, start, length, speed, nodes, seed, out } = Cli::parse().trace;
+    let Trace::Openb { node_list, pod_list, start, length, speed, nodes, seed, real_ages, out } = Cli::parse().trace;
     let read = |p: &PathBuf| std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
     let run = || -> Result<String, String> {
         if length <= 0 {
@@ -59,7 +63,7 @@ fn main() -> ExitCode {
         }
         let (nodes_text, pods_text) = (read(&node_list)?, read(&pod_list)?);
         let (nodes_file, pods_file) = (node_list.display().to_string(), pod_list.display().to_string());
-        let window = Window { start_s: start, length_s: length, speed, nodes: nodes as usize, seed };
+        let window = Window { start_s: start, length_s: length, speed, nodes: nodes as usize, seed, real_ages };
         let c = openb::convert(
             Csv { file: &nodes_file, text: &nodes_text },
             Csv { file: &pods_file, text: &pods_text },
