@@ -20,9 +20,9 @@ use crate::policy::ClassId;
 /// Then one figure: what the owners lose (the work thrown away plus a restart for every
 /// pod interrupted), shared among the online pods the freed room places (the preemptor
 /// and those already waiting that fit in what is left over), and the preemptor's wait
-/// until the room is free, priced at its class's `waitPrice`. So a plan that frees the room sooner wins only where the work it
-/// adds costs less than the seconds it saves are worth, and a slower plan that is also
-/// dearer never wins. Then the sooner of two equal figures. A broken gang is no tier of
+/// until the room is free, priced at its class's `waitPrice`. So a plan that frees the
+/// room sooner wins only where the work it adds costs less than the seconds it saves are
+/// worth, and a slower plan that is also dearer never wins. Then the sooner of two equal figures. A broken gang is no tier of
 /// its own: its survivors' run and restarts are in the figure, so a gang is broken only
 /// where keeping it whole throws away more.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
