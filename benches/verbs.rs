@@ -15,6 +15,7 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
 use coloc_extender::cluster::{snapshot, View};
+use coloc_extender::model::{Pod, Resources};
 use coloc_extender::pipeline::{self, Verb};
 use coloc_extender::policy::Policy;
 use divan::{black_box, Bencher};
@@ -81,6 +82,33 @@ fn view(nodes: usize) -> &'static View {
         let bytes = payload(&["snapshot", "--nodes", &nodes.to_string(), "--victims", &VICTIMS.to_string()]);
         let objects = snapshot::parse(bytes).expect("generated snapshot parses");
         Box::leak(Box::new(View::build(objects, policy())))
+    })
+}
+
+/// `view(nodes)` with 64 online pods waiting for room (kube-scheduler found none for
+/// them), each small enough to fit in any plan's room left over: every plan looks at as
+/// many of them as preempt ever does (`room_left_over`).
+fn view_with_waiting(nodes: usize) -> &'static View {
+    static VIEWS: OnceLock<Mutex<HashMap<usize, &'static View>>> = OnceLock::new();
+    let mut views = VIEWS.get_or_init(Default::default).lock().unwrap();
+    views.entry(nodes).or_insert_with(|| {
+        let mut view = view(nodes).clone();
+        for i in 0..64 {
+            let waiting = Pod {
+                name: format!("waiting-{i}"),
+                namespace: "online".into(),
+                uid: format!("uid-waiting-{i}"),
+                creation_time: Some(NOW - 60 + i),
+                priority: Some(10_000),
+                priority_class_name: Some("online-prod".into()),
+                unschedulable: true,
+                requests: Resources { milli_cpu: 1, memory: 1, ..Default::default() },
+                ..Default::default()
+            };
+            view.apply_pod(std::sync::Arc::new(waiting), policy());
+        }
+        assert_eq!(view.waiting_online().count(), 64, "the waiting pods are online pods");
+        Box::leak(Box::new(view))
     })
 }
 
@@ -193,6 +221,13 @@ mod preempt {
     #[divan::bench(args = CANDIDATES, sample_count = 50, max_time = 5)]
     fn meta_view(bencher: Bencher, nodes: usize) {
         let view = view(nodes);
+        run(bencher, Verb::Preempt, preempt_body(nodes, "meta"), Some(view));
+    }
+
+    /// As `meta_view`, with online pods waiting that every plan's room left over places.
+    #[divan::bench(args = CANDIDATES, sample_count = 50, max_time = 5)]
+    fn meta_view_waiting(bencher: Bencher, nodes: usize) {
+        let view = view_with_waiting(nodes);
         run(bencher, Verb::Preempt, preempt_body(nodes, "meta"), Some(view));
     }
 }
