@@ -106,6 +106,7 @@ catalogue! {
         NominatedRoom => "nominated_room",
         NotLowerPriority => "not_lower_priority",
         NotRecreatable => "not_recreatable",
+        OnlineRoomKept => "online_room_kept",
         Outranked => "outranked",
         PdbStrict => "pdb_strict",
         PdbViolation => "pdb_violation",
@@ -215,6 +216,9 @@ impl Code {
             }
             Code::NotLowerPriority => "its priority is not below the preemptor's",
             Code::NotRecreatable => "a bare pod nothing would bring back, and the class protects bare pods",
+            Code::OnlineRoomKept => {
+                "filter: a young pod of a class that keeps off online room would take room an online pod of a size bound now fits in"
+            }
             Code::Outranked => "a cheaper candidate was chosen (maxCandidates)",
             Code::PdbStrict => "the plan would exceed a PDB of a strict class: the node is dropped",
             Code::PdbViolation => "it violates its PDB (a best-effort class)",

@@ -165,6 +165,11 @@ pub struct OnlineRoom {
 }
 
 impl OnlineRoom {
+    /// No online pod is bound.
+    pub fn is_empty(&self) -> bool {
+        self.at_most.is_empty()
+    }
+
     /// The share of online pods whose request is more than `after` and at most `before`
     /// milli-CPU: those that fit in a node's free room before an offline pod takes some of
     /// it, and not after. 0 without online pods.

@@ -1,13 +1,21 @@
 //! filter: nodes a pod may never use under the policy go to FailedAndUnresolvableNodes
 //! (kube-scheduler then skips them in preemption too); the rest are kept.
+//!
+//! A young pod of a class that keeps off online room (`placement.keepOffOnlineRoom`) is
+//! also unresolvable where it would take room an online pod of a size bound now fits in
+//! as is: the next online arrival finds that room free instead of preempting the pod
+//! (and a released copy is not interrupted twice). It waits, or goes where it leaves that
+//! room; once the class's time is up, any node. kube-scheduler tries it again on the next
+//! cluster event its own filters wait for, at the latest after its unschedulable flush.
 
 use std::collections::BTreeMap;
 
 use super::fit::exceeds_allocatable;
 use super::{Context, Explanation};
+use crate::cluster::{OnlineRoom, View};
 use crate::explanation::{Code, Verdict};
-use crate::model::Node;
-use crate::policy::Placement;
+use crate::model::{Node, Pod};
+use crate::policy::{Class, Placement};
 use crate::wire::{ExtenderArgs, NodeSet};
 
 #[derive(Debug, Default)]
@@ -32,7 +40,8 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
             "NodeNames only and no cluster view: placement rules need node labels, every node is kept",
         ));
     }
-    if let Some(smallest) = uniform_verdict(args, ctx, &class.placement) {
+    let kept_room = KeptRoom::of(&args.pod, class, ctx);
+    if let Some(smallest) = uniform_verdict(args, ctx, &class.placement).filter(|_| kept_room.is_none()) {
         // kube-scheduler sends hundreds of names per call: no rule of this class tells
         // them apart, so none is looked up.
         let n = args.nodes.len();
@@ -81,6 +90,11 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
             out.unresolvable.insert(name.to_string(), reason);
             continue;
         }
+        if let Some(why) = kept_room.as_ref().and_then(|k| k.takes(&args.pod, name, node)) {
+            out.explanations.push(Explanation::node(name, Verdict::Unresolvable, Code::OnlineRoomKept, why));
+            out.unresolvable.insert(name.to_string(), kept_room.as_ref().map(KeptRoom::reason).unwrap_or_default());
+            continue;
+        }
         out.kept.push(i);
     }
     // Kept nodes are the rule, not news: one line for all of them.
@@ -90,6 +104,51 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
         format!("{} of {} node(s) kept for class {}", out.kept.len(), names.len(), class.name),
     ));
     out
+}
+
+/// The room online pods fit in, kept from a young pod of a class that keeps off it.
+struct KeptRoom<'v> {
+    view: &'v View,
+    online: OnlineRoom,
+    class: &'v str,
+    /// Seconds the pod is still kept off.
+    left: i64,
+}
+
+impl<'v> KeptRoom<'v> {
+    fn of(pod: &Pod, class: &'v Class, ctx: &Context<'v>) -> Option<Self> {
+        let placement = &class.placement;
+        if !placement.keeps_off_online_room(pod.creation_time, ctx.now) {
+            return None;
+        }
+        let view = ctx.view?;
+        let online = view.online_room();
+        let left = placement.keep_off_online_room - ctx.now.saturating_sub(pod.creation_time?);
+        (!online.is_empty()).then_some(KeptRoom { view, online, class: &class.name, left })
+    }
+
+    /// Why `pod` may not take its room on `node`, if it would take room online pods fit in.
+    /// A node whose pods the view does not hold yet is not judged.
+    fn takes(&self, pod: &Pod, name: &str, node: &Node) -> Option<String> {
+        let usage = &self.view.node_info(name).filter(|i| i.node().is_some())?.usage().all;
+        let before = node.allocatable.milli_cpu - usage.requested.milli_cpu;
+        let after = before - pod.requests.milli_cpu;
+        let share = self.online.share_between(after, before);
+        (share > 0.0).then(|| {
+            format!(
+                "class {} keeps its pods off online room for {} s more: {before} m CPU free here, {} m once this pod is placed; {:.0} % of the online pods bound now fit in as is, not after",
+                self.class,
+                self.left,
+                after.max(0),
+                share * 100.0
+            )
+        })
+    }
+
+    /// What kube-scheduler is told: the same on every node, so its message counts them.
+    fn reason(&self) -> String {
+        format!("class {} keeps its young pods off the room online pods fit in", self.class)
+    }
 }
 
 /// Names mode with a view, a class without placement rules, and a pod that fits the

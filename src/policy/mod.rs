@@ -181,6 +181,23 @@ impl Policy {
                     Some("waitPrice"),
                 ));
             }
+            if c.placement.keep_off_online_room > 0 && !c.victim.allowed {
+                return Err(invalid(
+                    field(".placement.keepOffOnlineRoom"),
+                    "only for offline classes (victim.allowed: true): online pods' own room is theirs".into(),
+                    Some("keepOffOnlineRoom"),
+                ));
+            }
+            if c.placement.keep_off_online_room > MAX_KEEP_OFF_ONLINE_ROOM {
+                return Err(invalid(
+                    field(".placement.keepOffOnlineRoom"),
+                    format!(
+                        "at most {}m: a pod kept off longer waits for kube-scheduler's next retry (up to 5m) on top",
+                        MAX_KEEP_OFF_ONLINE_ROOM / 60
+                    ),
+                    Some("keepOffOnlineRoom"),
+                ));
+            }
             if c.requeue.max_attempts == Some(0) {
                 return Err(invalid(
                     field(".requeue.maxAttempts"),
@@ -293,6 +310,10 @@ impl Policy {
 fn is_queue_name(s: &str) -> bool {
     s.split_once('/').is_some_and(|(ns, q)| !ns.is_empty() && !q.is_empty() && !q.contains('/'))
 }
+
+/// The longest `placement.keepOffOnlineRoom`: a pod kept off is pending that long at
+/// least, whatever room there is.
+const MAX_KEEP_OFF_ONLINE_ROOM: i64 = 600;
 
 /// Far above any real policy; the YAML parser's cost grows with depth, so hostile files
 /// are refused before parsing.

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::model::{GangRef, GangSource, Labels, Pod};
+use crate::model::{GangRef, GangSource, Labels, Pod, Timestamp};
 
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -341,6 +341,14 @@ pub struct Placement {
     #[schemars(with = "BTreeMap<String, String>")]
     #[serde(default)]
     pub forbid_node_labels: Labels,
+    /// For this long after it is created, a pod of the class is kept off nodes where it
+    /// would take room an online pod of a size bound now fits in as is (filter:
+    /// unresolvable there), e.g. "60s"; at most 10m; 0 (default): never. Room an online
+    /// arrival finds free spares it a preemption; a released copy that fills it is evicted
+    /// again. The pod waits instead, or goes where it leaves that room.
+    #[serde(default, deserialize_with = "duration::deserialize")]
+    #[schemars(with = "String", regex(pattern = r"^\s*(0|([0-9]+[smhd])+)\s*$"))]
+    pub keep_off_online_room: i64,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
@@ -588,9 +596,16 @@ impl Selector {
 }
 
 impl Placement {
-    /// No rule: every node is allowed.
+    /// No label rule: every node is allowed, whatever its labels (`keepOffOnlineRoom`
+    /// judges the room on a node, not the node).
     pub fn is_empty(&self) -> bool {
         self.require_node_labels.is_empty() && self.forbid_node_labels.is_empty()
+    }
+
+    /// Is a pod created at `created` still kept off online pods' room at `now`? Never for
+    /// a pod whose creation is unknown: nothing would bound the wait.
+    pub fn keeps_off_online_room(&self, created: Option<Timestamp>, now: Timestamp) -> bool {
+        self.keep_off_online_room > 0 && created.is_some_and(|c| now.saturating_sub(c) < self.keep_off_online_room)
     }
 
     /// May pods of the class use a node with `labels`? (`rejects` says why not.)

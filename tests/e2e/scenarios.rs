@@ -30,6 +30,10 @@ pub fn cases() -> Vec<Case> {
             name: "a_released_copy_keeps_off_the_room_the_next_online_pod_fits_in",
             run: |b, m| Box::pin(copy_keeps_headroom(b, m)),
         },
+        Case {
+            name: "a_young_offline_pod_keeps_off_online_room_the_next_online_pod_then_takes_without_an_eviction",
+            run: |b, m| Box::pin(young_pod_keeps_off(b, m)),
+        },
         Case { name: "shadow_mode_places_and_evicts_as_stock_does", run: |b, m| Box::pin(shadow_as_stock(b, m)) },
         Case {
             name: "released_replacements_wait_for_room_and_evict_nobody",
@@ -389,6 +393,80 @@ async fn copy_keeps_headroom(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         bed.logs()
     );
     crate::invariants::nothing_lost(&bed, "batch", &before).await?;
+    bed.finish()
+}
+
+/// How long the shipped batch class keeps its young pods off online room in
+/// `young_pod_keeps_off` (long enough for the online pod to arrive, short for CI).
+const KEEP_OFF: u64 = 15;
+
+/// node-1 (4 CPUs) holds a 2-CPU online pod: another of its size fits in the room left.
+/// The shipped policy with batch's `placement.keepOffOnlineRoom`: a 1-CPU batch pod
+/// created now waits (kube-scheduler says why) instead of taking that room, and the next
+/// 2-CPU online pod takes it as is: no eviction. Once the batch pod's time is up, the room
+/// freed by the online pod's delete is its own.
+async fn young_pod_keeps_off(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up(bins, mode).await?;
+    bed.nodes(&["node-1"], 4000).await?;
+    bed.bound(vec![PodBuilder::new("online", "web-0", "online-prod", 2000).on("node-1")]).await?;
+    bed.until_running("online", 1).await?;
+    let shipped = std::fs::read_to_string(crate::bed::repo("policy/default.yaml"))?;
+    let batch =
+        shipped.find("  - name: batch").ok_or_else(|| anyhow::anyhow!("no class batch in the shipped policy"))?;
+    let (head, tail) = shipped.split_at(batch);
+    let rule = "      requireNodeLabels: {colocation.example.com/offline-allowed: \"true\"}\n";
+    let kept = format!("{rule}      keepOffOnlineRoom: {KEEP_OFF}s\n");
+    anyhow::ensure!(tail.contains(rule), "the shipped policy's batch placement changed: update this test");
+    let path = bed.plane.dir().join("policy.yaml");
+    std::fs::write(&path, format!("{head}{}", tail.replacen(rule, &kept, 1)))?;
+    let e = bed.extender(&["--requeue", "--policy", &path.display().to_string()]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+
+    let created = std::time::Instant::now();
+    cluster::create(&bed.client, PodBuilder::new("batch", "late", "offline-batch", 1000).build()).await?;
+    bed.until_pods("batch", MINUTE, "late waiting, kept off node-1's online room", |pods| {
+        let late = pods.iter().find(|p| cluster::name(p) == "late").ok_or("late not found")?;
+        let said = late.status.iter().flat_map(|s| s.conditions.iter().flatten()).any(|c| {
+            c.type_ == "PodScheduled"
+                && c.message
+                    .as_deref()
+                    .is_some_and(|m| m.contains("keeps its young pods off the room online pods fit in"))
+        });
+        match cluster::node_of(late) {
+            Some(node) => Err(format!("late bound to {node}: it took the online room")),
+            None if said => Ok(()),
+            None => Err("not tried yet".into()),
+        }
+    })
+    .await?;
+    online(&bed, "web-1", 2000).await?;
+    let web_1 = online_placed(&bed, "web-1").await?;
+    let late_node = bed
+        .until_pods("batch", MINUTE, "late still waiting", |pods| {
+            Ok(pods.iter().find(|p| cluster::name(p) == "late").and_then(cluster::node_of).map(str::to_string))
+        })
+        .await?;
+    let preempted = bed.extenders[e]
+        .metric_sum("coloc_decisions_total", "verb=\"preempt\",verdict=\"kept\",reason=\"selected\"")
+        .await?;
+    anyhow::ensure!(
+        web_1 == "node-1" && late_node.is_none() && preempted == 0.0,
+        "web-1 on {web_1}, late on {late_node:?}, {preempted} preempt answer(s): web-1 should take the room late kept off\n{}",
+        bed.logs()
+    );
+
+    // Nothing held forever: once its time is up, late takes room an online pod fits in.
+    tokio::time::sleep(Duration::from_secs(KEEP_OFF).saturating_sub(created.elapsed())).await;
+    Api::<Pod>::namespaced(bed.client.clone(), "online")
+        .delete("web-1", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
+        .await?;
+    bed.until_pods("batch", MINUTE, "late bound to node-1 once its time is up", |pods| {
+        match pods.iter().find(|p| cluster::name(p) == "late").and_then(cluster::node_of) {
+            Some("node-1") => Ok(()),
+            other => Err(format!("late on {other:?}")),
+        }
+    })
+    .await?;
     bed.finish()
 }
 
