@@ -33,6 +33,23 @@ fn policy() -> &'static Policy {
     P.get_or_init(|| Policy::builtin_default().enforced())
 }
 
+/// The shipped policy with the `keepOffOnlineRoom` its comment shows turned on, and batch
+/// allowed on every node (the generated nodes carry no labels): each node is judged.
+fn keeping_off_policy() -> &'static Policy {
+    static P: OnceLock<Policy> = OnceLock::new();
+    P.get_or_init(|| {
+        let shipped = include_str!("../policy/default.yaml");
+        let labels = "requireNodeLabels: {colocation.example.com/offline-allowed: \"true\"}";
+        let on = shipped.replacen("# keepOffOnlineRoom: 60s", "keepOffOnlineRoom: 60s", 1).replacen(
+            labels,
+            "requireNodeLabels: {}",
+            1,
+        );
+        assert_ne!(on, shipped, "the shipped policy no longer shows keepOffOnlineRoom");
+        Policy::from_yaml(&on).expect("the shipped policy with keepOffOnlineRoom on").enforced()
+    })
+}
+
 fn payload_dir() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -112,6 +129,28 @@ fn view_with_waiting(nodes: usize) -> &'static View {
     })
 }
 
+/// `view(nodes)` with 2 CPUs more on every node: the room its 2-CPU online pod fits in
+/// as is, which a 1-CPU offline pod would take.
+fn view_with_online_room(nodes: usize) -> &'static View {
+    static VIEWS: OnceLock<Mutex<HashMap<usize, &'static View>>> = OnceLock::new();
+    let mut views = VIEWS.get_or_init(Default::default).lock().unwrap();
+    views.entry(nodes).or_insert_with(|| {
+        let mut view = view(nodes).clone();
+        let grown: Vec<_> = view
+            .nodes()
+            .map(|(n, _)| {
+                let mut n = n.clone();
+                n.allocatable.milli_cpu += 2000;
+                n
+            })
+            .collect();
+        for n in grown {
+            view.apply_node(n);
+        }
+        Box::leak(Box::new(view))
+    })
+}
+
 fn run(bencher: Bencher, verb: Verb, body: &'static [u8], view: Option<&'static View>) {
     // Fail loudly (once, untimed) if the payload is rejected: a benchmark of an error
     // path would look wonderfully fast.
@@ -151,6 +190,33 @@ mod filter {
     fn names_view(bencher: Bencher, nodes: usize) {
         run(bencher, Verb::Filter, filter_body(nodes, "names"), Some(view(nodes)));
     }
+
+    /// The same nodes for an offline pod created a second ago (class batch, 1 cpu): the
+    /// class's label rules and, node by node, whether it would take room an online pod of
+    /// a size bound now fits in (`keepOffOnlineRoom`).
+    #[divan::bench(args = VIEW_SIZES, sample_count = 1000, sample_size = 1, max_time = 10)]
+    fn names_view_offline_young(bencher: Bencher, nodes: usize) {
+        let body = young(offline_body(filter_body(nodes, "names")));
+        let policy = keeping_off_policy();
+        let view = view_with_online_room(nodes);
+        let first = pipeline::replay(Verb::Filter, body, policy, Some(view), NOW).expect("answered");
+        assert!(
+            first.explanations.iter().any(|e| e.code == "online_room_kept"),
+            "no node kept off: the benchmark would not measure the rule: {:?}",
+            first.explanations.iter().map(|e| (e.code, e.detail.as_str())).take(5).collect::<Vec<_>>()
+        );
+        bencher.counter(divan::counter::BytesCount::new(body.len())).bench(|| {
+            pipeline::replay(Verb::Filter, black_box(body), policy, Some(view), NOW).map(|a| a.body.len()).unwrap()
+        });
+    }
+}
+
+/// `body` with its pod created a second before NOW.
+fn young(body: &[u8]) -> &'static [u8] {
+    let mut v: serde_json::Value = serde_json::from_slice(body).expect("generated payload parses");
+    let created = jiff::Timestamp::from_second(NOW - 1).expect("a valid time").to_string();
+    v["Pod"]["metadata"]["creationTimestamp"] = created.into();
+    Box::leak(serde_json::to_vec(&v).expect("serializes").into_boxed_slice())
 }
 
 mod prioritize {
