@@ -65,6 +65,9 @@ pub struct Answer {
     pub summary: String,
     /// The decision's time (`Context::now`).
     pub decided_at: Timestamp,
+    /// Filter only: the pod was kept off online room until then, when kube-scheduler
+    /// should try it again (`wake`). Never in shadow mode, which keeps nothing off.
+    pub retry_at: Option<Timestamp>,
     /// Preempt answers only.
     pub preempt: Option<PreemptPart>,
     /// Shadow mode only: the policy's answer, which was not sent, and what it would change.
@@ -118,6 +121,7 @@ impl Answer {
             mode: Mode::Enforce,
             summary,
             decided_at: ctx.now,
+            retry_at: None,
             preempt: None,
             shadow: None,
         }
@@ -141,6 +145,7 @@ impl Answer {
                 p.promised.clear();
             }
             self.mode = Mode::Shadow;
+            self.retry_at = None;
         }
         self
     }
@@ -209,6 +214,7 @@ pub fn echo(
         mode: Mode::Shadow,
         summary: "kube-scheduler's own answer, the policy's decided after it".into(),
         decided_at: now,
+        retry_at: None,
         preempt: None,
         shadow: None,
     })
@@ -263,7 +269,9 @@ pub fn answer(verb: Verb, body: &[u8], ctx: &Context, bounds: &Bounds) -> Result
                 )),
             };
             let summary = format!("kept {} of {} node(s)", out.kept.len(), args.nodes.len());
-            Ok(Answer::enforced(&ctx, body, &args.pod, out.explanations, summary).in_mode(
+            let answer =
+                Answer { retry_at: out.retry_at, ..Answer::enforced(&ctx, body, &args.pod, out.explanations, summary) };
+            Ok(answer.in_mode(
                 mode,
                 None,
                 || shadow::filter_answer(&args),

@@ -131,6 +131,9 @@ impl Service {
         if let (Some(waker), Some(reason)) = (&self.waker, wake_reason(sent.as_ref().ok(), request.ready)) {
             waker.request(reason);
         }
+        if let (Some(waker), Some(at)) = (&self.waker, sent.as_ref().ok().and_then(|a| a.retry_at)) {
+            waker.request_at(at);
+        }
         Ok(Answered { sent: sent?, later: None })
     }
 

@@ -62,8 +62,9 @@ fn a_young_offline_pod_keeps_off_the_room_an_online_pod_fits_in() {
 fn once_its_time_is_up_it_takes_any_room() {
     let policy = keeping("60s");
     let v = cluster(&policy, &[("tight", 4000), ("roomy", 8000)]);
-    let out = body(&filter(&policy, &v, &young_batch(60), &["tight", "roomy"]));
-    assert_eq!(out["NodeNames"], json!(["tight", "roomy"]), "{out}");
+    let answer = filter(&policy, &v, &young_batch(60), &["tight", "roomy"]);
+    assert_eq!(body(&answer)["NodeNames"], json!(["tight", "roomy"]), "{}", body(&answer));
+    assert_eq!(answer.retry_at, None, "nothing to wake for");
 }
 
 #[test]
@@ -83,6 +84,17 @@ fn with_no_other_room_it_waits() {
         line.detail
     );
     assert!(line.detail.contains("50 s more"), "{}", line.detail);
+    assert_eq!(answer.retry_at, Some(NOW + 50), "kube-scheduler is woken when its time is up");
+}
+
+#[test]
+fn shadow_mode_keeps_nothing_off_and_wakes_nobody() {
+    let policy = classes().extra("mode: shadow\n").batch("placement: {keepOffOnlineRoom: 60s}").build();
+    let v = cluster(&policy, &[("tight", 4000)]);
+    let answer = filter(&policy, &v, &young_batch(10), &["tight"]);
+    assert_eq!(body(&answer)["NodeNames"], json!(["tight"]));
+    assert_eq!(answer.retry_at, None);
+    assert!(answer.explanations.iter().any(|e| e.code == "online_room_kept"), "still decided and explained");
 }
 
 #[test]
@@ -120,4 +132,19 @@ fn the_policy_refuses_it_on_an_online_class_and_beyond_ten_minutes() {
     let err = Policy::from_yaml(&long).unwrap_err().to_string();
     assert!(err.contains("keepOffOnlineRoom") && err.contains("at most 10m"), "{err}");
     assert!(Policy::from_yaml(&classes().batch("placement: {keepOffOnlineRoom: 10m}").yaml()).is_ok());
+}
+
+#[test]
+fn room_kube_scheduler_sees_and_the_view_does_not_yet_is_kept_too() {
+    let policy = keeping("60s");
+    // `tight` full in the view (a 2-CPU pod there the view still counts); kube-scheduler,
+    // which sent the node, has seen that pod go.
+    let v = Scenario::new(policy.clone())
+        .node(node("tight", 4000, 8))
+        .pods([pod("web-0", "online", Some("tight"), 2000), pod("web-1", "online", Some("tight"), 2000)])
+        .view();
+    let answer = filter(&policy, &v, &young_batch(10), &["tight"]);
+    assert_eq!(body(&answer)["NodeNames"], json!([]), "{}", body(&answer));
+    let line = answer.explanations.iter().find(|e| e.code == "online_room_kept").expect("explained");
+    assert!(line.detail.contains("the view does not show room for it here yet"), "{}", line.detail);
 }

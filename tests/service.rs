@@ -35,6 +35,7 @@ fn answer(bare: &[&str], view_behind: bool) -> Answer {
         mode: Mode::Enforce,
         summary: String::new(),
         decided_at: 0,
+        retry_at: None,
         preempt: Some(PreemptPart {
             requeues: bare.iter().map(|u| intent(u)).collect(),
             view_behind,

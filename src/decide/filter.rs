@@ -14,7 +14,7 @@ use super::fit::exceeds_allocatable;
 use super::{Context, Explanation};
 use crate::cluster::{OnlineRoom, View};
 use crate::explanation::{Code, Verdict};
-use crate::model::{Node, Pod};
+use crate::model::{Node, Pod, Timestamp};
 use crate::policy::{Class, Placement};
 use crate::wire::{ExtenderArgs, NodeSet};
 
@@ -27,6 +27,9 @@ pub struct FilterOutcome {
     pub failed: BTreeMap<String, String>,
     pub unresolvable: BTreeMap<String, String>,
     pub explanations: Vec<Explanation>,
+    /// A node was kept off online room for this pod: when its time is up, and
+    /// kube-scheduler should try it again (it waits for a cluster event otherwise).
+    pub retry_at: Option<Timestamp>,
 }
 
 pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
@@ -93,6 +96,7 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
         if let Some(why) = kept_room.as_ref().and_then(|k| k.takes(&args.pod, name, node)) {
             out.explanations.push(Explanation::node(name, Verdict::Unresolvable, Code::OnlineRoomKept, why));
             out.unresolvable.insert(name.to_string(), kept_room.as_ref().map(KeptRoom::reason).unwrap_or_default());
+            out.retry_at = kept_room.as_ref().map(|k| ctx.now + k.left);
             continue;
         }
         out.kept.push(i);
@@ -133,6 +137,14 @@ impl<'v> KeptRoom<'v> {
         let usage = &self.view.node_info(name).filter(|i| i.node().is_some())?.usage().all;
         let before = node.allocatable.milli_cpu - usage.requested.milli_cpu;
         let after = before - pod.requests.milli_cpu;
+        if after < 0 {
+            // kube-scheduler found room the view does not show yet: a pod has left (an
+            // online one, maybe) and its delete is still on its way here.
+            return Some(format!(
+                "class {} keeps its pods off online room for {} s more: the view does not show room for it here yet ({before} m CPU free), so what it would take is not known",
+                self.class, self.left
+            ));
+        }
         let share = self.online.share_between(after, before);
         (share > 0.0).then(|| {
             format!(

@@ -2,15 +2,17 @@
 //! task once the view is ready, at most once per `min_interval`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client};
 use tokio::sync::Notify;
 
+use super::due::Due;
 use super::{placeholder, Reason, LABEL};
 use crate::cluster::ViewCell;
+use crate::model::Timestamp;
 
 /// How long a placeholder exists: long enough for kube-scheduler's pod informer to see it
 /// even across a short reconnect, so that its deletion is an event there.
@@ -21,11 +23,19 @@ pub struct Waker {
     namespace: String,
     wanted: AtomicBool,
     notify: Notify,
+    /// Wakes owed later: pods kept off online room until then.
+    due: Mutex<Due>,
 }
 
 impl Waker {
     pub fn new(client: Client, namespace: String) -> Arc<Waker> {
-        Arc::new(Waker { client, namespace, wanted: AtomicBool::new(false), notify: Notify::new() })
+        Arc::new(Waker {
+            client,
+            namespace,
+            wanted: AtomicBool::new(false),
+            notify: Notify::new(),
+            due: Mutex::new(Due::default()),
+        })
     }
 
     /// Asks for a wake; cheap, never blocks. Requests before the next wake merge.
@@ -37,6 +47,11 @@ impl Waker {
         }
     }
 
+    /// Asks for a wake at `at` (seconds since the epoch); cheap, never blocks.
+    pub fn request_at(&self, at: Timestamp) {
+        self.due.lock().unwrap_or_else(|e| e.into_inner()).owe(at);
+    }
+
     /// Wakes whenever asked or the view becomes ready, once it is ready, at most once per
     /// `min_interval`; a failed wake is tried again.
     pub async fn run(self: Arc<Self>, cell: Arc<ViewCell>, min_interval: Duration) {
@@ -46,6 +61,9 @@ impl Waker {
             tokio::select! {
                 _ = self.notify.notified() => {}
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            if self.due.lock().unwrap_or_else(|e| e.into_inner()).take(crate::clock::system_now()) {
+                self.request(Reason::KeptOffOver);
             }
             let ready = cell.is_ready();
             if ready && !was_ready {

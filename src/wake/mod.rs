@@ -11,6 +11,7 @@
 //! runs (no kubelet has that node) and carries no requests; the pod GC controller removes
 //! a leftover one (orphaned on a missing node) if our delete fails.
 
+pub mod due;
 pub mod kube;
 
 use serde_json::{json, Value};
@@ -33,6 +34,8 @@ pub enum Reason {
     ViewNotReady,
     /// A preempt call was answered with an error.
     PreemptFailed,
+    /// A pod kept off online room (`placement.keepOffOnlineRoom`) may take it now.
+    KeptOffOver,
 }
 
 impl Reason {
@@ -41,6 +44,7 @@ impl Reason {
             Reason::Ready => "ready",
             Reason::ViewNotReady => "view_not_ready",
             Reason::PreemptFailed => "preempt_failed",
+            Reason::KeptOffOver => "kept_off_over",
         }
     }
 }

@@ -403,8 +403,9 @@ const KEEP_OFF: u64 = 15;
 /// node-1 (4 CPUs) holds a 2-CPU online pod: another of its size fits in the room left.
 /// The shipped policy with batch's `placement.keepOffOnlineRoom`: a 1-CPU batch pod
 /// created now waits (kube-scheduler says why) instead of taking that room, and the next
-/// 2-CPU online pod takes it as is: no eviction. Once the batch pod's time is up, the room
-/// freed by the online pod's delete is its own.
+/// 2-CPU online pod takes it as is: no eviction. The online pod leaves while the batch pod
+/// is still kept off; once its time is up the extender wakes kube-scheduler, and the room
+/// is the batch pod's.
 async fn young_pod_keeps_off(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     let mut bed = Bed::up(bins, mode).await?;
     bed.nodes(&["node-1"], 4000).await?;
@@ -455,8 +456,9 @@ async fn young_pod_keeps_off(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         bed.logs()
     );
 
-    // Nothing held forever: once its time is up, late takes room an online pod fits in.
-    tokio::time::sleep(Duration::from_secs(KEEP_OFF).saturating_sub(created.elapsed())).await;
+    // Nothing held forever: web-1 leaves while late is still kept off, and nothing else
+    // happens in the cluster. Once late's time is up the extender wakes kube-scheduler
+    // (which would otherwise wait for its five-minute flush), and late takes the room.
     Api::<Pod>::namespaced(bed.client.clone(), "online")
         .delete("web-1", &DeleteParams { grace_period_seconds: Some(0), ..Default::default() })
         .await?;
@@ -467,6 +469,13 @@ async fn young_pod_keeps_off(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
         }
     })
     .await?;
+    let waited = created.elapsed();
+    let woken = bed.extenders[e].metric_sum("coloc_wake_requests_total", "reason=\"kept_off_over\"").await?;
+    anyhow::ensure!(
+        // creationTimestamp has whole seconds: the pod's time may end up to 1 s early.
+        waited >= Duration::from_secs(KEEP_OFF - 1) && woken >= 1.0,
+        "late bound {waited:?} after it was created, {woken} wake(s) asked for when its time was up"
+    );
     bed.finish()
 }
 
