@@ -5,8 +5,9 @@
 //! also unresolvable where it would take room an online pod of a size bound now fits in
 //! as is: the next online arrival finds that room free instead of preempting the pod
 //! (and a released copy is not interrupted twice). It waits, or goes where it leaves that
-//! room; once the class's time is up, any node. kube-scheduler tries it again on the next
-//! cluster event its own filters wait for, at the latest after its unschedulable flush.
+//! room; once the class's time is up, any node. kube-scheduler would try it again only on
+//! a cluster event its own filters wait for, or after its five-minute flush: the outcome
+//! says when the time is up (`retry_at`), for the wake component to wake it then.
 
 use std::collections::BTreeMap;
 
@@ -127,7 +128,8 @@ impl<'v> KeptRoom<'v> {
         }
         let view = ctx.view?;
         let online = view.online_room();
-        let left = placement.keep_off_online_room - ctx.now.saturating_sub(pod.creation_time?);
+        let age = ctx.now.saturating_sub(pod.creation_time?).max(0);
+        let left = placement.keep_off_online_room - age;
         (!online.is_empty()).then_some(KeptRoom { view, online, class: &class.name, left })
     }
 

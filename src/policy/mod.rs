@@ -192,7 +192,7 @@ impl Policy {
                 return Err(invalid(
                     field(".placement.keepOffOnlineRoom"),
                     format!(
-                        "at most {}m: a pod kept off longer waits for kube-scheduler's next retry (up to 5m) on top",
+                        "at most {}m: a pod kept off is pending that long, whatever room there is",
                         MAX_KEEP_OFF_ONLINE_ROOM / 60
                     ),
                     Some("keepOffOnlineRoom"),

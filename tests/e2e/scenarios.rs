@@ -396,12 +396,12 @@ async fn copy_keeps_headroom(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     bed.finish()
 }
 
-/// How long the shipped batch class keeps its young pods off online room in
-/// `young_pod_keeps_off` (long enough for the online pod to arrive, short for CI).
+/// How long batch keeps its young pods off online room in `young_pod_keeps_off` (long
+/// enough for the online pod to arrive, short for CI).
 const KEEP_OFF: u64 = 15;
 
 /// node-1 (4 CPUs) holds a 2-CPU online pod: another of its size fits in the room left.
-/// The shipped policy with batch's `placement.keepOffOnlineRoom`: a 1-CPU batch pod
+/// The shipped policy with `placement.keepOffOnlineRoom` on for batch: a 1-CPU batch pod
 /// created now waits (kube-scheduler says why) instead of taking that room, and the next
 /// 2-CPU online pod takes it as is: no eviction. The online pod leaves while the batch pod
 /// is still kept off; once its time is up the extender wakes kube-scheduler, and the room
