@@ -81,8 +81,10 @@ fn routing_deleted_and_applied_again(bed: &Bed, objects: &[Value], names: &[&str
             o["metadata"]["name"].as_str().unwrap_or_default(),
         ])?;
     }
-    // The API server looks at its policies every second.
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    // The API server looks at its policies every second; under load (CI runs two cases at
+    // once) it has taken longer than 3 s to take a deletion in, and the objects applied
+    // again then keep its cache running.
+    std::thread::sleep(std::time::Duration::from_secs(10));
     apply(bed, &again, "routing-again")?;
     Ok(())
 }
