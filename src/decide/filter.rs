@@ -94,10 +94,10 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
             out.unresolvable.insert(name.to_string(), reason);
             continue;
         }
-        if let Some(why) = kept_room.as_ref().and_then(|k| k.takes(&args.pod, name, node)) {
+        if let Some((kept, why)) = kept_room.as_ref().and_then(|k| Some((k, k.takes(&args.pod, name, node)?))) {
             out.explanations.push(Explanation::node(name, Verdict::Unresolvable, Code::OnlineRoomKept, why));
-            out.unresolvable.insert(name.to_string(), kept_room.as_ref().map(KeptRoom::reason).unwrap_or_default());
-            out.retry_at = kept_room.as_ref().map(|k| ctx.now + k.left);
+            out.unresolvable.insert(name.to_string(), kept.reason.clone());
+            out.retry_at = Some(ctx.now + kept.left);
             continue;
         }
         out.kept.push(i);
@@ -118,19 +118,22 @@ struct KeptRoom<'v> {
     class: &'v str,
     /// Seconds the pod is still kept off.
     left: i64,
+    /// What kube-scheduler is told: the same on every node, so its message counts them.
+    reason: String,
 }
 
 impl<'v> KeptRoom<'v> {
     fn of(pod: &Pod, class: &'v Class, ctx: &Context<'v>) -> Option<Self> {
-        let placement = &class.placement;
-        if !placement.keeps_off_online_room(pod.creation_time, ctx.now) {
-            return None;
-        }
+        let left = class.placement.kept_off_online_room_for(pod.creation_time, ctx.now)?;
         let view = ctx.view?;
         let online = view.online_room();
-        let age = ctx.now.saturating_sub(pod.creation_time?).max(0);
-        let left = placement.keep_off_online_room - age;
-        (!online.is_empty()).then_some(KeptRoom { view, online, class: &class.name, left })
+        (!online.is_empty()).then(|| KeptRoom {
+            view,
+            online,
+            class: &class.name,
+            left,
+            reason: format!("class {} keeps its young pods off the room online pods fit in", class.name),
+        })
     }
 
     /// Why `pod` may not take its room on `node`, if it would take room online pods fit in.
@@ -153,15 +156,10 @@ impl<'v> KeptRoom<'v> {
                 "class {} keeps its pods off online room for {} s more: {before} m CPU free here, {} m once this pod is placed; {:.0} % of the online pods bound now fit in as is, not after",
                 self.class,
                 self.left,
-                after.max(0),
+                after,
                 share * 100.0
             )
         })
-    }
-
-    /// What kube-scheduler is told: the same on every node, so its message counts them.
-    fn reason(&self) -> String {
-        format!("class {} keeps its young pods off the room online pods fit in", self.class)
     }
 }
 

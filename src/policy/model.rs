@@ -602,10 +602,13 @@ impl Placement {
         self.require_node_labels.is_empty() && self.forbid_node_labels.is_empty()
     }
 
-    /// Is a pod created at `created` still kept off online pods' room at `now`? Never for
-    /// a pod whose creation is unknown: nothing would bound the wait.
-    pub fn keeps_off_online_room(&self, created: Option<Timestamp>, now: Timestamp) -> bool {
-        self.keep_off_online_room > 0 && created.is_some_and(|c| now.saturating_sub(c) < self.keep_off_online_room)
+    /// For how many more seconds a pod created at `created` is kept off online pods' room
+    /// at `now`, if it still is (its age counted from 0 against clock skew). Never for a
+    /// pod whose creation is unknown: nothing would bound the wait.
+    pub fn kept_off_online_room_for(&self, created: Option<Timestamp>, now: Timestamp) -> Option<i64> {
+        let age = now.saturating_sub(created?).max(0);
+        let left = self.keep_off_online_room - age;
+        (left > 0).then_some(left)
     }
 
     /// May pods of the class use a node with `labels`? (`rejects` says why not.)
