@@ -93,22 +93,28 @@ fn preempt_body(nodes: usize, mode: &str) -> &'static [u8] {
 
 /// The cluster view matching `preempt --nodes N --victims 30` (same seed).
 fn view(nodes: usize) -> &'static View {
-    static VIEWS: OnceLock<Mutex<HashMap<usize, &'static View>>> = OnceLock::new();
-    let mut views = VIEWS.get_or_init(Default::default).lock().unwrap();
-    views.entry(nodes).or_insert_with(|| {
+    static VIEWS: Views = OnceLock::new();
+    built_once(&VIEWS, nodes, || {
         let bytes = payload(&["snapshot", "--nodes", &nodes.to_string(), "--victims", &VICTIMS.to_string()]);
         let objects = snapshot::parse(bytes).expect("generated snapshot parses");
-        Box::leak(Box::new(View::build(objects, policy())))
+        View::build(objects, policy())
     })
+}
+
+/// Views by node count, each built once and kept for the benchmark's life.
+type Views = OnceLock<Mutex<HashMap<usize, &'static View>>>;
+
+fn built_once(views: &'static Views, nodes: usize, build: impl FnOnce() -> View) -> &'static View {
+    let mut views = views.get_or_init(Default::default).lock().unwrap();
+    views.entry(nodes).or_insert_with(|| Box::leak(Box::new(build())))
 }
 
 /// `view(nodes)` with 64 online pods waiting for room (kube-scheduler found none for
 /// them), each small enough to fit in any plan's room left over: every plan looks at as
 /// many of them as preempt ever does (`room_left_over`).
 fn view_with_waiting(nodes: usize) -> &'static View {
-    static VIEWS: OnceLock<Mutex<HashMap<usize, &'static View>>> = OnceLock::new();
-    let mut views = VIEWS.get_or_init(Default::default).lock().unwrap();
-    views.entry(nodes).or_insert_with(|| {
+    static VIEWS: Views = OnceLock::new();
+    built_once(&VIEWS, nodes, || {
         let mut view = view(nodes).clone();
         for i in 0..64 {
             let waiting = Pod {
@@ -125,16 +131,15 @@ fn view_with_waiting(nodes: usize) -> &'static View {
             view.apply_pod(std::sync::Arc::new(waiting), policy());
         }
         assert_eq!(view.waiting_online().count(), 64, "the waiting pods are online pods");
-        Box::leak(Box::new(view))
+        view
     })
 }
 
 /// `view(nodes)` with 2 CPUs more on every node: the room its 2-CPU online pod fits in
 /// as is, which a 1-CPU offline pod would take.
 fn view_with_online_room(nodes: usize) -> &'static View {
-    static VIEWS: OnceLock<Mutex<HashMap<usize, &'static View>>> = OnceLock::new();
-    let mut views = VIEWS.get_or_init(Default::default).lock().unwrap();
-    views.entry(nodes).or_insert_with(|| {
+    static VIEWS: Views = OnceLock::new();
+    built_once(&VIEWS, nodes, || {
         let mut view = view(nodes).clone();
         let grown: Vec<_> = view
             .nodes()
@@ -147,7 +152,7 @@ fn view_with_online_room(nodes: usize) -> &'static View {
         for n in grown {
             view.apply_node(n);
         }
-        Box::leak(Box::new(view))
+        view
     })
 }
 

@@ -25,7 +25,7 @@ use arc_swap::ArcSwapOption;
 
 pub use evictions::{Eviction, Evictions, NotRecorded};
 pub use requeue_view::RequeueView;
-pub use view::{GangWork, NodeInfo, Objects, OnlineRoom, View};
+pub use view::{GangWork, NodeInfo, Objects, OnlineRoom, RoomTaken, View};
 
 /// The view's persistent hash map: cheap to clone per publication, and hashed with
 /// foldhash (node names are looked up per node on every filter and prioritize call).

@@ -184,6 +184,22 @@ impl OnlineRoom {
         };
         (upto(before) - upto(after)) as f64 / total as f64
     }
+
+    /// What placing `pod_milli_cpu` on a node with `free` milli-CPU free takes of the room
+    /// online pods fit in.
+    pub fn taken(&self, free: i64, pod_milli_cpu: i64) -> RoomTaken {
+        let after = free - pod_milli_cpu;
+        RoomTaken { before: free, after, share: self.share_between(after, free) }
+    }
+}
+
+/// A node's free CPU before and after a pod is placed, and the share of online pods that
+/// fit in it before and not after (see `OnlineRoom::share_between`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoomTaken {
+    pub before: i64,
+    pub after: i64,
+    pub share: f64,
 }
 
 /// What a gang's bound members request and have run.

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use super::fit::exceeds_allocatable;
 use super::{Context, Explanation};
-use crate::cluster::{OnlineRoom, View};
+use crate::cluster::{OnlineRoom, RoomTaken, View};
 use crate::explanation::{Code, Verdict};
 use crate::model::{Node, Pod, Timestamp};
 use crate::policy::{Class, Placement};
@@ -140,8 +140,8 @@ impl<'v> KeptRoom<'v> {
     /// A node whose pods the view does not hold yet is not judged.
     fn takes(&self, pod: &Pod, name: &str, node: &Node) -> Option<String> {
         let usage = &self.view.node_info(name).filter(|i| i.node().is_some())?.usage().all;
-        let before = node.allocatable.milli_cpu - usage.requested.milli_cpu;
-        let after = before - pod.requests.milli_cpu;
+        let RoomTaken { before, after, share } =
+            self.online.taken(node.allocatable.milli_cpu - usage.requested.milli_cpu, pod.requests.milli_cpu);
         if after < 0 {
             // kube-scheduler found room the view does not show yet: a pod has left (an
             // online one, maybe) and its delete is still on its way here.
@@ -150,7 +150,6 @@ impl<'v> KeptRoom<'v> {
                 self.class, self.left
             ));
         }
-        let share = self.online.share_between(after, before);
         (share > 0.0).then(|| {
             format!(
                 "class {} keeps its pods off online room for {} s more: {before} m CPU free here, {} m once this pod is placed; {:.0} % of the online pods bound now fit in as is, not after",

@@ -143,8 +143,7 @@ impl Parts {
         };
         let headroom = match (node, usage) {
             (Some(node), Some(usage)) => {
-                let before = node.allocatable.milli_cpu - usage.all.requested.milli_cpu;
-                online.share_between(before - pod.requests.milli_cpu, before)
+                online.taken(node.allocatable.milli_cpu - usage.all.requested.milli_cpu, pod.requests.milli_cpu).share
             }
             _ => 0.0,
         };
