@@ -94,7 +94,7 @@ pub fn filter(args: &ExtenderArgs, ctx: &Context) -> FilterOutcome {
             out.unresolvable.insert(name.to_string(), reason);
             continue;
         }
-        if let Some((kept, why)) = kept_room.as_ref().and_then(|k| Some((k, k.takes(&args.pod, name, node)?))) {
+        if let Some((kept, why)) = kept_room.as_ref().and_then(|k| k.takes(&args.pod, name, node).map(|why| (k, why))) {
             out.explanations.push(Explanation::node(name, Verdict::Unresolvable, Code::OnlineRoomKept, why));
             out.unresolvable.insert(name.to_string(), kept.reason.clone());
             out.retry_at = Some(ctx.now + kept.left);
