@@ -340,6 +340,9 @@ struct Outcome {
     failed_jobs_cpu_s: f64,
     /// CPU-seconds of offline work run from the start of the online phase to the end.
     offline_cpu_s_executed: f64,
+    /// Seconds from the start of the online phase to the end: a run ends once its last
+    /// online pod is placed and its victims have stopped, so runs differ in length.
+    online_phase_s: f64,
     /// Seconds from creation to the end, per requeued copy no node took by the end.
     copies_pending_s: Vec<f64>,
     events: String,
@@ -524,6 +527,7 @@ pub async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<serde_json::Va
             }),
         ),
         ("offline work executed, CPU-s", Box::new(|o| format!("{:.0}", o.offline_cpu_s_executed))),
+        ("  over the online phase, s", Box::new(|o| format!("{:.0}", o.online_phase_s))),
         (
             "copies pending at end (max)",
             Box::new(|o| match o.copies_pending_s_max() {
@@ -672,7 +676,6 @@ fn figures(kind: RunKind, o: &Outcome, sc: &Scenario) -> serde_json::Value {
         "bare_completed_in_grace": o.completed_in_grace.len(),
         "requeued": o.requeued.len(),
         "requeued_copies_bound": o.copies_bound,
-        "cpu_seconds_discarded": o.discarded_cpu_s.round(),
         "discarded_by_pod": o.discarded_by_pod,
         "work_evicted_cpu_s": o.discarded_cpu_s.round(),
         "work_gang_survivors_cpu_s": o.broken_gang_survivors_cpu_s.round(),
@@ -684,6 +687,7 @@ fn figures(kind: RunKind, o: &Outcome, sc: &Scenario) -> serde_json::Value {
         "evictions_of_copies": o.evictions_of_copies,
         "evictions_of_recreated": o.evictions_of_recreated,
         "offline_cpu_s_executed": o.offline_cpu_s_executed.round(),
+        "online_phase_s": (o.online_phase_s * 10.0).round() / 10.0,
         "copies_pending_at_end": o.copies_pending_s.len(),
         "copies_pending_seconds_total": total(o.copies_pending_s.iter().copied()).round(),
         "copies_pending_seconds_max": o.copies_pending_s_max().unwrap_or(0.0).round(),
@@ -1073,6 +1077,7 @@ async fn run(
                     Some(seconds(p.status.as_ref()?.start_time.as_ref()?.0, run_end(p, end)) * cpu_cores(p))
                 }),
         );
+        out.online_phase_s = seconds(t0, end);
         out.offline_cpu_s_executed = total(r.pods.values().filter_map(|p| {
             let started = p.status.as_ref()?.start_time.as_ref()?.0;
             Some(seconds(started.max(t0), run_end(p, end)) * cpu_cores(p))
