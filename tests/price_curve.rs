@@ -106,6 +106,27 @@ fn the_table_lists_the_baselines_then_the_prices_in_order() {
 }
 
 #[test]
+fn both_modes_in_one_panel_are_told_apart_by_name_and_colour() {
+    let dir = std::env::temp_dir().join(format!("price-curve-modes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let one = |modes: &[(&str, f64, f64)]| {
+        std::fs::write(dir.join("p.json"), result(modes).to_string()).unwrap();
+        let m = Manifest { time_scale: 0.1, entries: vec![entry(Some(300.0), "p.json")] };
+        let svg = dir.join("curve.svg");
+        curve::draw(&curve::read(&m, &dir).unwrap(), "test", &svg).unwrap();
+        std::fs::read_to_string(&svg).unwrap()
+    };
+    let both = one(&[("names", 2.0, 750.0), ("objects", 3.0, 800.0)]);
+    for label in ["names 300", "objects 300", "#1F5EAD", "#D67814"] {
+        assert!(both.to_uppercase().contains(&label.to_uppercase()), "the SVG lacks {label:?}");
+    }
+    // One mode: its points carry the price alone.
+    let names = one(&[("names", 2.0, 750.0)]);
+    assert!(!names.contains("names 300") && names.lines().any(|l| l.trim() == "300"), "{names}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn prices_are_labelled_as_people_write_them() {
     assert_eq!(curve::price_label(0.0), "0");
     assert_eq!(curve::price_label(10000.0), "10,000");

@@ -203,6 +203,14 @@ pub fn draw(points: &[Point], title: &str, out: &Path) -> Result<(), String> {
     root.present().map_err(e)
 }
 
+/// The colour of an extender mode's points and line.
+fn kind_colour(kind: &str) -> RGBColor {
+    match kind {
+        "objects" => RGBColor(214, 120, 20),
+        _ => RGBColor(31, 94, 173),
+    }
+}
+
 fn panel(
     area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     name: &str,
@@ -226,19 +234,22 @@ fn panel(
         .y_labels(6)
         .light_line_style(WHITE.mix(0.0))
         .draw()?;
-    let blue = RGBColor(31, 94, 173);
     let text = ("sans-serif", 12).into_font();
     let mut kinds: Vec<&str> = mine.iter().filter(|p| p.price.is_some()).map(|p| p.kind.as_str()).collect();
     kinds.sort_unstable();
     kinds.dedup();
+    // Both nodeCacheCapable modes in one panel: each its colour, and its name on its points.
+    let several = kinds.len() > 1;
     for kind in kinds {
+        let colour = kind_colour(kind);
         let mut priced: Vec<&Point> = mine.iter().copied().filter(|p| p.price.is_some() && p.kind == kind).collect();
         priced.sort_by(|a, b| a.price.unwrap_or(0.0).total_cmp(&b.price.unwrap_or(0.0)));
-        chart.draw_series(LineSeries::new(priced.iter().map(|p| (p.work_cpu_s, p.p99_s)), blue.stroke_width(1)))?;
+        chart.draw_series(LineSeries::new(priced.iter().map(|p| (p.work_cpu_s, p.p99_s)), colour.stroke_width(1)))?;
         chart.draw_series(priced.iter().map(|p| {
+            let name = if several { label(p) } else { price_label(p.price.unwrap_or(0.0)) };
             EmptyElement::at((p.work_cpu_s, p.p99_s))
-                + Circle::new((0, 0), 4, blue.filled())
-                + Text::new(price_label(p.price.unwrap_or(0.0)), (6, -14), text.clone())
+                + Circle::new((0, 0), 4, colour.filled())
+                + Text::new(name, (6, -14), text.clone())
         }))?;
     }
     let at = |p: &Point| (p.work_cpu_s, p.p99_s);

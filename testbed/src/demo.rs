@@ -84,6 +84,8 @@ pub struct Args {
     write_trace: Option<PathBuf>,
     /// Print nothing but errors (the figures are returned, and written with `--json`).
     quiet: bool,
+    /// Each run's own scheduler places the offline pods there before (`Flags::own_placement`).
+    own_placement: bool,
 }
 
 /// One run of the comparison.
@@ -205,6 +207,12 @@ pub struct Flags {
     /// Print nothing but errors (the figures are still returned, and written with --json).
     #[arg(long)]
     quiet: bool,
+    /// Each run's scheduler places the offline pods there before, an extender run's with
+    /// the extender registered (its scores: what a cluster that has run it all along
+    /// holds). Without it kube-scheduler alone places them in every run, so every run
+    /// starts from the same cluster and the extender's placement is not measured.
+    #[arg(long, conflicts_with = "trace")]
+    own_placement: bool,
 }
 
 fn nodes(s: &str) -> Result<usize, String> {
@@ -278,6 +286,7 @@ pub fn resolve(flags: Flags) -> Result<Args, String> {
         grace: flags.grace_cap.map_or(kubelet::Grace::Honour, kubelet::Grace::Cap),
         write_trace: flags.write_trace,
         quiet: flags.quiet,
+        own_placement: flags.own_placement,
     };
     if !a.extender.is_file() && a.write_trace.is_none() {
         return Err(format!(
@@ -436,6 +445,9 @@ pub async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<serde_json::Va
         if let Some(p) = &args.policy {
             println!("policy of every extender run: {p}\n");
         }
+        if args.own_placement {
+            println!("offline pods there before: placed by each run's scheduler, an extender run's with its scores\n");
+        }
     }
     let mut runs = Vec::new();
     let mut held = None;
@@ -462,6 +474,7 @@ pub async fn demo(bins: &Binaries, args: &Args) -> anyhow::Result<serde_json::Va
         "policy": args.policy,
         "termination": termination,
         "time_scale": args.time_scale,
+        "own_placement": args.own_placement,
         "runs": runs.iter().map(|(kind, o)| figures(*kind, o, &scenario)).collect::<Vec<_>>(),
     });
     if let Some(path) = &args.json {
@@ -834,6 +847,25 @@ fn job_of(p: &Pod) -> Option<&str> {
     label.or_else(|| owner_of_kind(p, &["Job"]))
 }
 
+/// Starts the extender of an extender run, enforcing unless it is the requeue-only one.
+async fn start_extender(plane: &ControlPlane, e: &ExtenderSetup<'_>) -> anyhow::Result<Extender> {
+    let mut flags = vec!["--kube", "--requeue", "--events", "--wake"];
+    // The shipped default is in shadow: an extender run enforces unless it is the
+    // "requeue only" one.
+    flags.extend(["--mode", if e.shadow { "shadow" } else { "enforce" }]);
+    if let Some(policy) = e.policy {
+        flags.extend(["--policy", policy]);
+    }
+    Extender::start(plane, "coloc-extender", e.binary, &flags).await.context("start the extender")
+}
+
+/// kube-scheduler's registration of a running extender, in its run's mode and weight.
+fn entries_of(ext: &Extender, setup: Option<&ExtenderSetup<'_>>) -> Vec<ExtenderEntry> {
+    let names = setup.is_none_or(|e| e.names);
+    let weight = setup.map_or(1, |x| x.weight);
+    vec![ExtenderEntry { weight, ..ExtenderEntry::all_verbs(&ext.url(), names) }]
+}
+
 fn owner_of_kind<'p>(p: &'p Pod, kinds: &[&str]) -> Option<&'p str> {
     let owners = p.metadata.owner_references.as_ref()?;
     owners.iter().find(|o| kinds.contains(&o.kind.as_str())).map(|o| o.name.as_str())
@@ -878,9 +910,18 @@ async fn run(
     cluster::create_each(&client, sc.replica_set_objects()).await.context("create the ReplicaSets")?;
     cluster::create_each(&client, sc.pdb_objects()).await.context("create the PDBs")?;
     let want = sc.offline_pod_count();
-    // Job pods are placed by kube-scheduler: start it for them, without the extender, then
-    // stop it, so both runs begin from the same cluster.
-    let warmup = Scheduler::start(&plane, "kube-scheduler-warmup", &[], 1000).await.context("start kube-scheduler")?;
+    // The offline pods are placed by a kube-scheduler started for them, then stopped. With
+    // --own-placement an extender run's extender is up and registered by then.
+    let mut ext = match extender {
+        Some(e) if args.own_placement => Some(start_extender(&plane, e).await?),
+        _ => None,
+    };
+    let placing = match &ext {
+        Some(x) => entries_of(x, extender),
+        None => Vec::new(),
+    };
+    let warmup =
+        Scheduler::start(&plane, "kube-scheduler-warmup", &placing, 1000).await.context("start kube-scheduler")?;
     let before = wait::until(Duration::from_secs(90), "the offline pods running", || async {
         let pods = cluster::pods(&client, Some("batch")).await.map_err(|e| e.to_string())?;
         let running: Vec<_> = pods.iter().filter(|p| cluster::phase(p) == "Running").collect();
@@ -914,23 +955,10 @@ async fn run(
     }
 
     let (record, recording) = record(client.clone());
-    let ext = match extender {
-        Some(e) => {
-            let mut flags = vec!["--kube", "--requeue", "--events", "--wake"];
-            // The shipped default is in shadow: an extender run enforces unless it is the
-            // "requeue only" one.
-            flags.extend(["--mode", if e.shadow { "shadow" } else { "enforce" }]);
-            if let Some(policy) = e.policy {
-                flags.extend(["--policy", policy]);
-            }
-            Some(Extender::start(&plane, "coloc-extender", e.binary, &flags).await.context("start the extender")?)
-        }
-        None => None,
-    };
-    let names = extender.is_none_or(|e| e.names);
-    let weight = extender.map_or(1, |x| x.weight);
-    let entries: Vec<ExtenderEntry> =
-        ext.iter().map(|e| ExtenderEntry { weight, ..ExtenderEntry::all_verbs(&e.url(), names) }).collect();
+    if let (None, Some(e)) = (&ext, extender) {
+        ext = Some(start_extender(&plane, e).await?);
+    }
+    let entries: Vec<ExtenderEntry> = ext.iter().flat_map(|x| entries_of(x, extender)).collect();
     // The online phase: the offline work executed is counted from here (the offline pods'
     // start times were moved back, before it).
     let t0 = Timestamp::now();
@@ -1175,8 +1203,19 @@ mod tests {
     }
 
     #[test]
+    fn every_run_starts_from_kube_schedulers_placement_unless_each_places_its_own() {
+        assert!(!parse(&[]).unwrap().own_placement);
+        assert!(parse(&["--generate", "3", "--own-placement"]).unwrap().own_placement);
+    }
+
+    #[test]
     fn a_trace_is_not_run_with_a_generated_cluster() {
-        for flags in [["--trace", "t.csv", "--generate", "3"], ["--trace", "t.csv", "--no-gangs", "--quiet"]] {
+        // A trace pins the pods there before: no run places them.
+        for flags in [
+            ["--trace", "t.csv", "--generate", "3"],
+            ["--trace", "t.csv", "--no-gangs", "--quiet"],
+            ["--trace", "t.csv", "--own-placement", "--quiet"],
+        ] {
             let refused = parse(&flags).err().unwrap_or_else(|| panic!("{flags:?} accepted"));
             assert!(refused.contains("--trace"), "{flags:?}: {refused}");
         }

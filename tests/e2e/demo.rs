@@ -15,19 +15,20 @@ pub fn cases() -> Vec<Case> {
     }]
 }
 
-/// Stock beside names in one mode, objects alone in the other: each mode's case stays
-/// about a minute.
+/// Stock beside names in one mode, objects alone in the other, placing its own offline
+/// pods (`--own-placement`): each mode's case stays about a minute.
 async fn smoke(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
-    let runs = match mode {
-        Mode::Names => "stock,names",
-        Mode::Objects => "objects",
+    let (runs, placement) = match mode {
+        Mode::Names => ("stock,names", None),
+        Mode::Objects => ("objects", Some("--own-placement")),
     };
     let argv = ["--generate", "6", "--seed", "4", "--mixed-grace", "--time-scale", "0.1", "--runs", runs];
-    let argv = argv.into_iter().chain(["--extender", EXTENDER, "--quiet"]).map(String::from);
+    let argv = argv.into_iter().chain(["--extender", EXTENDER, "--quiet"]).chain(placement).map(String::from);
     let args = demo::parse_args(argv).map_err(anyhow::Error::msg)?;
     let report = demo::demo(&bins, &args).await?;
     let runs = report["runs"].as_array().ok_or_else(|| anyhow::anyhow!("no runs in {report}"))?;
     anyhow::ensure!(runs.len() == runs_asked(mode), "{} runs reported\n{report:#}", runs.len());
+    anyhow::ensure!(report["own_placement"] == placement.is_some(), "own_placement not as asked\n{report:#}");
     for run in runs {
         let (kind, online) = (&run["kind"], &run["online"]);
         anyhow::ensure!(online.as_u64() > Some(0), "{kind}: no online pod arrived\n{run:#}");
