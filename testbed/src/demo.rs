@@ -859,11 +859,13 @@ async fn start_extender(plane: &ControlPlane, e: &ExtenderSetup<'_>) -> anyhow::
     Extender::start(plane, "coloc-extender", e.binary, &flags).await.context("start the extender")
 }
 
-/// kube-scheduler's registration of a running extender, in its run's mode and weight.
-fn entries_of(ext: &Extender, setup: Option<&ExtenderSetup<'_>>) -> Vec<ExtenderEntry> {
-    let names = setup.is_none_or(|e| e.names);
-    let weight = setup.map_or(1, |x| x.weight);
-    vec![ExtenderEntry { weight, ..ExtenderEntry::all_verbs(&ext.url(), names) }]
+/// kube-scheduler's registration of the run's extender, if it is running, in the run's
+/// mode and weight.
+fn registrations(ext: Option<&Extender>, setup: Option<&ExtenderSetup<'_>>) -> Vec<ExtenderEntry> {
+    ext.into_iter()
+        .zip(setup)
+        .map(|(x, e)| ExtenderEntry { weight: e.weight, ..ExtenderEntry::all_verbs(&x.url(), e.names) })
+        .collect()
 }
 
 fn owner_of_kind<'p>(p: &'p Pod, kinds: &[&str]) -> Option<&'p str> {
@@ -916,12 +918,9 @@ async fn run(
         Some(e) if args.own_placement => Some(start_extender(&plane, e).await?),
         _ => None,
     };
-    let placing = match &ext {
-        Some(x) => entries_of(x, extender),
-        None => Vec::new(),
-    };
-    let warmup =
-        Scheduler::start(&plane, "kube-scheduler-warmup", &placing, 1000).await.context("start kube-scheduler")?;
+    let warmup = Scheduler::start(&plane, "kube-scheduler-warmup", &registrations(ext.as_ref(), extender), 1000)
+        .await
+        .context("start kube-scheduler")?;
     let before = wait::until(Duration::from_secs(90), "the offline pods running", || async {
         let pods = cluster::pods(&client, Some("batch")).await.map_err(|e| e.to_string())?;
         let running: Vec<_> = pods.iter().filter(|p| cluster::phase(p) == "Running").collect();
@@ -958,7 +957,7 @@ async fn run(
     if let (None, Some(e)) = (&ext, extender) {
         ext = Some(start_extender(&plane, e).await?);
     }
-    let entries: Vec<ExtenderEntry> = ext.iter().flat_map(|x| entries_of(x, extender)).collect();
+    let entries = registrations(ext.as_ref(), extender);
     // The online phase: the offline work executed is counted from here (the offline pods'
     // start times were moved back, before it).
     let t0 = Timestamp::now();
