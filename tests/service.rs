@@ -112,7 +112,7 @@ fn promising(uid: &str, nodes: &[&str], at: i64, mode: Mode) -> Answer {
     a.mode = mode;
     if mode == Mode::Enforce {
         a.preempt.as_mut().unwrap().promised =
-            nodes.iter().map(|n| PromisedRoom { node: n.to_string(), pod: pod.clone(), at }).collect();
+            nodes.iter().map(|n| PromisedRoom { node: n.to_string(), pod: pod.clone(), victims: vec![], at }).collect();
     }
     a
 }

@@ -134,3 +134,89 @@ fn an_early_arrival_leaves_the_last_disruption_to_a_later_one_that_has_no_other_
         two_arrivals(&[pod("web", "online", Some("n1"), 1000), pod("free-1", "batch", Some("n2"), 1000).bare()], 0);
     assert_eq!(otherwise.preempt(gpu_pod, &["gpu"]).violations("gpu"), 1);
 }
+
+/// w's PDB allows one disruption and covers w-1 (n1) and w-2 (n2); v's allows one and
+/// covers v-1 (n3), which has run longer. web-1 was answered n1 (`victims`) a moment ago
+/// and kube-scheduler has not deleted them yet: the view still counts w-1 healthy. n1 has
+/// `n1_cpu` millicores and, beyond 1000, a pod x-1 filling the rest.
+fn w_1_promised_a_moment_ago(victims: &[&str], n1_cpu: i64) -> Scenario {
+    promised_with(policy("prefer", ""), victims, n1_cpu)
+}
+
+fn promised_with(policy: Policy, victims: &[&str], n1_cpu: i64) -> Scenario {
+    let mut s = Scenario::new(policy)
+        .node(node("n1", n1_cpu, 8))
+        .node(node("n2", 1000, 8))
+        .node(node("n3", 1000, 8))
+        .pods([
+            pod("web-1", "online", None, 1000),
+            pod("w-1", "batch", Some("n1"), 1000).started(600),
+            pod("w-2", "batch", Some("n2"), 1000).started(600),
+            pod("v-1", "batch", Some("n3"), 1000).started(7200),
+        ])
+        .pods((n1_cpu > 1000).then(|| pod("x-1", "batch", Some("n1"), n1_cpu - 1000)))
+        .pdb(pdb("w-pdb", "w", 1))
+        .pdb(pdb("v-pdb", "v", 1));
+    s.promised = vec![coloc_extender::decide::promised::PromisedRoom {
+        node: "n1".into(),
+        pod: pod("web-1", "online", None, 1000),
+        victims: victims.iter().map(|v| format!("uid-{v}")).collect(),
+        at: NOW,
+    }];
+    s
+}
+
+#[test]
+fn a_victim_an_earlier_answer_chose_has_spent_its_pdbs_budget_before_it_is_deleted() {
+    let s = w_1_promised_a_moment_ago(&["w-1"], 1000);
+    let out = s.preempt(online(1000), &["n2", "n3"]);
+    // w-2 is the younger victim, but w-1 goes first: taking w-2 too would leave w with none.
+    assert_eq!(out.victims(), BTreeMap::from([("n3".into(), uids(&["v-1"]))]), "{}", out.explain());
+    assert!(
+        out.explanations.iter().any(|e| e.node.as_deref() == Some("n2")
+            && e.code == "outranked"
+            && e.detail.contains("1 PDB violation(s) against 0")),
+        "{}",
+        out.explain()
+    );
+    // A strict class says what spent the budget its status still shows.
+    let strict = promised_with(policy("strict", ""), &["w-1"], 1000).preempt(online(1000), &["n2"]);
+    assert!(
+        strict.explanations.iter().any(|e| e.code == "pdb_strict"
+            && e.detail
+                .contains("disruptionsAllowed 1 in status, 0 now: 1 chosen by an earlier answer, not yet deleted")),
+        "{}",
+        strict.explain()
+    );
+
+    // Without that victim in the promise, w-2 is the cheaper choice.
+    let out = w_1_promised_a_moment_ago(&[], 1000).preempt(online(1000), &["n2", "n3"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["w-2"]))]), "{}", out.explain());
+}
+
+#[test]
+fn a_promised_victim_chosen_again_is_charged_to_its_pdb_once() {
+    // n1 holds w-1 and x-1; web-1 was promised w-1's room. The next preemptor is offered
+    // n1 itself (kube-scheduler still sees w-1 there) and needs both: taking w-1 again
+    // disrupts nothing more.
+    let s = w_1_promised_a_moment_ago(&["w-1"], 2000);
+    let out = s.preempt(online(1000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["x-1", "w-1"]))]), "{}", out.explain());
+    assert_eq!(out.violations("n1"), 0, "{}", out.explain());
+}
+
+#[test]
+fn two_preemptors_of_a_wave_do_not_together_push_a_pdb_past_its_budget() {
+    // Nothing promised yet: web-1 takes a w pod (younger than v-1, and w-pdb allows one).
+    let mut s = w_1_promised_a_moment_ago(&[], 1000);
+    s.promised.clear();
+    let first = s.preempt(pod("web-1", "online", None, 1000), &["n1", "n2", "n3"]);
+    let (node, victims) = first.victims().into_iter().next().expect("web-1 is answered");
+    assert!(victims[0].starts_with("uid-w-"), "{}", first.explain());
+    assert!(first.promised.iter().any(|p| p.node == node && p.victims == victims), "{:?}", first.promised);
+
+    // web-2 comes before kube-scheduler has deleted it: the other w pod is spared.
+    s.promised = first.promised;
+    let second = s.preempt(pod("web-2", "online", None, 1000), &["n1", "n2", "n3"]);
+    assert_eq!(second.victims(), BTreeMap::from([("n3".into(), uids(&["v-1"]))]), "{}", second.explain());
+}

@@ -27,7 +27,7 @@ fn wave() -> Scenario {
 }
 
 fn promised(node: &str, pod: Pod) -> PromisedRoom {
-    PromisedRoom { node: node.into(), pod, at: NOW }
+    PromisedRoom { node: node.into(), pod, victims: vec![], at: NOW }
 }
 
 #[test]

@@ -880,6 +880,12 @@ impl View {
         (pdb.disruptions_allowed - gone).max(0)
     }
 
+    /// Whether the pod of `uid` counts healthy in `pdb`'s status: bound, not terminating,
+    /// ready and covered.
+    pub fn counts_toward_pdb(&self, pdb: &Pdb, uid: &str) -> bool {
+        self.pod_by_uid(uid).is_some_and(|p| counts_toward(pdb, p))
+    }
+
     /// Every node the view has the Node object of, with its state, in no particular order.
     pub fn nodes(&self) -> impl Iterator<Item = (&Node, &NodeInfo)> {
         self.nodes.values().filter_map(|i| Some((i.node.as_deref()?, &**i)))

@@ -7,24 +7,31 @@
 //! it taken after its victims are gone: one more attempt, after kube-scheduler's back-off.
 //! So a decision says what it promised (`PreemptOutcome::promised`), the edge remembers it
 //! (`service::Promises`) and the next decisions count it as nominated room until the view
-//! has caught up (or the promise expires).
+//! has caught up (or the promise expires). Its victims likewise: kube-scheduler deletes
+//! them after it nominates, and until the view sees them go they still count healthy in
+//! their PDBs' status, so the next decisions count them as disruptions already spent.
+
+use std::collections::{HashMap, HashSet};
 
 use crate::cluster::View;
-use crate::model::{Pod, Timestamp};
+use crate::model::{Pdb, Pod, Timestamp};
 
 /// A preemptor and the node an answer gave it.
 #[derive(Debug, Clone)]
 pub struct PromisedRoom {
     pub node: String,
     pub pod: Pod,
+    /// The UIDs of the victims the answer chose there.
+    pub victims: Vec<String>,
     /// When it was answered.
     pub at: Timestamp,
 }
 
 impl PromisedRoom {
-    /// What an answer returning `nodes` to `pod` at `now` promises it.
-    pub fn of<'n>(pod: &Pod, nodes: impl Iterator<Item = &'n String>, now: Timestamp) -> Vec<PromisedRoom> {
-        nodes.map(|node| PromisedRoom { node: node.clone(), pod: pod.clone(), at: now }).collect()
+    /// What an answer returning `nodes` (each with its victims' UIDs) to `pod` at `now`
+    /// promises it.
+    pub fn of(pod: &Pod, nodes: impl Iterator<Item = (String, Vec<String>)>, now: Timestamp) -> Vec<PromisedRoom> {
+        nodes.map(|(node, victims)| PromisedRoom { node, pod: pod.clone(), victims, at: now }).collect()
     }
 
     /// The view does not show it yet: not nominated there, not bound, not seen gone. Once it
@@ -52,4 +59,27 @@ pub fn on_node<'p>(
             p.node == node && p.pod.uid != preemptor_uid && view.priority_of(&p.pod) >= priority && p.unseen_by(view)
         })
         .map(|p| &p.pod)
+}
+
+/// The victims earlier answers chose, other than for `preemptor_uid`, that `pdb` still
+/// counts healthy (the view shows them bound, not terminating): disruptions its status
+/// does not know are spent. A preemptor given several nodes evicts on one of them, so it
+/// spends at most its costliest node's. Also returns those victims' UIDs: chosen again,
+/// they spend nothing more.
+pub fn spent_from<'p>(
+    promised: &'p [PromisedRoom],
+    view: &View,
+    pdb: &Pdb,
+    preemptor_uid: &str,
+) -> (i32, HashSet<&'p str>) {
+    let mut per_preemptor: HashMap<&str, i32> = HashMap::new();
+    let mut victims = HashSet::new();
+    for p in promised.iter().filter(|p| p.pod.uid != preemptor_uid) {
+        let counted: Vec<&str> =
+            p.victims.iter().map(String::as_str).filter(|uid| view.counts_toward_pdb(pdb, uid)).collect();
+        let most = per_preemptor.entry(p.pod.uid.as_str()).or_default();
+        *most = (*most).max(counted.len() as i32);
+        victims.extend(counted);
+    }
+    (per_preemptor.values().sum(), victims)
 }

@@ -281,6 +281,8 @@ pub struct Outcome {
     pub view_behind: bool,
     /// How soon the room is free on each returned node, milliseconds.
     pub waits: BTreeMap<String, i64>,
+    /// What the answer promised (room and victims), for the next decisions.
+    pub promised: Vec<coloc_extender::decide::promised::PromisedRoom>,
 }
 
 impl Outcome {
@@ -426,6 +428,7 @@ impl Scenario {
             requeues: out.requeues,
             view_behind: out.view_behind,
             waits: out.waits.into_iter().map(|(n, w)| (n, w.ms)).collect(),
+            promised: out.promised,
         }
     }
 

@@ -199,6 +199,21 @@ impl WaitPrice {
     }
 }
 
+/// The first rank ahead of the price (losses, PDB violations, class, budgets) on which
+/// `other` is worse than `chosen`, said: "1 PDB violation(s) against 0". `None` where
+/// they tie on all of them.
+pub(super) fn worse_ahead_of_price(chosen: &Cost, other: &Cost) -> Option<String> {
+    let ranks = [
+        ("victim(s) nobody agreed to lose", chosen.lost_unasked, other.lost_unasked),
+        ("PDB violation(s)", chosen.pdb_violations, other.pdb_violations),
+        ("victim(s) nothing brings back", chosen.lost_pods, other.lost_pods),
+        ("for its most valuable victim's class value", chosen.top_class_value, other.top_class_value),
+        ("last budget(s) spent", chosen.budgets_spent, other.budgets_spent),
+    ];
+    let (what, c, o) = ranks.into_iter().find(|(_, c, o)| c != o)?;
+    (o > c).then(|| format!("{o} {what} against {c}"))
+}
+
 /// "198,000 CPU-s", from milli-CPU-seconds.
 pub fn cpu_seconds_said(milli: i64) -> String {
     let digits = (milli / 1000).to_string();

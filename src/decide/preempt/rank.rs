@@ -1,7 +1,7 @@
 //! Step 5: rank the plans by cost and keep `maxCandidates`, their victims explained and
 //! their room promised; the one place the answer is built.
 
-use super::plan::{Plan, WaitPrice};
+use super::plan::{worse_ahead_of_price, Plan, WaitPrice};
 use crate::decide::eligibility::{Fate, Preemptor};
 use crate::decide::promised::PromisedRoom;
 use crate::decide::wait::Wait;
@@ -62,13 +62,17 @@ pub(super) fn rank(
         }
         if i >= k {
             let trade = best.as_ref().and_then(|(_, b)| price.trade(b, &p.cost));
+            let ahead = best.as_ref().and_then(|(_, b)| worse_ahead_of_price(b, &p.cost));
             ex.push(Explanation::node(
                 &p.node,
                 Verdict::Dropped,
                 Code::Outranked,
-                match trade {
-                    Some(t) => format!("against the chosen candidate ({best_node}): {t}; maxCandidates is {k}"),
-                    None => format!("a cheaper candidate ({best_node}) was chosen; maxCandidates is {k}"),
+                match (trade, ahead) {
+                    (Some(t), _) => format!("against the chosen candidate ({best_node}): {t}; maxCandidates is {k}"),
+                    (None, Some(a)) => {
+                        format!("ranked after the chosen candidate ({best_node}): {a}; maxCandidates is {k}")
+                    }
+                    (None, None) => format!("a cheaper candidate ({best_node}) was chosen; maxCandidates is {k}"),
                 },
             ));
             continue;
@@ -89,7 +93,12 @@ pub(super) fn rank(
             },
         );
     }
-    let promised = PromisedRoom::of(pod, result.node_name_to_meta_victims.keys(), ctx.now);
+    let chosen = result.node_name_to_meta_victims.iter();
+    let promised = PromisedRoom::of(
+        pod,
+        chosen.map(|(n, v)| (n.clone(), v.pods.iter().map(|p| p.uid.clone()).collect())),
+        ctx.now,
+    );
     Ranked { result, requeues, waits, promised }
 }
 

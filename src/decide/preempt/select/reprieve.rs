@@ -9,12 +9,13 @@ use crate::cluster::View;
 use crate::decide::eligibility::{Fate, Preemptor};
 use crate::decide::fit::fits;
 use crate::decide::preempt::plan::{restarts_of, run_thrown_away, Cost, Plan, Victim, WaitPrice};
+use crate::decide::promised::{self, PromisedRoom};
 use crate::decide::{wait, Context};
 use crate::explanation::Explanation;
 use crate::explanation::{Code, Verdict};
-use crate::model::Pod;
+use crate::model::{Pdb, Pod};
 use crate::policy::PdbMode;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// Puts candidates back in `order`, keeping each whose return still lets the preemptor
 /// fit, then accounts PDBs and gangs exactly. `leaving`: pods already terminating that
@@ -65,7 +66,7 @@ pub(super) fn reprieve<'a>(
     }
 
     // Exact PDB accounting on the final set.
-    let mut budgets = Budgets::new(view);
+    let mut budgets = Budgets::new(ctx, view, &pod.uid);
     let mut violations = 0;
     let mut spent = 0;
     for c in chosen.iter_mut() {
@@ -140,8 +141,12 @@ pub(super) fn reprieve<'a>(
 /// Remaining disruptions per PDB while a victim set is built.
 pub(super) struct Budgets<'a> {
     view: &'a View,
-    /// By the PDB's namespace and name.
-    left: HashMap<(&'a str, &'a str), i32>,
+    /// Earlier answers' victims, whose disruptions are spent before they are deleted.
+    promised: &'a [PromisedRoom],
+    preemptor_uid: &'a str,
+    /// By the PDB's namespace and name: disruptions left, and the promised victims the
+    /// PDB still counts healthy (already charged).
+    left: HashMap<(&'a str, &'a str), (i32, HashSet<&'a str>)>,
 }
 
 /// What one eviction does to the PDBs covering the pod.
@@ -154,8 +159,8 @@ pub(super) struct Taken {
 }
 
 impl<'a> Budgets<'a> {
-    pub(super) fn new(view: &'a View) -> Self {
-        Budgets { view, left: HashMap::new() }
+    pub(super) fn new(ctx: &Context<'a>, view: &'a View, preemptor_uid: &'a str) -> Self {
+        Budgets { view, promised: ctx.promised, preemptor_uid, left: HashMap::new() }
     }
 
     /// Counts `pod`'s eviction against every PDB covering it.
@@ -166,26 +171,48 @@ impl<'a> Budgets<'a> {
             if pdb.disrupted_pods.iter().any(|d| d == &pod.name) {
                 continue;
             }
-            let view = self.view;
-            let left = self.left.entry((&pdb.namespace, &pdb.name)).or_insert_with(|| view.disruptions_allowed(pdb));
+            let (view, promised, preemptor_uid) = (self.view, self.promised, self.preemptor_uid);
+            let (left, charged) = self.left.entry((&pdb.namespace, &pdb.name)).or_insert_with(|| {
+                let (spent, charged) = promised::spent_from(promised, view, pdb, preemptor_uid);
+                (view.disruptions_allowed(pdb) - spent, charged)
+            });
+            if charged.contains(pod.uid.as_str()) {
+                continue;
+            }
             *left -= 1;
             if *left == 0 && taken.spent_last.is_none() {
                 taken.spent_last = Some(pdb.key());
             }
             if *left < 0 && taken.violated.is_none() {
-                let now = view.disruptions_allowed(pdb);
-                taken.violated = Some(if now == pdb.disruptions_allowed {
-                    format!("{} (disruptionsAllowed {})", pdb.key(), pdb.disruptions_allowed)
-                } else {
-                    format!(
-                        "{} (disruptionsAllowed {} in status, {now} now: covered pods evicted since)",
-                        pdb.key(),
-                        pdb.disruptions_allowed
-                    )
-                });
+                taken.violated = Some(self.describe(pdb));
             }
         }
         taken
+    }
+}
+
+impl Budgets<'_> {
+    /// A PDB pushed past its budget, and what spent the budget its status does not show.
+    fn describe(&self, pdb: &Pdb) -> String {
+        let gone = pdb.disruptions_allowed - self.view.disruptions_allowed(pdb);
+        let (promised, _) = promised::spent_from(self.promised, self.view, pdb, self.preemptor_uid);
+        let mut since = Vec::new();
+        if gone > 0 {
+            since.push(format!("{gone} covered pod(s) evicted since"));
+        }
+        if promised > 0 {
+            since.push(format!("{promised} chosen by an earlier answer, not yet deleted"));
+        }
+        match since.is_empty() {
+            true => format!("{} (disruptionsAllowed {})", pdb.key(), pdb.disruptions_allowed),
+            false => format!(
+                "{} (disruptionsAllowed {} in status, {} now: {})",
+                pdb.key(),
+                pdb.disruptions_allowed,
+                (pdb.disruptions_allowed - gone - promised).max(0),
+                since.join(", ")
+            ),
+        }
     }
 }
 
