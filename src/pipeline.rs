@@ -238,6 +238,7 @@ pub fn replay(
         requeue: Requeue::enabled(),
         detail: Detail::Decisions,
         promised: &[],
+        undeleted: &[],
     };
     answer(verb, body, &ctx, &Bounds::default())
 }

@@ -280,6 +280,47 @@ fn several_pods_of_one_job_in_one_answer_are_counted_together() {
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["r-1", "r-2"]))]), "{}", out.explain());
 }
 
+#[test]
+fn two_preemptors_of_a_wave_do_not_together_fail_a_job() {
+    // train allows one more failure (backoffLimit 3, 2 counted); j-1 on n1 and j-2 on n2
+    // are the cheapest victims, r on n3 has run six times as long, and its PDB allows one
+    // more disruption: each spends a last budget.
+    let s = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 1000, 8))
+        .node(node("n2", 1000, 8))
+        .node(node("n3", 1000, 8))
+        .pods([
+            job_pod("j-1", "train", "n1", 1000),
+            job_pod("j-2", "train", "n2", 1000),
+            pod("r", "batch", Some("n3"), 1000),
+            pod("web-1", "online", None, 1000),
+            pod("web-2", "online", None, 1000),
+        ])
+        .job(job("train", 3, 2))
+        .pdb(pdb("r-pdb", "r", 1));
+    let first = s.preempt(pod("web-1", "online", None, 1000), &["n1", "n2", "n3"]);
+    let (node, victims) = first.victims().into_iter().next().expect("web-1 is answered");
+    assert!(victims[0].starts_with("uid-j-"), "{}", first.explain());
+    assert!(victim_detail(&first, &victims[0][4..]).contains("preemption 3 of backoffLimit 3"), "{}", first.explain());
+
+    // web-2 is decided before kube-scheduler has deleted that pod: the Job has not counted
+    // its failure yet, and the other Job pod would be failure 4.
+    let mut s = s;
+    s.promised = first.promised;
+    let second = s.preempt(pod("web-2", "online", None, 1000), &["n1", "n2", "n3"]);
+    assert_eq!(second.victims(), BTreeMap::from([("n3".into(), uids(&["r"]))]), "{}", second.explain());
+    let other = if node == "n1" { "n2" } else { "n1" };
+    assert!(
+        second
+            .explanations
+            .iter()
+            .any(|e| e.node.as_deref() == Some(other)
+                && e.detail.contains("1 victim(s) nobody agreed to lose against 0")),
+        "{}",
+        second.explain()
+    );
+}
+
 fn indexed(name: &str, per_index: i32, failed_indexes: &[(u32, u32)]) -> Job {
     Job {
         indexed: true,
@@ -588,4 +629,24 @@ fn a_pdb_is_violated_before_a_job_is_failed() {
     let out = s.preempt(online(1000), &["n1", "n2"]);
     assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["r"]))]), "{}", out.explain());
     assert_eq!(out.violations("n2"), 1);
+}
+
+#[test]
+fn a_job_pod_an_earlier_answer_chose_is_one_failure_however_often_it_is_chosen() {
+    // train allows one more failure; web-1 was answered n1 (j-1) a moment ago. web-2 is
+    // offered n1 too and needs all of it: j-1 again, and r.
+    let mut s = Scenario::new(policy("prefer", ""))
+        .node(node("n1", 2000, 8))
+        .pods([job_pod("j-1", "train", "n1", 1000), pod("r", "batch", Some("n1"), 1000)])
+        .job(job("train", 3, 2));
+    s.promised = vec![coloc_extender::decide::promised::PromisedRoom {
+        node: "n1".into(),
+        pod: pod("web-1", "online", None, 1000),
+        victims: uids(&["j-1"]),
+        at: NOW,
+    }];
+    let out = s.preempt(pod("web-2", "online", None, 1000), &["n1"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["r", "j-1"]))]), "{}", out.explain());
+    assert!(!out.has("victim", "lost"), "{}", out.explain());
+    assert!(victim_detail(&out, "j-1").contains("preemption 3 of backoffLimit 3"), "{}", out.explain());
 }

@@ -46,6 +46,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<()> {
         // replay prints every line, each node's score too.
         detail: crate::decide::Detail::Routine,
         promised: &[],
+        undeleted: &[],
     };
     let answer = pipeline::answer(verb, &body, &ctx, &Bounds::default())
         .map_err(|e| anyhow::anyhow!("{}: {e}", payload.display()))?;

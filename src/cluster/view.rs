@@ -880,10 +880,10 @@ impl View {
         (pdb.disruptions_allowed - gone).max(0)
     }
 
-    /// Whether the pod of `uid` counts healthy in `pdb`'s status: bound, not terminating,
-    /// ready and covered.
-    pub fn counts_toward_pdb(&self, pdb: &Pdb, uid: &str) -> bool {
-        self.pod_by_uid(uid).is_some_and(|p| counts_toward(pdb, p))
+    /// Whether `pod` counts healthy in `pdb`'s status: bound, not terminating, ready and
+    /// covered.
+    pub fn counts_toward_pdb(&self, pdb: &Pdb, pod: &Pod) -> bool {
+        counts_toward(pdb, pod)
     }
 
     /// Every node the view has the Node object of, with its state, in no particular order.

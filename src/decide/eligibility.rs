@@ -133,7 +133,7 @@ pub fn check(ctx: &Context, preemptor: Preemptor, victim: &Pod) -> Result<Eligib
 /// (Several pods of one Job in one answer are counted together when the victim set is
 /// known: `preempt::jobs`.)
 fn job_fate(ctx: &Context, class: &crate::policy::Class, victim: &Pod) -> Result<Fate, Protection> {
-    match super::jobs::charge_alone(ctx.view, victim) {
+    match super::jobs::charge_alone(ctx.view, ctx.undeleted, victim) {
         Some(c) if c.fails && class.victim.jobs == JobVictims::Protect => protected(
             Code::JobWouldFail,
             format!("{}; class {} protects such Job pods (jobs: protect)", c.note, class.name),

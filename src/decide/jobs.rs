@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use crate::cluster::View;
+use crate::decide::promised::{self, UndeletedVictim};
 use crate::model::{DisruptionAction, Job, Pod, INDEX_FAILURE_COUNT};
 
 /// What evicting one Job pod does to its Job.
@@ -25,14 +26,21 @@ pub struct JobCharge {
 }
 
 /// Failures a victim set adds, per Job and per index, while it is built: the second pod
-/// of a Job in one answer is its Job's next failure.
+/// of a Job in one answer is its Job's next failure, and so is a pod an earlier answer
+/// chose that kube-scheduler has not deleted yet (the Job has not counted it).
 #[derive(Default)]
-pub struct JobLedger {
+pub struct JobLedger<'u> {
+    undeleted: &'u [UndeletedVictim<'u>],
     taken: HashMap<String, i32>,
     taken_index: HashMap<(String, u32), i32>,
 }
 
-impl JobLedger {
+impl<'u> JobLedger<'u> {
+    /// A ledger counting the victims of earlier answers not deleted yet.
+    pub fn new(undeleted: &'u [UndeletedVictim<'u>]) -> Self {
+        JobLedger { undeleted, ..JobLedger::default() }
+    }
+
     /// Counts `pod`'s eviction; `None` for a pod no Job in the view controls.
     pub fn take(&mut self, view: Option<&View>, pod: &Pod) -> Option<JobCharge> {
         let jobs = view?.jobs();
@@ -62,13 +70,21 @@ impl JobLedger {
                 note: format!("Job {key}: podFailurePolicy FailJob on DisruptionTarget: preemption fails the Job"),
             });
         }
+        // Chosen by an earlier answer too: its failure is among the earlier ones.
+        let again = promised::chosen_before(self.undeleted, pod);
+        let earlier = promised::spent(self.undeleted, |p| jobs.of(p).is_some_and(|j| j.key() == key));
         let taken = self.taken.entry(key.clone()).or_insert(0);
-        *taken += 1;
+        *taken += i32::from(!again);
         let counted = job.failed;
         let uncounted = jobs.uncounted_failures(job);
-        let failure = counted.saturating_add(uncounted).saturating_add(*taken);
+        let failure = counted.saturating_add(uncounted).saturating_add(earlier).saturating_add(*taken);
         let detail = format!(
-            "{counted} counted, {uncounted} seen but not counted yet{}",
+            "{counted} counted, {uncounted} seen but not counted yet{}{}",
+            if earlier > 0 {
+                format!(", {earlier} chosen by an earlier answer, not yet deleted")
+            } else {
+                String::new()
+            },
             if *taken > 1 { format!(", {} more in this answer", *taken - 1) } else { String::new() }
         );
         // backoffLimit holds with backoffLimitPerIndex too, where it is set explicitly.
@@ -78,9 +94,12 @@ impl JobLedger {
         if let (Some(limit), Some(index)) =
             (job.backoff_limit_per_index, pod.completion_index().filter(|_| job.indexed))
         {
-            let earlier = self.taken_index.entry((key.clone(), index)).or_insert(0);
-            *earlier += 1;
-            return Some(per_index(job, &key, index, limit, pod, *earlier, action));
+            let in_answer = self.taken_index.entry((key.clone(), index)).or_insert(0);
+            *in_answer += i32::from(!again);
+            let earlier = promised::spent(self.undeleted, |p| {
+                jobs.of(p).is_some_and(|j| j.key() == key) && p.completion_index() == Some(index)
+            });
+            return Some(per_index(job, &key, index, limit, pod, earlier + *in_answer, action));
         }
         let last = failure == job.backoff_limit;
         let tail = if last { ", the last failure it allows" } else { "" };
@@ -128,7 +147,8 @@ fn per_index(
     }
 }
 
-/// What evicting `pod` alone does to its Job.
-pub fn charge_alone(view: Option<&View>, pod: &Pod) -> Option<JobCharge> {
-    JobLedger::default().take(view, pod)
+/// What evicting `pod` alone (beside the victims of earlier answers not deleted yet)
+/// does to its Job.
+pub fn charge_alone(view: Option<&View>, undeleted: &[UndeletedVictim], pod: &Pod) -> Option<JobCharge> {
+    JobLedger::new(undeleted).take(view, pod)
 }

@@ -34,6 +34,9 @@ pub struct Context<'a> {
     /// Room earlier answers promised preemptors the view does not show yet
     /// (`promised::PromisedRoom`): held as kube-scheduler holds its nominations.
     pub promised: &'a [promised::PromisedRoom],
+    /// Of their victims, those kube-scheduler has not deleted yet (other than for the
+    /// preemptor being decided): set by `preempt` itself.
+    pub undeleted: &'a [promised::UndeletedVictim<'a>],
 }
 
 /// How much a decision explains.
@@ -77,6 +80,7 @@ impl<'a> Context<'a> {
             requeue: Requeue::disabled(),
             detail: Detail::Decisions,
             promised: &[],
+            undeleted: &[],
         }
     }
 

@@ -28,7 +28,7 @@ use self::rank::rank;
 use self::refuse::refuse;
 use self::select::select_victims;
 use self::wait_or_evict::waits_for_room_on_its_way;
-use super::promised::PromisedRoom;
+use super::promised::{self, PromisedRoom};
 use super::wait::Wait;
 use super::Context;
 use crate::model::RequeueIntent;
@@ -55,6 +55,9 @@ pub struct PreemptOutcome {
 /// chosen again under the policy, the cheapest `maxCandidates` returned.
 pub fn preempt(args: &PreemptArgs, ctx: &Context) -> PreemptOutcome {
     let pod = &args.pod;
+    // Victims earlier answers chose still count in their budgets until they are deleted.
+    let undeleted = promised::undeleted_victims(ctx.promised, ctx.view, &pod.uid);
+    let ctx = &Context { undeleted: &undeleted, ..*ctx };
     let key = pod.key();
     let mut ex = Vec::new();
     let refused = |explanations, view_behind| PreemptOutcome { explanations, view_behind, ..PreemptOutcome::default() };

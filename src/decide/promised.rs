@@ -11,10 +11,10 @@
 //! them after it nominates, and until the view sees them go they still count healthy in
 //! their PDBs' status, so the next decisions count them as disruptions already spent.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use crate::cluster::View;
-use crate::model::{Pdb, Pod, Timestamp};
+use crate::model::{Pod, Timestamp};
 
 /// A preemptor and the node an answer gave it.
 #[derive(Debug, Clone)]
@@ -61,25 +61,54 @@ pub fn on_node<'p>(
         .map(|p| &p.pod)
 }
 
-/// The victims earlier answers chose, other than for `preemptor_uid`, that `pdb` still
-/// counts healthy (the view shows them bound, not terminating): disruptions its status
-/// does not know are spent. A preemptor given several nodes evicts on one of them, so it
-/// spends at most its costliest node's. Also returns those victims' UIDs: chosen again,
-/// they spend nothing more.
-pub fn spent_from<'p>(
-    promised: &'p [PromisedRoom],
-    view: &View,
-    pdb: &Pdb,
+/// A victim an earlier answer chose that the view still shows bound and not terminating:
+/// kube-scheduler has not deleted it yet, so its PDBs still count it healthy and its Job
+/// has not counted its failure.
+#[derive(Debug, Clone, Copy)]
+pub struct UndeletedVictim<'v> {
+    /// The preemptor it was chosen for, and on which node.
+    pub preemptor_uid: &'v str,
+    pub node: &'v str,
+    pub pod: &'v Pod,
+}
+
+/// The victims earlier answers chose for preemptors other than `preemptor_uid` that
+/// kube-scheduler has not deleted yet. Few: it deletes them milliseconds after answering.
+pub fn undeleted_victims<'v>(
+    promised: &'v [PromisedRoom],
+    view: Option<&'v View>,
     preemptor_uid: &str,
-) -> (i32, HashSet<&'p str>) {
-    let mut per_preemptor: HashMap<&str, i32> = HashMap::new();
-    let mut victims = HashSet::new();
+) -> Vec<UndeletedVictim<'v>> {
+    let Some(view) = view else { return Vec::new() };
+    let mut undeleted = Vec::new();
     for p in promised.iter().filter(|p| p.pod.uid != preemptor_uid) {
-        let counted: Vec<&str> =
-            p.victims.iter().map(String::as_str).filter(|uid| view.counts_toward_pdb(pdb, uid)).collect();
-        let most = per_preemptor.entry(p.pod.uid.as_str()).or_default();
-        *most = (*most).max(counted.len() as i32);
-        victims.extend(counted);
+        for uid in &p.victims {
+            let Some(pod) = view.pod_by_uid(uid) else { continue };
+            if pod.node_name.is_some() && pod.deletion_time.is_none() {
+                undeleted.push(UndeletedVictim { preemptor_uid: &p.pod.uid, node: &p.node, pod });
+            }
+        }
     }
-    (per_preemptor.values().sum(), victims)
+    undeleted
+}
+
+/// How many of `undeleted` a budget (a PDB's disruptions, a Job's failures) has spent
+/// already, those it `counts`: a preemptor given several nodes evicts on one of them, so
+/// it spends at most its costliest node's.
+pub fn spent(undeleted: &[UndeletedVictim], counts: impl Fn(&Pod) -> bool) -> i32 {
+    let mut per_node: HashMap<(&str, &str), i32> = HashMap::new();
+    for u in undeleted.iter().filter(|u| counts(u.pod)) {
+        *per_node.entry((u.preemptor_uid, u.node)).or_default() += 1;
+    }
+    let mut per_preemptor: HashMap<&str, i32> = HashMap::new();
+    for ((preemptor, _), n) in per_node {
+        let most = per_preemptor.entry(preemptor).or_default();
+        *most = (*most).max(n);
+    }
+    per_preemptor.values().sum()
+}
+
+/// Whether an earlier answer chose `pod` already: chosen again, it spends nothing more.
+pub fn chosen_before(undeleted: &[UndeletedVictim], pod: &Pod) -> bool {
+    undeleted.iter().any(|u| u.pod.uid == pod.uid)
 }

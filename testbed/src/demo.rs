@@ -328,6 +328,8 @@ struct Outcome {
     /// Covered pods disrupted while their PDB was at its floor (rises in
     /// desiredHealthy - currentHealthy, as the disruption controller reports them).
     pdb_violations: i64,
+    /// The same, by PDB: which workload's budget was exceeded.
+    pdb_violations_by_pdb: BTreeMap<String, i64>,
     /// Run time of every evicted pod × its CPU request.
     discarded_cpu_s: f64,
     /// Every evicted pod (originals, recreated and requeued ones) → CPU-seconds discarded.
@@ -682,6 +684,7 @@ fn figures(kind: RunKind, o: &Outcome, sc: &Scenario) -> serde_json::Value {
         "evictions_by_online_pods": o.evictions - o.evictions_for_offline,
         "evictions_by_offline_pods": o.evictions_for_offline,
         "pdb_violations": o.pdb_violations,
+        "pdb_violations_by_pdb": o.pdb_violations_by_pdb,
         "jobs_failed": o.jobs_failed.len(),
         "gangs_broken": o.gangs_broken.len(),
         "broken_gang_survivors_cpu_seconds": o.broken_gang_survivors_cpu_s.round(),
@@ -745,7 +748,7 @@ fn list(s: &BTreeSet<String>) -> String {
 struct Record {
     pods: BTreeMap<String, Pod>,
     deficit: BTreeMap<String, i32>,
-    pdb_violations: i64,
+    pdb_violations: BTreeMap<String, i64>,
 }
 
 fn record(client: kube::Client) -> (std::sync::Arc<std::sync::Mutex<Record>>, Vec<tokio::task::JoinHandle<()>>) {
@@ -772,8 +775,11 @@ fn record(client: kube::Client) -> (std::sync::Arc<std::sync::Mutex<Record>>, Ve
                 let Some(st) = p.status.as_ref() else { continue };
                 let deficit = (st.desired_healthy.unwrap_or(0) - st.current_healthy.unwrap_or(0)).max(0);
                 let mut r = rec.lock().unwrap();
-                let before = r.deficit.insert(p.metadata.name.clone().unwrap_or_default(), deficit).unwrap_or(deficit);
-                r.pdb_violations += i64::from((deficit - before).max(0));
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let before = r.deficit.insert(name.clone(), deficit).unwrap_or(deficit);
+                if deficit > before {
+                    *r.pdb_violations.entry(name).or_default() += i64::from(deficit - before);
+                }
             }
         })
     };
@@ -1086,7 +1092,8 @@ async fn run(
     }
     {
         let r = record.lock().unwrap();
-        out.pdb_violations = r.pdb_violations;
+        out.pdb_violations = r.pdb_violations.values().sum();
+        out.pdb_violations_by_pdb = r.pdb_violations.clone();
         out.discarded_by_pod = r
             .pods
             .values()

@@ -13,7 +13,7 @@ use crate::policy::JobVictims;
 /// eviction fails its Job is lost work. `None`: a `jobs: protect` class would lose a Job,
 /// so the node is dropped.
 pub(super) fn charge(ctx: &Context, node: &str, chosen: &mut [Victim], ex: &mut Vec<Explanation>) -> Option<()> {
-    let mut ledger = JobLedger::default();
+    let mut ledger = JobLedger::new(ctx.undeleted);
     for c in chosen.iter_mut() {
         let Some(charge) = ledger.take(ctx.view, c.pod) else { continue };
         c.last_job_failure = charge.last;
@@ -54,7 +54,7 @@ pub(super) struct Effect {
 /// What evicting each candidate does to its Job, if all of them were evicted (most
 /// valuable first).
 pub(super) fn effects(ctx: &Context, candidates: &[Victim]) -> Vec<Effect> {
-    let mut ledger = JobLedger::default();
+    let mut ledger = JobLedger::new(ctx.undeleted);
     candidates
         .iter()
         .map(|c| ledger.take(ctx.view, c.pod).map_or(Effect::default(), |j| Effect { fails: j.fails, last: j.last }))

@@ -9,13 +9,13 @@ use crate::cluster::View;
 use crate::decide::eligibility::{Fate, Preemptor};
 use crate::decide::fit::fits;
 use crate::decide::preempt::plan::{restarts_of, run_thrown_away, Cost, Plan, Victim, WaitPrice};
-use crate::decide::promised::{self, PromisedRoom};
+use crate::decide::promised::{self, UndeletedVictim};
 use crate::decide::{wait, Context};
 use crate::explanation::Explanation;
 use crate::explanation::{Code, Verdict};
 use crate::model::{Pdb, Pod};
 use crate::policy::PdbMode;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// Puts candidates back in `order`, keeping each whose return still lets the preemptor
 /// fit, then accounts PDBs and gangs exactly. `leaving`: pods already terminating that
@@ -66,7 +66,7 @@ pub(super) fn reprieve<'a>(
     }
 
     // Exact PDB accounting on the final set.
-    let mut budgets = Budgets::new(ctx, view, &pod.uid);
+    let mut budgets = Budgets::new(ctx, view);
     let mut violations = 0;
     let mut spent = 0;
     for c in chosen.iter_mut() {
@@ -141,12 +141,10 @@ pub(super) fn reprieve<'a>(
 /// Remaining disruptions per PDB while a victim set is built.
 pub(super) struct Budgets<'a> {
     view: &'a View,
-    /// Earlier answers' victims, whose disruptions are spent before they are deleted.
-    promised: &'a [PromisedRoom],
-    preemptor_uid: &'a str,
-    /// By the PDB's namespace and name: disruptions left, and the promised victims the
-    /// PDB still counts healthy (already charged).
-    left: HashMap<(&'a str, &'a str), (i32, HashSet<&'a str>)>,
+    /// Earlier answers' victims not deleted yet: disruptions spent that no status shows.
+    undeleted: &'a [UndeletedVictim<'a>],
+    /// By the PDB's namespace and name.
+    left: HashMap<(&'a str, &'a str), i32>,
 }
 
 /// What one eviction does to the PDBs covering the pod.
@@ -159,8 +157,8 @@ pub(super) struct Taken {
 }
 
 impl<'a> Budgets<'a> {
-    pub(super) fn new(ctx: &Context<'a>, view: &'a View, preemptor_uid: &'a str) -> Self {
-        Budgets { view, promised: ctx.promised, preemptor_uid, left: HashMap::new() }
+    pub(super) fn new(ctx: &Context<'a>, view: &'a View) -> Self {
+        Budgets { view, undeleted: ctx.undeleted, left: HashMap::new() }
     }
 
     /// Counts `pod`'s eviction against every PDB covering it.
@@ -171,14 +169,14 @@ impl<'a> Budgets<'a> {
             if pdb.disrupted_pods.iter().any(|d| d == &pod.name) {
                 continue;
             }
-            let (view, promised, preemptor_uid) = (self.view, self.promised, self.preemptor_uid);
-            let (left, charged) = self.left.entry((&pdb.namespace, &pdb.name)).or_insert_with(|| {
-                let (spent, charged) = promised::spent_from(promised, view, pdb, preemptor_uid);
-                (view.disruptions_allowed(pdb) - spent, charged)
-            });
-            if charged.contains(pod.uid.as_str()) {
+            // Chosen by an earlier answer too: counted below already.
+            if promised::chosen_before(self.undeleted, pod) {
                 continue;
             }
+            let (view, undeleted) = (self.view, self.undeleted);
+            let left = self.left.entry((&pdb.namespace, &pdb.name)).or_insert_with(|| {
+                view.disruptions_allowed(pdb) - promised::spent(undeleted, |p| view.counts_toward_pdb(pdb, p))
+            });
             *left -= 1;
             if *left == 0 && taken.spent_last.is_none() {
                 taken.spent_last = Some(pdb.key());
@@ -195,7 +193,7 @@ impl Budgets<'_> {
     /// A PDB pushed past its budget, and what spent the budget its status does not show.
     fn describe(&self, pdb: &Pdb) -> String {
         let gone = pdb.disruptions_allowed - self.view.disruptions_allowed(pdb);
-        let (promised, _) = promised::spent_from(self.promised, self.view, pdb, self.preemptor_uid);
+        let promised = promised::spent(self.undeleted, |p| self.view.counts_toward_pdb(pdb, p));
         let mut since = Vec::new();
         if gone > 0 {
             since.push(format!("{gone} covered pod(s) evicted since"));

@@ -121,7 +121,7 @@ fn reselect<'a>(
     // first (the room comes free sooner: the fastest to stop are the victims).
     let mut candidates = candidates;
     candidates.sort_by(|a, b| a.value_order(b));
-    let mut budgets = Budgets::new(ctx, view, &pod.uid);
+    let mut budgets = Budgets::new(ctx, view);
     let taken: Vec<Taken> = candidates.iter().map(|c| budgets.take(c.pod)).collect();
     let last_resort = |i: usize| candidates[i].fate.is_last_resort();
     let violating = |i: usize| taken[i].violated.is_some();
