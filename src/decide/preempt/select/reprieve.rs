@@ -164,19 +164,20 @@ impl<'a> Budgets<'a> {
     /// Counts `pod`'s eviction against every PDB covering it.
     pub(super) fn take(&mut self, pod: &'a Pod) -> Taken {
         let mut taken = Taken::default();
+        // Chosen by an earlier answer too: its PDBs have it spent already.
+        if promised::chosen_before(self.undeleted, pod) {
+            return taken;
+        }
         for pdb in self.view.pdbs_covering(pod) {
             // Pods already disrupted were counted by the disruption controller.
             if pdb.disrupted_pods.iter().any(|d| d == &pod.name) {
                 continue;
             }
-            // Chosen by an earlier answer too: counted below already.
-            if promised::chosen_before(self.undeleted, pod) {
-                continue;
-            }
             let (view, undeleted) = (self.view, self.undeleted);
-            let left = self.left.entry((&pdb.namespace, &pdb.name)).or_insert_with(|| {
-                view.disruptions_allowed(pdb) - promised::spent(undeleted, |p| view.counts_toward_pdb(pdb, p))
-            });
+            let left = self
+                .left
+                .entry((&pdb.namespace, &pdb.name))
+                .or_insert_with(|| view.disruptions_allowed(pdb) - spent_unseen(view, undeleted, pdb));
             *left -= 1;
             if *left == 0 && taken.spent_last.is_none() {
                 taken.spent_last = Some(pdb.key());
@@ -193,7 +194,7 @@ impl Budgets<'_> {
     /// A PDB pushed past its budget, and what spent the budget its status does not show.
     fn describe(&self, pdb: &Pdb) -> String {
         let gone = pdb.disruptions_allowed - self.view.disruptions_allowed(pdb);
-        let promised = promised::spent(self.undeleted, |p| self.view.counts_toward_pdb(pdb, p));
+        let promised = spent_unseen(self.view, self.undeleted, pdb);
         let mut since = Vec::new();
         if gone > 0 {
             since.push(format!("{gone} covered pod(s) evicted since"));
@@ -212,6 +213,12 @@ impl Budgets<'_> {
             ),
         }
     }
+}
+
+/// Disruptions of `pdb` spent on victims of earlier answers that its status does not
+/// know of: still counted healthy, and not among the pods it has counted disrupted.
+fn spent_unseen(view: &View, undeleted: &[UndeletedVictim], pdb: &Pdb) -> i32 {
+    promised::spent(undeleted, |p| view.counts_toward_pdb(pdb, p) && !pdb.disrupted_pods.iter().any(|d| d == &p.name))
 }
 
 pub(super) fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
