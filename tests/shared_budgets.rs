@@ -170,7 +170,7 @@ fn promised_with(policy: Policy, victims: &[&str], n1_cpu: i64) -> Scenario {
 fn a_victim_an_earlier_answer_chose_has_spent_its_pdbs_budget_before_it_is_deleted() {
     let s = w_1_promised_a_moment_ago(&["w-1"], 1000);
     let out = s.preempt(online(1000), &["n2", "n3"]);
-    // w-2 is the younger victim, but w-1 goes first: taking w-2 too would leave w with none.
+    // w-2 has run less than v-1, but w-1 is on its way out: taking w-2 too exceeds w-pdb.
     assert_eq!(out.victims(), BTreeMap::from([("n3".into(), uids(&["v-1"]))]), "{}", out.explain());
     assert!(
         out.explanations.iter().any(|e| e.node.as_deref() == Some("n2")
@@ -219,4 +219,15 @@ fn two_preemptors_of_a_wave_do_not_together_push_a_pdb_past_its_budget() {
     s.promised = first.promised;
     let second = s.preempt(pod("web-2", "online", None, 1000), &["n1", "n2", "n3"]);
     assert_eq!(second.victims(), BTreeMap::from([("n3".into(), uids(&["v-1"]))]), "{}", second.explain());
+}
+
+#[test]
+fn a_promised_victim_its_pdb_counts_disrupted_already_is_not_counted_again() {
+    // w-1 was evicted through the Eviction API: w-pdb lists it in disruptedPods and its
+    // disruptionsAllowed (1) already leaves it out, so w-2 may still go.
+    let mut s = w_1_promised_a_moment_ago(&["w-1"], 1000);
+    s.objects.pdbs[0].disrupted_pods = vec!["w-1".into()];
+    let out = s.preempt(online(1000), &["n2", "n3"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n2".into(), uids(&["w-2"]))]), "{}", out.explain());
+    assert_eq!(out.violations("n2"), 0, "{}", out.explain());
 }
