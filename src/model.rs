@@ -425,6 +425,8 @@ pub struct GangInfo {
     pub gang: GangRef,
     /// Bound, non-terminal members in the view.
     pub size: usize,
+    /// Of them, those being deleted: gone whatever a decision does.
+    pub leaving: usize,
     /// Members that must stay for the gang to keep running.
     pub min: usize,
     /// Where `min` came from, for explanations ("minCount 4", "no PodGroup: all members").
@@ -435,6 +437,17 @@ pub struct GangInfo {
 }
 
 impl GangInfo {
+    /// Members that stay once those being deleted and `gone` more have left.
+    pub fn standing(&self, gone: usize) -> usize {
+        self.size.saturating_sub(self.leaving + gone)
+    }
+
+    /// Below its minimum once those being deleted and `gone` more have left: its
+    /// survivors cannot progress whatever a decision evicts now.
+    pub fn broken_already(&self, gone: usize) -> bool {
+        self.standing(gone) < self.min
+    }
+
     /// "PodGroup ml/train-7 (native, minCount 4, 3 would remain)".
     pub fn describe(&self, remaining: usize) -> String {
         format!("{} ({}, {}, {remaining} would remain)", self.gang, self.gang.source.name(), self.min_from)

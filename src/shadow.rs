@@ -257,7 +257,8 @@ impl Effects {
         if let Some(view) = ctx.view {
             for (group, (n, member)) in gangs {
                 let gang = view.gang(&group, member);
-                e.broken_gangs += u64::from(gang.size.saturating_sub(n) < gang.min);
+                // A gang below its minimum already is not broken again.
+                e.broken_gangs += u64::from(!gang.broken_already(0) && gang.standing(n) < gang.min);
             }
         } else if !gangs.is_empty() {
             // Without the view the gang's size is unknown.

@@ -132,6 +132,15 @@ fn slot(pod: &Pod) -> Slot<'_> {
 #[derive(Debug, Clone, Copy, Default)]
 struct GangTally {
     members: usize,
+    /// Of them, those being deleted: the gang loses them whatever a decision does.
+    leaving: usize,
+    /// The members staying (not being deleted).
+    staying: Tally,
+}
+
+/// CPU and run of a set of pods.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
     milli_cpu: i64,
     /// Σ CPU of started members, and Σ CPU × start time: work by `now` is
     /// `now × started_cpu − started_cpu_time`.
@@ -141,18 +150,23 @@ struct GangTally {
 
 impl GangTally {
     fn count(&mut self, pod: &Pod, delta: i32) {
-        let cpu = pod.requests.milli_cpu.max(1) * delta as i64;
         self.members = self.members.saturating_add_signed(delta as isize);
-        self.milli_cpu += cpu;
+        if pod.deletion_time.is_some() {
+            self.leaving = self.leaving.saturating_add_signed(delta as isize);
+            return;
+        }
+        let cpu = pod.requests.milli_cpu.max(1) * delta as i64;
+        self.staying.milli_cpu += cpu;
         if let Some(start) = pod.start_time {
-            self.started_cpu += cpu;
-            self.started_cpu_time += cpu as i128 * start as i128;
+            self.staying.started_cpu += cpu;
+            self.staying.started_cpu_time += cpu as i128 * start as i128;
         }
     }
 
     fn work(&self, now: Timestamp) -> GangWork {
-        let run = (now as i128 * self.started_cpu as i128 - self.started_cpu_time).max(0);
-        GangWork { milli_cpu: self.milli_cpu, run: run.min(i64::MAX as i128) as i64 }
+        let t = &self.staying;
+        let run = (now as i128 * t.started_cpu as i128 - t.started_cpu_time).max(0);
+        GangWork { milli_cpu: t.milli_cpu, run: run.min(i64::MAX as i128) as i64 }
     }
 }
 
@@ -202,7 +216,7 @@ pub struct RoomTaken {
     pub share: f64,
 }
 
-/// What a gang's bound members request and have run.
+/// What a gang's bound members not being deleted request and have run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GangWork {
     /// CPU they request, in milli-CPU.
@@ -923,9 +937,14 @@ impl View {
         self.gang_sizes.get(gang).map_or(0, |t| t.members)
     }
 
-    /// What `gang`'s bound members have run by `now`, and the CPU they request: the work
-    /// and the restarts breaking it throws away (an all-or-nothing group cannot go on
-    /// once a member is gone).
+    /// Bound members of `gang` being deleted.
+    pub fn gang_leaving(&self, gang: &GangRef) -> usize {
+        self.gang_sizes.get(gang).map_or(0, |t| t.leaving)
+    }
+
+    /// What `gang`'s bound members not being deleted have run by `now`, and the CPU they
+    /// request: the work and the restarts breaking it throws away (an all-or-nothing group
+    /// cannot go on once a member is gone).
     pub fn gang_work(&self, gang: &GangRef, now: Timestamp) -> GangWork {
         self.gang_sizes.get(gang).map_or(GangWork::default(), |t| t.work(now))
     }
@@ -955,6 +974,7 @@ impl View {
         GangInfo {
             gang: gang.clone(),
             size,
+            leaving: self.gang_leaving(gang),
             min,
             min_from,
             disruption: object.map_or(DisruptionMode::Single, |g| g.disruption),

@@ -11,10 +11,10 @@
 //! them after it nominates, and until the view sees them go they still count healthy in
 //! their PDBs' status, so the next decisions count them as disruptions already spent.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::cluster::View;
-use crate::model::{Pod, Timestamp};
+use crate::model::{GangRef, Pod, Timestamp};
 
 /// A preemptor and the node an answer gave it.
 #[derive(Debug, Clone)]
@@ -70,6 +70,8 @@ pub struct UndeletedVictim<'v> {
     pub preemptor_uid: &'v str,
     pub node: &'v str,
     pub pod: &'v Pod,
+    /// How many nodes that answer named (kube-scheduler evicts on one of them).
+    pub nodes: usize,
 }
 
 /// The victims earlier answers chose for preemptors other than `preemptor_uid` that
@@ -80,16 +82,50 @@ pub fn undeleted_victims<'v>(
     preemptor_uid: &str,
 ) -> Vec<UndeletedVictim<'v>> {
     let Some(view) = view else { return Vec::new() };
+    let mut nodes: HashMap<&str, usize> = HashMap::new();
+    for p in promised {
+        *nodes.entry(&p.pod.uid).or_default() += 1;
+    }
     let mut undeleted = Vec::new();
     for p in promised.iter().filter(|p| p.pod.uid != preemptor_uid) {
         for uid in &p.victims {
             let Some(pod) = view.pod_by_uid(uid) else { continue };
             if pod.node_name.is_some() && pod.deletion_time.is_none() {
-                undeleted.push(UndeletedVictim { preemptor_uid: &p.pod.uid, node: &p.node, pod });
+                let nodes = nodes[p.pod.uid.as_str()];
+                undeleted.push(UndeletedVictim { preemptor_uid: &p.pod.uid, node: &p.node, pod, nodes });
             }
         }
     }
     undeleted
+}
+
+/// Those of `undeleted` that it `counts` which go whichever node their preemptor is
+/// given: of an answer naming several nodes, the node's that evicts the fewest (none if
+/// a node it named evicts none of them).
+pub fn certain<'v>(undeleted: &[UndeletedVictim<'v>], counts: impl Fn(&Pod) -> bool) -> Vec<&'v Pod> {
+    let mut per_node: BTreeMap<(&str, &str), (usize, Vec<&'v Pod>)> = BTreeMap::new();
+    for u in undeleted.iter().filter(|u| counts(u.pod)) {
+        per_node.entry((u.preemptor_uid, u.node)).or_insert((u.nodes, Vec::new())).1.push(u.pod);
+    }
+    // Per preemptor: how many of its nodes evict some, and the fewest any of them does.
+    let mut per_preemptor: BTreeMap<&str, (usize, usize, Vec<&'v Pod>)> = BTreeMap::new();
+    for ((preemptor, _), (nodes, pods)) in per_node {
+        let (seen, _, fewest) = per_preemptor.entry(preemptor).or_insert((0, nodes, pods.clone()));
+        *seen += 1;
+        if pods.len() < fewest.len() {
+            *fewest = pods;
+        }
+    }
+    per_preemptor.into_values().filter(|(seen, nodes, _)| seen == nodes).flat_map(|(_, _, pods)| pods).collect()
+}
+
+/// The members of `gang` that earlier answers chose, which go whichever node their
+/// preemptors are given.
+pub fn gang_members<'v>(undeleted: &[UndeletedVictim<'v>], view: &View, gang: &GangRef) -> Vec<&'v Pod> {
+    if undeleted.is_empty() {
+        return Vec::new();
+    }
+    certain(undeleted, |p| view.gang_of(p).as_ref() == Some(gang))
 }
 
 /// How many of `undeleted` a budget (a PDB's disruptions, a Job's failures) has spent

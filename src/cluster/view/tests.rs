@@ -228,6 +228,31 @@ fn incremental_changes_agree_with_a_view_built_from_scratch() {
 }
 
 #[test]
+fn a_gang_member_being_deleted_is_leaving_and_its_run_no_longer_the_gangs() {
+    let p = policy();
+    let mut view = View::empty(&p);
+    view.apply_node(node("n1", 4000));
+    let member = |name: &str| {
+        let mut w = pod("b", name, Some("n1"));
+        w.labels.insert("scheduling.x-k8s.io/pod-group".into(), "g".into());
+        w.start_time = Some(0);
+        w
+    };
+    for name in ["w0", "w1"] {
+        view.apply_pod(Arc::new(member(name)), &p);
+    }
+    let g = view.gang_of(&member("w0")).expect("a coscheduling gang");
+    let whole = view.gang_work(&g, 100);
+    // w1's delete arrives: still bound (and counted a member), but leaving.
+    view.apply_pod(Arc::new(Pod { deletion_time: Some(30), ..member("w1") }), &p);
+    assert_eq!((view.gang_size(&g), view.gang_leaving(&g)), (2, 1));
+    assert_eq!(view.gang_work(&g, 100).run * 2, whole.run, "only w0's run is the gang's");
+    assert_eq!(view.rebuild(&p).gang_leaving(&g), 1);
+    view.remove_pod("b/w1", &p);
+    assert_eq!((view.gang_size(&g), view.gang_leaving(&g)), (1, 0));
+}
+
+#[test]
 fn a_pdb_budget_counts_covered_pods_gone_since_the_controller_looked() {
     let p = policy();
     let mut view = View::empty(&p);

@@ -6,6 +6,7 @@ use std::cmp::Ordering;
 
 use crate::cluster::View;
 use crate::decide::eligibility::{self, Fate, Preemptor};
+use crate::decide::promised;
 use crate::decide::wait::{self, Wait};
 use crate::decide::Context;
 use crate::explanation::Code;
@@ -83,6 +84,9 @@ pub struct Cost {
     pub re_evicted: i64,
     /// Of `lost_unasked`, the bare pods that cannot be requeued (the rest fail a Job).
     pub last_resort: i64,
+    /// Victims whose gang is below its minimum already: their run was lost, and their
+    /// restart charged, when it broke; evicting them now costs nothing more.
+    pub of_gangs_broken_already: i64,
 }
 
 impl Cost {
@@ -118,6 +122,9 @@ impl Cost {
     pub fn describe(&self) -> String {
         let cpu_s = |m: i64| m / 1000;
         let mut parts = vec![format!("{} evicted", self.victims)];
+        if self.of_gangs_broken_already > 0 {
+            parts.push(format!("{} of them not counted, their gang broken already", self.of_gangs_broken_already));
+        }
         if self.gang_survivors > 0 {
             parts.push(format!("{} gang survivor(s)", self.gang_survivors));
         }
@@ -243,6 +250,9 @@ pub(super) struct Victim<'a> {
     pub(super) left_ms: i64,
     pub(super) tenant_share: f64,
     pub(super) gang: Option<GangInfo>,
+    /// Its gang is below its minimum already (members being deleted, or chosen by earlier
+    /// answers): its run is lost and its restart paid whoever evicts it now.
+    pub(super) gang_broken_already: bool,
     pub(super) fate: Fate,
     /// kube-scheduler proposed it: among equals, prefer kube's own choice (its cache
     /// certainly holds that pod on that node).
@@ -300,6 +310,10 @@ pub(super) fn victim<'a>(
     proposed: bool,
 ) -> Victim<'a> {
     let gang = view.and_then(|v| Some(v.gang(&v.gang_of(pod)?, pod)));
+    let gang_broken_already = match (view, &gang) {
+        (Some(v), Some(g)) => g.broken_already(promised::gang_members(ctx.undeleted, v, &g.gang).len()),
+        _ => false,
+    };
     let pod_priority = ctx.priority_of(pod);
     Victim {
         pod,
@@ -312,6 +326,7 @@ pub(super) fn victim<'a>(
         left_ms: wait::left_in(ctx, pod, eligible.class).0,
         tenant_share: view.map(|v| v.tenant_share(&ctx.policy.tenants.tenant_of(pod))).unwrap_or(0.0),
         gang,
+        gang_broken_already,
         proposed,
         job_note: None,
         last_job_failure: false,

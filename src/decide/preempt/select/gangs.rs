@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::cluster::View;
 use crate::decide::preempt::plan::{cpu_seconds, restart_cost, Victim};
-use crate::decide::Context;
+use crate::decide::{promised, Context};
 use crate::explanation::Explanation;
 use crate::explanation::{Code, Verdict};
 use crate::model::{DisruptionMode, GangInfo, GangRef};
@@ -15,8 +15,8 @@ fn all_mode<'v>(v: &'v Victim) -> Option<&'v GangInfo> {
 }
 
 /// Spares the members of every `disruptionMode: All` group that cannot be evicted whole
-/// from this node: a preempt answer is per node, so every bound member must be a
-/// candidate here.
+/// from this node: a preempt answer is per node, so every bound member not being deleted
+/// must be a candidate here.
 pub(super) fn keep_whole_groups<'a>(
     node: &str,
     candidates: Vec<Victim<'a>>,
@@ -25,7 +25,8 @@ pub(super) fn keep_whole_groups<'a>(
     // Per All group with members here: how many, out of how many bound members.
     let mut here: BTreeMap<GangRef, (usize, usize)> = BTreeMap::new();
     for g in candidates.iter().filter_map(all_mode) {
-        here.entry(g.gang.clone()).or_insert((0, g.size)).0 += 1;
+        // Members being deleted go by themselves: the rest must all be here.
+        here.entry(g.gang.clone()).or_insert((0, g.standing(0))).0 += 1;
     }
     here.retain(|_, (n, size)| n < size);
     let (spare, keep): (Vec<_>, Vec<_>) =
@@ -94,23 +95,43 @@ pub(super) fn charge(
     }
     let mut out = Survivors::default();
     for (members, g) in evicted.into_values() {
-        let n = members.len();
-        let remaining = g.size.saturating_sub(n);
-        if remaining >= g.min {
+        // Members that go whatever is chosen here: being deleted, or earlier answers'.
+        let promised = promised::gang_members(ctx.undeleted, view, &g.gang);
+        if g.broken_already(promised.len()) {
             ex.push(
                 Explanation::node(
                     node,
                     Verdict::Charged,
-                    Code::GangSurplus,
-                    format!("evicting {n} surplus member(s) of {}", g.describe(remaining)),
+                    Code::GangBrokenAlready,
+                    format!(
+                        "{} is below its minimum already ({} member(s) being deleted, {} chosen by an earlier answer): its survivors' run was lost when it broke; evicting {} more of them throws away nothing more",
+                        g.describe(g.standing(promised.len())),
+                        g.leaving,
+                        promised.len(),
+                        members.len()
+                    ),
                 )
                 .for_gang(g.gang.source),
             );
             continue;
         }
+        let is_promised = |m: &&Victim| promised.iter().any(|p| p.uid == m.pod.uid);
+        let (members, promised_too): (Vec<&Victim>, Vec<&Victim>) = members.into_iter().partition(|m| !is_promised(m));
+        let n = members.len();
+        let remaining = g.standing(promised.len()).saturating_sub(n);
+        if n == 0 || remaining >= g.min {
+            let detail = match n {
+                0 => format!("{} member(s) of {} were chosen by an earlier answer too", promised_too.len(), g.gang),
+                _ => format!("evicting {n} surplus member(s) of {}", g.describe(remaining)),
+            };
+            ex.push(Explanation::node(node, Verdict::Charged, Code::GangSurplus, detail).for_gang(g.gang.source));
+            continue;
+        }
+        let promised_run: i64 = promised.iter().map(|p| cpu_seconds(ctx.now, p)).sum();
+        let promised_cpu: i64 = promised.iter().map(|p| p.requests.milli_cpu.max(1)).sum();
         let whole = view.gang_work(&g.gang, ctx.now);
-        let run: i64 = members.iter().map(|m| cpu_seconds(ctx.now, m.pod)).sum();
-        let cpu: i64 = members.iter().map(|m| m.pod.requests.milli_cpu.max(1)).sum();
+        let run: i64 = members.iter().map(|m| cpu_seconds(ctx.now, m.pod)).sum::<i64>() + promised_run;
+        let cpu: i64 = members.iter().map(|m| m.pod.requests.milli_cpu.max(1)).sum::<i64>() + promised_cpu;
         // Each survivor's restart at their average CPU (the view sums the gang, not each).
         let each = (whole.milli_cpu - cpu).max(0) / (remaining as i64).max(1);
         let survivors = Survivors {

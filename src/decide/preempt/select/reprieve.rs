@@ -229,7 +229,11 @@ pub(super) fn cost_of(ctx: &Context, victims: &[Victim]) -> Cost {
         cost.top_class_value = cost.top_class_value.max(classes - v.class as i64);
         cost.max_priority = cost.max_priority.max(v.priority as i64);
         cost.priority_sum += v.priority as i64;
-        cost.interrupt(run_thrown_away(ctx, v.class, v.pod), 1, restarts_of(ctx, v));
+        if v.gang_broken_already {
+            cost.of_gangs_broken_already += 1;
+        } else {
+            cost.interrupt(run_thrown_away(ctx, v.class, v.pod), 1, restarts_of(ctx, v));
+        }
         match v.fate {
             // A Job's pod lost fails its Job: nobody agreed to that (a `lose` class did).
             Fate::Lost if v.job_note.is_some() => {

@@ -118,7 +118,8 @@ fn reselect<'a>(
     // more orders, where they differ, and the cheaper victim set is kept: gang members
     // first (a broken gang throws away its survivors' run too), and smaller pods first
     // (fewer, bigger victims: each restart costs), and those that take longest to stop
-    // first (the room comes free sooner: the fastest to stop are the victims).
+    // first (the room comes free sooner: the fastest to stop are the victims), and members
+    // of gangs broken already last (they are the victims: nothing more is lost).
     let mut candidates = candidates;
     candidates.sort_by(|a, b| a.value_order(b));
     let mut budgets = Budgets::new(ctx, view);
@@ -140,8 +141,11 @@ fn reselect<'a>(
     small_first.sort_by_key(|&i| (!lost(i), !violating(i), !spends(i), candidates[i].class, cpu(i), i));
     let mut slow_first = value_first.clone();
     slow_first.sort_by_key(|&i| (!lost(i), !violating(i), !spends(i), std::cmp::Reverse(candidates[i].left_ms), i));
+    // Members of gangs below their minimum already last (their run is lost already).
+    let mut broken_last = value_first.clone();
+    broken_last.sort_by_key(|&i| (!lost(i), !violating(i), !spends(i), !candidates[i].gang_broken_already, i));
     let mut orders = vec![value_first];
-    for order in [gang_first, small_first, slow_first] {
+    for order in [gang_first, small_first, slow_first, broken_last] {
         if !orders.contains(&order) {
             orders.push(order);
         }
