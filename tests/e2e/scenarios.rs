@@ -27,6 +27,10 @@ pub fn cases() -> Vec<Case> {
             run: |b, m| Box::pin(gang_broken_cheaper(b, m)),
         },
         Case {
+            name: "a_member_of_a_gang_broken_already_is_the_victim_that_costs_nothing_more",
+            run: |b, m| Box::pin(gang_broken_already(b, m)),
+        },
+        Case {
             name: "a_released_copy_keeps_off_the_room_the_next_online_pod_fits_in",
             run: |b, m| Box::pin(copy_keeps_headroom(b, m)),
         },
@@ -342,6 +346,59 @@ async fn gang_broken_cheaper(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     anyhow::ensure!(
         charged.contains("the 1 left elsewhere cannot progress"),
         "the decision does not say what breaking the gang costs: {charged}"
+    );
+    crate::invariants::nothing_lost(&bed, "batch", &before).await?;
+    bed.finish()
+}
+
+/// node-1: gang member g-1 (ten hours old), node-3: g-2 and g-3 (a gang of 3 that needs
+/// all 3); node-2: bare b-1, a minute old; all of class free, 1.9 CPU. g-2 is being deleted
+/// (ten minutes of grace): the gang is below its minimum already, g-1's run lost whatever
+/// happens. Evicting g-1 throws away nothing more; evicting b-1 throws away its minute and
+/// a restart. (Whole, the gang would cost g-1's ten hours and its survivors'.)
+async fn gang_broken_already(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
+    let mut bed = Bed::up_honouring_grace(bins, mode).await?;
+    bed.nodes(&["node-1", "node-2", "node-3"], 4000).await?;
+    let exits_at_once = |p: PodBuilder| p.annotate(coloc_testbed::kubelet::EXITS_AFTER_SECONDS, "1");
+    bed.bound(vec![
+        exits_at_once(gang_member("g-1", "node-1", "3")),
+        gang_member("g-2", "node-3", "3").edit(|p| p["spec"]["terminationGracePeriodSeconds"] = 600.into()),
+        gang_member("g-3", "node-3", "3"),
+        exits_at_once(PodBuilder::new("batch", "b-1", "free", 1900).on("node-2")),
+    ])
+    .await?;
+    bed.until_running("batch", 4).await?;
+    let pods: Api<Pod> = Api::namespaced(bed.client.clone(), "batch");
+    let ten_hours_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(10);
+    let patch = serde_json::json!({"status": {"startTime": ten_hours_ago.to_string()}});
+    pods.patch_status("g-1", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(patch)).await?;
+    pods.delete("g-2", &DeleteParams::default()).await?;
+    let before: Vec<(String, String)> =
+        crate::invariants::bare_pods(&bed, "batch").await?.into_iter().filter(|(n, _)| n != "g-2").collect();
+    let e = bed.extender(&["--requeue"]).await?;
+    bed.schedule_with(&[bed.entry(e)]).await?;
+    cluster::create(&bed.client, PodBuilder::new("online", "web", "online-prod", 3000).build()).await?;
+    let node = online_placed(&bed, "web").await?;
+    let evicted = bed
+        .until_pods("batch", MINUTE, "the victim gone", |pods| {
+            let gone: Vec<String> =
+                before.iter().filter(|(_, u)| !pods.iter().any(|p| &uid(p) == u)).map(|(n, _)| n.clone()).collect();
+            if gone.is_empty() {
+                Err("none gone yet".to_string())
+            } else {
+                Ok(gone)
+            }
+        })
+        .await?;
+    anyhow::ensure!(
+        node == "node-1" && evicted == ["g-1"],
+        "web placed on {node}, evicting {evicted:?}; g-1's gang is broken already: evicting it throws away nothing more\n{}",
+        bed.logs()
+    );
+    let decision = bed.extenders[e].admin_get("/decisions?pod=online/web").await?;
+    anyhow::ensure!(
+        decision.contains("gang_broken_already") && decision.contains("1 member(s) being deleted"),
+        "the decision does not say the gang was broken already: {decision}"
     );
     crate::invariants::nothing_lost(&bed, "batch", &before).await?;
     bed.finish()
