@@ -267,3 +267,48 @@ impl Effects {
         e
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::View;
+    use crate::model::{Node, Resources};
+    use crate::policy::Policy;
+    use std::sync::Arc;
+
+    /// A member of a coscheduling gang of two that needs both, bound to n1.
+    fn member(name: &str, deleted: bool) -> Pod {
+        let mut p = Pod {
+            name: name.into(),
+            namespace: "batch".into(),
+            uid: format!("uid-{name}"),
+            node_name: Some("n1".into()),
+            phase: Some("Running".into()),
+            priority: Some(100),
+            deletion_time: deleted.then_some(1_000),
+            ..Default::default()
+        };
+        p.labels.insert("scheduling.x-k8s.io/pod-group".into(), "g".into());
+        p.annotations.insert("scheduling.x-k8s.io/min-member".into(), "2".into());
+        p
+    }
+
+    fn gangs_broken(b_deleted: bool) -> u64 {
+        let policy = Policy::builtin_default().enforced();
+        let mut view = View::empty(&policy);
+        let node = Resources { milli_cpu: 4000, memory: 8 << 30, ..Default::default() };
+        view.apply_node(Node { name: "n1".into(), allocatable: node, allocatable_pods: 110, ..Default::default() });
+        view.apply_pod(Arc::new(member("a", false)), &policy);
+        view.apply_pod(Arc::new(member("b", b_deleted)), &policy);
+        let ctx = Context::new(&policy, Some(&view), 2_000);
+        let args = PreemptArgs { pod: Pod::default(), candidates: Candidates::Meta(BTreeMap::new()) };
+        let victims = MetaVictims { pods: vec![MetaPod { uid: "uid-a".into() }], num_pdb_violations: 0 };
+        Effects::of(&victims, &Resolver::new(&args, &ctx), &BTreeSet::new(), &ctx).broken_gangs
+    }
+
+    #[test]
+    fn evicting_a_member_of_a_gang_below_its_minimum_already_breaks_no_gang() {
+        assert_eq!(gangs_broken(false), 1, "whole, the gang is broken by evicting a");
+        assert_eq!(gangs_broken(true), 0, "b is being deleted: the gang was broken already");
+    }
+}

@@ -202,6 +202,25 @@ fn a_disruption_mode_all_group_split_across_nodes_is_protected() {
 }
 
 #[test]
+fn a_disruption_mode_all_group_whose_other_member_is_being_deleted_goes_from_the_node_of_the_rest() {
+    // As above, but a-2 on n3 is being deleted: it goes by itself, so a-1 is all of the
+    // group there is to evict, and n1 places the pod before n2's plain pod is touched.
+    let s = Scenario::new(policy("strict", ""))
+        .node(node("n1", 1000, 8))
+        .node(node("n2", 1000, 8))
+        .node(node("n3", 1000, 8))
+        .pods([
+            batch("a-1", "n1").in_pod_group("all"),
+            batch("a-2", "n3").in_pod_group("all").deleted(5),
+            batch("plain", "n2").started(99_999),
+        ])
+        .pod_group(all_mode("all", 1));
+    let out = s.preempt(online(1000), &["n1", "n2"]);
+    assert_eq!(out.victims(), BTreeMap::from([("n1".into(), uids(&["a-1"]))]), "{}", out.explain());
+    assert!(!out.has("spared", "gang_all_split"), "{}", out.explain());
+}
+
+#[test]
 fn a_disruption_mode_all_group_on_one_node_goes_whole() {
     // Both members on n1; the preemptor needs one member's room. Single mode evicts one
     // (a surplus member); All mode evicts both together.
