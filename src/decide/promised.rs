@@ -99,24 +99,29 @@ pub fn undeleted_victims<'v>(
     undeleted
 }
 
+/// Those of `undeleted` that it `counts`, by preemptor, then by the node its answer
+/// named: a preemptor given several nodes evicts on one of them.
+fn by_preemptor_and_node<'v>(
+    undeleted: &[UndeletedVictim<'v>],
+    counts: impl Fn(&Pod) -> bool,
+) -> BTreeMap<&'v str, BTreeMap<&'v str, Vec<&'v Pod>>> {
+    let mut by: BTreeMap<&str, BTreeMap<&str, Vec<&Pod>>> = BTreeMap::new();
+    for u in undeleted.iter().filter(|u| counts(u.pod)) {
+        by.entry(u.preemptor_uid).or_default().entry(u.node).or_default().push(u.pod);
+    }
+    by
+}
+
 /// Those of `undeleted` that it `counts` which go whichever node their preemptor is
 /// given: of an answer naming several nodes, the node's that evicts the fewest (none if
 /// a node it named evicts none of them).
 pub fn certain<'v>(undeleted: &[UndeletedVictim<'v>], counts: impl Fn(&Pod) -> bool) -> Vec<&'v Pod> {
-    let mut per_node: BTreeMap<(&str, &str), (usize, Vec<&'v Pod>)> = BTreeMap::new();
-    for u in undeleted.iter().filter(|u| counts(u.pod)) {
-        per_node.entry((u.preemptor_uid, u.node)).or_insert((u.nodes, Vec::new())).1.push(u.pod);
-    }
-    // Per preemptor: how many of its nodes evict some, and the fewest any of them does.
-    let mut per_preemptor: BTreeMap<&str, (usize, usize, Vec<&'v Pod>)> = BTreeMap::new();
-    for ((preemptor, _), (nodes, pods)) in per_node {
-        let (seen, _, fewest) = per_preemptor.entry(preemptor).or_insert((0, nodes, pods.clone()));
-        *seen += 1;
-        if pods.len() < fewest.len() {
-            *fewest = pods;
-        }
-    }
-    per_preemptor.into_values().filter(|(seen, nodes, _)| seen == nodes).flat_map(|(_, _, pods)| pods).collect()
+    let named: HashMap<&str, usize> = undeleted.iter().map(|u| (u.preemptor_uid, u.nodes)).collect();
+    by_preemptor_and_node(undeleted, counts)
+        .into_iter()
+        .filter(|(preemptor, per_node)| per_node.len() == named[preemptor])
+        .flat_map(|(_, per_node)| per_node.into_values().min_by_key(Vec::len).unwrap_or_default())
+        .collect()
 }
 
 /// The members of `gang` that earlier answers chose, which go whichever node their
@@ -132,16 +137,8 @@ pub fn gang_members<'v>(undeleted: &[UndeletedVictim<'v>], view: &View, gang: &G
 /// already, those it `counts`: a preemptor given several nodes evicts on one of them, so
 /// it spends at most its costliest node's.
 pub fn spent(undeleted: &[UndeletedVictim], counts: impl Fn(&Pod) -> bool) -> i32 {
-    let mut per_node: HashMap<(&str, &str), i32> = HashMap::new();
-    for u in undeleted.iter().filter(|u| counts(u.pod)) {
-        *per_node.entry((u.preemptor_uid, u.node)).or_default() += 1;
-    }
-    let mut per_preemptor: HashMap<&str, i32> = HashMap::new();
-    for ((preemptor, _), n) in per_node {
-        let most = per_preemptor.entry(preemptor).or_default();
-        *most = (*most).max(n);
-    }
-    per_preemptor.values().sum()
+    let most = |per_node: &BTreeMap<&str, Vec<&Pod>>| per_node.values().map(Vec::len).max().unwrap_or(0);
+    by_preemptor_and_node(undeleted, counts).values().map(|per_node| most(per_node) as i32).sum()
 }
 
 /// Whether an earlier answer chose `pod` already: chosen again, it spends nothing more.
