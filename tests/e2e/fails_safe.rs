@@ -162,19 +162,32 @@ async fn tenant(bed: &Bed) -> anyhow::Result<Api<Pod>> {
 }
 
 /// With `what` missing: an admin's and a tenant's pod creates pass all along [`SETTLE`];
-/// each then creates and deletes a pod for real; and kube-scheduler places an online pod
-/// by preempting an offline one (its status writes, the victim's delete, the binding).
+/// each then creates and deletes a pod for real; and kube-scheduler places an online pod,
+/// created halfway through [`SETTLE`], by preempting an offline one (its status writes,
+/// the victim's delete, the binding).
 async fn everyone_writes(bed: &Bed, alice: &Api<Pod>, what: &str, turn: usize) -> anyhow::Result<()> {
+    let online: Api<Pod> = Api::namespaced(bed.client.clone(), "online");
+    let web = format!("web-{turn}");
+    let (web_pod, post) = (PodBuilder::new("online", &web, "online-prod", 100).build(), PostParams::default());
+    let create_web = || online.create(&post, &web_pod);
     let admin: Api<Pod> = Api::namespaced(bed.client.clone(), "batch");
     let pod = |who: &str| PodBuilder::new("batch", &format!("{who}-{turn}"), "free", 10).build();
-    let until = Instant::now() + SETTLE;
-    while Instant::now() < until {
+    let (start, mut web_created) = (Instant::now(), false);
+    while start.elapsed() < SETTLE {
+        // The online pod halfway: kube-scheduler's preemption runs while the creates go on.
+        if !web_created && start.elapsed() >= SETTLE / 2 {
+            create_web().await?;
+            web_created = true;
+        }
         for (who, api) in [("admin", &admin), ("alice", alice)] {
             if let Err(e) = api.create(&dry(), &pod(who)).await {
                 anyhow::bail!("with {what}, {who}'s pod create was refused: {e}");
             }
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if !web_created {
+        create_web().await?;
     }
     let now = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
     for (who, api) in [("admin", &admin), ("alice", alice)] {
@@ -185,9 +198,6 @@ async fn everyone_writes(bed: &Bed, alice: &Api<Pod>, what: &str, turn: usize) -
             .await
             .map_err(|e| anyhow::anyhow!("with {what}, {who}'s pod delete was refused: {e}"))?;
     }
-    let online: Api<Pod> = Api::namespaced(bed.client.clone(), "online");
-    let web = format!("web-{turn}");
-    online.create(&PostParams::default(), &PodBuilder::new("online", &web, "online-prod", 100).build()).await?;
     bed.until_pods("online", MINUTE, &format!("{web} placed by preemption with {what}"), |pods| {
         match pods.iter().find(|p| cluster::name(p) == web).and_then(cluster::node_of) {
             Some(_) => Ok(()),

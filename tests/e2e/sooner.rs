@@ -22,7 +22,7 @@ pub fn cases() -> Vec<Case> {
 
 /// How long the checkpointing victims take (their grace, run out) and how soon the quick
 /// ones exit.
-const CHECKPOINT: i64 = 120;
+const CHECKPOINT: i64 = 60;
 const QUICK: &str = "3";
 
 /// A 4-CPU node labelled `pair: pair`.
@@ -33,7 +33,7 @@ fn node(name: &str, pair: &str) -> Node {
 }
 
 /// On the pair's first node, a `free` pod of 3.8 CPU that checkpoints for all of its
-/// 120 s of grace; on the second, a `free-high` pod that exits 3 s after its delete.
+/// 60 s of grace; on the second, a `free-high` pod that exits 3 s after its delete.
 /// kube-scheduler alone picks the first (the lowest-priority victim); both are class
 /// `free` to the default policy.
 fn victims(pair: &str, slow_node: &str, quick_node: &str) -> Vec<PodBuilder> {
@@ -164,7 +164,7 @@ async fn sooner_than_stock(bins: Binaries, mode: Mode) -> anyhow::Result<()> {
     .await?;
     anyhow::ensure!(
         events.contains("room free on b-2 in ~30.0 s")
-            && events.contains("kube-scheduler's own choice: b-1 in ~2 min 0 s"),
+            && events.contains("kube-scheduler's own choice: b-1 in ~1 min 0 s"),
         "web-1's Event does not say both waits: {events}"
     );
     // ...and the wait observed is counted beside the one expected.
