@@ -721,7 +721,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// The `q` quantile of `v` (nearest rank), 0 for none.
-fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
+pub(crate) fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => 0.0,

@@ -10,6 +10,7 @@
 //! deleted; pods can complete after a set run time).
 
 pub mod binaries;
+pub mod bound;
 pub mod cluster;
 pub mod control_plane;
 pub mod curve;

@@ -1,11 +1,13 @@
 //! coloc-trace: a public co-location trace as a trace `coloc-demo --trace` replays
 //! (docs/traces.md). `coloc-trace openb`: Alibaba's cluster-trace-gpu-v2023
-//! (`coloc_testbed::openb` says how each column is read).
+//! (`coloc_testbed::openb` says how each column is read). `coloc-trace bound`: how long a
+//! trace's online pods wait whatever is evicted (`coloc_testbed::bound`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use coloc_testbed::bound;
 use coloc_testbed::openb::{self, Csv, Window};
 
 #[derive(Parser)]
@@ -48,6 +50,16 @@ enum Trace {
         #[arg(long)]
         out: PathBuf,
     },
+    /// How long a trace's online pods wait whatever is evicted: every offline pod gone the
+    /// instant an online pod arrives, online pods placed in arrival order where they fit tightest.
+    Bound {
+        /// A trace coloc-demo --trace replays.
+        #[arg(long)]
+        trace: PathBuf,
+        /// The class of the online pods.
+        #[arg(long, default_value = openb::ONLINE)]
+        online_class: String,
+    },
 }
 
 fn positive(s: &str) -> Result<f64, String> {
@@ -55,27 +67,14 @@ fn positive(s: &str) -> Result<f64, String> {
 }
 
 fn main() -> ExitCode {
-    let Trace::Openb { node_list, pod_list, start, length, speed, nodes, seed, real_ages, out } = Cli::parse().trace;
-    let read = |p: &PathBuf| std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
-    let run = || -> Result<String, String> {
-        if length <= 0 {
-            return Err(format!("--length {length}: the window must last at least a second"));
+    let said = match Cli::parse().trace {
+        Trace::Openb { node_list, pod_list, start, length, speed, nodes, seed, real_ages, out } => {
+            let window = Window { start_s: start, length_s: length, speed, nodes: nodes as usize, seed, real_ages };
+            convert(&node_list, &pod_list, &window, &out)
         }
-        let (nodes_text, pods_text) = (read(&node_list)?, read(&pod_list)?);
-        let (nodes_file, pods_file) = (node_list.display().to_string(), pod_list.display().to_string());
-        let window = Window { start_s: start, length_s: length, speed, nodes: nodes as usize, seed, real_ages };
-        let c = openb::convert(
-            Csv { file: &nodes_file, text: &nodes_text },
-            Csv { file: &pods_file, text: &pods_text },
-            &window,
-        )
-        .map_err(|e| e.to_string())?;
-        let sc = &c.scenario;
-        std::fs::write(&out, coloc_testbed::trace::write(sc, 0.0))
-            .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
-        Ok(format!("wrote {}\n{}\n{}", out.display(), sc.about, openb::fill(sc)))
+        Trace::Bound { trace, online_class } => bound(&trace, &online_class),
     };
-    match run() {
+    match said {
         Ok(said) => {
             println!("{said}");
             ExitCode::SUCCESS
@@ -85,4 +84,31 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn read(p: &Path) -> Result<String, String> {
+    std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+}
+
+fn convert(node_list: &Path, pod_list: &Path, window: &Window, out: &Path) -> Result<String, String> {
+    if window.length_s <= 0 {
+        return Err(format!("--length {}: the window must last at least a second", window.length_s));
+    }
+    let (nodes_text, pods_text) = (read(node_list)?, read(pod_list)?);
+    let (nodes_file, pods_file) = (node_list.display().to_string(), pod_list.display().to_string());
+    let c = openb::convert(
+        Csv { file: &nodes_file, text: &nodes_text },
+        Csv { file: &pods_file, text: &pods_text },
+        window,
+    )
+    .map_err(|e| e.to_string())?;
+    let sc = &c.scenario;
+    std::fs::write(out, coloc_testbed::trace::write(sc, 0.0))
+        .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    Ok(format!("wrote {}\n{}\n{}", out.display(), sc.about, openb::fill(sc)))
+}
+
+fn bound(trace: &Path, online_class: &str) -> Result<String, String> {
+    let sc = coloc_testbed::trace::parse(&read(trace)?).map_err(|e| format!("{}: {e}", trace.display()))?;
+    Ok(bound::describe(&bound::online_waits(&sc, online_class)))
 }
