@@ -203,7 +203,7 @@ async fn timed_out_work_keeps_its_slot_until_it_stops_and_then_stops_at_once() {
     // Released, the work sees it was given up and stops before deciding.
     gate.release.send(()).unwrap();
     let mut m = String::new();
-    for _ in 0..100 {
+    for _ in 0..500 {
         m = metrics().await;
         if m.lines().any(|l| l.starts_with("coloc_requests_abandoned_total{verb=\"filter\"}")) {
             break;

@@ -195,7 +195,7 @@ fn events_in(api: &FakeApi) -> Vec<Value> {
 }
 
 async fn eventually(api: &FakeApi, n: usize) -> Vec<Value> {
-    for _ in 0..100 {
+    for _ in 0..500 {
         let found = events_in(api);
         if found.len() >= n {
             return found;
@@ -295,7 +295,7 @@ async fn an_enforced_answer_naming_a_victim_of_last_resort_warns_on_it_and_its_n
     // One writer, in order: once an Event offered last is written, every earlier one is.
     sink.offer(event("sentinel"));
     let mut found = eventually(&api, 4).await;
-    for _ in 0..100 {
+    for _ in 0..500 {
         if found.iter().any(|e| e["note"] == "sentinel") {
             break;
         }
