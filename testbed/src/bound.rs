@@ -7,10 +7,10 @@
 
 use crate::scenario::Scenario;
 
-/// What the bound found, per arriving online pod, in arrival order.
+/// What the bound found for the arriving online pods.
 #[derive(Debug, Default, PartialEq)]
 pub struct OnlineWaits {
-    /// Each placed arrival and how long it waited, seconds.
+    /// Each placed arrival and how long it waited, seconds, in the order they are placed.
     pub placed: Vec<(String, f64)>,
     /// Arrivals no node holds even with only online pods on it: never placed.
     pub never: Vec<String>,
