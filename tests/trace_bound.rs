@@ -59,7 +59,7 @@ fn an_online_pod_no_node_holds_is_never_placed_and_said_so() {
     let w = waits(1, &["huge,0,online,online-prod,8,,,,,bare,,", "web,1,online,online-prod,1,,,,,bare,,"]);
     assert_eq!((w.placed.len(), w.never.as_slice()), (1, ["huge".to_string()].as_slice()));
     assert_eq!(w.waiting(), 1);
-    assert!(bound::describe(&w).contains("1 never placed (no node holds them)"), "{}", bound::describe(&w));
+    assert!(bound::describe(&w).contains("1 never placed (no node ever has room for them)"), "{}", bound::describe(&w));
 }
 
 #[test]

@@ -12,7 +12,7 @@ use crate::scenario::Scenario;
 pub struct OnlineWaits {
     /// Each placed arrival and how long it waited, seconds, in the order they are placed.
     pub placed: Vec<(String, f64)>,
-    /// Arrivals no node holds even with only online pods on it: never placed.
+    /// Arrivals no node ever has room for (online pods that never end hold it): never placed.
     pub never: Vec<String>,
 }
 
@@ -136,7 +136,7 @@ pub fn describe(w: &OnlineWaits) -> String {
     let arrived = w.placed.len() + w.never.len();
     let never = match w.never.len() {
         0 => String::new(),
-        n => format!(", {n} never placed (no node holds them)"),
+        n => format!(", {n} never placed (no node ever has room for them)"),
     };
     format!(
         "online pods that wait whatever is evicted: {} of {arrived}, the longest {:.1} s, p99 {:.1} s{never}",
