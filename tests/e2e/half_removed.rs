@@ -82,10 +82,9 @@ fn routing_deleted_and_applied_again(bed: &Bed, objects: &[Value], names: &[&str
         ])?;
     }
     // The API server looks at its policies every second; under load (CI runs two cases at
-    // once, and more beside them) it has taken longer than 10 s to take a deletion in, and
-    // the objects applied again then keep its cache running. Nothing outside it shows when
-    // it has: the wait is a time.
-    std::thread::sleep(std::time::Duration::from_secs(20));
+    // once) it has taken longer than 3 s to take a deletion in, and the objects applied
+    // again then keep its cache running.
+    std::thread::sleep(std::time::Duration::from_secs(10));
     apply(bed, &again, "routing-again")?;
     Ok(())
 }

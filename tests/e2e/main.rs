@@ -57,15 +57,13 @@ pub struct Case {
 }
 
 fn all_cases() -> Vec<Case> {
-    // The longest cases (a minute and more each) first, so the runners finish together.
-    let mut v = demo::cases();
-    v.extend(fails_safe::cases());
-    v.extend(sooner::cases());
-    v.extend(scenarios::cases());
+    let mut v = scenarios::cases();
     v.extend(jobs::cases());
     v.extend(budgets::cases());
+    v.extend(sooner::cases());
     v.extend(eviction::cases());
     v.extend(faults::cases());
+    v.extend(fails_safe::cases());
     v.extend(profiles::cases());
     v.extend(removal::cases());
     v.extend(requeue_bounds::cases());
@@ -83,6 +81,7 @@ fn all_cases() -> Vec<Case> {
     v.extend(baseline::cases());
     v.extend(marks::cases());
     v.extend(wake::cases());
+    v.extend(demo::cases());
     v
 }
 
